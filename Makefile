@@ -1,0 +1,37 @@
+# mirrorgate: the two set-up commands are `make serve` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install serve test test-fast lint e2e-deps bench bench-policy conformance clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+# Debian packages, the Go-built control plane (kube-apiserver, etcd,
+# kustomize; cached by version outside the work tree) and nothing else.
+e2e-deps:
+	bash tests/e2e/deps.sh
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+# The whole suite, end-to-end included. pytest exits 5 when it collects no
+# test; that is a failure here like any other non-zero status.
+test: install e2e-deps lint
+	MIRRORGATE_REQUIRE_E2E=1 $(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not e2e"
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
