@@ -1,0 +1,56 @@
+"""mirrorgate's pure core: image references, the mirror policy, rewrite planning.
+
+Values in, values out: nothing here reads files, the environment, the clock
+or the network (an import-linter contract in pyproject.toml checks it).
+"""
+
+from policy.matching import Outcome, Resolution
+from policy.model import FieldError, Mode, OnCredentialError, Policy, PolicyError, load
+from policy.planner import (
+    CONTAINER_FIELDS,
+    MIRROR_POD_ANNOTATION,
+    ORIGINAL_IMAGES_ANNOTATION,
+    PULL_SECRET_PREFIX,
+    SKIP_LABEL,
+    ContainerField,
+    ImageRewrite,
+    ImageSite,
+    RewritePlan,
+    audit_line,
+    find_image_sites,
+    plan,
+    pull_secret_name,
+)
+from policy.reference import ImageReference, InvalidReferenceError, parse, parse_normalized
+from policy.rules import Mirror, MirrorRule, Source
+
+__all__ = [
+    "CONTAINER_FIELDS",
+    "MIRROR_POD_ANNOTATION",
+    "ORIGINAL_IMAGES_ANNOTATION",
+    "PULL_SECRET_PREFIX",
+    "SKIP_LABEL",
+    "ContainerField",
+    "FieldError",
+    "ImageReference",
+    "ImageRewrite",
+    "ImageSite",
+    "InvalidReferenceError",
+    "Mirror",
+    "MirrorRule",
+    "Mode",
+    "OnCredentialError",
+    "Outcome",
+    "Policy",
+    "PolicyError",
+    "Resolution",
+    "RewritePlan",
+    "Source",
+    "audit_line",
+    "find_image_sites",
+    "load",
+    "parse",
+    "parse_normalized",
+    "plan",
+    "pull_secret_name",
+]

@@ -131,13 +131,6 @@ class ImageReference:
             text += f"@{self.digest}"
         return text
 
-    def with_name(self, name: str) -> ImageReference:
-        """The same tag and digest on another repository (``name`` must be valid)."""
-        match = _NAME_RE.fullmatch(name)
-        if match is None:
-            raise InvalidReferenceError(name, "invalid reference format", "ErrReferenceInvalidFormat")
-        return dataclasses.replace(self, domain=match[1] or "", path=match[2])
-
 
 def _reject(reference: str, reason: str, code: str) -> InvalidReferenceError:
     return InvalidReferenceError(reference, reason, code)
@@ -152,7 +145,8 @@ def _check_digest(reference: str, digest: str) -> None:
         raise _reject(reference, f"unsupported digest algorithm {algorithm!r}",
                       "digest.ErrDigestUnsupported")
     if len(encoded) != length:
-        raise _reject(reference, f"invalid {algorithm} digest length", "digest.ErrDigestInvalidLength")
+        raise _reject(reference, f"invalid {algorithm} digest length",
+                      "digest.ErrDigestInvalidLength")
     if _DIGEST_ENCODED_RE.fullmatch(encoded) is None:
         raise _reject(reference, "invalid digest format", "digest.ErrDigestInvalidFormat")
 
@@ -205,7 +199,8 @@ def parse_normalized(text: str) -> ImageReference:
     are kept as written.
     """
     if _IDENTIFIER_RE.fullmatch(text) is not None:
-        raise _reject(text, "cannot specify 64-byte hexadecimal strings", "ErrReferenceInvalidFormat")
+        raise _reject(text, "cannot specify 64-byte hexadecimal strings",
+                      "ErrReferenceInvalidFormat")
     domain, remainder = _split_docker_domain(text)
     remote_name = remainder.split(":", 1)[0]
     if remote_name.lower() != remote_name:

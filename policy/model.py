@@ -1,0 +1,392 @@
+"""The mirror policy: what users write, validated once when it is loaded.
+
+The input is the plain data a YAML or JSON document decodes to; reading and
+decoding the file is the caller's business (this package does no I/O).
+Every problem is collected, not just the first, and each one names the field
+path and the bad value::
+
+    mirrors[2].source: "Docker.io" is not a valid registry host
+
+Nothing here is validated again per request: a :class:`Policy` that exists is
+a policy that is valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Literal, cast
+
+from policy import matching, reference
+from policy.rules import Mirror, MirrorRule, Source
+
+__all__ = [
+    "ALWAYS_EXCLUDED_NAMESPACES",
+    "CredentialGrant",
+    "FieldError",
+    "Mode",
+    "OnCredentialError",
+    "Policy",
+    "PolicyError",
+    "load",
+]
+
+Mode = Literal["enforce", "audit"]
+OnCredentialError = Literal["skip", "deny"]
+MODES: tuple[Mode, ...] = ("enforce", "audit")
+ON_CREDENTIAL_ERROR: tuple[OnCredentialError, ...] = ("skip", "deny")
+
+# The control plane pulls its own images before any webhook can help it;
+# rewriting them risks a cluster that cannot restart. Not configurable.
+ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
+
+RESOLUTION_CACHE_SIZE = 4096
+
+# A credential becomes the Secret `mirrorgate-<name>` and the label value
+# `mirrorgate.io/credential: <name>`: a DNS label fits both.
+_CREDENTIAL_NAME_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+# Namespace globs: DNS-label characters plus the fnmatch wildcards.
+_NAMESPACE_GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}", re.ASCII)
+
+_TOP_LEVEL_KEYS = ("mode", "onCredentialError", "mirrors", "exclude", "credentials")
+_RULE_KEYS = ("source", "mirror", "credential")
+_EXCLUDE_KEYS = ("images", "namespaces")
+_GRANT_KEYS = ("namespaces",)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FieldError:
+    """One problem in a policy document, located by its field path."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class PolicyError(ValueError):
+    """A policy document that cannot be used; ``errors`` lists every problem found."""
+
+    def __init__(self, errors: Sequence[FieldError]) -> None:
+        self.errors = tuple(errors)
+        super().__init__("\n".join(str(e) for e in self.errors))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CredentialGrant:
+    """Which namespaces may receive a copy of a credential (fnmatch globs)."""
+
+    name: str
+    namespaces: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Policy:
+    """A validated policy. Build it with :func:`load`."""
+
+    mode: Mode
+    rules: tuple[MirrorRule, ...]
+    exclude_images: tuple[str, ...]
+    exclude_namespaces: tuple[str, ...]
+    grants: Mapping[str, CredentialGrant]
+    on_credential_error: OnCredentialError = "skip"
+
+    # Derived once, so that matching an image or a namespace costs the same
+    # whatever the number of rules and globs.
+    index: matching.RuleIndex = dataclasses.field(init=False, repr=False)
+    _excluded_image: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
+    _excluded_namespace: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
+    _grant_patterns: dict[str, re.Pattern[str] | None] = dataclasses.field(
+        init=False, repr=False)
+    # Pods repeat the same few images; resolving each string once makes the
+    # steady-state cost a dictionary lookup. Bounded so that a stream of
+    # unique images cannot grow it without limit.
+    _resolutions: dict[str, matching.Resolution] = dataclasses.field(
+        init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        derived = {
+            "index": matching.RuleIndex(self.rules),
+            "_excluded_image": _compile_globs(self.exclude_images),
+            "_excluded_namespace": _compile_globs(
+                (*ALWAYS_EXCLUDED_NAMESPACES, *self.exclude_namespaces)),
+            "_grant_patterns": {
+                name: _compile_globs(grant.namespaces) for name, grant in self.grants.items()},
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+
+    def resolve(self, image: str) -> matching.Resolution:
+        """What this policy does with ``image``, namespace aside (memoised)."""
+        found = self._resolutions.get(image)
+        if found is None:
+            found = self._resolve(image)
+            if len(self._resolutions) >= RESOLUTION_CACHE_SIZE:
+                self._resolutions.clear()
+            self._resolutions[image] = found
+        return found
+
+    def _resolve(self, image: str) -> matching.Resolution:
+        try:
+            ref = reference.parse_normalized(image)
+        except reference.InvalidReferenceError as error:
+            return matching.Resolution(image=image, outcome="invalid", error=error.reason)
+        if self.is_image_excluded(ref):
+            return matching.Resolution(image=image, outcome="excluded", reference=ref)
+        rule = self.index.mirror_rule(ref)
+        if rule is not None:
+            return matching.Resolution(image=image, outcome="on-mirror", rule=rule, reference=ref)
+        rule = self.index.source_rule(ref)
+        if rule is None:
+            return matching.Resolution(image=image, outcome="unmatched", reference=ref)
+        new_name = matching.rewritten_name(rule, ref)
+        try:
+            new_ref = reference.parse_normalized(new_name + str(ref)[len(ref.name):])
+        except reference.InvalidReferenceError as error:
+            # e.g. a mirror path that pushes the repository past 255 characters.
+            return matching.Resolution(
+                image=image, outcome="invalid", reference=ref,
+                error=f"the name on {rule.label}'s mirror would be invalid: {error.reason}")
+        return matching.Resolution(image=image, outcome="rewrite", rule=rule,
+                                   new_image=str(new_ref), reference=ref)
+
+    def is_image_excluded(self, ref: reference.ImageReference) -> bool:
+        """Whether an ``exclude.images`` glob matches the normalised reference.
+
+        A glob is tried on the whole normalised reference and on the name
+        alone, so ``docker.io/library/nginx`` excludes every tag of nginx.
+        """
+        pattern = self._excluded_image
+        return pattern is not None and (
+            pattern.fullmatch(str(ref)) is not None or pattern.fullmatch(ref.name) is not None)
+
+    def is_namespace_excluded(self, namespace: str) -> bool:
+        pattern = self._excluded_namespace
+        return pattern is not None and pattern.fullmatch(namespace) is not None
+
+    def is_granted(self, credential: str, namespace: str) -> bool:
+        """Whether ``namespace`` may receive ``credential``."""
+        pattern = self._grant_patterns.get(credential)
+        return pattern is not None and pattern.fullmatch(namespace) is not None
+
+    def granted_credentials(self, namespace: str) -> tuple[str, ...]:
+        """Every credential ``namespace`` may receive, in name order."""
+        return tuple(sorted(name for name in self.grants if self.is_granted(name, namespace)))
+
+
+def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:
+    if not globs:
+        return None
+    # fnmatch.translate gives `(?s:...)\Z`; joined they form one alternation
+    # that the regex engine scans once.
+    return re.compile("|".join(fnmatch.translate(g) for g in globs))
+
+
+def _quote(value: object) -> str:
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+class _Collector:
+    """Gathers :class:`FieldError`s so that one load reports every problem."""
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.errors.append(FieldError(path, message))
+
+    def mapping(self, value: object, path: str,
+                allowed: Sequence[str] | None) -> Mapping[str, object]:
+        """``value`` as a mapping; ``allowed`` lists its fields (None: any keys)."""
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.add(path, f"must be a mapping, got {_type_name(value)}")
+            return {}
+        for key in value:
+            if allowed is not None and key not in allowed:
+                where = f"{path}.{key}" if path else str(key)
+                self.add(where, f"unknown field (expected one of: {', '.join(allowed)})")
+        return cast("Mapping[str, object]", value)
+
+    def sequence(self, value: object, path: str) -> Sequence[object]:
+        if value is None:
+            return ()
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            self.add(path, f"must be a list, got {_type_name(value)}")
+            return ()
+        return value
+
+    def string_list(self, value: object, path: str) -> tuple[str, ...]:
+        items: list[str] = []
+        for i, item in enumerate(self.sequence(value, path)):
+            if isinstance(item, str) and item:
+                items.append(item)
+            else:
+                self.add(f"{path}[{i}]", f"must be a non-empty string, got {_quote(item)}")
+        return tuple(items)
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _is_registry_host(text: str) -> bool:
+    # The same test the runtime applies to the first path component: without
+    # a dot, a colon or "localhost" it would be a Docker Hub namespace.
+    return (reference.is_valid_domain(text) and text.lower() == text
+            and (text == reference.LOCALHOST or any(c in text for c in ".:")))
+
+
+def _parse_source(value: object, path: str, errors: _Collector) -> Source | None:
+    if not isinstance(value, str) or not value:
+        errors.add(path, f"must be a registry host or host/path, got {_quote(value)}")
+        return None
+    if value.startswith("*."):
+        suffix = value[2:]
+        if "/" in suffix or not _is_registry_host(suffix) or "*" in suffix:
+            errors.add(path, f"{_quote(value)} is not a valid wildcard host "
+                             "(write *.example.com: whole hosts only, no path)")
+            return None
+        return Source(host=suffix, path="", wildcard=True)
+    host, _, repo = value.partition("/")
+    if not _is_registry_host(host):
+        errors.add(path, f"{_quote(value)} is not a valid registry host")
+        return None
+    if repo and (reference.split_name(f"{host}/{repo}") != (host, repo)):
+        errors.add(path, f"{_quote(value)} has an invalid repository path {_quote(repo)}")
+        return None
+    return Source(host=matching.canonical_host(host), path=repo, wildcard=False)
+
+
+def _parse_mirror(value: object, path: str, errors: _Collector) -> Mirror | None:
+    if not isinstance(value, str) or not value:
+        errors.add(path, f"must be host[:port][/path], got {_quote(value)}")
+        return None
+    host, _, repo = value.rstrip("/").partition("/")
+    if not _is_registry_host(host):
+        errors.add(path, f"{_quote(value)} is not a valid registry host")
+        return None
+    if repo and reference.split_name(f"{host}/{repo}") != (host, repo):
+        errors.add(path, f"{_quote(value)} has an invalid repository path {_quote(repo)}")
+        return None
+    if host in matching.DOCKER_HUB_ALIASES:
+        errors.add(path, f"{_quote(value)} is Docker Hub itself, not a mirror")
+        return None
+    return Mirror(host=host, path=repo)
+
+
+def _parse_credential_name(value: object, path: str, errors: _Collector) -> str | None:
+    if isinstance(value, str) and _CREDENTIAL_NAME_RE.fullmatch(value):
+        return value
+    errors.add(path, f"{_quote(value)} is not a valid credential name "
+                     "(lower-case letters, digits and '-', at most 63 characters)")
+    return None
+
+
+def _parse_namespace_globs(value: object, path: str, errors: _Collector) -> tuple[str, ...]:
+    globs = errors.string_list(value, path)
+    for i, glob in enumerate(globs):
+        if not _NAMESPACE_GLOB_RE.fullmatch(glob):
+            errors.add(f"{path}[{i}]", f"{_quote(glob)} is not a namespace name or glob")
+    return globs
+
+
+def _parse_image_globs(value: object, path: str, errors: _Collector) -> tuple[str, ...]:
+    globs = errors.string_list(value, path)
+    for i, glob in enumerate(globs):
+        if any(c.isspace() for c in glob):
+            errors.add(f"{path}[{i}]", f"{_quote(glob)} contains white space")
+    return globs
+
+
+def load(document: object) -> Policy:
+    """Validate a decoded policy document and build the :class:`Policy`.
+
+    Raises :class:`PolicyError` listing every problem, each with its path.
+    """
+    errors = _Collector()
+    top = errors.mapping(document, "", _TOP_LEVEL_KEYS)
+    if document is None:
+        errors.add("", "the policy is empty")
+
+    mode = top.get("mode", "enforce")
+    if mode not in MODES:
+        errors.add("mode", f"{_quote(mode)} is not one of: {', '.join(MODES)}")
+    on_error = top.get("onCredentialError", "skip")
+    if on_error not in ON_CREDENTIAL_ERROR:
+        errors.add("onCredentialError",
+                   f"{_quote(on_error)} is not one of: {', '.join(ON_CREDENTIAL_ERROR)}")
+
+    grants: dict[str, CredentialGrant] = {}
+    grants_doc = errors.mapping(top.get("credentials"), "credentials", None)
+    for name, grant_doc in grants_doc.items():
+        where = f"credentials.{name}"
+        if _parse_credential_name(name, where, errors) is None:
+            continue
+        grant = errors.mapping(grant_doc, where, _GRANT_KEYS)
+        if "namespaces" not in grant:
+            errors.add(f"{where}.namespaces", "is required (use [\"*\"] for every namespace)")
+        namespaces = _parse_namespace_globs(grant.get("namespaces"), f"{where}.namespaces", errors)
+        grants[name] = CredentialGrant(name=name, namespaces=namespaces)
+
+    rules: list[MirrorRule] = []
+    seen_sources: dict[Source, int] = {}
+    seen_mirrors: dict[Mirror, int] = {}
+    for i, rule_doc in enumerate(errors.sequence(top.get("mirrors"), "mirrors")):
+        where = f"mirrors[{i}]"
+        rule = errors.mapping(rule_doc, where, _RULE_KEYS)
+        if not isinstance(rule_doc, Mapping):
+            continue
+        for required in ("source", "mirror"):
+            if required not in rule:
+                errors.add(f"{where}.{required}", "is required")
+        source = _parse_source(rule.get("source"), f"{where}.source", errors) \
+            if "source" in rule else None
+        mirror = _parse_mirror(rule.get("mirror"), f"{where}.mirror", errors) \
+            if "mirror" in rule else None
+        credential = None
+        if rule.get("credential") is not None:
+            credential = _parse_credential_name(rule["credential"], f"{where}.credential", errors)
+            if credential is not None and credential not in grants:
+                errors.add(f"{where}.credential", f"{_quote(credential)} is not granted to any "
+                           f"namespace: add credentials.{credential}.namespaces")
+        if source is not None and source in seen_sources:
+            errors.add(f"{where}.source", f"{_quote(str(source))} is already the source of "
+                       f"mirrors[{seen_sources[source]}]")
+        if mirror is not None and mirror in seen_mirrors:
+            # Two sources under one mirror path collide (ghcr.io/org/app and
+            # quay.io/org/app would become the same image).
+            errors.add(f"{where}.mirror", f"{_quote(str(mirror))} is already the mirror of "
+                       f"mirrors[{seen_mirrors[mirror]}]; give each source its own mirror path")
+        if source is None or mirror is None:
+            continue
+        seen_sources[source] = i
+        seen_mirrors[mirror] = i
+        rules.append(MirrorRule(index=i, source=source, mirror=mirror, credential=credential))
+
+    exclude = errors.mapping(top.get("exclude"), "exclude", _EXCLUDE_KEYS)
+    exclude_images = _parse_image_globs(exclude.get("images"), "exclude.images", errors)
+    exclude_namespaces = _parse_namespace_globs(
+        exclude.get("namespaces"), "exclude.namespaces", errors)
+
+    if errors.errors:
+        raise PolicyError(errors.errors)
+    return Policy(
+        mode=cast("Mode", mode),
+        rules=tuple(rules),
+        exclude_images=exclude_images,
+        exclude_namespaces=exclude_namespaces,
+        grants=grants,
+        on_credential_error=cast("OnCredentialError", on_error),
+    )

@@ -1,0 +1,254 @@
+"""Rewrite planning: a Pod and its namespace in, a plan out.
+
+The plan says which image of which container changes, which pull secrets to
+attach, the new value of the original-images annotation, and the warnings to
+show. It touches nothing: turning it into a JSON Patch, or deciding that
+audit mode only reports it, is the caller's job.
+
+Planning is idempotent by contract: the plan for a Pod that already carries
+a plan's changes is empty. Admission reinvocation and Pod updates feed our own
+output back to us, and an image under a mirror prefix is therefore final.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Collection, Mapping
+from typing import Literal
+
+from policy.model import Policy
+
+__all__ = [
+    "CONTAINER_FIELDS",
+    "MIRROR_POD_ANNOTATION",
+    "ORIGINAL_IMAGES_ANNOTATION",
+    "PULL_SECRET_PREFIX",
+    "SKIP_LABEL",
+    "ContainerField",
+    "ImageRewrite",
+    "ImageSite",
+    "RewritePlan",
+    "audit_line",
+    "find_image_sites",
+    "plan",
+    "pull_secret_name",
+]
+
+ContainerField = Literal["containers", "initContainers", "ephemeralContainers"]
+CONTAINER_FIELDS: tuple[ContainerField, ...] = ("containers", "initContainers",
+                                                "ephemeralContainers")
+
+ORIGINAL_IMAGES_ANNOTATION = "mirrorgate.io/original-images"
+SKIP_LABEL = "mirrorgate.io/skip"
+# Static pods are owned by the kubelet's manifest files; the API object is a
+# read-only mirror that admission must not change.
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+PULL_SECRET_PREFIX = "mirrorgate-"  # noqa: S105 - a name prefix, not a secret
+
+
+def pull_secret_name(credential: str) -> str:
+    """The generated Secret that carries ``credential`` in a namespace."""
+    return PULL_SECRET_PREFIX + credential
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ImageSite:
+    """One container's image in a Pod."""
+
+    field: ContainerField
+    index: int
+    name: str
+    image: str
+
+    @property
+    def key(self) -> str:
+        """The container's key in the original-images annotation."""
+        return f"{self.field}/{self.name}"
+
+    @property
+    def pointer(self) -> str:
+        """JSON Pointer to the image; container names never need escaping here."""
+        return f"/spec/{self.field}/{self.index}/image"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ImageRewrite:
+    site: ImageSite
+    new_image: str
+    rule_label: str
+    """The rule that decided it, as ``mirrors[N]``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RewritePlan:
+    """Everything admission should change on one Pod, and why."""
+
+    rewrites: tuple[ImageRewrite, ...] = ()
+    pull_secrets: tuple[str, ...] = ()
+    """Secret names to append to ``spec.imagePullSecrets`` (not yet there)."""
+    credentials: tuple[str, ...] = ()
+    """Credentials whose pull secret must exist in the namespace for this plan."""
+    original_images: str | None = None
+    """The annotation's new JSON value; None leaves the annotation as it is."""
+    warnings: tuple[str, ...] = ()
+    skipped: str | None = None
+    """Why the whole Pod was left alone, if it was."""
+
+    @property
+    def changes_pod(self) -> bool:
+        return bool(self.rewrites or self.pull_secrets or self.original_images is not None)
+
+
+def audit_line(rewrite: ImageRewrite) -> str:
+    """The one-line report of a rewrite that audit mode does not make."""
+    return (f"mirrorgate audit: {rewrite.site.key} would use {rewrite.new_image} "
+            f"(was {rewrite.site.image})")
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def find_image_sites(
+        pod: Mapping[str, object], *, fields: Collection[ContainerField] = CONTAINER_FIELDS,
+) -> tuple[list[ImageSite], list[str]]:
+    """Every container image of ``pod`` in ``fields``, and warnings for malformed ones."""
+    spec = _mapping(pod.get("spec"))
+    sites: list[ImageSite] = []
+    warnings: list[str] = []
+    for field in CONTAINER_FIELDS:
+        if field not in fields or spec.get(field) is None:
+            continue
+        containers = spec[field]
+        if not isinstance(containers, list):
+            warnings.append(f"spec.{field} is not a list; left as written")
+            continue
+        for index, container in enumerate(containers):
+            if not isinstance(container, Mapping):
+                warnings.append(f"spec.{field}[{index}] is not a mapping; left as written")
+                continue
+            name, image = container.get("name"), container.get("image")
+            if not isinstance(name, str) or not name:
+                warnings.append(f"spec.{field}[{index}] has no name; left as written")
+            elif image is None:
+                continue  # the API server reports a missing image itself
+            elif not isinstance(image, str):
+                warnings.append(f"{field}/{name}: image is not a string; left as written")
+            else:
+                sites.append(ImageSite(field=field, index=index, name=name, image=image))
+    return sites, warnings
+
+
+def _existing_originals(annotations: Mapping[str, object]) -> dict[str, str] | None:
+    raw = annotations.get(ORIGINAL_IMAGES_ANNOTATION)
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        return None
+    return value
+
+
+def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
+    secrets = spec.get("imagePullSecrets")
+    if secrets is None:
+        return set()
+    if not isinstance(secrets, list):
+        return None
+    return {str(s.get("name")) for s in secrets if isinstance(s, Mapping)}
+
+
+def plan(
+        pod: Mapping[str, object], *, namespace: str, policy: Policy,
+        fields: Collection[ContainerField] = CONTAINER_FIELDS,
+        frozen: Collection[str] = frozenset(),
+        can_add_pull_secrets: bool = True,
+        unavailable: Mapping[str, str] | None = None,
+) -> RewritePlan:
+    """Plan the rewrites for ``pod`` in ``namespace``.
+
+    ``fields`` limits the container lists considered and ``frozen`` names
+    site keys that must not change (an ephemeral-container update may only add
+    containers); ``can_add_pull_secrets`` is false where the API server
+    ignores changes to ``imagePullSecrets``. ``unavailable`` maps credentials
+    whose pull secret could not be ensured to the reason: their images stay
+    as written, because a Pod must never point at a mirror it cannot
+    authenticate to.
+    """
+    metadata = _mapping(pod.get("metadata"))
+    labels = _mapping(metadata.get("labels"))
+    annotations = _mapping(metadata.get("annotations"))
+    if policy.is_namespace_excluded(namespace):
+        return RewritePlan(skipped=f"namespace {namespace!r} is excluded by the policy")
+    if labels.get(SKIP_LABEL) == "true":
+        return RewritePlan(skipped=f"the Pod is labelled {SKIP_LABEL}=true")
+    if MIRROR_POD_ANNOTATION in annotations:
+        return RewritePlan(skipped="static-pod mirror, owned by the kubelet")
+
+    sites, warnings = find_image_sites(pod, fields=fields)
+    originals = _existing_originals(annotations)
+    if originals is None:
+        # Rewriting without a record of the originals would lose them.
+        return RewritePlan(
+            warnings=(*warnings, f"annotation {ORIGINAL_IMAGES_ANNOTATION} is not a JSON object "
+                                 "of strings; images left as written"),
+            skipped="unreadable original-images annotation")
+    attached = _existing_pull_secrets(_mapping(pod.get("spec")))
+    if attached is None:
+        warnings.append("spec.imagePullSecrets is not a list; pull secrets cannot be attached")
+        attached, can_add_pull_secrets = set(), False
+    unavailable = unavailable or {}
+
+    rewrites: list[ImageRewrite] = []
+    needed: set[str] = set()
+    new_originals: dict[str, str] = {}
+    for site in sites:
+        if site.key in frozen:
+            continue
+        found = policy.resolve(site.image)
+        if found.outcome == "invalid":
+            warnings.append(f"{site.key}: image {site.image!r} left as written: {found.error}")
+            continue
+        if found.rule is None:
+            continue  # excluded, or no rule covers it
+        credential = found.rule.credential
+        if credential is not None:
+            secret = pull_secret_name(credential)
+            reason = None
+            if not policy.is_granted(credential, namespace):
+                reason = (f"credential {credential!r} of {found.rule.label} is not granted to "
+                          f"namespace {namespace!r}")
+            elif credential in unavailable:
+                reason = f"pull secret {secret!r} is unavailable: {unavailable[credential]}"
+            elif secret not in attached and not can_add_pull_secrets:
+                reason = f"the Pod's imagePullSecrets cannot gain {secret!r} in this operation"
+            if reason is not None:
+                what = "is on a mirror but" if found.outcome == "on-mirror" else "left as written:"
+                warnings.append(f"{site.key}: image {site.image!r} {what} {reason}")
+                continue
+            needed.add(credential)
+        if found.outcome == "on-mirror":
+            continue
+        assert found.new_image is not None
+        rewrites.append(ImageRewrite(site=site, new_image=found.new_image,
+                                     rule_label=found.rule.label))
+        if site.key not in originals:
+            new_originals[site.key] = site.image
+
+    annotation = None
+    if new_originals:
+        annotation = json.dumps({**originals, **new_originals}, sort_keys=True,
+                                separators=(",", ":"))
+    credentials = tuple(sorted(needed))
+    return RewritePlan(
+        rewrites=tuple(rewrites),
+        pull_secrets=tuple(pull_secret_name(c) for c in credentials
+                           if pull_secret_name(c) not in attached),
+        credentials=credentials,
+        original_images=annotation,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,48 @@
+"""The value types of one mirror rule: where images come from and where they go."""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Mirror", "MirrorRule", "Source"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Source:
+    """Where images come from: a host, a host plus repository prefix, or ``*.suffix``."""
+
+    host: str
+    """The registry ``host[:port]``; for a wildcard, the suffix after ``*.``."""
+    path: str
+    """Repository prefix in whole path components; empty for a whole host."""
+    wildcard: bool
+
+    def __str__(self) -> str:
+        if self.wildcard:
+            return f"*.{self.host}"
+        return f"{self.host}/{self.path}" if self.path else self.host
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mirror:
+    """Where images are pulled from instead: ``host[:port][/path]``."""
+
+    host: str
+    path: str
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.path}" if self.path else self.host
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MirrorRule:
+    """One entry of ``mirrors``; ``index`` is its position, for messages."""
+
+    index: int
+    source: Source
+    mirror: Mirror
+    credential: str | None
+
+    @property
+    def label(self) -> str:
+        return f"mirrors[{self.index}]"

@@ -1,0 +1,153 @@
+"""The `mirrorgate` command line.
+
+Exit codes, for every command: 0 fine, 1 findings (warnings, invalid images,
+an invalid policy under `policy check`), 2 usage or configuration error with
+a one-line message naming what is wrong. Never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+import yaml
+
+from webhook import offline, policyfile
+from webhook.policyfile import ConfigError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+
+def _read_input(path: str, stdin: TextIO) -> tuple[str, str]:
+    if path == "-":
+        return stdin.read(), "<stdin>"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(), path
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+
+
+def cmd_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    rules = policyfile.read_policy(args.policy).policy
+    text, source = _read_input(args.filename, sys.stdin)
+    documents = offline.load_documents(text, source=source)
+    outputs, patches, warnings = offline.rewrite_documents(
+        documents, rules=rules, namespace=args.namespace)
+    for warning in warnings:
+        print(f"warning: {warning}", file=err)
+    if args.output == "patch":
+        for ops in patches:
+            print(offline.dumps_json(ops), file=out)
+    elif args.output == "json":
+        value = outputs[0] if len(outputs) == 1 else {
+            "apiVersion": "v1", "kind": "List", "items": outputs}
+        print(json.dumps(value, indent=2), file=out)
+    else:
+        yaml.safe_dump_all(outputs, out, sort_keys=False)
+    return EXIT_FINDINGS if warnings else EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    rules = policyfile.read_policy(args.policy).policy if args.policy else None
+    status = EXIT_OK
+    for image in args.images:
+        explained = offline.explain_image(image, rules=rules, namespace=args.namespace)
+        if not explained["valid"] or "warning" in explained:
+            status = EXIT_FINDINGS
+        print(offline.dumps_json(explained), file=out)
+    return status
+
+
+def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        loaded = policyfile.read_policy(args.file)
+    except ConfigError as error:
+        # Here an invalid policy is the finding, not a usage error.
+        print(error, file=out)
+        return EXIT_FINDINGS
+    rules = loaded.policy
+    print(f"{args.file}: valid (version {loaded.version}, mode {rules.mode}, "
+          f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
+          f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
+          file=out)
+    return EXIT_OK
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) that name the command."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mirrorgate", description=(
+        "Rewrite Pod images to authenticated registry mirrors at admission, "
+        "with matching pull secrets."))
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    rewrite = commands.add_parser(
+        "rewrite", help="print Pods as mirrorgate would admit them (offline)",
+        description="Print each Pod as it would be admitted (or its JSON Patch); warnings go "
+                    "to stderr. With `mode: audit` Pods come out unchanged and every planned "
+                    "rewrite is a warning. Exit 1 when there are warnings.")
+    rewrite.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
+    rewrite.add_argument("-n", "--namespace", help="namespace to plan for "
+                         "(default: the Pod's own, else 'default')")
+    rewrite.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
+    rewrite.add_argument("-f", "--filename", default="-", metavar="FILE",
+                         help="Pod manifests, YAML or JSON ('-' for stdin, the default)")
+    rewrite.set_defaults(run=cmd_rewrite)
+
+    explain = commands.add_parser(
+        "explain", help="explain what mirrorgate makes of image references",
+        description="Print one JSON object per image, in order. Exit 1 when an image is "
+                    "invalid or would be left as written for lack of a credential grant.")
+    explain.add_argument("--policy", metavar="FILE", help="policy YAML file (optional)")
+    explain.add_argument("-n", "--namespace", default=offline.DEFAULT_NAMESPACE,
+                         help="namespace whose credential grants apply (default: %(default)s)")
+    explain.add_argument("images", nargs="+", metavar="IMAGE")
+    explain.set_defaults(run=cmd_explain)
+
+    policy_cmd = commands.add_parser("policy", help="work with policy files")
+    policy_commands = policy_cmd.add_subparsers(dest="policy_command", metavar="COMMAND",
+                                                parser_class=_Parser)
+    policy_commands.required = True
+    check = policy_commands.add_parser(
+        "check", help="validate a policy file",
+        description="Validate a policy file and list every error with its field path. "
+                    "Exit 1 when it is invalid.")
+    check.add_argument("file", metavar="FILE")
+    check.set_defaults(run=cmd_policy_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+         err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    args = build_parser().parse_args(argv)
+    command: Command = args.run
+    try:
+        return command(args, out, err)
+    except ConfigError as error:
+        print(f"mirrorgate: error: {error}", file=err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

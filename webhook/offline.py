@@ -1,0 +1,124 @@
+"""Offline commands: `rewrite` shows Pods as they would be admitted; `explain` one image.
+
+They run the same planner and patch builder as the admission server, so what
+they print is what admission would do (minus pull-secret creation, which
+needs a cluster).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import jsonpatch
+import yaml
+
+import policy
+from webhook import patch
+from webhook.policyfile import ConfigError
+
+__all__ = ["explain_image", "load_documents", "rewrite_documents"]
+
+DEFAULT_NAMESPACE = "default"
+
+
+def load_documents(text: str, *, source: str) -> list[Any]:
+    """YAML or JSON documents from ``text`` (``kind: List`` items expanded)."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+        raise ConfigError(f"{where}: not valid YAML or JSON: "
+                          f"{getattr(error, 'problem', None) or error}") from None
+    return list(_expand_lists(documents))
+
+
+def _expand_lists(documents: Sequence[Any]) -> Iterator[Any]:
+    for document in documents:
+        if isinstance(document, dict) and document.get("kind") == "List" \
+                and isinstance(document.get("items"), list):
+            yield from document["items"]
+        else:
+            yield document
+
+
+def _describe(document: Any) -> str:
+    if not isinstance(document, dict):
+        return f"a {type(document).__name__}"
+    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
+    return f"{document.get('kind', '<no kind>')}/{name}"
+
+
+def rewrite_documents(
+        documents: Sequence[Any], *, rules: policy.Policy, namespace: str | None,
+) -> tuple[list[Any], list[list[patch.Operation]], list[str]]:
+    """Each document as admission would leave it, each Pod's patch, and the warnings.
+
+    Documents that are not Pods pass through unchanged with a warning:
+    mirrorgate mutates Pods only, never workload templates.
+    """
+    outputs: list[Any] = []
+    patches: list[list[patch.Operation]] = []
+    warnings: list[str] = []
+    for document in documents:
+        if not (isinstance(document, dict) and document.get("kind") == "Pod"):
+            warnings.append(f"{_describe(document)}: not a Pod; mirrorgate mutates Pods only")
+            outputs.append(document)
+            continue
+        metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+        pod_namespace = namespace or metadata.get("namespace") or DEFAULT_NAMESPACE
+        plan = policy.plan(document, namespace=str(pod_namespace), policy=rules)
+        prefix = f"{_describe(document)}: "
+        warnings.extend(prefix + w for w in plan.warnings)
+        if rules.mode == "audit":
+            warnings.extend(prefix + policy.audit_line(r) for r in plan.rewrites)
+            outputs.append(document)
+            patches.append([])
+            continue
+        ops = patch.build_patch(document, plan)
+        patches.append(ops)
+        outputs.append(jsonpatch.apply_patch(copy.deepcopy(document), ops) if ops else document)
+    return outputs, patches, warnings
+
+
+def explain_image(image: str, *, rules: policy.Policy | None, namespace: str) -> dict[str, Any]:
+    """What mirrorgate makes of one image string, as a JSON-ready object."""
+    try:
+        ref = policy.parse_normalized(image)
+    except policy.InvalidReferenceError as error:
+        return {"image": image, "valid": False, "error": error.reason}
+    explained: dict[str, Any] = {
+        "image": image, "valid": True,
+        "reference": {"domain": ref.domain, "path": ref.path, "tag": ref.tag,
+                      "digest": ref.digest, "name": ref.name, "normalized": str(ref)},
+        "rule": None, "result": None, "credential": None,
+    }
+    if rules is None:
+        return explained
+    found = rules.resolve(image)
+    explained["outcome"] = found.outcome
+    if found.outcome == "invalid":
+        # Valid by itself, but its name on the mirror would not be.
+        explained["warning"] = found.error
+        return explained
+    if found.rule is None:
+        return explained
+    rule = found.rule
+    explained["rule"] = {"index": rule.index, "source": str(rule.source),
+                         "mirror": str(rule.mirror)}
+    explained["credential"] = rule.credential
+    explained["result"] = found.new_image if found.outcome == "rewrite" else image
+    if rule.credential is not None and not rules.is_granted(rule.credential, namespace):
+        explained["outcome"] = "not-granted"
+        explained["result"] = image
+        explained["warning"] = (f"credential {rule.credential!r} is not granted to namespace "
+                                f"{namespace!r}; the image would be left as written")
+    return explained
+
+
+def dumps_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=False, separators=(",", ":"))
