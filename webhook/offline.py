@@ -45,10 +45,15 @@ def _expand_lists(documents: Sequence[Any]) -> Iterator[Any]:
             yield document
 
 
+def _metadata(document: dict[str, Any]) -> dict[str, Any]:
+    metadata = document.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
 def _describe(document: Any) -> str:
     if not isinstance(document, dict):
         return f"a {type(document).__name__}"
-    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    metadata = _metadata(document)
     name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
     return f"{document.get('kind', '<no kind>')}/{name}"
 
@@ -69,8 +74,7 @@ def rewrite_documents(
             warnings.append(f"{_describe(document)}: not a Pod; mirrorgate mutates Pods only")
             outputs.append(document)
             continue
-        metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
-        pod_namespace = namespace or metadata.get("namespace") or DEFAULT_NAMESPACE
+        pod_namespace = namespace or _metadata(document).get("namespace") or DEFAULT_NAMESPACE
         plan = policy.plan(document, namespace=str(pod_namespace), policy=rules)
         prefix = f"{_describe(document)}: "
         warnings.extend(prefix + w for w in plan.warnings)

@@ -4,16 +4,29 @@
 # tree so that only a version change triggers the 10-20 minute cold build.
 #
 #   tests/controlplane/build.sh            # build or reuse everything
+#   tests/controlplane/build.sh etcd       # build or reuse one target
 #   tests/controlplane/build.sh --print    # print the cache directory
+#   tests/controlplane/build.sh --path etcd  # print one binary's cached path
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.37.2}"
-ETCD_VERSION="${ETCD_VERSION:-v3.6.7}"
-KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.0}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.3}"
 CACHE="${MIRRORGATE_CACHE:-$HOME/.cache/mirrorgate}"
 BIN="$CACHE/bin"
 
 if [[ "${1:-}" == "--print" ]]; then echo "$BIN"; exit 0; fi
+# `--path NAME` prints where NAME's pinned version lives, built or not: the e2e
+# harness asks this script so the versions are pinned in this one file only.
+if [[ "${1:-}" == "--path" ]]; then
+  case "${2:-}" in
+    kube-apiserver|kubectl) echo "$BIN/$2-$K8S_VERSION" ;;
+    etcd) echo "$BIN/etcd-$ETCD_VERSION" ;;
+    kustomize) echo "$BIN/kustomize-$KUSTOMIZE_VERSION" ;;
+    *) echo "unknown target ${2:-}" >&2; exit 2 ;;
+  esac
+  exit 0
+fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 mkdir -p "$BIN"
@@ -56,8 +69,8 @@ build_module_cmd() {  # name version module-path@version package
   rm -rf "$work"
 }
 
-targets=("${@:-kube-apiserver etcd kustomize}")
-for t in ${targets[@]}; do
+if (($#)); then targets=("$@"); else targets=(kube-apiserver etcd kustomize); fi
+for t in "${targets[@]}"; do
   case "$t" in
     kube-apiserver|kubectl) build_kubernetes "$t" ;;
     etcd) build_module_cmd etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
