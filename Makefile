@@ -15,6 +15,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+DEV_CERTS := dev-certs
+
+# The HTTPS webhook on 127.0.0.1:8443 with the example policy and development
+# certificates (generated once; the CA is reused so its caBundle is stable).
+serve: install
+	@test -f $(DEV_CERTS)/tls.crt || $(VENV)/bin/mirrorgate certs generate --service mirrorgate \
+	  --namespace mirrorgate --dns localhost --ip 127.0.0.1 --out $(DEV_CERTS) >/dev/null
+	$(VENV)/bin/mirrorgate serve --policy examples/policy.yaml \
+	  --tls-cert $(DEV_CERTS)/tls.crt --tls-key $(DEV_CERTS)/tls.key --host 127.0.0.1 --port 8443
+
 # Debian packages, the Go-built control plane (kube-apiserver, etcd,
 # kustomize; cached by version outside the work tree) and nothing else.
 e2e-deps:

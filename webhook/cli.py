@@ -83,6 +83,33 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from webhook import server  # uvicorn and the app load only for this command
+
+    server.serve(server.Settings(
+        policy=args.policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host,
+        port=args.port, reload_interval=args.reload_interval, log_level=args.log_level))
+    return EXIT_OK
+
+
+def cmd_certs_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import pathlib
+
+    import certs
+
+    directory = pathlib.Path(args.out)
+    try:
+        leaf = certs.generate_bundle(service=args.service, namespace=args.namespace,
+                                     out=directory, dns=args.dns, ips=args.ip)
+        ca_pem = (directory / certs.CA_CERT).read_bytes()
+    except (ValueError, OSError) as error:
+        raise ConfigError(f"certs generate: {error}") from None
+    print(f"wrote {directory}/{{{certs.CA_CERT},{certs.TLS_CERT},{certs.TLS_KEY}}}; serving "
+          f"certificate valid until {leaf.not_valid_after:%Y-%m-%d %H:%M} UTC", file=err)
+    print(f"caBundle: {certs.ca_bundle_b64(ca_pem)}", file=out)
+    return EXIT_OK
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit 2) that name the command."""
 
@@ -130,6 +157,41 @@ def build_parser() -> argparse.ArgumentParser:
                     "Exit 1 when it is invalid.")
     check.add_argument("file", metavar="FILE")
     check.set_defaults(run=cmd_policy_check)
+
+    serve = commands.add_parser(
+        "serve", help="run the HTTPS admission webhook",
+        description="Serve /mutate (enforce), /audit (dry-run audit), /healthz, /readyz and "
+                    "/metrics over HTTPS. The policy and certificate files are reloaded when "
+                    "they change.")
+    serve.add_argument("--policy", required=True, metavar="FILE")
+    serve.add_argument("--tls-cert", required=True, metavar="FILE")
+    serve.add_argument("--tls-key", required=True, metavar="FILE")
+    serve.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8443, help="(default: %(default)s)")
+    serve.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
+                       help="how often to check the policy and certificate files "
+                            "(default: %(default)s)")
+    serve.add_argument("--log-level", default="info",
+                       choices=("debug", "info", "warning", "error"))
+    serve.set_defaults(run=cmd_serve)
+
+    certs_cmd = commands.add_parser("certs", help="CA and serving certificates")
+    certs_commands = certs_cmd.add_subparsers(dest="certs_command", metavar="COMMAND",
+                                              parser_class=_Parser)
+    certs_commands.required = True
+    generate = certs_commands.add_parser(
+        "generate", help="write a CA and a serving certificate for the webhook Service",
+        description="Write ca.crt, ca.key, tls.crt and tls.key into DIR (keys 0600, replaced "
+                    "atomically) and print the caBundle. An existing valid CA in DIR is "
+                    "reused, so the caBundle stays the same.")
+    generate.add_argument("--service", required=True, metavar="NAME")
+    generate.add_argument("--namespace", required=True, metavar="NS")
+    generate.add_argument("--out", required=True, metavar="DIR")
+    generate.add_argument("--dns", action="append", default=[], metavar="NAME",
+                          help="extra DNS name (repeatable)")
+    generate.add_argument("--ip", action="append", default=[], metavar="IP",
+                          help="extra IP address (repeatable)")
+    generate.set_defaults(run=cmd_certs_generate)
     return parser
 
 

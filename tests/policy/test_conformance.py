@@ -33,7 +33,8 @@ def _load_runner() -> types.ModuleType:
             pytest.fail(f"conformance corpus missing at {CORPUS_DIR}")
         pytest.skip(f"conformance corpus not found at {CORPUS_DIR}")
     spec = importlib.util.spec_from_file_location("check_reference", script)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -55,8 +56,8 @@ def _adapter(runner: types.ModuleType) -> Any:
         except reference.InvalidReferenceError as error:
             raise runner.Rejected(error.code, str(error)) from error
         return {"kind": "named", "name": ref.name, "domain": ref.domain, "path": ref.path,
-                "tag": ref.tag, "digest": ref.digest, "normalized": str(ref), "familiar_name": ref.familiar_name,
-                "familiar": ref.familiar}
+                "tag": ref.tag, "digest": ref.digest, "normalized": str(ref),
+                "familiar_name": ref.familiar_name, "familiar": ref.familiar}
     return adapter
 
 

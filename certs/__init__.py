@@ -1,0 +1,30 @@
+"""Certificates for the webhook: a small CA, serving/client leaves, PEM and files.
+
+Stands alone: only the standard library and ``cryptography``, nothing from
+``webhook`` or ``policy`` (enforced by import-linter), so the CLI and tests can
+use it without the server's dependencies.
+"""
+
+from certs.authority import CLOCK_SKEW, CertificateAuthority, KeyPair
+from certs.bundle import generate_bundle
+from certs.files import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, read_bundle, write_bundle
+from certs.names import service_dns_names, split_identities, validate_dns_name
+from certs.pem import ca_bundle_b64, certificate_expiry
+
+__all__ = [
+    "CA_CERT",
+    "CA_KEY",
+    "CLOCK_SKEW",
+    "TLS_CERT",
+    "TLS_KEY",
+    "CertificateAuthority",
+    "KeyPair",
+    "ca_bundle_b64",
+    "certificate_expiry",
+    "generate_bundle",
+    "read_bundle",
+    "service_dns_names",
+    "split_identities",
+    "validate_dns_name",
+    "write_bundle",
+]

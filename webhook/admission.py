@@ -1,0 +1,150 @@
+"""The admission decision for one review: plan, make sure pull secrets exist, answer.
+
+This is the only orchestration on the request path. It does no network I/O
+in steady state: the policy is in memory, image resolutions are memoised,
+and the pull-secret check is a cache lookup; the API is called only when a
+generated Secret is missing or stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+import orjson
+
+import policy
+from webhook import patch, review
+from webhook.review import BadReview
+
+__all__ = ["Decision", "PullSecrets", "admit"]
+
+Mode = Literal["enforce", "audit"]
+Outcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
+EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
+
+
+class PullSecrets(Protocol):
+    """Makes sure generated pull secrets exist and are current in a namespace."""
+
+    def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
+        """The credentials whose Secret is not known to be current (memory only, no I/O)."""
+        ...
+
+    async def ensure(self, namespace: str, credentials: Sequence[str]) -> dict[str, str]:
+        """Create or update their Secrets; return ``{credential: reason}`` for failures.
+
+        Must finish well inside the webhook timeout, failing rather than waiting.
+        """
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    """The response body plus what the logs and metrics need to know about it."""
+
+    body: review.AdmissionReview
+    mode: Mode
+    outcome: Outcome
+    namespace: str = ""
+    name: str = ""
+    rewrites: int = 0
+    warnings: int = 0
+    unrewritten: int = 0
+    """Images left as written because their credential was unavailable."""
+
+
+def _pod_name(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return ""
+    name = metadata.get("name") or metadata.get("generateName") or ""
+    return name if isinstance(name, str) else ""
+
+
+def _is_pod(request: review.AdmissionRequest) -> bool:
+    kind = request["kind"]
+    return kind.get("group") == "" and kind.get("kind") == "Pod"
+
+
+def _audit_annotations(plan: policy.RewritePlan) -> dict[str, str]:
+    # The API server prefixes each key with the webhook's name.
+    if not plan.rewrites:
+        return {}
+    return {"rewrites": orjson.dumps(
+        {r.site.key: {"from": r.site.image, "to": r.new_image, "rule": r.rule_label}
+         for r in plan.rewrites}).decode()}
+
+
+async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
+                secrets: PullSecrets) -> Decision:
+    """Decide on one review. Raises :class:`BadReview` for malformed requests only."""
+    request = rev.request
+    operation, subresource = request["operation"], request.get("subResource", "")
+    ephemeral = operation == "UPDATE" and subresource == "ephemeralcontainers"
+    if not _is_pod(request) or not (ephemeral or (operation == "CREATE" and not subresource)):
+        # Only Pods are mutated, never the templates operators and GitOps tools diff.
+        return Decision(body=review.allowed(rev), mode=mode, outcome="ignored")
+
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        raise BadReview("request.object is missing or not an object", uid=rev.uid,
+                        api_version=rev.api_version)
+    metadata = obj.get("metadata")
+    namespace = (metadata.get("namespace") if isinstance(metadata, dict) else None) \
+        or request.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        raise BadReview("neither request.namespace nor the Pod's metadata.namespace is set",
+                        uid=rev.uid, api_version=rev.api_version)
+    name = _pod_name(obj)
+
+    def planned(unavailable: Mapping[str, str] | None = None) -> policy.RewritePlan:
+        if not ephemeral:
+            return policy.plan(obj, namespace=namespace, policy=rules, unavailable=unavailable)
+        # An ephemeral-container update may only add containers, and the API
+        # server ignores any other change, imagePullSecrets included.
+        old = request.get("oldObject")
+        frozen = {s.key for s in policy.find_image_sites(
+            old, fields=EPHEMERAL)[0]} if isinstance(old, dict) else set()
+        return policy.plan(obj, namespace=namespace, policy=rules, fields=EPHEMERAL,
+                           frozen=frozen, can_add_pull_secrets=False, unavailable=unavailable)
+
+    def decision(body: review.AdmissionReview, outcome: Outcome, *, rewrites: int = 0,
+                 warnings: int = 0, unrewritten: int = 0) -> Decision:
+        return Decision(body=body, mode=mode, outcome=outcome, namespace=namespace, name=name,
+                        rewrites=rewrites, warnings=warnings, unrewritten=unrewritten)
+
+    plan = planned()
+    if plan.skipped is not None:
+        return decision(review.allowed(rev, warnings=plan.warnings), "skipped",
+                        warnings=len(plan.warnings))
+
+    if mode == "audit":
+        lines = [*plan.warnings, *(policy.audit_line(r) for r in plan.rewrites)]
+        return decision(review.allowed(rev, warnings=lines,
+                                       audit_annotations=_audit_annotations(plan)),
+                        "allowed", rewrites=len(plan.rewrites), warnings=len(lines))
+
+    unrewritten = 0
+    if plan.credentials and not request.get("dryRun", False):
+        stale = secrets.missing(namespace, plan.credentials)
+        failures = await secrets.ensure(namespace, stale) if stale else {}
+        if failures:
+            if rules.on_credential_error == "deny":
+                reasons = "; ".join(f"pull secret {policy.pull_secret_name(c)!r}: {why}"
+                                    for c, why in sorted(failures.items()))
+                return decision(
+                    review.denied(rev, f"mirrorgate: the Pod needs mirror credentials that "
+                                       f"could not be provided in namespace {namespace!r} "
+                                       f"({reasons}); onCredentialError is deny"), "denied")
+            before = len(plan.rewrites)
+            plan = planned(unavailable=failures)
+            unrewritten = before - len(plan.rewrites)
+
+    operations = patch.build_patch(obj, plan)
+    return decision(
+        review.patched(rev, operations, warnings=plan.warnings,
+                       audit_annotations=_audit_annotations(plan)),
+        "patched" if operations else "allowed", rewrites=len(plan.rewrites),
+        warnings=len(plan.warnings), unrewritten=unrewritten)

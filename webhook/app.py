@@ -1,0 +1,150 @@
+"""The HTTP application: admission endpoints, health, readiness and metrics.
+
+``/mutate`` enforces (unless the policy says ``mode: audit``), ``/audit``
+always only reports. One MutatingWebhookConfiguration holds a webhook for
+each, selected by the namespace label ``mirrorgate.io/mode``, so the mode is
+picked without any lookup on the request path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from webhook import admission, review
+from webhook.logs import logger
+from webhook.metrics import Metrics
+from webhook.policyfile import LoadedPolicy
+
+__all__ = ["MAX_BODY_BYTES", "Runtime", "create_app"]
+
+# The API server accepts request bodies up to 3 MiB (its
+# DefaultMaxRequestSizeBytes) and etcd stores objects up to 1.5 MiB; an
+# UPDATE review carries object and oldObject plus the envelope. 7 MiB is
+# what controller-runtime allows for the same reason.
+MAX_BODY_BYTES = 7 * 1024 * 1024
+
+
+@dataclasses.dataclass
+class Runtime:
+    """What the endpoints read: swapped atomically by the reloaders, never locked."""
+
+    policy: LoadedPolicy
+    secrets: admission.PullSecrets
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+    readiness: dict[str, Callable[[], str | None]] = dataclasses.field(default_factory=dict)
+    """Named checks: each returns None when ready, else why not."""
+
+    def set_policy(self, loaded: LoadedPolicy) -> None:
+        self.policy = loaded
+        self.metrics.set_policy(loaded.version, loaded.policy.mode)
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise review.BadReview(f"request body of {declared} bytes exceeds the "
+                               f"{MAX_BODY_BYTES}-byte limit")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise review.BadReview(f"request body exceeds the {MAX_BODY_BYTES}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _content_type_ok(request: Request) -> bool:
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media_type == "application/json"
+
+
+def create_app(runtime: Runtime) -> Starlette:
+    async def _decide(rev: review.Review, loaded: LoadedPolicy, mode: admission.Mode,
+                      endpoint: str) -> admission.Decision:
+        try:
+            return await admission.admit(rev, rules=loaded.policy, mode=mode,
+                                         secrets=runtime.secrets)
+        except review.BadReview:
+            raise
+        except Exception:
+            # A bug of ours must neither block Pods nor reach the caller as a
+            # traceback or a 500: admit the Pod unchanged (so it points nowhere
+            # it cannot authenticate to), say so, and count it.
+            runtime.metrics.errors.labels(endpoint, "internal").inc()
+            logger.exception("admission failed; Pod admitted unchanged",
+                             extra={"fields": {"endpoint": endpoint, "uid": rev.uid}})
+            return admission.Decision(
+                body=review.allowed(rev, warnings=[
+                    "mirrorgate: internal error; the Pod was admitted unchanged"]),
+                mode=mode, outcome="allowed", warnings=1)
+
+    def admission_endpoint(endpoint: str, forced_audit: bool) -> Callable[..., Any]:
+        async def handle(request: Request) -> Response:
+            started = time.perf_counter()
+            loaded = runtime.policy
+            mode: admission.Mode = "audit" if forced_audit or loaded.policy.mode == "audit" \
+                else "enforce"
+            try:
+                if not _content_type_ok(request):
+                    raise review.BadReview(
+                        f"Content-Type is {request.headers.get('content-type', 'missing')!r}; "
+                        "expected application/json")
+                rev = review.decode(await _read_body(request))
+                decision = await _decide(rev, loaded, mode, endpoint)
+            except review.BadReview as error:
+                runtime.metrics.errors.labels(endpoint, "bad-request").inc()
+                logger.warning("bad admission request", extra={"fields": {
+                    "endpoint": endpoint, "uid": error.uid, "error": str(error)}})
+                return _json(error.review(), status=400)
+            seconds = time.perf_counter() - started
+            runtime.metrics.record(endpoint, decision, seconds)
+            logger.info("admission", extra={"fields": {
+                "uid": rev.uid, "namespace": decision.namespace, "pod": decision.name,
+                "endpoint": endpoint, "mode": decision.mode, "outcome": decision.outcome,
+                "rewrites": decision.rewrites, "warnings": decision.warnings,
+                "dry_run": bool(rev.request.get("dryRun", False)), "policy": loaded.version,
+                "duration_ms": round(seconds * 1000, 3)}})
+            return _json(decision.body)
+        return handle
+
+    async def healthz(request: Request) -> Response:
+        return Response("ok\n", media_type="text/plain")
+
+    async def readyz(request: Request) -> Response:
+        problems: dict[str, str] = {}
+        for name, check in runtime.readiness.items():
+            try:
+                why = check()
+            except Exception as error:  # a broken check means not ready, not a 500
+                why = f"check failed: {type(error).__name__}"
+            if why is not None:
+                problems[name] = why
+        body = {"ready": not problems, "policy": runtime.policy.version,
+                "mode": runtime.policy.policy.mode, "problems": problems}
+        return _json(body, status=503 if problems else 200)
+
+    async def metrics(request: Request) -> Response:
+        payload, content_type = runtime.metrics.render()
+        return Response(payload, media_type=content_type)
+
+    runtime.metrics.set_policy(runtime.policy.version, runtime.policy.policy.mode)
+    return Starlette(routes=[
+        Route("/mutate", admission_endpoint("mutate", forced_audit=False), methods=["POST"]),
+        Route("/audit", admission_endpoint("audit", forced_audit=True), methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ])

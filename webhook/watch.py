@@ -1,0 +1,87 @@
+"""Polling file watchers for the files Kubernetes mounts: the policy and the serving certificate.
+
+Mounted ConfigMaps and Secrets change by an atomic symlink swap, which
+inotify on the file itself does not see; polling a stat signature (and the
+content hash only when it moves) sees every swap and costs next to nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+
+from webhook.logs import logger
+
+__all__ = ["FileWatcher", "fingerprint"]
+
+
+def fingerprint(paths: Sequence[str]) -> str | None:
+    """sha256 over the files' contents; None while any of them cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        for path in paths:
+            with open(path, "rb") as handle:
+                digest.update(handle.read())
+            digest.update(b"\0")
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def _signature(paths: Sequence[str]) -> tuple[tuple[int, int, int], ...] | None:
+    try:
+        return tuple((s.st_ino, s.st_size, s.st_mtime_ns) for s in map(os.stat, paths))
+    except OSError:
+        return None
+
+
+class FileWatcher:
+    """Calls ``on_change`` when the contents of ``paths`` change (checked every ``interval`` s)."""
+
+    def __init__(self, paths: Sequence[str], on_change: Callable[[], None], *,
+                 interval: float = 1.0, name: str = "files") -> None:
+        self.paths = list(paths)
+        self.on_change = on_change
+        self.interval = interval
+        self.name = name
+        self._signature = _signature(self.paths)
+        self._fingerprint = fingerprint(self.paths)
+        self._task: asyncio.Task[None] | None = None
+
+    def reset(self) -> None:
+        """Forget what was seen, so that the next poll reports the files again."""
+        self._signature = None
+        self._fingerprint = None
+
+    def poll(self) -> bool:
+        """Check once; True when a change was found and handed to ``on_change``."""
+        signature = _signature(self.paths)
+        if signature == self._signature:
+            return False
+        self._signature = signature
+        current = fingerprint(self.paths)
+        if current is None or current == self._fingerprint:
+            return False
+        self._fingerprint = current
+        try:
+            self.on_change()
+        except Exception:
+            logger.exception("reload failed", extra={"fields": {"watch": self.name}})
+        return True
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            self.poll()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
