@@ -7,7 +7,7 @@ import prometheus_client as prom
 from webhook.admission import Decision
 
 # `_created` timestamps double every series and no dashboard reads them.
-prom.disable_created_metrics()
+prom.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 __all__ = ["Metrics"]
 

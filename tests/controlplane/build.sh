@@ -10,8 +10,11 @@
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.37.2}"
+# The newest 3.6.x the module proxy has (v3.6.7 is not there).
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
-KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.3}"
+# v5.8.3 needs go >= 1.27; v5.8.2 is the newest that builds with go 1.26 (v5.8.0
+# is not on the module proxy).
+KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.2}"
 CACHE="${MIRRORGATE_CACHE:-$HOME/.cache/mirrorgate}"
 BIN="$CACHE/bin"
 
