@@ -47,7 +47,7 @@ RESOLUTION_CACHE_SIZE = 4096
 
 # A credential becomes the Secret `mirrorgate-<name>` and the label value
 # `mirrorgate.io/credential: <name>`: a DNS label fits both.
-_CREDENTIAL_NAME_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+CREDENTIAL_NAME_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
 # Namespace globs: DNS-label characters plus the fnmatch wildcards.
 _NAMESPACE_GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}", re.ASCII)
 
@@ -287,7 +287,7 @@ def _parse_mirror(value: object, path: str, errors: _Collector) -> Mirror | None
 
 
 def _parse_credential_name(value: object, path: str, errors: _Collector) -> str | None:
-    if isinstance(value, str) and _CREDENTIAL_NAME_RE.fullmatch(value):
+    if isinstance(value, str) and CREDENTIAL_NAME_RE.fullmatch(value):
         return value
     errors.add(path, f"{_quote(value)} is not a valid credential name "
                      "(lower-case letters, digits and '-', at most 63 characters)")

@@ -43,9 +43,13 @@ class Runtime:
     readiness: dict[str, Callable[[], str | None]] = dataclasses.field(default_factory=dict)
     """Named checks: each returns None when ready, else why not."""
 
+    on_policy_change: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+
     def set_policy(self, loaded: LoadedPolicy) -> None:
         self.policy = loaded
         self.metrics.set_policy(loaded.version, loaded.policy.mode)
+        for callback in self.on_policy_change:
+            callback()
 
 
 def _json(body: Any, status: int = 200) -> Response:

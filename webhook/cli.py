@@ -16,6 +16,7 @@ from typing import TextIO
 import yaml
 
 from webhook import offline, policyfile
+from webhook.credentials import StoreError
 from webhook.policyfile import ConfigError
 
 __all__ = ["main"]
@@ -88,7 +89,89 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     server.serve(server.Settings(
         policy=args.policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host,
-        port=args.port, reload_interval=args.reload_interval, log_level=args.log_level))
+        port=args.port, reload_interval=args.reload_interval, log_level=args.log_level,
+        kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
+        store=args.store, store_file=args.store_file, store_key_file=args.key_file,
+        credential_deadline=args.credential_deadline))
+    return EXIT_OK
+
+
+def _store_key(args: argparse.Namespace) -> bytes:
+    import os
+
+    from webhook import filestore
+
+    return filestore.load_key(key_file=args.key_file, environ=os.environ)
+
+
+def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from policy.model import CREDENTIAL_NAME_RE
+    from webhook import filestore
+    from webhook.credentials import Credential
+
+    if not CREDENTIAL_NAME_RE.fullmatch(args.name):
+        raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
+                          "and '-' (a DNS label, at most 63 characters)")
+    if not args.password_stdin:
+        raise ConfigError("pass the password on standard input with --password-stdin "
+                          "(never as an argument: it would show in ps and shell history)")
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise ConfigError("no password on standard input")
+    key = _store_key(args)
+    entries = filestore.read_store(args.store_file, key, missing_ok=True)
+    replaced = args.name in entries
+    entries[args.name] = Credential(name=args.name, registry=args.registry,
+                                    username=args.username, password=password)
+    filestore.write_store(args.store_file, key, entries)
+    print(f"{'updated' if replaced else 'added'} credential {args.name!r} for {args.registry} "
+          f"in {args.store_file}", file=err)
+    return EXIT_OK
+
+
+def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from webhook import filestore
+
+    entries = filestore.read_store(args.store_file, _store_key(args))
+    print(f"{'NAME':<24} {'REGISTRY':<40} USERNAME", file=out)
+    for credential in sorted(entries.values(), key=lambda c: c.name):
+        print(f"{credential.name:<24} {credential.registry:<40} {credential.username}", file=out)
+    return EXIT_OK
+
+
+def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from webhook import filestore
+
+    key = _store_key(args)
+    entries = filestore.read_store(args.store_file, key)
+    if args.name not in entries:
+        print(f"no credential {args.name!r} in {args.store_file}", file=err)
+        return EXIT_FINDINGS
+    del entries[args.name]
+    filestore.write_store(args.store_file, key, entries)
+    print(f"removed credential {args.name!r} from {args.store_file}", file=err)
+    return EXIT_OK
+
+
+def cmd_credentials_generate_key(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import os
+
+    from webhook import filestore
+
+    key = filestore.generate_key()
+    if args.out == "-":
+        print(key, file=out)
+        return EXIT_OK
+    try:
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise ConfigError(f"{args.out}: already exists; not overwriting a key") from None
+    except OSError as error:
+        raise ConfigError(f"{args.out}: {error.strerror}") from None
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    print(f"wrote a new store key to {args.out} (mode 0600); keep it apart from the store",
+          file=err)
     return EXIT_OK
 
 
@@ -115,6 +198,15 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _store_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    # `credentials` commands say --store; `serve` uses --store for the kind of store.
+    flag = "--store" if required else "--store-file"
+    parser.add_argument(flag, dest="store_file", required=required, metavar="FILE",
+                        help="the encrypted credential store file")
+    parser.add_argument("--key-file", metavar="FILE",
+                        help="file holding the store key (default: $MIRRORGATE_STORE_KEY)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,7 +265,50 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: %(default)s)")
     serve.add_argument("--log-level", default="info",
                        choices=("debug", "info", "warning", "error"))
+    serve.add_argument("--kubeconfig", metavar="FILE",
+                       help="kubeconfig for the cluster (default: the in-cluster service "
+                            "account when in a Pod, else standalone: no pull secrets)")
+    serve.add_argument("--context", help="kubeconfig context")
+    serve.add_argument("--namespace", help="mirrorgate's own namespace (credential Secrets, "
+                       "the Lease; default: the Pod's namespace, else 'mirrorgate')")
+    _store_arguments(serve, required=False)
+    serve.add_argument("--store", choices=("kubernetes", "file", "none"),
+                       help="credential store (default: kubernetes with a cluster, file with "
+                            "--store-file, else none)")
+    serve.add_argument("--credential-deadline", type=float, default=2.0, metavar="SECONDS",
+                       help="longest time admission spends making pull secrets "
+                            "(default: %(default)s)")
     serve.set_defaults(run=cmd_serve)
+
+    creds = commands.add_parser("credentials", help="manage the encrypted file credential store")
+    cred_commands = creds.add_subparsers(dest="credentials_command", metavar="COMMAND",
+                                         parser_class=_Parser)
+    cred_commands.required = True
+    add = cred_commands.add_parser(
+        "add", help="add or replace a credential (password from stdin)",
+        description="Add or replace credential NAME: a login for the mirror REGISTRY "
+                    "(host[:port]). The password is read from standard input.")
+    add.add_argument("name", metavar="NAME")
+    add.add_argument("--registry", required=True, metavar="HOST")
+    add.add_argument("--username", required=True, metavar="USER")
+    add.add_argument("--password-stdin", action="store_true",
+                     help="read the password from standard input (required)")
+    _store_arguments(add, required=True)
+    add.set_defaults(run=cmd_credentials_add)
+    listing = cred_commands.add_parser("list", help="list credentials (never their passwords)")
+    _store_arguments(listing, required=True)
+    listing.set_defaults(run=cmd_credentials_list)
+    remove = cred_commands.add_parser("remove", help="remove a credential")
+    remove.add_argument("name", metavar="NAME")
+    _store_arguments(remove, required=True)
+    remove.set_defaults(run=cmd_credentials_remove)
+    keygen = cred_commands.add_parser(
+        "generate-key", help="make a new store key",
+        description="Print a new random 32-byte store key (base64), or write it to FILE with "
+                    "mode 0600. Keep it apart from the store: a key file, or "
+                    "$MIRRORGATE_STORE_KEY.")
+    keygen.add_argument("--out", default="-", metavar="FILE")
+    keygen.set_defaults(run=cmd_credentials_generate_key)
 
     certs_cmd = commands.add_parser("certs", help="CA and serving certificates")
     certs_commands = certs_cmd.add_subparsers(dest="certs_command", metavar="COMMAND",
@@ -202,7 +337,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     command: Command = args.run
     try:
         return command(args, out, err)
-    except ConfigError as error:
+    except (ConfigError, StoreError) as error:
         print(f"mirrorgate: error: {error}", file=err)
         return EXIT_USAGE
     except KeyboardInterrupt:

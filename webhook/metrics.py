@@ -46,6 +46,10 @@ class Metrics:
             ["version", "mode"], registry=r)
         self.policy_reload_failures = prom.Counter(
             "mirrorgate_policy_reload_failures", "Policy files rejected on reload.", registry=r)
+        self.pull_secret_writes = prom.Counter(
+            "mirrorgate_pull_secret_writes",
+            "Generated pull secrets created, updated, deleted, or failed to ensure.",
+            ["action"], registry=r)
         self.certificate_reloads = prom.Counter(
             "mirrorgate_certificate_reloads", "Serving certificates loaded from disk.",
             ["result"], registry=r)

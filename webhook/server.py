@@ -5,12 +5,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import uvicorn
 from starlette.applications import Starlette
 
-from webhook import admission, app, logs, policyfile, tls, watch
+from webhook import (
+    admission,
+    app,
+    credentials,
+    filestore,
+    kube,
+    kubestore,
+    leader,
+    logs,
+    policyfile,
+    pullsecrets,
+    tls,
+    watch,
+)
 from webhook.logs import logger
 
 __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
@@ -27,6 +41,20 @@ class Settings:
     reload_interval: float = 1.0
     """Seconds between checks of the policy and certificate files."""
     log_level: str = "info"
+    kubeconfig: str | None = None
+    """A kubeconfig file; without one, the in-cluster service account when running in a
+    Pod, else standalone (no pull secrets can be made)."""
+    kube_context: str | None = None
+    namespace: str | None = None
+    """mirrorgate's own namespace: the kubernetes credential store and the Lease."""
+    store: str | None = None
+    """`kubernetes`, `file` or `none`; default: kubernetes with a cluster, else file when
+    store_file is set, else none."""
+    store_file: str | None = None
+    store_key_file: str | None = None
+    credential_deadline: float = 2.0
+    """Seconds admission may spend making pull secrets; keep well inside timeoutSeconds."""
+    reconcile_interval: float = 30.0
 
 
 class StandalonePullSecrets:
@@ -49,11 +77,79 @@ class Server:
     application: Starlette
 
 
+@dataclasses.dataclass
+class Background:
+    """Threads and watchers that live as long as the server: started and stopped together."""
+
+    starts: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    stops: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    watchers: list[watch.FileWatcher] = dataclasses.field(default_factory=list)
+
+
+def _credentials(settings: Settings, runtime: app.Runtime,
+                 background: Background) -> admission.PullSecrets:
+    """The credential store and the pull-secret provisioner the settings ask for."""
+    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
+    client = None
+    if settings.kubeconfig is not None or in_cluster:
+        try:
+            client = kube.Kube.connect(kubeconfig=settings.kubeconfig,
+                                       context=settings.kube_context)
+        except kube.KubeError as error:
+            raise policyfile.ConfigError(str(error)) from None
+    kind = settings.store or ("kubernetes" if client else "file" if settings.store_file
+                              else "none")
+    namespace = settings.namespace or kube.own_namespace()
+    store: credentials.CredentialStore
+    if kind == "none":
+        return StandalonePullSecrets()
+    if kind == "file":
+        if settings.store_file is None:
+            raise policyfile.ConfigError("--store file needs --store-file FILE")
+        try:
+            key = filestore.load_key(key_file=settings.store_key_file, environ=os.environ)
+            file_store = filestore.FileCredentialStore(settings.store_file, key)
+        except credentials.StoreError as error:
+            raise policyfile.ConfigError(str(error)) from None
+        background.watchers.append(watch.FileWatcher(
+            [settings.store_file], file_store.reload, interval=settings.reload_interval,
+            name="credential-store"))
+        store = file_store
+    elif kind == "kubernetes":
+        if client is None:
+            raise policyfile.ConfigError("--store kubernetes needs a cluster: pass --kubeconfig "
+                                         "or run in a Pod")
+        kube_store = kubestore.KubernetesCredentialStore(client, namespace)
+        background.starts.append(kube_store.start)
+        background.stops.append(kube_store.informer.stop)
+        store = kube_store
+    else:
+        raise policyfile.ConfigError(f"--store {kind!r}: expected kubernetes, file or none")
+    runtime.readiness["credential-store"] = store.problem
+    if client is None:
+        return StandalonePullSecrets()
+    counter = runtime.metrics.pull_secret_writes
+    provisioner = pullsecrets.PullSecretProvisioner(
+        client, store, deadline=settings.credential_deadline,
+        counter=lambda action: counter.labels(action).inc())
+    elector = leader.LeaderElector(client, namespace=namespace)
+    reconciler = pullsecrets.Reconciler(provisioner, client, rules=lambda: runtime.policy.policy,
+                                        is_leader=elector.is_leader,
+                                        interval=settings.reconcile_interval)
+    runtime.readiness["pull-secrets"] = provisioner.generated.problem
+    background.starts += [provisioner.start, elector.start, reconciler.start]
+    background.stops += [reconciler.stop, elector.stop, provisioner.generated.stop]
+    runtime.on_policy_change.append(reconciler.trigger)
+    return provisioner
+
+
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:
     """Load everything once, failing with ConfigError before any port is opened."""
     loaded = policyfile.read_policy(settings.policy)
     certificates = tls.CertificateReloader(settings.tls_cert, settings.tls_key)
-    runtime = app.Runtime(policy=loaded, secrets=secrets or StandalonePullSecrets())
+    runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets())
+    background = Background()
+    runtime.secrets = secrets or _credentials(settings, runtime, background)
     runtime.readiness["certificates"] = lambda: None if certificates.current else "not loaded"
 
     def reload_policy() -> None:
@@ -87,18 +183,24 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     watcher_certs = watch.FileWatcher([settings.tls_cert, settings.tls_key], reload_certificates,
                                       interval=settings.reload_interval, name="certificates")
 
+    background.watchers += [watcher_policy, watcher_certs]
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        watcher_policy.start()
-        watcher_certs.start()
+        for start in background.starts:
+            start()
+        for watcher in background.watchers:
+            watcher.start()
         logger.info("mirrorgate serving", extra={"fields": {
             "address": f"https://{settings.host}:{settings.port}",
             "policy": loaded.version, "mode": loaded.policy.mode}})
         try:
             yield
         finally:
-            await watcher_policy.stop()
-            await watcher_certs.stop()
+            for watcher in background.watchers:
+                await watcher.stop()
+            for stop in background.stops:
+                stop()
 
     application = app.create_app(runtime)
     application.router.lifespan_context = lifespan

@@ -1,0 +1,86 @@
+"""The Kubernetes credential store: ordinary docker-registry Secrets in mirrorgate's namespace.
+
+Exactly what ``kubectl create secret docker-registry NAME --docker-server=...
+--docker-username=... --docker-password=...`` makes; the credential's name is
+the Secret's name. Read through an informer, so a rotation is seen within
+seconds and no admission reads the API.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook import kube
+from webhook.credentials import Credential, StoreError, from_dockerconfigjson
+from webhook.informer import Informer
+from webhook.logs import logger
+
+__all__ = ["MANAGED_BY_SELECTOR", "KubernetesCredentialStore"]
+
+DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}=mirrorgate"
+
+
+class KubernetesCredentialStore:
+    def __init__(self, client: kube.Kube, namespace: str) -> None:
+        self.namespace = namespace
+        self._credentials: dict[str, Credential] = {}
+        self._invalid: dict[str, str] = {}
+        self._subscribers: list[Callable[[], Any]] = []
+        self._lock = threading.Lock()
+        # Our own generated copies never count as central credentials.
+        self.informer = Informer(client, kube.secrets_path(namespace),
+                                 name="credential-store",
+                                 label_selector=f"{MANAGED_BY_LABEL}!=mirrorgate",
+                                 on_change=self._changed)
+
+    def __repr__(self) -> str:
+        return f"KubernetesCredentialStore(namespace={self.namespace!r})"
+
+    def start(self) -> None:
+        self.informer.start()
+
+    def snapshot(self) -> Mapping[str, Credential]:
+        return self._credentials
+
+    def problem(self) -> str | None:
+        return self.informer.problem()
+
+    def subscribe(self, callback: Callable[[], Any]) -> None:
+        self._subscribers.append(callback)
+
+    def _changed(self, kind: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            credentials, invalid = self._read_all()
+            changed = credentials != self._credentials
+            self._credentials = credentials
+            for name, why in invalid.items():
+                if self._invalid.get(name) != why:
+                    logger.warning("ignoring a Secret of the credential store",
+                                   extra={"fields": {"secret": f"{self.namespace}/{name}",
+                                                     "reason": why}})
+            self._invalid = invalid
+        if changed:
+            for callback in self._subscribers:
+                callback()
+
+    def _read_all(self) -> tuple[dict[str, Credential], dict[str, str]]:
+        credentials: dict[str, Credential] = {}
+        invalid: dict[str, str] = {}
+        for (_, name), secret in list(self.informer.items.items()):
+            if secret.get("type") != DOCKERCONFIGJSON:
+                continue
+            where = f"Secret {self.namespace}/{name}"
+            try:
+                payload = base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""),
+                                           validate=True)
+                credentials[name] = from_dockerconfigjson(name, payload, where=where)
+            except (StoreError, binascii.Error, ValueError) as error:
+                invalid[name] = str(error) if isinstance(error, StoreError) \
+                    else f"{where}: .dockerconfigjson is not base64"
+        return credentials, invalid
