@@ -43,6 +43,8 @@ class Runtime:
     readiness: dict[str, Callable[[], str | None]] = dataclasses.field(default_factory=dict)
     """Named checks: each returns None when ready, else why not."""
 
+    audit_only: bool = False
+    """Every endpoint only reports (the audit overlay's safe first install)."""
     on_policy_change: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     def set_policy(self, loaded: LoadedPolicy) -> None:
@@ -99,8 +101,8 @@ def create_app(runtime: Runtime) -> Starlette:
         async def handle(request: Request) -> Response:
             started = time.perf_counter()
             loaded = runtime.policy
-            mode: admission.Mode = "audit" if forced_audit or loaded.policy.mode == "audit" \
-                else "enforce"
+            audit = forced_audit or runtime.audit_only or loaded.policy.mode == "audit"
+            mode: admission.Mode = "audit" if audit else "enforce"
             try:
                 if not _content_type_ok(request):
                     raise review.BadReview(

@@ -92,7 +92,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         port=args.port, reload_interval=args.reload_interval, log_level=args.log_level,
         kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
         store=args.store, store_file=args.store_file, store_key_file=args.key_file,
-        credential_deadline=args.credential_deadline))
+        credential_deadline=args.credential_deadline, audit_only=args.audit_only))
     return EXIT_OK
 
 
@@ -278,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--credential-deadline", type=float, default=2.0, metavar="SECONDS",
                        help="longest time admission spends making pull secrets "
                             "(default: %(default)s)")
+    serve.add_argument("--audit-only", action="store_true",
+                       help="every endpoint only reports, whatever the policy's mode "
+                            "(a safe first install)")
     serve.set_defaults(run=cmd_serve)
 
     creds = commands.add_parser("credentials", help="manage the encrypted file credential store")

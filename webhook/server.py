@@ -55,6 +55,8 @@ class Settings:
     credential_deadline: float = 2.0
     """Seconds admission may spend making pull secrets; keep well inside timeoutSeconds."""
     reconcile_interval: float = 30.0
+    audit_only: bool = False
+    """Treat every endpoint as /audit, whatever the policy's mode."""
 
 
 class StandalonePullSecrets:
@@ -147,7 +149,8 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     """Load everything once, failing with ConfigError before any port is opened."""
     loaded = policyfile.read_policy(settings.policy)
     certificates = tls.CertificateReloader(settings.tls_cert, settings.tls_key)
-    runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets())
+    runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets(),
+                          audit_only=settings.audit_only)
     background = Background()
     runtime.secrets = secrets or _credentials(settings, runtime, background)
     runtime.readiness["certificates"] = lambda: None if certificates.current else "not loaded"
