@@ -56,7 +56,11 @@ build_kubernetes() {
       | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
   } > "$work/go.mod"
   echo "building $cmd $K8S_VERSION (cold build: 10-20 minutes on two cores)" >&2
-  (cd "$work" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" "k8s.io/kubernetes/cmd/$cmd")
+  # Stamp the version as upstream's release builds do; without it /version
+  # reports gitVersion "v0.0.0-master+$Format:%H$" (major/minor are right).
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
+  ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  (cd "$work" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "k8s.io/kubernetes/cmd/$cmd")
   mv "$out.tmp" "$out"
   rm -rf "$work"
 }

@@ -1,0 +1,175 @@
+"""Session fixtures for the real-component e2e suite: kube-apiserver + etcd, registries.
+
+Fixtures (all need `@pytest.mark.e2e` on the test):
+  control_plane   session  ControlPlane: .url .kubeconfig .ca_pem .ca_path .api_client()
+  registry        session  RegistryStack: .host .username .password .ca_path .digest
+                           .upstream_image .mirror_image .pull(image, dockerconfigjson)
+  make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
+  kustomize       session  Path of the pinned kustomize binary
+
+A missing binary skips these tests loudly, or fails them when MIRRORGATE_REQUIRE_E2E=1
+or CI is set (as `make test` and CI do), naming the command that provides it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Generator, Iterator, Mapping
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+import pytest
+
+from tests.e2e.binaries import MissingBinaryError, built_binary
+from tests.e2e.controlplane import ControlPlane, start_control_plane
+from tests.e2e.kube import create_namespace, namespace_name
+from tests.e2e.registry import RegistryStack, start_registry_stack
+
+MakeNamespace = Callable[..., str]
+_T = TypeVar("_T")
+
+_HERE = Path(__file__).resolve().parent
+E2E_FIXTURES = frozenset({"control_plane", "registry", "make_namespace", "namespace", "kustomize"})
+_TIMINGS = pytest.StashKey[dict[str, float]]()
+_SKIPS = pytest.StashKey[list[str]]()
+
+
+def e2e_required() -> bool:
+    """True where a missing binary must fail the run rather than skip."""
+    if os.environ.get("MIRRORGATE_REQUIRE_E2E") == "1":
+        return True
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def _missing(config: pytest.Config, exc: MissingBinaryError) -> NoReturn:
+    if e2e_required():
+        pytest.fail(
+            f"e2e binary missing: {exc} (MIRRORGATE_REQUIRE_E2E=1 or CI is set, so this "
+            "is a failure, not a skip)",
+            pytrace=False,
+        )
+    reason = f"E2E NOT RUN: {exc}. Set MIRRORGATE_REQUIRE_E2E=1 to turn this skip into a failure."
+    config.stash.setdefault(_SKIPS, [])
+    if reason not in config.stash[_SKIPS]:
+        config.stash[_SKIPS].append(reason)
+    pytest.skip(reason)
+
+
+def _start(config: pytest.Config, start: Callable[[Path], _T], workdir: Path) -> _T:
+    try:
+        return start(workdir)
+    except MissingBinaryError as exc:
+        missing = exc
+    # Outside the except block, so the report is not "during handling of ..." noise.
+    _missing(config, missing)
+
+
+def _uses_e2e_fixture(item: pytest.Item) -> bool:
+    if _HERE not in item.path.parents:
+        return False  # these fixtures exist only under tests/e2e/
+    callspec = getattr(item, "callspec", None)
+    parametrized = set(callspec.params) if callspec is not None else set()
+    # A parametrize argument shadows a fixture of the same name (e.g. `namespace`).
+    return bool(E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())) - parametrized)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse tests that use an e2e fixture without the `e2e` marker (so -m works)."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if _uses_e2e_fixture(item) and item.get_closest_marker("e2e") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "these tests use e2e fixtures but lack @pytest.mark.e2e: " + ", ".join(unmarked)
+        )
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """A real etcd + kube-apiserver (RBAC, default admission plugins) for the session."""
+    plane = _start(request.config, start_control_plane, tmp_path_factory.mktemp("controlplane"))
+    request.config.stash.setdefault(_TIMINGS, {}).update(plane.timings)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RegistryStack]:
+    """Token-auth upstream + TLS/htpasswd pull-through mirror, upstream seeded."""
+    stack = _start(request.config, start_registry_stack, tmp_path_factory.mktemp("registry"))
+    request.config.stash.setdefault(_TIMINGS, {}).update(
+        {f"registry_{k}": v for k, v in stack.timings.items()}
+    )
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="session")
+def kustomize(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+    try:
+        return built_binary("kustomize")
+    except MissingBinaryError as exc:
+        missing = exc
+    _missing(request.config, missing)
+
+
+@pytest.fixture
+def make_namespace(
+    control_plane: ControlPlane, request: pytest.FixtureRequest
+) -> Generator[MakeNamespace, None, None]:
+    """Factory: make_namespace(labels=None) -> name of a new namespace with `default` SA.
+
+    Namespaces are never deleted: with no namespace controller they would stay
+    Terminating forever, and unique names keep tests independent anyway.
+    """
+    with control_plane.api_client() as api:
+
+        def make(labels: Mapping[str, str] | None = None) -> str:
+            return create_namespace(api, namespace_name(request.node.name), labels)
+
+        yield make
+
+
+@pytest.fixture
+def namespace(make_namespace: MakeNamespace) -> MakeNamespace:
+    """Alias of `make_namespace`."""
+    return make_namespace
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """On failure, attach the control plane's and registries' log tails to the report."""
+    report = yield
+    if report.failed:
+        funcargs = getattr(item, "funcargs", {})
+        for name, title in (("control_plane", "control plane"), ("registry", "registries")):
+            component = funcargs.get(name)
+            if isinstance(component, ControlPlane | RegistryStack):
+                report.sections.append((f"{title} logs (tail)", component.describe()))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print start-up timings, and repeat any e2e skip so it cannot go unnoticed."""
+    config = terminalreporter.config
+    timings = config.stash.get(_TIMINGS, {})
+    if timings:
+        terminalreporter.section("e2e start-up timings")
+        for key, seconds in sorted(timings.items()):
+            terminalreporter.line(f"{key:32} {seconds:7.3f} s")
+    for reason in config.stash.get(_SKIPS, []):
+        terminalreporter.section("E2E SKIPPED", yellow=True, bold=True)
+        terminalreporter.line(reason, yellow=True, bold=True)

@@ -1,0 +1,54 @@
+"""Small Kubernetes helpers for e2e tests: fresh namespaces and response warnings."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client as k8s
+
+# RFC 7234 warn-value as kube-apiserver sends it: `299 - "text"` (quotes escaped).
+_WARNING = re.compile(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"')
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def namespace_name(hint: str) -> str:
+    """A unique DNS-1123 label that still says which test made it."""
+    slug = _NOT_DNS.sub("-", hint.lower()).strip("-")[:40].rstrip("-") or "ns"
+    return f"e2e-{slug}-{secrets.token_hex(3)}"
+
+
+def create_namespace(api: k8s.ApiClient, name: str, labels: Mapping[str, str] | None = None) -> str:
+    """Create namespace `name` with `labels` and its `default` ServiceAccount.
+
+    With no controller-manager nothing creates `default`, and the ServiceAccount
+    admission plugin (which runs before the webhooks, as in production) rejects
+    every Pod in a namespace without it.
+    """
+    core = k8s.CoreV1Api(api)
+    core.create_namespace(
+        k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name, labels=dict(labels or {})))
+    )
+    core.create_namespaced_service_account(
+        name, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="default"))
+    )
+    return name
+
+
+def warning_messages(headers: Any) -> list[str]:
+    """The texts of all `Warning` headers of a response (admission warnings among them).
+
+    `headers` is the third element of a `*_with_http_info` call's result (a urllib3
+    HTTPHeaderDict) or any mapping; repeated headers are all read.
+    """
+    if hasattr(headers, "getlist"):
+        values: list[str] = headers.getlist("Warning")
+    else:
+        value = headers.get("Warning") if isinstance(headers, Mapping) else None
+        values = [value] if value else []
+    messages: list[str] = []
+    for value in values:
+        messages += [m.replace('\\"', '"').replace("\\\\", "\\") for m in _WARNING.findall(value)]
+    return messages

@@ -1,0 +1,287 @@
+"""An authenticated upstream registry and a TLS + htpasswd pull-through mirror in front of it.
+
+Topology (all loopback, free ports, one temp dir):
+
+    token server (thread)  <--  upstream registry (auth: token)  <--  mirror (proxy mode,
+                                                                       htpasswd, TLS)
+
+Start order matters: the mirror GETs the upstream's /v2/ at start-up to discover the
+token realm, and panics if the upstream is not answering yet.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import secrets
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+import httpx
+
+from certs.authority import CertificateAuthority
+from tests.e2e import dockerconfig
+from tests.e2e.binaries import docker_registry
+from tests.e2e.dockerconfig import Credentials
+from tests.e2e.oci import OciImage, build_image
+from tests.e2e.procs import ManagedProcess, free_port, stop_all, wait_until
+from tests.e2e.registry_client import RegistryClient
+from tests.e2e.token_server import ISSUER, TokenServer, TokenSigner
+
+REPOSITORY = "library/hello"
+TAG = "1.0"
+# Cost 5, not the default 12: the registry re-checks bcrypt on every request, and
+# cost 12 costs ~200 ms per request on a 2-core machine (cost 5: ~5 ms).
+BCRYPT_COST = 5
+READY_TIMEOUT = 30.0
+
+
+def htpasswd_line(username: str, password: str) -> str:
+    """One htpasswd entry; distribution accepts bcrypt only (`$apr1$` is always a 401)."""
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=BCRYPT_COST)).decode()
+    return f"{username}:{hashed}"
+
+
+def parse_image(image: str) -> tuple[str, str, str]:
+    """Split "HOST:PORT/name[:tag|@digest]" into (host, name, reference)."""
+    host, sep, rest = image.partition("/")
+    if not sep or not ("." in host or ":" in host or host == "localhost"):
+        raise ValueError(f"image {image!r} must start with an explicit registry host")
+    if "@" in rest:
+        name, _, reference = rest.partition("@")
+    elif ":" in rest.rsplit("/", 1)[-1]:
+        name, _, reference = rest.rpartition(":")
+    else:
+        name, reference = rest, "latest"
+    return host, name, reference
+
+
+def _ready_401(url: str, ca_file: Path) -> str | None:
+    """None once `url` answers 401 (serving, auth on); otherwise why not yet."""
+    try:
+        response = httpx.get(
+            url,
+            verify=ssl.create_default_context(cafile=str(ca_file)),
+            timeout=2,
+            trust_env=False,
+        )
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None if response.status_code == 401 else f"HTTP {response.status_code}"
+
+
+@dataclass
+class RegistryStack:
+    """The running pair of registries; what the `registry` fixture yields.
+
+    `host` is the mirror ("127.0.0.1:PORT"); `username`/`password` log in to it.
+    `upstream_image` is what a Pod would name; `mirror_image` the same image via the
+    mirror; `digest` the manifest digest both serve.
+    """
+
+    host: str
+    username: str
+    password: str = field(repr=False)
+    ca_path: Path
+    upstream_host: str
+    upstream_username: str
+    upstream_password: str = field(repr=False)
+    repository: str
+    tag: str
+    digest: str
+    image: OciImage = field(repr=False)
+    workdir: Path
+    processes: list[ManagedProcess] = field(default_factory=list, repr=False)
+    token_server: TokenServer | None = field(default=None, repr=False)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def upstream_image(self) -> str:
+        return f"{self.upstream_host}/{self.repository}:{self.tag}"
+
+    @property
+    def mirror_image(self) -> str:
+        return f"{self.host}/{self.repository}:{self.tag}"
+
+    def dockerconfigjson(
+        self, username: str | None = None, password: str | None = None
+    ) -> dict[str, Any]:
+        """A correct `.dockerconfigjson` for the mirror (override a field to break it)."""
+        return dockerconfig.encode(
+            self.host,
+            self.username if username is None else username,
+            self.password if password is None else password,
+        )
+
+    def pull(self, image: str, dockerconfigjson: Mapping[str, Any]) -> str:
+        """Pull manifest + blobs of `image` with the secret's credentials; returns the digest.
+
+        Raises RegistryHTTPError (with `.status`, 401 for refused or missing credentials)
+        or DigestMismatchError; neither message contains a credential.
+        """
+        host, name, reference = parse_image(image)
+        credentials = dockerconfig.credentials_for(dockerconfigjson, host, name)
+        with RegistryClient(host, ca_file=str(self.ca_path), credentials=credentials) as client:
+            return client.pull(name, reference)
+
+    def describe(self, lines: int = 30) -> str:
+        """Log tails of both registries, credentials redacted, for failure reports."""
+        return "\n\n".join(p.describe_failure(lines) for p in self.processes)
+
+    def stop(self) -> None:
+        try:
+            stop_all(self.processes)
+        finally:
+            if self.token_server is not None:
+                self.token_server.stop()
+
+
+def _registry_config(
+    *,
+    workdir: Path,
+    name: str,
+    addr: str,
+    tls_cert: Path,
+    tls_key: Path,
+    auth: dict[str, Any],
+    proxy: dict[str, str] | None = None,
+) -> Path:
+    config: dict[str, Any] = {
+        "version": "0.1",
+        "log": {"level": "info", "formatter": "text"},
+        "storage": {"filesystem": {"rootdirectory": str(workdir / f"{name}-data")}},
+        "http": {
+            "addr": addr,
+            # Set explicitly: otherwise each start logs a warning and picks a random one.
+            "secret": secrets.token_hex(16),
+            "tls": {"certificate": str(tls_cert), "key": str(tls_key)},
+        },
+        "auth": auth,
+    }
+    if proxy is not None:
+        config["proxy"] = proxy
+    path = workdir / f"{name}.yml"
+    # JSON is YAML, and json.dumps quotes every path and password correctly.
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)  # holds the upstream password
+    return path
+
+
+def start_registry_stack(workdir: Path) -> RegistryStack:
+    """Start token server, upstream and mirror; seed the upstream; stop all on any error."""
+    binary = docker_registry()
+    workdir.mkdir(parents=True, exist_ok=True)
+    ca = CertificateAuthority.generate(common_name="mirrorgate e2e registry CA")
+    serving = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
+    ca_path = workdir / "ca.crt"
+    tls_cert, tls_key = workdir / "tls.crt", workdir / "tls.key"
+    ca_path.write_bytes(ca.cert_pem)
+    tls_cert.write_bytes(serving.cert_pem)
+    tls_key.write_bytes(serving.key_pem)
+    tls_key.chmod(0o600)
+
+    upstream_user, upstream_password = "upstream-puller", secrets.token_urlsafe(18)
+    mirror_user, mirror_password = "mirror-puller", secrets.token_urlsafe(18)
+    redact = [upstream_password, mirror_password]
+
+    signer = TokenSigner()
+    token_cert = workdir / "token-signer.crt"
+    token_cert.write_bytes(signer.cert_pem)
+    token_server = TokenServer(
+        users={upstream_user: upstream_password},
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        signer=signer,
+    )
+    upstream_host = f"127.0.0.1:{free_port()}"
+    mirror_host = f"127.0.0.1:{free_port()}"
+    image = build_image()
+    stack = RegistryStack(
+        host=mirror_host,
+        username=mirror_user,
+        password=mirror_password,
+        ca_path=ca_path,
+        upstream_host=upstream_host,
+        upstream_username=upstream_user,
+        upstream_password=upstream_password,
+        repository=REPOSITORY,
+        tag=TAG,
+        digest=image.digest,
+        image=image,
+        workdir=workdir,
+        token_server=token_server,
+    )
+    try:
+        token_server.start()
+        upstream_config = _registry_config(
+            workdir=workdir,
+            name="upstream",
+            addr=upstream_host,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            auth={
+                "token": {
+                    "realm": token_server.realm,
+                    "service": "mirrorgate-e2e-upstream",
+                    "issuer": ISSUER,
+                    "rootcertbundle": str(token_cert),
+                }
+            },
+        )
+        htpasswd = workdir / "mirror.htpasswd"
+        # The file must exist before start: a missing path makes the registry create
+        # one with a random user, so a typo would lock every test out silently.
+        htpasswd.write_text(htpasswd_line(mirror_user, mirror_password) + "\n")
+        mirror_config = _registry_config(
+            workdir=workdir,
+            name="mirror",
+            addr=mirror_host,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            auth={"htpasswd": {"realm": "mirrorgate-e2e-mirror", "path": str(htpasswd)}},
+            proxy={
+                "remoteurl": f"https://{upstream_host}",
+                "username": upstream_user,
+                "password": upstream_password,
+            },
+        )
+        for name, config, host, env in (
+            ("upstream", upstream_config, upstream_host, {}),
+            # Go reads SSL_CERT_FILE on Linux: the mirror trusts our CA for the upstream
+            # and the token realm without touching the system trust store.
+            ("mirror", mirror_config, mirror_host, {"SSL_CERT_FILE": str(ca_path)}),
+        ):
+            proc = ManagedProcess(
+                f"registry-{name}",
+                [str(binary), "serve", str(config)],
+                workdir / f"{name}.log",
+                env=env,
+                redact=redact,
+            )
+            stack.processes.append(proc)
+            try:
+                stack.timings[f"{name}_ready_s"] = wait_until(
+                    functools.partial(_ready_401, f"https://{host}/v2/", ca_path),
+                    timeout=READY_TIMEOUT,
+                    what=f"registry {name} at https://{host}/v2/",
+                    alive=proc.exited,
+                )
+            except (TimeoutError, RuntimeError) as exc:
+                raise RuntimeError(f"{exc}\n{proc.describe_failure()}") from None
+
+        with RegistryClient(
+            upstream_host,
+            ca_file=str(ca_path),
+            credentials=Credentials(upstream_user, upstream_password),
+        ) as upstream:
+            pushed = upstream.push(REPOSITORY, TAG, image)
+        if pushed != image.digest:
+            raise RuntimeError(f"upstream stored {pushed}, expected {image.digest}")
+        return stack
+    except BaseException:
+        stack.stop()
+        raise
