@@ -142,9 +142,17 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
             plan = planned(unavailable=failures)
             unrewritten = before - len(plan.rewrites)
 
+    warnings = list(plan.warnings)
+    if ephemeral and plan.rewrites:
+        # The API server keeps everything but spec.ephemeralContainers as it was
+        # on this subresource, annotations included: the record of the original
+        # goes to the user as a warning and to the audit log instead.
+        plan = dataclasses.replace(plan, original_images=None)
+        warnings += [f"mirrorgate: {r.site.key} uses {r.new_image} (was {r.site.image})"
+                     for r in plan.rewrites]
     operations = patch.build_patch(obj, plan)
     return decision(
-        review.patched(rev, operations, warnings=plan.warnings,
+        review.patched(rev, operations, warnings=warnings,
                        audit_annotations=_audit_annotations(plan)),
         "patched" if operations else "allowed", rewrites=len(plan.rewrites),
-        warnings=len(plan.warnings), unrewritten=unrewritten)
+        warnings=len(warnings), unrewritten=unrewritten)

@@ -142,7 +142,7 @@ class Kube:
                 auth_settings=["BearerToken"])
             response = self.api.call_api(
                 method, url, header_params=headers,
-                body=orjson.dumps(body) if body is not None else None,
+                body=body,
                 _request_timeout=timeout if timeout is not None else self.timeout)
         except (urllib3.exceptions.HTTPError, OSError,
                 kubernetes.client.exceptions.ApiException) as error:

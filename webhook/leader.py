@@ -104,6 +104,9 @@ class LeaderElector:
             except kube.KubeError as error:
                 leading = False
                 logger.warning("lease renewal failed", extra={"fields": {"error": str(error)}})
+            except Exception:
+                leading = False
+                logger.exception("lease renewal crashed", extra={"fields": {}})
             if leading != self.leading:
                 logger.info("leadership changed", extra={"fields": {
                     "leading": leading, "identity": self.identity}})

@@ -13,13 +13,18 @@ or CI is set (as `make test` and CI do), naming the command that provides it.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from collections.abc import Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pytest
+from kubernetes import client as k8s
 
+from tests.e2e import mirrorgate as mg
 from tests.e2e.binaries import MissingBinaryError, built_binary
 from tests.e2e.controlplane import ControlPlane, start_control_plane
 from tests.e2e.kube import create_namespace, namespace_name
@@ -29,7 +34,9 @@ MakeNamespace = Callable[..., str]
 _T = TypeVar("_T")
 
 _HERE = Path(__file__).resolve().parent
-E2E_FIXTURES = frozenset({"control_plane", "registry", "make_namespace", "namespace", "kustomize"})
+E2E_FIXTURES = frozenset(
+    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "installed"}
+)
 _TIMINGS = pytest.StashKey[dict[str, float]]()
 _SKIPS = pytest.StashKey[list[str]]()
 
@@ -159,6 +166,10 @@ def pytest_runtest_makereport(
             component = funcargs.get(name)
             if isinstance(component, ControlPlane | RegistryStack):
                 report.sections.append((f"{title} logs (tail)", component.describe()))
+        installed = funcargs.get("installed")
+        if isinstance(installed, Installed):
+            report.sections.append(("mirrorgate log (tail)",
+                                    installed.server.process.describe_failure(40)))
     return report
 
 
@@ -173,3 +184,67 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for reason in config.stash.get(_SKIPS, []):
         terminalreporter.section("E2E SKIPPED", yellow=True, bold=True)
         terminalreporter.line(reason, yellow=True, bold=True)
+
+
+CREDENTIAL = "e2e-mirror"
+DOCKERHUB_MIRROR = "mirror.e2e.example/dockerhub"
+
+
+def e2e_policy(registry: RegistryStack, *, extra: str = "") -> str:
+    """The suite's policy: the test upstream goes to the authenticated mirror."""
+    return (f"mode: enforce\n"
+            f"mirrors:\n"
+            f"  - source: {registry.upstream_host}\n"
+            f"    mirror: {registry.host}\n"
+            f"    credential: {CREDENTIAL}\n"
+            f"  - source: docker.io\n"
+            f"    mirror: {DOCKERHUB_MIRROR}\n"
+            f"credentials:\n"
+            f"  {CREDENTIAL}: {{namespaces: ['*']}}\n{extra}")
+
+
+def central_credential(api: k8s.ApiClient, registry: RegistryStack, *, name: str = CREDENTIAL,
+                       password: str | None = None) -> None:
+    """What `kubectl create secret docker-registry NAME ... -n mirrorgate` makes (or updates)."""
+    payload = json.dumps(registry.dockerconfigjson(password=password)).encode()
+    body = k8s.V1Secret(
+        metadata=k8s.V1ObjectMeta(name=name, namespace=mg.NAMESPACE),
+        type="kubernetes.io/dockerconfigjson",
+        data={".dockerconfigjson": base64.b64encode(payload).decode()})
+    core = k8s.CoreV1Api(api)
+    try:
+        core.create_namespaced_secret(mg.NAMESPACE, body)
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
+        core.replace_namespaced_secret(name, mg.NAMESPACE, body)
+
+
+@dataclass
+class Installed:
+    """mirrorgate running against the control plane, registered through the base manifests."""
+
+    server: mg.Mirrorgate
+    configuration: dict[str, Any]
+    registry: RegistryStack
+    control_plane: ControlPlane
+
+
+@pytest.fixture(scope="session")
+def installed(control_plane: ControlPlane, registry: RegistryStack, kustomize: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    """The session's mirrorgate: kubernetes credential store, RBAC of manifests/base."""
+    with control_plane.api_client() as api:
+        mg.install_base(api, kustomize)
+        central_credential(api, registry)
+        server = mg.start_mirrorgate(tmp_path_factory.mktemp("mirrorgate"), control_plane,
+                                     policy=e2e_policy(registry), args=["--store", "kubernetes"],
+                                     redact=[registry.password])
+        configuration = mg.webhook_configuration(kustomize)
+        mg.register(api, configuration, server)
+        try:
+            yield Installed(server=server, configuration=configuration, registry=registry,
+                            control_plane=control_plane)
+        finally:
+            mg.unregister(api, "mirrorgate")
+            server.stop()

@@ -95,6 +95,19 @@ class ControlPlane:
         self._clients.append(api)
         return api
 
+    def kubeconfig_for(self, user: str, groups: Sequence[str] = (), *,
+                       url: str | None = None) -> Path:
+        """A self-contained kubeconfig for `user` in `groups` (real RBAC applies).
+
+        `url` overrides the server address, e.g. a closed port to make the API
+        unreachable for real.
+        """
+        cert, key = self._client_key_pair(user, groups)
+        pair = KeyPair(cert_pem=cert.read_bytes(), key_pem=key.read_bytes())
+        path = self.workdir / "clients" / f"{cert.stem}-{abs(hash(url or ''))}.kubeconfig"
+        _write(path, _kubeconfig(url or self.url, self.ca_pem, pair, user=user), private=True)
+        return path
+
     def _client_key_pair(self, user: str, groups: Sequence[str]) -> tuple[Path, Path]:
         directory = self.workdir / "clients"
         directory.mkdir(exist_ok=True)
@@ -120,7 +133,7 @@ class ControlPlane:
             stop_all(self.processes)
 
 
-def _kubeconfig(url: str, ca_pem: bytes, admin: KeyPair) -> bytes:
+def _kubeconfig(url: str, ca_pem: bytes, admin: KeyPair, *, user: str = ADMIN_USER) -> bytes:
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
 
@@ -137,14 +150,14 @@ def _kubeconfig(url: str, ca_pem: bytes, admin: KeyPair) -> bytes:
         ],
         "users": [
             {
-                "name": ADMIN_USER,
+                "name": user,
                 "user": {
                     "client-certificate-data": b64(admin.cert_pem),
                     "client-key-data": b64(admin.key_pem),
                 },
             }
         ],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": ADMIN_USER}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
         "current-context": "e2e",
     }
     return json.dumps(config, indent=2).encode()

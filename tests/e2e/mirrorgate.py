@@ -1,0 +1,167 @@
+"""mirrorgate itself in the end-to-end suite: the real server process, registered for real.
+
+The server runs as ``python -m webhook.cli serve`` against the real API server
+with the identity of its ServiceAccount (a client certificate for
+``system:serviceaccount:mirrorgate:mirrorgate``), so the RBAC from
+``manifests/base`` is what it gets. The MutatingWebhookConfiguration is the
+one from ``manifests/base``, with only its Service reference swapped for the
+test URL and caBundle.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import dataclasses
+import ssl
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from kubernetes import client as k8s
+from kubernetes import utils as k8s_utils
+
+import certs
+from tests.e2e.controlplane import ControlPlane
+from tests.e2e.procs import ManagedProcess, free_port, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "mirrorgate"
+SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:mirrorgate"
+SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}")
+
+
+def render(kustomize: Path, directory: str) -> list[dict[str, Any]]:
+    """`kustomize build manifests/<directory>` as a list of objects."""
+    output = subprocess.run([str(kustomize), "build", str(REPO / "manifests" / directory)],
+                            check=True, capture_output=True, text=True, timeout=120).stdout
+    return [doc for doc in yaml.safe_load_all(output) if doc]
+
+
+def webhook_configuration(kustomize: Path) -> dict[str, Any]:
+    (found,) = [d for d in render(kustomize, "base")
+                if d["kind"] == "MutatingWebhookConfiguration"]
+    return found
+
+
+def install_base(api: k8s.ApiClient, kustomize: Path) -> None:
+    """Namespace, ServiceAccount and RBAC from manifests/base (what the server runs with)."""
+    kinds = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+             "RoleBinding"}
+    for obj in render(kustomize, "base"):
+        if obj["kind"] in kinds:
+            try:
+                k8s_utils.create_from_dict(api, obj)
+            except k8s_utils.FailToCreateError as error:
+                if not all(e.status == 409 for e in error.api_exceptions):
+                    raise
+
+
+@dataclasses.dataclass
+class Mirrorgate:
+    """A running mirrorgate server."""
+
+    url: str
+    ca_pem: bytes
+    ca_path: Path
+    policy_path: Path
+    process: ManagedProcess
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def logs(self) -> str:
+        self.process.log_tail(1)  # flushes
+        return self.process.log_path.read_text(errors="replace")
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, verify=ssl.create_default_context(
+            cafile=str(self.ca_path)), timeout=10)
+
+
+def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
+                     user: str = SERVICE_ACCOUNT_USER,
+                     groups: Sequence[str] = SERVICE_ACCOUNT_GROUPS,
+                     kubeconfig: Path | None = None, args: Sequence[str] = (),
+                     env: Mapping[str, str] | None = None, redact: Sequence[str] = (),
+                     ready: bool = True) -> Mirrorgate:
+    workdir.mkdir(parents=True, exist_ok=True)
+    certs.generate_bundle(service="mirrorgate", namespace=NAMESPACE, out=workdir / "tls",
+                          dns=["localhost"], ips=["127.0.0.1"])
+    policy_path = workdir / "policy.yaml"
+    policy_path.write_text(policy)
+    port = free_port()
+    argv = [sys.executable, "-m", "webhook.cli", "serve", "--policy", str(policy_path),
+            "--tls-cert", str(workdir / "tls" / certs.TLS_CERT),
+            "--tls-key", str(workdir / "tls" / certs.TLS_KEY),
+            "--host", "127.0.0.1", "--port", str(port), "--reload-interval", "0.2",
+            "--kubeconfig", str(kubeconfig or plane.kubeconfig_for(user, groups)),
+            "--namespace", NAMESPACE, *args]
+    process = ManagedProcess("mirrorgate", argv, workdir / "mirrorgate.log", env=env,
+                             cwd=REPO, redact=redact)
+    server = Mirrorgate(url=f"https://127.0.0.1:{port}",
+                        ca_pem=(workdir / "tls" / certs.CA_CERT).read_bytes(),
+                        ca_path=workdir / "tls" / certs.CA_CERT, policy_path=policy_path,
+                        process=process)
+    context = ssl.create_default_context(cafile=str(server.ca_path))
+
+    def answered() -> str | None:
+        try:
+            response = httpx.get(f"{server.url}/readyz" if ready else f"{server.url}/healthz",
+                                 verify=context, timeout=2)
+        except httpx.HTTPError as error:
+            return type(error).__name__
+        return None if response.status_code == 200 else f"{response.status_code} {response.text}"
+
+    try:
+        wait_until(answered, timeout=30, what="mirrorgate ready", alive=process.exited)
+    except BaseException:
+        process.stop()
+        raise
+    return server
+
+
+def register(api: k8s.ApiClient, configuration: Mapping[str, Any], server: Mirrorgate, *,
+             name: str = "mirrorgate",
+             namespace_label: tuple[str, str] | None = None,
+             failure_policy: str | None = None) -> dict[str, Any]:
+    """Create (or replace) the webhook configuration pointing at ``server``.
+
+    Only the Service reference is swapped for the URL and caBundle; the
+    optional arguments exist for the failure-policy scenarios, which register
+    a second configuration of their own.
+    """
+    body = copy.deepcopy(dict(configuration))
+    body["metadata"] = {**body["metadata"], "name": name}
+    body["metadata"].pop("resourceVersion", None)
+    for webhook in body["webhooks"]:
+        path = webhook["clientConfig"]["service"]["path"]
+        webhook["clientConfig"] = {"url": f"{server.url}{path}",
+                                   "caBundle": base64.b64encode(server.ca_pem).decode()}
+        if namespace_label is not None:
+            webhook["namespaceSelector"]["matchExpressions"].append(
+                {"key": namespace_label[0], "operator": "In", "values": [namespace_label[1]]})
+        if failure_policy is not None:
+            webhook["failurePolicy"] = failure_policy
+    admission = k8s.AdmissionregistrationV1Api(api)
+    try:
+        existing = admission.read_mutating_webhook_configuration(name)
+        body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+        admission.replace_mutating_webhook_configuration(name, body)
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
+        admission.create_mutating_webhook_configuration(body)
+    return body
+
+
+def unregister(api: k8s.ApiClient, name: str) -> None:
+    try:
+        k8s.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(name)
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
