@@ -55,7 +55,7 @@ def install_base(api: k8s.ApiClient, kustomize: Path) -> None:
     for obj in render(kustomize, "base"):
         if obj["kind"] in kinds:
             try:
-                k8s_utils.create_from_dict(api, obj)
+                k8s_utils.create_from_dict(api, obj)  # type: ignore[no-untyped-call]
             except k8s_utils.FailToCreateError as error:
                 if not all(e.status == 409 for e in error.api_exceptions):
                     raise
@@ -148,14 +148,17 @@ def register(api: k8s.ApiClient, configuration: Mapping[str, Any], server: Mirro
         if failure_policy is not None:
             webhook["failurePolicy"] = failure_policy
     admission = k8s.AdmissionregistrationV1Api(api)
+    # The generated client takes plain dicts at run time; its annotations say models.
     try:
         existing = admission.read_mutating_webhook_configuration(name)
-        body["metadata"]["resourceVersion"] = existing.metadata.resource_version
-        admission.replace_mutating_webhook_configuration(name, body)
     except k8s.ApiException as error:
         if error.status != 404:
             raise
-        admission.create_mutating_webhook_configuration(body)
+        admission.create_mutating_webhook_configuration(body)  # type: ignore[arg-type]
+    else:
+        assert existing.metadata is not None
+        body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+        admission.replace_mutating_webhook_configuration(name, body)  # type: ignore[arg-type]
     return body
 
 

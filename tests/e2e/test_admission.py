@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
@@ -19,10 +20,11 @@ ANNOTATION = policy.ORIGINAL_IMAGES_ANNOTATION
 SECRET = policy.pull_secret_name(CREDENTIAL)
 
 
-def pod(installed: Installed, *, name: str = "web") -> k8s.V1Pod:
+def pod(installed: Installed, *, name: str = "web",
+        labels: dict[str, str] | None = None) -> k8s.V1Pod:
     """A Pod with an image on the test upstream (needs the credential) and a Docker Hub one."""
     return k8s.V1Pod(
-        metadata=k8s.V1ObjectMeta(name=name),
+        metadata=k8s.V1ObjectMeta(name=name, labels=labels),
         spec=k8s.V1PodSpec(
             init_containers=[k8s.V1Container(name="init", image="busybox:1.36")],
             containers=[
@@ -32,12 +34,13 @@ def pod(installed: Installed, *, name: str = "web") -> k8s.V1Pod:
 
 
 def create(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod,
-           dry_run: bool = False) -> tuple[dict, list[str]]:
+           dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Create a Pod; the stored object as a dict, and the client's warnings."""
     core = k8s.CoreV1Api(api)
-    kwargs = {"dry_run": "All"} if dry_run else {}
-    created, _, headers = core.create_namespaced_pod_with_http_info(namespace, body, **kwargs)
-    return api.sanitize_for_serialization(created), warning_messages(headers)
+    created, _, headers = core.create_namespaced_pod_with_http_info(
+        namespace, body, dry_run="All" if dry_run else None)
+    stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
+    return stored, warning_messages(headers)
 
 
 def secret_exists(api: k8s.ApiClient, namespace: str, name: str = SECRET) -> bool:
@@ -96,7 +99,7 @@ def test_audit_namespace_stores_pod_unchanged_and_warns(
     pytest.param({"mirrorgate.io/mode": "bogus"}, id="unknown-mode"),
 ])
 def test_namespace_not_opted_in_is_untouched(
-        installed: Installed, make_namespace: MakeNamespace, labels: dict | None) -> None:
+        installed: Installed, make_namespace: MakeNamespace, labels: dict[str, str] | None) -> None:
     """A namespace without an opt-in label: the Pod is stored exactly as written."""
     with installed.control_plane.api_client() as api:
         namespace = make_namespace(labels)
@@ -127,8 +130,7 @@ def test_kube_system_is_untouched_even_when_labelled(installed: Installed) -> No
 
 def test_skip_label_opts_a_pod_out(installed: Installed, make_namespace: MakeNamespace) -> None:
     """A Pod labelled mirrorgate.io/skip=true is not sent to the webhook at all."""
-    body = pod(installed)
-    body.metadata.labels = {"mirrorgate.io/skip": "true"}
+    body = pod(installed, labels={"mirrorgate.io/skip": "true"})
     with installed.control_plane.api_client() as api:
         namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
         created, _ = create(api, namespace, body)
@@ -199,6 +201,8 @@ def test_generated_secret_authenticates_against_the_mirror(
         created, _ = create(api, namespace, pod(installed))
         secret = k8s.CoreV1Api(api).read_namespaced_secret(SECRET, namespace)
     assert secret.type == "kubernetes.io/dockerconfigjson"
+    assert secret.metadata is not None
+    assert secret.data is not None
     assert secret.metadata.labels == {"app.kubernetes.io/managed-by": "mirrorgate",
                                       "mirrorgate.io/credential": CREDENTIAL}
     config = json.loads(base64.b64decode(secret.data[".dockerconfigjson"]))

@@ -67,7 +67,7 @@ def _adapter(runner: types.ModuleType) -> Any:
 def test_agrees_with_distribution_reference(capsys: pytest.CaptureFixture[str]) -> None:
     """Every unflagged Parse/ParseNormalizedNamed case agrees with the Go package."""
     runner = _load_runner()
-    runner.adapter = _adapter(runner)
+    runner.adapter = _adapter(runner)  # type: ignore[attr-defined]  # the hook we plug into
     status = runner.main(["policy.reference:parse", "--api", APIS,
                           "--cases", str(CORPUS_DIR / "reference_cases.json"), "-v"])
     out = capsys.readouterr()
