@@ -49,7 +49,16 @@ DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.dock
 
 
 def canonical_host(host: str) -> str:
+    """Host names are case-insensitive; Docker Hub's aliases are all docker.io."""
+    host = host.lower()
     return reference.DEFAULT_DOMAIN if host in DOCKER_HUB_ALIASES else host
+
+
+def canonical_path(host: str, path: str) -> str:
+    """Docker Hub's one-component names live under library/, whichever alias was written."""
+    if "/" not in path and canonical_host(host) == reference.DEFAULT_DOMAIN:
+        return reference.OFFICIAL_REPO_PREFIX + path
+    return path
 
 
 def _prefixes(path: str) -> Iterable[str]:
@@ -90,7 +99,7 @@ class RuleIndex:
         """The most specific rule whose source covers ``ref``."""
         host = canonical_host(ref.domain)
         if self._sources:
-            for prefix in _prefixes(ref.path):
+            for prefix in _prefixes(canonical_path(ref.domain, ref.path)):
                 rule = self._sources.get((host, prefix))
                 if rule is not None:
                     return rule
@@ -112,11 +121,12 @@ def rewritten_name(rule: MirrorRule, ref: reference.ImageReference) -> str:
     wildcard source the matched host stays as the first path component, so
     that images of different registries cannot collide on one mirror.
     """
+    path = canonical_path(ref.domain, ref.path)
     if rule.source.wildcard:
-        rest = f"{ref.domain}/{ref.path}"
+        rest = f"{canonical_host(ref.domain)}/{path}"
     elif rule.source.path:
-        rest = ref.path[len(rule.source.path) + 1:]
+        rest = path[len(rule.source.path) + 1:]
     else:
-        rest = ref.path
+        rest = path
     mirror = str(rule.mirror)
     return f"{mirror}/{rest}" if rest else mirror

@@ -151,6 +151,12 @@ class Policy:
             return matching.Resolution(
                 image=image, outcome="invalid", reference=ref,
                 error=f"the name on {rule.label}'s mirror would be invalid: {error.reason}")
+        if new_ref.domain != rule.mirror.host:
+            # The image is the source prefix itself and the mirror has no path:
+            # the bare mirror host would be read as a Docker Hub name.
+            return matching.Resolution(
+                image=image, outcome="invalid", reference=ref,
+                error=f"{rule.label}'s mirror has no repository path to hold this image")
         return matching.Resolution(image=image, outcome="rewrite", rule=rule,
                                    new_image=str(new_ref), reference=ref)
 
@@ -254,12 +260,12 @@ def _parse_source(value: object, path: str, errors: _Collector) -> Source | None
         return None
     if value.startswith("*."):
         suffix = value[2:]
-        if "/" in suffix or not _is_registry_host(suffix) or "*" in suffix:
+        if "/" in suffix or ":" in suffix or not _is_registry_host(suffix) or "*" in suffix:
             errors.add(path, f"{_quote(value)} is not a valid wildcard host "
-                             "(write *.example.com: whole hosts only, no path)")
+                             "(write *.example.com: whole hosts only, no port, no path)")
             return None
         return Source(host=suffix, path="", wildcard=True)
-    host, _, repo = value.partition("/")
+    host, _, repo = value.rstrip("/").partition("/")
     if not _is_registry_host(host):
         errors.add(path, f"{_quote(value)} is not a valid registry host")
         return None
@@ -310,6 +316,27 @@ def _parse_image_globs(value: object, path: str, errors: _Collector) -> tuple[st
     return globs
 
 
+def _check_nested_mirrors(rules: Sequence[MirrorRule], errors: _Collector) -> None:
+    """A mirror under another mirror's prefix makes images of two rules collide.
+
+    ``m.example/hub`` and ``m.example/hub/library`` would both hold
+    ``m.example/hub/library/nginx``, and on re-admission the image would be
+    credited to the wrong rule and its credential. One dictionary probe per
+    path component, so this stays linear in the number of rules.
+    """
+    by_prefix = {(r.mirror.host, r.mirror.path): r for r in rules}
+    for rule in rules:
+        path = rule.mirror.path
+        parents = [path[:i] for i in range(len(path)) if path[i] == "/"]
+        for parent in ([""] if path else []) + parents:
+            outer = by_prefix.get((rule.mirror.host, parent))
+            if outer is not None:
+                errors.add(f"{rule.label}.mirror",
+                           f"{_quote(str(rule.mirror))} lies under {_quote(str(outer.mirror))}, "
+                           f"the mirror of {outer.label}; mirror paths must not nest")
+                break
+
+
 def load(document: object) -> Policy:
     """Validate a decoded policy document and build the :class:`Policy`.
 
@@ -338,6 +365,8 @@ def load(document: object) -> Policy:
         if "namespaces" not in grant:
             errors.add(f"{where}.namespaces", "is required (use [\"*\"] for every namespace)")
         namespaces = _parse_namespace_globs(grant.get("namespaces"), f"{where}.namespaces", errors)
+        if grant.get("namespaces") == []:
+            errors.add(f"{where}.namespaces", "is empty: the credential would reach no namespace")
         grants[name] = CredentialGrant(name=name, namespaces=namespaces)
 
     rules: list[MirrorRule] = []
@@ -345,9 +374,11 @@ def load(document: object) -> Policy:
     seen_mirrors: dict[Mirror, int] = {}
     for i, rule_doc in enumerate(errors.sequence(top.get("mirrors"), "mirrors")):
         where = f"mirrors[{i}]"
-        rule = errors.mapping(rule_doc, where, _RULE_KEYS)
         if not isinstance(rule_doc, Mapping):
+            errors.add(where, f"must be a mapping with source and mirror, got "
+                              f"{_type_name(rule_doc)}")
             continue
+        rule = errors.mapping(rule_doc, where, _RULE_KEYS)
         for required in ("source", "mirror"):
             if required not in rule:
                 errors.add(f"{where}.{required}", "is required")
@@ -374,6 +405,8 @@ def load(document: object) -> Policy:
         seen_sources[source] = i
         seen_mirrors[mirror] = i
         rules.append(MirrorRule(index=i, source=source, mirror=mirror, credential=credential))
+
+    _check_nested_mirrors(rules, errors)
 
     exclude = errors.mapping(top.get("exclude"), "exclude", _EXCLUDE_KEYS)
     exclude_images = _parse_image_globs(exclude.get("images"), "exclude.images", errors)

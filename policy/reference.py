@@ -205,7 +205,11 @@ def parse_normalized(text: str) -> ImageReference:
     remote_name = remainder.split(":", 1)[0]
     if remote_name.lower() != remote_name:
         raise _reject(text, "repository name must be lowercase", "ErrNameContainsUppercase")
-    reference = parse(f"{domain}/{remainder}")
+    try:
+        reference = parse(f"{domain}/{remainder}")
+    except InvalidReferenceError as error:
+        # Quote what the user wrote, not the normalised string we built.
+        raise _reject(text, error.reason, error.code) from None
     if not reference.domain:
         # Unreachable for valid input, kept so a grammar change cannot
         # silently produce a domain-less reference.

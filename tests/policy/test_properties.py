@@ -1,0 +1,136 @@
+"""Properties of planning and patching over generated Pods and policies."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonpatch
+from hypothesis import HealthCheck, given, settings
+
+import policy
+from policy import reference
+from tests.policy import strategies
+from webhook import patch
+
+PROPERTY_SETTINGS = settings(max_examples=100, deadline=None,
+                             suppress_health_check=[HealthCheck.too_slow])
+Scenario = tuple[dict[str, Any], str, policy.Policy]
+ALLOWED_PATHS = re.compile(
+    r"/spec/(containers|initContainers|ephemeralContainers)/\d+/image"
+    r"|/metadata(/annotations(/mirrorgate\.io~1original-images)?)?"
+    r"|/spec/imagePullSecrets(/-)?")
+
+
+def _admit(pod: dict[str, Any], namespace: str,
+           rules: policy.Policy) -> tuple[policy.RewritePlan, list[Any], dict[str, Any]]:
+    plan = policy.plan(pod, namespace=namespace, policy=rules)
+    ops = patch.build_patch(pod, plan)
+    return plan, ops, jsonpatch.apply_patch(pod, ops)
+
+
+def _images(pod: dict[str, Any]) -> dict[str, object]:
+    spec = pod.get("spec") or {}
+    return {f"{field}/{i}": c.get("image") for field in policy.CONTAINER_FIELDS
+            for i, c in enumerate(spec.get(field) or [])}
+
+
+def _rule(rules: policy.Policy, label: str) -> policy.MirrorRule:
+    (rule,) = [r for r in rules.rules if r.label == label]
+    return rule
+
+
+@PROPERTY_SETTINGS
+@given(strategies.scenarios())
+def test_admitting_twice_changes_nothing(scenario: Scenario) -> None:
+    """Planning an admitted Pod again gives no rewrites, secrets or annotation, and no patch."""
+    pod, namespace, rules = scenario
+    first, _, admitted = _admit(pod, namespace, rules)
+    second = policy.plan(admitted, namespace=namespace, policy=rules)
+    assert second.rewrites == ()
+    assert second.pull_secrets == ()
+    assert second.original_images is None
+    assert set(first.credentials) <= set(second.credentials)
+    assert patch.build_patch(admitted, second) == []
+
+
+@PROPERTY_SETTINGS
+@given(strategies.scenarios())
+def test_tag_and_digest_never_dropped(scenario: Scenario) -> None:
+    """Every rewritten image keeps the tag and digest of the original, and adds none."""
+    pod, namespace, rules = scenario
+    plan = policy.plan(pod, namespace=namespace, policy=rules)
+    for rewrite in plan.rewrites:
+        old = reference.parse_normalized(rewrite.site.image)
+        new = reference.parse_normalized(rewrite.new_image)
+        assert (new.tag, new.digest) == (old.tag, old.digest)
+        assert rewrite.new_image.endswith(str(old)[len(old.name):])
+
+
+@PROPERTY_SETTINGS
+@given(strategies.scenarios())
+def test_rewritten_images_sit_under_their_mirror(scenario: Scenario) -> None:
+    """Every rewritten image parses, sits under its rule's mirror, and resolves as on-mirror."""
+    pod, namespace, rules = scenario
+    plan = policy.plan(pod, namespace=namespace, policy=rules)
+    for rewrite in plan.rewrites:
+        rule = _rule(rules, rewrite.rule_label)
+        new = reference.parse_normalized(rewrite.new_image)
+        assert rewrite.new_image == str(new)
+        assert new.domain == rule.mirror.host
+        # An image named exactly the source prefix lands on the mirror path itself.
+        assert new.path == rule.mirror.path or new.path.startswith(f"{rule.mirror.path}/")
+        assert rules.resolve(rewrite.new_image).outcome in ("on-mirror", "excluded")
+
+
+@PROPERTY_SETTINGS
+@given(strategies.scenarios())
+def test_patch_touches_only_rewritten_images(scenario: Scenario) -> None:
+    """Images not rewritten stay byte-identical, and the patch touches only the allowed paths."""
+    pod, namespace, rules = scenario
+    plan, ops, admitted = _admit(pod, namespace, rules)
+    for op in ops:
+        assert ALLOWED_PATHS.fullmatch(op["path"]), op
+    rewritten = {r.site.pointer.removeprefix("/spec/").removesuffix("/image"): r.new_image
+                 for r in plan.rewrites}
+    before, after = _images(pod), _images(admitted)
+    assert after == {**before, **rewritten}
+    assert admitted.get("spec", {}).keys() - {"imagePullSecrets"} == (
+        pod.get("spec", {}).keys() - {"imagePullSecrets"})
+    old_secrets = pod.get("spec", {}).get("imagePullSecrets") or []
+    new_secrets = admitted.get("spec", {}).get("imagePullSecrets") or []
+    assert new_secrets == [*old_secrets, *({"name": s} for s in plan.pull_secrets)]
+
+
+@PROPERTY_SETTINGS
+@given(strategies.scenarios())
+def test_annotation_holds_originals_of_rewritten(scenario: Scenario) -> None:
+    """The annotation gains exactly the original strings of rewritten containers."""
+    pod, namespace, rules = scenario
+    plan, _, admitted = _admit(pod, namespace, rules)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    existing = json.loads(annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION, "{}"))
+    new_annotations = (admitted.get("metadata") or {}).get("annotations") or {}
+    recorded = json.loads(new_annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION, "{}"))
+    added = {r.site.key: r.site.image for r in plan.rewrites if r.site.key not in existing}
+    assert recorded == {**existing, **added}
+    assert {k: v for k, v in new_annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION} \
+        == {k: v for k, v in annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION}
+    assert (plan.original_images is None) == (not added)
+
+
+@PROPERTY_SETTINGS
+@given(strategies.scenarios())
+def test_credentials_only_where_granted(scenario: Scenario) -> None:
+    """Only credentials granted to the namespace are attached, and each at most once."""
+    pod, namespace, rules = scenario
+    plan, _, admitted = _admit(pod, namespace, rules)
+    for credential in plan.credentials:
+        assert rules.is_granted(credential, namespace)
+    names = [s["name"] for s in admitted.get("spec", {}).get("imagePullSecrets") or []]
+    for secret in plan.pull_secrets:
+        assert names.count(secret) == 1
+    for rewrite in plan.rewrites:
+        needed = _rule(rules, rewrite.rule_label).credential
+        assert needed is None or policy.pull_secret_name(needed) in names
