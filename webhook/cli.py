@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
@@ -71,7 +72,11 @@ def cmd_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
-        loaded = policyfile.read_policy(args.file)
+        data = pathlib.Path(args.file).read_bytes()
+    except OSError as error:
+        raise ConfigError(f"{args.file}: cannot read policy: {error.strerror}") from None
+    try:
+        loaded = policyfile.read_policy(args.file, data=data)
     except ConfigError as error:
         # Here an invalid policy is the finding, not a usage error.
         print(error, file=out)
@@ -176,8 +181,6 @@ def cmd_credentials_generate_key(args: argparse.Namespace, out: TextIO, err: Tex
 
 
 def cmd_certs_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import pathlib
-
     import certs
 
     directory = pathlib.Path(args.out)

@@ -43,11 +43,12 @@ def parse_policy(data: bytes, *, source: str) -> policy.Policy:
                           f"error{'s' if count != 1 else ''}):\n{lines}") from None
 
 
-def read_policy(path: str | pathlib.Path) -> LoadedPolicy:
-    """Read, decode and validate the policy file at ``path``."""
-    try:
-        data = pathlib.Path(path).read_bytes()
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read policy: {error.strerror}") from None
+def read_policy(path: str | pathlib.Path, *, data: bytes | None = None) -> LoadedPolicy:
+    """Read (unless ``data`` is given), decode and validate the policy file at ``path``."""
+    if data is None:
+        try:
+            data = pathlib.Path(path).read_bytes()
+        except OSError as error:
+            raise ConfigError(f"{path}: cannot read policy: {error.strerror}") from None
     return LoadedPolicy(policy=parse_policy(data, source=str(path)),
                         version=hashlib.sha256(data).hexdigest()[:12], path=str(path))

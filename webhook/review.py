@@ -116,6 +116,13 @@ def _describe(value: object) -> str:
             int: "a number", float: "a number", type(None): "null"}.get(type(value), "a value")
 
 
+def _show(value: object) -> str:
+    """A short, safe rendering for messages: never a whole object, which could be a Pod."""
+    if isinstance(value, str):
+        return orjson.dumps(value[:64] + ("…" if len(value) > 64 else "")).decode()
+    return _describe(value)
+
+
 def decode(body: bytes) -> Review:
     """Parse and check an AdmissionReview request body."""
     if not body.strip():
@@ -132,10 +139,10 @@ def decode(body: bytes) -> Review:
     uid = uid if isinstance(uid, str) else ""
     api_version = document.get("apiVersion")
     if document.get("kind") != "AdmissionReview":
-        raise BadReview(f"kind is {orjson.dumps(document.get('kind')).decode()}; expected "
-                        "\"AdmissionReview\"", uid=uid)
+        raise BadReview(f"kind is {_show(document.get('kind'))}; expected \"AdmissionReview\"",
+                        uid=uid)
     if api_version not in SUPPORTED_VERSIONS:
-        raise BadReview(f"apiVersion {orjson.dumps(api_version).decode()} is not supported; "
+        raise BadReview(f"apiVersion {_show(api_version)} is not supported; "
                         f"expected one of {', '.join(SUPPORTED_VERSIONS)}", uid=uid)
     if not isinstance(request, dict):
         raise BadReview(f"request is {_describe(request)}; expected an object", uid=uid,

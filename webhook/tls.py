@@ -10,6 +10,7 @@ do when the webhook URL is an IP address.
 
 from __future__ import annotations
 
+import os
 import ssl
 
 from webhook.policyfile import ConfigError
@@ -21,10 +22,14 @@ def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     """A server context for ``cert_file``/``key_file``; ConfigError names a bad file."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    for path in (cert_file, key_file):
+        # ssl's own FileNotFoundError does not say which of the two is missing.
+        if not os.path.exists(path):
+            raise ConfigError(f"{path}: no such file")
     try:
         context.load_cert_chain(cert_file, key_file)
     except FileNotFoundError as error:
-        raise ConfigError(f"{error.filename}: no such file") from None
+        raise ConfigError(f"{error.filename or cert_file}: no such file") from None
     except ssl.SSLError as error:
         raise ConfigError(f"{cert_file} / {key_file}: not a usable certificate and key "
                           f"({error.reason or error})") from None

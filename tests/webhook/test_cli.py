@@ -1,0 +1,404 @@
+"""`mirrorgate rewrite`, `explain`, `policy check`: outputs, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.webhook import policies
+from tests.webhook.reviews import (
+    HUB_IMAGE,
+    HUB_MIRRORED,
+    HUB_SECRET,
+    PROM_IMAGE,
+    PROM_MIRRORED,
+    UNMATCHED_IMAGE,
+    apply,
+    pod,
+)
+from webhook import cli
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+REFERENCE_KEYS = {"domain", "path", "tag", "digest", "name", "normalized"}
+EXPLAIN_KEYS = {"image", "valid", "reference", "rule", "result", "credential"}
+
+
+@dataclasses.dataclass
+class Result:
+    code: int | str | None
+    out: str
+    err: str
+
+
+@pytest.fixture
+def mirrorgate(capsys: pytest.CaptureFixture[str]) -> Any:
+    """Run ``main`` with injected streams; argparse's own exits and output are caught too."""
+
+    def run(*argv: str) -> Result:
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            code: int | str | None = cli.main(list(argv), out=out, err=err)
+        except SystemExit as exit_:  # argparse: --help and usage errors
+            code = exit_.code
+        captured = capsys.readouterr()
+        return Result(code=code, out=out.getvalue() + captured.out,
+                      err=err.getvalue() + captured.err)
+
+    return run
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(policies.POLICY)
+    return path
+
+
+@pytest.fixture
+def audit_policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "audit.yaml"
+    path.write_text(policies.policy_yaml(mode="audit"))
+    return path
+
+
+def rich_pod() -> dict[str, Any]:
+    obj = pod(HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE, namespace="team-a")
+    obj["metadata"]["labels"] = {"app": "web"}
+    obj["spec"]["futureField"] = {"keep": ["me"]}
+    obj["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    return obj
+
+
+def expected_rewrite(obj: dict[str, Any]) -> dict[str, Any]:
+    expected = copy.deepcopy(obj)
+    expected["spec"]["containers"][0]["image"] = HUB_MIRRORED
+    expected["spec"]["containers"][1]["image"] = PROM_MIRRORED
+    expected["spec"]["imagePullSecrets"] = [{"name": HUB_SECRET}]
+    expected["metadata"]["annotations"] = {"mirrorgate.io/original-images": json.dumps(
+        {"containers/c0": HUB_IMAGE, "containers/c1": PROM_IMAGE}, sort_keys=True,
+        separators=(",", ":"))}
+    return expected
+
+
+def write_yaml(tmp_path: Path, *documents: Any, name: str = "pods.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return path
+
+
+# --- rewrite -----------------------------------------------------------------------------------
+
+
+def test_rewrite_yaml_output(mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """The Pod comes out as admission would leave it, unknown fields and all; exit 0."""
+    obj = rich_pod()
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-f",
+                        str(write_yaml(tmp_path, obj)))
+    assert result.code == 0
+    assert result.err == ""
+    assert list(yaml.safe_load_all(result.out)) == [expected_rewrite(obj)]
+
+
+def test_rewrite_json_output(mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """-o json prints one object for one Pod."""
+    obj = rich_pod()
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
+                        str(write_yaml(tmp_path, obj)))
+    assert result.code == 0
+    assert json.loads(result.out) == expected_rewrite(obj)
+
+
+def test_rewrite_json_output_of_several_documents_is_a_list(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """Several documents come out as a v1 List, in order."""
+    first, second = rich_pod(), pod(PROM_IMAGE, name="two", namespace="team-a")
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
+                        str(write_yaml(tmp_path, first, second)))
+    assert result.code == 0
+    listing = json.loads(result.out)
+    assert listing["kind"] == "List"
+    assert listing["apiVersion"] == "v1"
+    assert [item["metadata"]["name"] for item in listing["items"]] == ["web", "two"]
+    assert listing["items"][0] == expected_rewrite(first)
+
+
+def test_rewrite_patch_output_applies_to_the_input(mirrorgate: Any, tmp_path: Path,
+                                                   policy_file: Path) -> None:
+    """-o patch prints one JSON Patch per Pod, which applied gives the -o yaml result."""
+    obj = rich_pod()
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "patch", "-f",
+                        str(write_yaml(tmp_path, obj)))
+    assert result.code == 0
+    [line] = result.out.splitlines()
+    ops = json.loads(line)
+    assert {op["path"] for op in ops} == {"/spec/containers/0/image", "/spec/containers/1/image",
+                                          "/metadata/annotations", "/spec/imagePullSecrets"}
+    assert apply(obj, ops) == expected_rewrite(obj)
+
+
+def test_rewrite_reads_json_from_stdin(mirrorgate: Any, policy_file: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-f -` (the default) reads stdin, JSON as well as YAML."""
+    obj = rich_pod()
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(obj)))
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json")
+    assert result.code == 0
+    assert json.loads(result.out) == expected_rewrite(obj)
+
+
+def test_rewrite_in_audit_mode_leaves_the_pod_and_warns(
+        mirrorgate: Any, tmp_path: Path, audit_policy_file: Path) -> None:
+    """`mode: audit`: the Pod is unchanged and each planned rewrite is a warning; exit 1."""
+    obj = rich_pod()
+    result = mirrorgate("rewrite", "--policy", str(audit_policy_file), "-o", "json", "-f",
+                        str(write_yaml(tmp_path, obj)))
+    assert result.code == 1
+    assert json.loads(result.out) == obj
+    lines = result.err.splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith("warning: Pod/web: ") for line in lines)
+    assert "containers/c0" in lines[0]
+    assert HUB_MIRRORED in lines[0]
+    assert "containers/c1" in lines[1]
+    assert PROM_MIRRORED in lines[1]
+
+
+def test_rewrite_passes_other_kinds_through_with_a_warning(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """A Deployment is never mutated (only Pods are); it is printed as is, with a warning."""
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                  "spec": {"template": pod(HUB_IMAGE)}}
+    obj = rich_pod()
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-f",
+                        str(write_yaml(tmp_path, deployment, obj)))
+    assert result.code == 1
+    assert list(yaml.safe_load_all(result.out)) == [deployment, expected_rewrite(obj)]
+    assert result.err == "warning: Deployment/web: not a Pod; mirrorgate mutates Pods only\n"
+
+
+@pytest.mark.parametrize(("namespace_args", "changed"), [
+    pytest.param(("-n", "excluded-ns"), False, id="excluded-namespace"),
+    pytest.param(("-n", "team-b"), True, id="other-namespace"),
+])
+def test_rewrite_namespace_option(mirrorgate: Any, tmp_path: Path, policy_file: Path,
+                                  namespace_args: tuple[str, ...], changed: bool) -> None:
+    """-n plans for that namespace instead of the Pod's own."""
+    obj = rich_pod()
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json",
+                        *namespace_args, "-f", str(write_yaml(tmp_path, obj)))
+    assert result.code == 0
+    assert (json.loads(result.out) != obj) is changed
+
+
+# --- explain -----------------------------------------------------------------------------------
+
+
+def explained(result: Result) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result.out.splitlines()]
+
+
+def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> None:
+    """Exactly the documented fields; rule, result and credential are null; no :latest added."""
+    result = mirrorgate("explain", "nginx")
+    assert result.code == 0
+    [entry] = explained(result)
+    assert set(entry) == EXPLAIN_KEYS
+    assert entry == {
+        "image": "nginx", "valid": True,
+        "reference": {"domain": "docker.io", "path": "library/nginx", "tag": None,
+                      "digest": None, "name": "docker.io/library/nginx",
+                      "normalized": "docker.io/library/nginx"},
+        "rule": None, "result": None, "credential": None}
+
+
+def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
+                                                              policy_file: Path) -> None:
+    """A rewritten image shows the rule, the new image and the credential it needs."""
+    result = mirrorgate("explain", "--policy", str(policy_file), HUB_IMAGE, PROM_IMAGE,
+                        UNMATCHED_IMAGE)
+    assert result.code == 0
+    hub, prom, unmatched = explained(result)
+    for entry in (hub, prom, unmatched):
+        assert EXPLAIN_KEYS <= set(entry) <= EXPLAIN_KEYS | {"outcome", "warning"}
+        assert set(entry["reference"]) == REFERENCE_KEYS
+    assert hub["rule"] == {"index": 0, "source": "docker.io",
+                           "mirror": "harbor.corp.example/dockerhub-proxy"}
+    assert hub["result"] == HUB_MIRRORED
+    assert hub["credential"] == "harbor-pull"
+    assert hub["outcome"] == "rewrite"
+    assert hub["reference"]["normalized"] == "docker.io/library/nginx:1.27"
+    assert prom["result"] == PROM_MIRRORED
+    assert prom["credential"] is None
+    assert unmatched["outcome"] == "unmatched"
+    assert unmatched["rule"] is None
+
+
+def test_explain_digest_reference(mirrorgate: Any) -> None:
+    """Tag and digest are both reported, and the normalised form keeps them."""
+    digest = "sha256:" + "ab" * 32
+    [entry] = explained(mirrorgate("explain", f"quay.io/prometheus/node-exporter:v1@{digest}"))
+    assert entry["reference"] == {
+        "domain": "quay.io", "path": "prometheus/node-exporter", "tag": "v1", "digest": digest,
+        "name": "quay.io/prometheus/node-exporter",
+        "normalized": f"quay.io/prometheus/node-exporter:v1@{digest}"}
+
+
+def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
+    """An invalid reference is {image, valid: false, error}, exit 1; later images still print."""
+    result = mirrorgate("explain", "--policy", str(policy_file), "Nginx", PROM_IMAGE)
+    assert result.code == 1
+    invalid, valid = explained(result)
+    assert invalid == {"image": "Nginx", "valid": False,
+                       "error": "repository name must be lowercase"}
+    assert valid["valid"] is True
+
+
+def test_explain_credential_not_granted(mirrorgate: Any, tmp_path: Path) -> None:
+    """A namespace without the grant keeps the image as written, with a warning; exit 1."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(policies.POLICY.replace('namespaces: ["*"]', 'namespaces: ["team-*"]'))
+    result = mirrorgate("explain", "--policy", str(path), "-n", "other", HUB_IMAGE)
+    assert result.code == 1
+    [entry] = explained(result)
+    assert entry["outcome"] == "not-granted"
+    assert entry["result"] == HUB_IMAGE
+    assert "harbor-pull" in entry["warning"]
+    assert "other" in entry["warning"]
+
+
+# --- policy check ------------------------------------------------------------------------------
+
+
+def test_policy_check_valid(mirrorgate: Any, policy_file: Path) -> None:
+    """A valid policy: exit 0 and a one-line summary."""
+    result = mirrorgate("policy", "check", str(policy_file))
+    assert result.code == 0
+    assert result.out.count("\n") == 1
+    assert "valid" in result.out
+    assert "2 mirror rules" in result.out
+
+
+def test_policy_check_accepts_the_example_policy(mirrorgate: Any) -> None:
+    """examples/policy.yaml, what `make serve` runs, is valid."""
+    result = mirrorgate("policy", "check", str(REPOSITORY / "examples" / "policy.yaml"))
+    assert result.code == 0, result.out
+
+
+def test_policy_check_lists_every_error_with_its_path(mirrorgate: Any, tmp_path: Path) -> None:
+    """An invalid policy: exit 1 and one line per error, each starting with the field path."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(policies.INVALID_POLICY)
+    result = mirrorgate("policy", "check", str(path))
+    assert result.code == 1
+    assert str(path) in result.out
+    error_lines = [line.strip() for line in result.out.splitlines()[1:]]
+    assert len(error_lines) == len(policies.INVALID_POLICY_PATHS)
+    for field_path in policies.INVALID_POLICY_PATHS:
+        assert any(line.startswith(f"{field_path}: ") for line in error_lines), field_path
+
+
+def test_policy_check_reports_yaml_syntax_errors_with_position(mirrorgate: Any,
+                                                               tmp_path: Path) -> None:
+    """Broken YAML is a finding too, located by line and column."""
+    path = tmp_path / "broken.yaml"
+    path.write_text("mode: enforce\nmirrors: [\n")
+    result = mirrorgate("policy", "check", str(path))
+    assert result.code == 1
+    assert f"{path}:3:1: not valid YAML" in result.out
+
+
+# --- usage and file errors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    pytest.param((), id="no-command"),
+    pytest.param(("frobnicate",), id="unknown-command"),
+    pytest.param(("rewrite",), id="rewrite-without-policy"),
+    pytest.param(("rewrite", "--policy", "p.yaml", "-o", "xml"), id="rewrite-bad-output"),
+    pytest.param(("explain",), id="explain-without-images"),
+    pytest.param(("explain", "--bogus", "nginx"), id="explain-unknown-option"),
+    pytest.param(("policy",), id="policy-without-subcommand"),
+    pytest.param(("policy", "check"), id="policy-check-without-file"),
+    pytest.param(("serve", "--policy", "p", "--tls-cert", "c", "--tls-key", "k", "--port", "x"),
+                 id="serve-bad-port"),
+])
+def test_usage_errors_exit_2_with_one_line(mirrorgate: Any, argv: tuple[str, ...]) -> None:
+    """A usage error is exit 2 and a single line naming the command, nothing on stdout."""
+    result = mirrorgate(*argv)
+    assert result.code == 2
+    assert result.out == ""
+    assert result.err.count("\n") == 1
+    assert result.err.startswith("mirrorgate")
+    assert "error:" in result.err
+    assert "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    pytest.param(("rewrite", "--policy", "{missing}", "-f", "{pods}"), "{missing}",
+                 id="rewrite-missing-policy"),
+    pytest.param(("rewrite", "--policy", "{policy}", "-f", "{missing}"), "{missing}",
+                 id="rewrite-missing-input"),
+    pytest.param(("rewrite", "--policy", "{policy}", "-f", "{directory}"), "{directory}",
+                 id="rewrite-input-is-a-directory"),
+    pytest.param(("rewrite", "--policy", "{policy}", "-f", "{binary}"), "{binary}",
+                 id="rewrite-input-not-utf8"),
+    pytest.param(("rewrite", "--policy", "{policy}", "-f", "{broken}"), "{broken}",
+                 id="rewrite-input-not-yaml"),
+    pytest.param(("explain", "--policy", "{missing}", "nginx"), "{missing}",
+                 id="explain-missing-policy"),
+    pytest.param(("policy", "check", "{missing}"), "{missing}", id="policy-check-missing-file"),
+    pytest.param(("policy", "check", "{directory}"), "{directory}",
+                 id="policy-check-directory"),
+])
+def test_unreadable_files_exit_2_naming_the_file(mirrorgate: Any, tmp_path: Path,
+                                                 policy_file: Path, argv: tuple[str, ...],
+                                                 named: str) -> None:
+    """A file that cannot be read is a configuration error (exit 2) that names the file."""
+    places = {"missing": tmp_path / "missing.yaml", "policy": policy_file,
+              "pods": write_yaml(tmp_path, pod(HUB_IMAGE)), "directory": tmp_path / "dir",
+              "binary": tmp_path / "binary.yaml", "broken": tmp_path / "broken.yaml"}
+    places["directory"].mkdir()
+    places["binary"].write_bytes(b"kind: Pod\nname: \xff\xfe\n")
+    places["broken"].write_text("kind: Pod\nspec: [\n")
+    result = mirrorgate(*(arg.format(**places) for arg in argv))
+    assert result.code == 2, result
+    assert result.err.startswith("mirrorgate: error: ")
+    assert result.err.count("\n") == 1
+    assert named.format(**places) in result.err
+    assert "Traceback" not in result.err
+
+
+def subcommand_paths(parser: argparse.ArgumentParser,
+                     prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command path of the CLI, read from the parser itself."""
+    yield prefix
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from subcommand_paths(child, (*prefix, name))
+
+
+COMMANDS = list(subcommand_paths(cli.build_parser()))
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) or "mirrorgate" for c in COMMANDS])
+def test_help_works_for_every_command(mirrorgate: Any, command: tuple[str, ...]) -> None:
+    """`--help` prints usage for that command and exits 0."""
+    result = mirrorgate(*command, "--help")
+    assert result.code == 0
+    assert result.out.startswith(f"usage: {' '.join(('mirrorgate', *command))}")
+    assert result.err == ""
+
+
+def test_help_covers_the_documented_commands() -> None:
+    """The commands the issue documents are all there."""
+    assert {("rewrite",), ("explain",), ("policy", "check"), ("serve",)} <= set(COMMANDS)
