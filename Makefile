@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install serve test test-fast lint e2e-deps bench bench-policy conformance clean
+.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-policy bench-profile clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,21 @@ test: install e2e-deps lint
 
 test-fast: install
 	$(PY) -m pytest -m "not e2e"
+
+test-e2e: install e2e-deps
+	MIRRORGATE_REQUIRE_E2E=1 $(PY) -m pytest -m e2e tests/e2e
+
+# Benchmarks, not timed tests: figures are ratios against a baseline measured
+# in the same run, because this machine is shared and noisy.
+bench-policy: install
+	$(PY) -m bench.policy_bench --check
+
+bench: install
+	$(PY) -m bench.server_bench
+
+bench-profile: install
+	$(PY) -m bench.profile_server --size small
+	$(PY) -m bench.profile_server --size large --requests 600
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
