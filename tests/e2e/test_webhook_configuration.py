@@ -54,7 +54,7 @@ def test_reinvocation_converges_to_a_single_pass(
             admission.delete_mutating_webhook_configuration("zz-e2e-injector")
 
     # One pass of mirrorgate over the Pod as the injector leaves it.
-    written = api.sanitize_for_serialization(pod(installed))  # type: ignore[no-untyped-call]
+    written = api.sanitize_for_serialization(pod(installed))
     written["spec"]["containers"].append({"name": "injected", "image": SIDECAR_IMAGE})
     rules = policy.load(yaml.safe_load(e2e_policy(installed.registry)))
     plan = policy.plan(written, namespace=namespace, policy=rules)
@@ -164,7 +164,7 @@ def test_overlay_is_accepted_by_server_side_dry_run(installed: Installed, kustom
     with installed.control_plane.api_client() as api:
         if overlay.endswith("cert-manager"):
             _cert_manager_crds(api)
-        client = dynamic.DynamicClient(api)
+        client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
         for obj in objects:
             if obj["kind"] == "MutatingWebhookConfiguration":
                 # The session's own configuration holds this name with a URL
