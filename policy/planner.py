@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Collection, Mapping
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from policy.model import Policy
 
@@ -52,9 +52,13 @@ def pull_secret_name(credential: str) -> str:
     return PULL_SECRET_PREFIX + credential
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class ImageSite:
-    """One container's image in a Pod."""
+    """One container's image in a Pod (treat it as immutable).
+
+    Not frozen: a Pod of 20 containers makes 20 of these per admission, and a
+    frozen dataclass pays an object.__setattr__ call per field.
+    """
 
     field: ContainerField
     index: int
@@ -72,8 +76,9 @@ class ImageSite:
         return f"/spec/{self.field}/{self.index}/image"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ImageRewrite:
+class ImageRewrite(NamedTuple):
+    """A planned rewrite (a NamedTuple: cheap to build on the admission path)."""
+
     site: ImageSite
     new_image: str
     rule_label: str
@@ -89,8 +94,8 @@ class RewritePlan:
     """Secret names to append to ``spec.imagePullSecrets`` (not yet there)."""
     credentials: tuple[str, ...] = ()
     """Credentials whose pull secret must exist in the namespace for this plan."""
-    original_images: str | None = None
-    """The annotation's new JSON value; None leaves the annotation as it is."""
+    original_images: Mapping[str, str] | None = None
+    """The annotation's new content (to be written as a JSON object); None leaves it as is."""
     warnings: tuple[str, ...] = ()
     skipped: str | None = None
     """Why the whole Pod was left alone, if it was."""
@@ -107,7 +112,10 @@ def audit_line(rewrite: ImageRewrite) -> str:
 
 
 def _mapping(value: object) -> Mapping[str, object]:
-    return value if isinstance(value, Mapping) else {}
+    # Decoded JSON is always a dict; the exact-type test skips the ABC machinery.
+    if type(value) is dict or isinstance(value, Mapping):
+        return value
+    return {}
 
 
 def find_image_sites(
@@ -239,10 +247,7 @@ def plan(
         if site.key not in originals:
             new_originals[site.key] = site.image
 
-    annotation = None
-    if new_originals:
-        annotation = json.dumps({**originals, **new_originals}, sort_keys=True,
-                                separators=(",", ":"))
+    annotation = {**originals, **new_originals} if new_originals else None
     credentials = tuple(sorted(needed))
     return RewritePlan(
         rewrites=tuple(rewrites),

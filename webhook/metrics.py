@@ -19,6 +19,8 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 class Metrics:
     def __init__(self) -> None:
+        self._admission_children: dict[tuple[str, str, str], prom.Counter] = {}
+        self._latency_children: dict[str, prom.Histogram] = {}
         self.registry = prom.CollectorRegistry(auto_describe=True)
         r = self.registry
         self.admissions = prom.Counter(
@@ -55,7 +57,12 @@ class Metrics:
             ["result"], registry=r)
 
     def record(self, endpoint: str, decision: Decision, seconds: float) -> None:
-        self.admissions.labels(endpoint, decision.mode, decision.outcome).inc()
+        # labels() hashes and locks on every call; the few children are bound once.
+        key = (endpoint, decision.mode, decision.outcome)
+        counter = self._admission_children.get(key)
+        if counter is None:
+            counter = self._admission_children[key] = self.admissions.labels(*key)
+        counter.inc()
         if decision.rewrites:
             (self.would_rewrite if decision.mode == "audit" else self.rewritten).inc(
                 decision.rewrites)
@@ -63,7 +70,10 @@ class Metrics:
             self.warnings.inc(decision.warnings)
         if decision.unrewritten:
             self.unrewritten.inc(decision.unrewritten)
-        self.latency.labels(endpoint).observe(seconds)
+        histogram = self._latency_children.get(endpoint)
+        if histogram is None:
+            histogram = self._latency_children[endpoint] = self.latency.labels(endpoint)
+        histogram.observe(seconds)
 
     def set_policy(self, version: str, mode: str) -> None:
         self.policy.clear()

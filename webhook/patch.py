@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
+import orjson
+
 import policy
 
-__all__ = ["Operation", "build_patch", "escape"]
+__all__ = ["Operation", "annotation_value", "build_patch", "escape"]
 
 
 class Operation(TypedDict):
@@ -27,6 +29,11 @@ def escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
+def annotation_value(originals: Mapping[str, str]) -> str:
+    """The original-images annotation: compact JSON, keys sorted so it is stable."""
+    return orjson.dumps(originals, option=orjson.OPT_SORT_KEYS).decode()
+
+
 def build_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> list[Operation]:
     """The operations that apply ``plan`` to ``pod`` (empty when nothing changes)."""
     ops: list[Operation] = [
@@ -35,16 +42,17 @@ def build_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> list[Operat
     if plan.original_images is not None:
         metadata = pod.get("metadata")
         key = policy.ORIGINAL_IMAGES_ANNOTATION
+        value = annotation_value(plan.original_images)
         if not isinstance(metadata, Mapping):
             ops.append({"op": "add", "path": "/metadata",
-                        "value": {"annotations": {key: plan.original_images}}})
+                        "value": {"annotations": {key: value}}})
         elif not isinstance(metadata.get("annotations"), Mapping):
             ops.append({"op": "add", "path": "/metadata/annotations",
-                        "value": {key: plan.original_images}})
+                        "value": {key: value}})
         else:
             # `add` on an existing member replaces it (RFC 6902 4.1).
             ops.append({"op": "add", "path": f"/metadata/annotations/{escape(key)}",
-                        "value": plan.original_images})
+                        "value": value})
 
     if plan.pull_secrets:
         existing = pod.get("spec", {}).get("imagePullSecrets")

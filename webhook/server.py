@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -188,22 +189,34 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
 
     background.watchers += [watcher_policy, watcher_certs]
 
+    async def flush_logs() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            logs.flush()
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         for start in background.starts:
             start()
         for watcher in background.watchers:
             watcher.start()
+        flusher = asyncio.get_running_loop().create_task(flush_logs())
+        # Everything loaded so far lives as long as the process: keep it out of
+        # the collector's generations, so each admission's garbage is cheap.
+        gc.collect()
+        gc.freeze()
         logger.info("mirrorgate serving", extra={"fields": {
             "address": f"https://{settings.host}:{settings.port}",
             "policy": loaded.version, "mode": loaded.policy.mode}})
         try:
             yield
         finally:
+            flusher.cancel()
             for watcher in background.watchers:
                 await watcher.stop()
             for stop in background.stops:
                 stop()
+            logs.flush()
 
     application = app.create_app(runtime)
     application.router.lifespan_context = lifespan
