@@ -18,7 +18,7 @@ import fnmatch
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from policy import matching, reference
 from policy.rules import Mirror, MirrorRule, Source
@@ -107,6 +107,11 @@ class Policy:
     # unique images cannot grow it without limit.
     _resolutions: dict[str, matching.Resolution] = dataclasses.field(
         init=False, repr=False, default_factory=dict)
+    # Glob decisions per namespace, memoised likewise: a cluster has few.
+    _namespace_decisions: dict[str, bool] = dataclasses.field(
+        init=False, repr=False, default_factory=dict)
+    _grant_decisions: dict[tuple[str, str], bool] = dataclasses.field(
+        init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         derived = {
@@ -125,9 +130,7 @@ class Policy:
         found = self._resolutions.get(image)
         if found is None:
             found = self._resolve(image)
-            if len(self._resolutions) >= RESOLUTION_CACHE_SIZE:
-                self._resolutions.clear()
-            self._resolutions[image] = found
+            self._remember(self._resolutions, image, found)
         return found
 
     def _resolve(self, image: str) -> matching.Resolution:
@@ -171,13 +174,28 @@ class Policy:
             pattern.fullmatch(str(ref)) is not None or pattern.fullmatch(ref.name) is not None)
 
     def is_namespace_excluded(self, namespace: str) -> bool:
-        pattern = self._excluded_namespace
-        return pattern is not None and pattern.fullmatch(namespace) is not None
+        found = self._namespace_decisions.get(namespace)
+        if found is None:
+            pattern = self._excluded_namespace
+            found = pattern is not None and pattern.fullmatch(namespace) is not None
+            self._remember(self._namespace_decisions, namespace, found)
+        return found
 
     def is_granted(self, credential: str, namespace: str) -> bool:
         """Whether ``namespace`` may receive ``credential``."""
-        pattern = self._grant_patterns.get(credential)
-        return pattern is not None and pattern.fullmatch(namespace) is not None
+        key = (credential, namespace)
+        found = self._grant_decisions.get(key)
+        if found is None:
+            pattern = self._grant_patterns.get(credential)
+            found = pattern is not None and pattern.fullmatch(namespace) is not None
+            self._remember(self._grant_decisions, key, found)
+        return found
+
+    @staticmethod
+    def _remember(cache: dict[Any, Any], key: object, value: object) -> None:
+        if len(cache) >= RESOLUTION_CACHE_SIZE:
+            cache.clear()
+        cache[key] = value
 
     def granted_credentials(self, namespace: str) -> tuple[str, ...]:
         """Every credential ``namespace`` may receive, in name order."""

@@ -126,13 +126,20 @@ def find_image_sites(
     sites: list[ImageSite] = []
     warnings: list[str] = []
     for field in CONTAINER_FIELDS:
-        if field not in fields or spec.get(field) is None:
+        containers = spec.get(field)
+        if containers is None or field not in fields:
             continue
-        containers = spec[field]
         if not isinstance(containers, list):
             warnings.append(f"spec.{field} is not a list; left as written")
             continue
         for index, container in enumerate(containers):
+            # Exact-type tests first: decoded JSON is dicts and strs, and this
+            # loop runs for every container of every Pod.
+            if type(container) is dict:
+                name, image = container.get("name"), container.get("image")
+                if type(name) is str and name and type(image) is str:
+                    sites.append(ImageSite(field, index, name, image))
+                    continue
             if not isinstance(container, Mapping):
                 warnings.append(f"spec.{field}[{index}] is not a mapping; left as written")
                 continue
@@ -144,7 +151,7 @@ def find_image_sites(
             elif not isinstance(image, str):
                 warnings.append(f"{field}/{name}: image is not a string; left as written")
             else:
-                sites.append(ImageSite(field=field, index=index, name=name, image=image))
+                sites.append(ImageSite(field, index, name, image))
     return sites, warnings
 
 
@@ -167,7 +174,7 @@ def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
         return set()
     if not isinstance(secrets, list):
         return None
-    return {str(s.get("name")) for s in secrets if isinstance(s, Mapping)}
+    return {str(s.get("name")) for s in secrets if type(s) is dict or isinstance(s, Mapping)}
 
 
 def plan(
@@ -215,13 +222,13 @@ def plan(
     needed: set[str] = set()
     new_originals: dict[str, str] = {}
     for site in sites:
-        if site.key in frozen:
+        key = site.key
+        if frozen and key in frozen:
             continue
         found = policy.resolve(site.image)
-        if found.outcome == "invalid":
-            warnings.append(f"{site.key}: image {site.image!r} left as written: {found.error}")
-            continue
         if found.rule is None:
+            if found.outcome == "invalid":
+                warnings.append(f"{key}: image {site.image!r} left as written: {found.error}")
             continue  # excluded, or no rule covers it
         credential = found.rule.credential
         if credential is not None:
@@ -236,16 +243,15 @@ def plan(
                 reason = f"the Pod's imagePullSecrets cannot gain {secret!r} in this operation"
             if reason is not None:
                 what = "is on a mirror but" if found.outcome == "on-mirror" else "left as written:"
-                warnings.append(f"{site.key}: image {site.image!r} {what} {reason}")
+                warnings.append(f"{key}: image {site.image!r} {what} {reason}")
                 continue
             needed.add(credential)
         if found.outcome == "on-mirror":
             continue
         assert found.new_image is not None
-        rewrites.append(ImageRewrite(site=site, new_image=found.new_image,
-                                     rule_label=found.rule.label))
-        if site.key not in originals:
-            new_originals[site.key] = site.image
+        rewrites.append(ImageRewrite(site, found.new_image, found.rule.label))
+        if key not in originals:
+            new_originals[key] = site.image
 
     annotation = {**originals, **new_originals} if new_originals else None
     credentials = tuple(sorted(needed))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import orjson
 
@@ -40,8 +40,7 @@ class PullSecrets(Protocol):
         ...
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """The response body plus what the logs and metrics need to know about it."""
 
     body: review.AdmissionReview
@@ -151,8 +150,10 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
         warnings += [f"mirrorgate: {r.site.key} uses {r.new_image} (was {r.site.image})"
                      for r in plan.rewrites]
     operations = patch.build_patch(obj, plan)
+    # The rewrites are in the patch itself, which the API server's audit log
+    # records at RequestResponse level; audit annotations are for audit mode.
     return decision(
         review.patched(rev, operations, warnings=warnings,
-                       audit_annotations=_audit_annotations(plan)),
+                       audit_annotations=_audit_annotations(plan) if ephemeral else None),
         "patched" if operations else "allowed", rewrites=len(plan.rewrites),
         warnings=len(warnings), unrewritten=unrewritten)

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from webhook import admission, review
+from webhook import admission, logs, review
 from webhook.logs import logger
 from webhook.metrics import Metrics
 from webhook.policyfile import LoadedPolicy
@@ -120,12 +120,12 @@ def create_app(runtime: Runtime) -> Starlette:
                 return _json(error.review(), status=400)
             seconds = time.perf_counter() - started
             runtime.metrics.record(endpoint, decision, seconds)
-            logger.info("admission", extra={"fields": {
+            logs.admission({
                 "uid": rev.uid, "namespace": decision.namespace, "pod": decision.name,
                 "endpoint": endpoint, "mode": decision.mode, "outcome": decision.outcome,
                 "rewrites": decision.rewrites, "warnings": decision.warnings,
                 "dry_run": bool(rev.request.get("dryRun", False)), "policy": loaded.version,
-                "duration_ms": round(seconds * 1000, 3)}})
+                "duration_ms": round(seconds * 1000, 3)})
             return _json(decision.body)
         return handle
 

@@ -97,7 +97,10 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         port=args.port, reload_interval=args.reload_interval, log_level=args.log_level,
         kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
         store=args.store, store_file=args.store_file, store_key_file=args.key_file,
-        credential_deadline=args.credential_deadline, audit_only=args.audit_only))
+        credential_deadline=args.credential_deadline, audit_only=args.audit_only,
+        tls_secret=args.tls_secret, service=args.service,
+        webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
+        tls_dir=args.tls_dir))
     return EXIT_OK
 
 
@@ -196,6 +199,32 @@ def cmd_certs_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     return EXIT_OK
 
 
+def cmd_certs_inject(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import certs
+    from webhook import kube
+
+    try:
+        ca_pem = pathlib.Path(args.ca).read_bytes()
+        bundle = certs.ca_bundle_b64(ca_pem)
+    except OSError as error:
+        raise ConfigError(f"{args.ca}: cannot read: {error.strerror}") from None
+    except ValueError as error:
+        raise ConfigError(f"{args.ca}: {error}") from None
+    try:
+        client = kube.Kube.connect(kubeconfig=args.kubeconfig, context=args.context)
+        path = kube.webhook_configuration_path(args.webhook_config)
+        configuration = client.get(path)
+        webhooks = configuration.get("webhooks") or []
+        for webhook in webhooks:
+            webhook.setdefault("clientConfig", {})["caBundle"] = bundle
+        client.replace(path, configuration)  # carries resourceVersion: no lost update
+    except kube.KubeError as error:
+        raise ConfigError(f"certs inject: {error}") from None
+    print(f"set caBundle on {len(webhooks)} webhook{'s' if len(webhooks) != 1 else ''} of "
+          f"MutatingWebhookConfiguration {args.webhook_config}", file=err)
+    return EXIT_OK
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit 2) that name the command."""
 
@@ -259,8 +288,23 @@ def build_parser() -> argparse.ArgumentParser:
                     "/metrics over HTTPS. The policy and certificate files are reloaded when "
                     "they change.")
     serve.add_argument("--policy", required=True, metavar="FILE")
-    serve.add_argument("--tls-cert", required=True, metavar="FILE")
-    serve.add_argument("--tls-key", required=True, metavar="FILE")
+    serve.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM)")
+    serve.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
+    serve.add_argument("--tls-secret", metavar="NAME",
+                       help="instead of files: keep a CA and serving certificate in this "
+                            "Secret of mirrorgate's namespace, created and renewed as needed")
+    serve.add_argument("--service", default="mirrorgate", metavar="NAME",
+                       help="the Service the certificate is for, with --tls-secret "
+                            "(default: %(default)s)")
+    serve.add_argument("--webhook-config", metavar="NAME",
+                       help="with --tls-secret: keep this MutatingWebhookConfiguration's "
+                            "caBundle in step with the CA")
+    serve.add_argument("--cert-check-interval", type=float, default=300.0, metavar="SECONDS",
+                       help="how often --tls-secret certificates are checked "
+                            "(default: %(default)s)")
+    serve.add_argument("--tls-dir", metavar="DIR",
+                       help="where --tls-secret writes the serving files (default: a "
+                            "temporary folder)")
     serve.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8443, help="(default: %(default)s)")
     serve.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
@@ -333,6 +377,19 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--ip", action="append", default=[], metavar="IP",
                           help="extra IP address (repeatable)")
     generate.set_defaults(run=cmd_certs_generate)
+    inject = certs_commands.add_parser(
+        "inject", help="set caBundle on a MutatingWebhookConfiguration",
+        description="Set caBundle (base64 of the CA PEM, exactly once) on every webhook of "
+                    "the MutatingWebhookConfiguration NAME.")
+    inject.add_argument("--webhook-config", required=True, metavar="NAME")
+    inject.add_argument("--ca", required=True, metavar="FILE", help="CA certificate (PEM)")
+    inject.add_argument("--kubeconfig", metavar="FILE")
+    inject.add_argument("--context")
+    inject.set_defaults(run=cmd_certs_inject)
+    from webhook import audit, export  # commands kept in their own modules
+
+    audit.add_parser(commands, _Parser)
+    export.add_parser(commands, _Parser)
     return parser
 
 

@@ -21,11 +21,12 @@ from typing import Any, TextIO
 
 import orjson
 
-__all__ = ["JsonFormatter", "configure", "flush", "logger"]
+__all__ = ["JsonFormatter", "admission", "configure", "flush", "logger"]
 
 logger = logging.getLogger("mirrorgate")
 
 _stream: TextIO | None = None
+_formatter: JsonFormatter | None = None
 
 
 class JsonFormatter(logging.Formatter):
@@ -34,7 +35,7 @@ class JsonFormatter(logging.Formatter):
         self._second = -1
         self._stamp = ""
 
-    def _time(self, created: float) -> str:
+    def timestamp(self, created: float) -> str:
         second = int(created)
         if second != self._second:
             self._second = second
@@ -43,7 +44,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": self._time(record.created),
+            "time": self.timestamp(record.created),
             "level": record.levelname.lower(),
             "msg": record.getMessage(),
         }
@@ -71,8 +72,24 @@ class _BufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.handleError(record)
 
 
+def admission(fields: dict[str, Any]) -> None:
+    """The one line per admission.
+
+    Once :func:`configure` has run, it is formatted and written straight to
+    the stream: a LogRecord costs more than everything else in the line.
+    Before that (in tests, embedded use) it goes through ``logger`` as usual.
+    """
+    if _stream is not None and _formatter is not None:
+        if logger.isEnabledFor(logging.INFO):
+            entry = {"time": _formatter.timestamp(time.time()), "level": "info",
+                     "msg": "admission", **fields}
+            _stream.write(orjson.dumps(entry, default=str).decode() + "\n")
+    else:
+        logger.info("admission", extra={"fields": fields})
+
+
 def configure(level: str = "info") -> None:
-    global _stream
+    global _stream, _formatter
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
@@ -81,7 +98,8 @@ def configure(level: str = "info") -> None:
     _stream = open(os.dup(sys.stderr.fileno()), "w", buffering=1 << 16,  # noqa: SIM115
                    encoding="utf-8", closefd=True)
     handler = _BufferedHandler(_stream)
-    handler.setFormatter(JsonFormatter())
+    _formatter = JsonFormatter()
+    handler.setFormatter(_formatter)
     for name in ("mirrorgate", "uvicorn", "uvicorn.error"):
         log = logging.getLogger(name)
         log.handlers[:] = [handler]

@@ -7,7 +7,9 @@ import contextlib
 import dataclasses
 import gc
 import os
+import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
@@ -23,6 +25,7 @@ from webhook import (
     logs,
     policyfile,
     pullsecrets,
+    selfcerts,
     tls,
     watch,
 )
@@ -35,8 +38,17 @@ __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
 class Settings:
     policy: str
     """Path of the policy YAML; watched and reloaded on change."""
-    tls_cert: str
-    tls_key: str
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_secret: str | None = None
+    """Keep CA and serving certificate in this Secret of our namespace, renewing them."""
+    tls_dir: str | None = None
+    """Where --tls-secret's serving files are written (default: a new temporary folder)."""
+    service: str = "mirrorgate"
+    """The Service name the serving certificate is for (--tls-secret)."""
+    webhook_configuration: str | None = None
+    """The MutatingWebhookConfiguration whose caBundle is kept in step (--tls-secret)."""
+    cert_check_interval: float = 300.0
     host: str = "127.0.0.1"
     port: int = 8443
     reload_interval: float = 1.0
@@ -89,17 +101,41 @@ class Background:
     watchers: list[watch.FileWatcher] = dataclasses.field(default_factory=list)
 
 
-def _credentials(settings: Settings, runtime: app.Runtime,
+def _connect(settings: Settings) -> kube.Kube | None:
+    """The cluster from --kubeconfig or the in-cluster service account; None standalone."""
+    if settings.kubeconfig is None and "KUBERNETES_SERVICE_HOST" not in os.environ:
+        return None
+    try:
+        return kube.Kube.connect(kubeconfig=settings.kubeconfig, context=settings.kube_context)
+    except kube.KubeError as error:
+        raise policyfile.ConfigError(str(error)) from None
+
+
+def _self_managed_certificates(settings: Settings, client: kube.Kube | None,
+                               background: Background) -> selfcerts.SelfManagedCertificates:
+    """--tls-secret: certificates kept in a Secret and renewed by the server itself."""
+    if client is None:
+        raise policyfile.ConfigError("--tls-secret needs a cluster: pass --kubeconfig or run "
+                                     "in a Pod")
+    directory = Path(settings.tls_dir or tempfile.mkdtemp(prefix="mirrorgate-tls-"))
+    manager = selfcerts.SelfManagedCertificates(
+        client, namespace=settings.namespace or kube.own_namespace(),
+        secret=str(settings.tls_secret), service=settings.service,
+        webhook_configuration=settings.webhook_configuration, directory=directory,
+        check_interval=settings.cert_check_interval)
+    try:
+        manager.reconcile()
+    except (kube.KubeError, ValueError, OSError) as error:
+        raise policyfile.ConfigError(f"cannot set up the serving certificate from Secret "
+                                     f"{settings.tls_secret!r}: {error}") from None
+    background.starts.append(manager.start)
+    background.stops.append(manager.stop)
+    return manager
+
+
+def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runtime,
                  background: Background) -> admission.PullSecrets:
     """The credential store and the pull-secret provisioner the settings ask for."""
-    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
-    client = None
-    if settings.kubeconfig is not None or in_cluster:
-        try:
-            client = kube.Kube.connect(kubeconfig=settings.kubeconfig,
-                                       context=settings.kube_context)
-        except kube.KubeError as error:
-            raise policyfile.ConfigError(str(error)) from None
     kind = settings.store or ("kubernetes" if client else "file" if settings.store_file
                               else "none")
     namespace = settings.namespace or kube.own_namespace()
@@ -149,12 +185,21 @@ def _credentials(settings: Settings, runtime: app.Runtime,
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:
     """Load everything once, failing with ConfigError before any port is opened."""
     loaded = policyfile.read_policy(settings.policy)
-    certificates = tls.CertificateReloader(settings.tls_cert, settings.tls_key)
+    background = Background()
+    client = _connect(settings)
+    if settings.tls_secret is not None:
+        manager = _self_managed_certificates(settings, client, background)
+        cert_file, key_file = str(manager.cert_file), str(manager.key_file)
+    elif settings.tls_cert is not None and settings.tls_key is not None:
+        cert_file, key_file = settings.tls_cert, settings.tls_key
+    else:
+        raise policyfile.ConfigError("pass --tls-cert and --tls-key, or --tls-secret")
+    certificates = tls.CertificateReloader(cert_file, key_file)
     runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets(),
                           audit_only=settings.audit_only)
-    background = Background()
-    runtime.secrets = secrets or _credentials(settings, runtime, background)
-    runtime.readiness["certificates"] = lambda: None if certificates.current else "not loaded"
+    runtime.secrets = secrets or _credentials(settings, client, runtime, background)
+    if settings.tls_secret is not None:
+        runtime.readiness["certificate-upkeep"] = lambda: manager.problem
 
     def reload_policy() -> None:
         try:
@@ -184,7 +229,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
 
     watcher_policy = watch.FileWatcher([settings.policy], reload_policy,
                                        interval=settings.reload_interval, name="policy")
-    watcher_certs = watch.FileWatcher([settings.tls_cert, settings.tls_key], reload_certificates,
+    watcher_certs = watch.FileWatcher([cert_file, key_file], reload_certificates,
                                       interval=settings.reload_interval, name="certificates")
 
     background.watchers += [watcher_policy, watcher_certs]
@@ -228,7 +273,7 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
     settings = server.settings
     config = uvicorn.Config(
         server.application, host=settings.host, port=settings.port,
-        ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key,
+        ssl_certfile=server.certificates.cert_file, ssl_keyfile=server.certificates.key_file,
         log_config=None, access_log=False, lifespan="on",
         # The API server keeps connections alive between admissions.
         timeout_keep_alive=60)

@@ -1,0 +1,308 @@
+"""`mirrorgate export`: the policy's mirrors as container-runtime configuration.
+
+For clusters (or node pools) that want the runtime itself to pull through the
+mirrors, without admission rewriting images:
+
+``mirrorgate export containerd --policy FILE --out DIR``
+    writes ``DIR/<registry>/hosts.toml`` per source registry, in containerd's
+    ``config_path`` format (point ``config_path`` of the CRI plugin at DIR,
+    e.g. ``/etc/containerd/certs.d``)::
+
+        server = "https://registry-1.docker.io"
+
+        [host."https://harbor.corp.example/v2/dockerhub-proxy"]
+          capabilities = ["pull", "resolve"]
+          override_path = true
+
+    A mirror with a repository path gets ``override_path = true`` and a host
+    URL that spells the API root, ``/v2`` included, as containerd requires;
+    a mirror without one is just ``https://<host>`` (containerd adds ``/v2``).
+    Docker Hub's directory is ``docker.io`` and its server
+    ``https://registry-1.docker.io``.
+
+``mirrorgate export cri-o --policy FILE``
+    prints a containers-registries.conf(5) v2 drop-in for
+    ``/etc/containers/registries.conf.d/``: one ``[[registry]]`` per rule,
+    ``prefix``/``location`` the source and one ``[[registry.mirror]]`` the
+    mirror. Prefixes may carry a repository path, so every rule but wildcards
+    is expressible.
+
+What cannot be expressed is reported on stderr, rule by rule, and left out
+(decided so because the alternatives pull the wrong images):
+
+* containerd, a source with a repository path (``quay.io/prometheus``):
+  hosts.toml configures whole registries. Widening the rule to the whole
+  host would send every quay.io image to a mirror that holds only the
+  prometheus ones, under the wrong path, so it is not exported. Where the
+  same host also has a whole-host rule, the warning says that images under
+  the path will use that rule's mirror.
+* containerd, a wildcard source (``*.gcr.io``): there is one directory per
+  registry host and no wildcard directory.
+* CRI-O, a wildcard source: registries.conf does accept ``prefix =
+  "*.gcr.io"``, but a mirror location then replaces the whole matched host
+  (``eu.gcr.io/p/app`` → ``<mirror>/p/app``), while mirrorgate's mirrors keep
+  the host as the first path component (``<mirror>/eu.gcr.io/p/app``).
+
+Credentials are never written: containerd no longer reads plain-text registry
+credentials from hosts.toml, and registries.conf has no place for them. Each
+file says so at the top, and stderr names the rules whose mirror needs a
+credential: authenticated mirrors are what mirrorgate's admission path is for
+(it rewrites the image and attaches a pull secret). Both runtimes try the
+mirror first and fall back to the source registry.
+
+Exit codes: 0 every rule exported; 1 some rule could not be expressed
+(warnings on stderr; the rest is still written); 2 usage or configuration
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+import policy
+from webhook import policyfile
+from webhook.policyfile import ConfigError
+
+__all__ = ["Export", "add_parser", "containerd", "cri_o"]
+
+EXIT_OK, EXIT_FINDINGS = 0, 1
+
+DOCKER_HUB = "docker.io"
+# Docker Hub's registry API host; `docker.io` itself only redirects.
+DOCKER_HUB_SERVER = "https://registry-1.docker.io"
+CAPABILITIES = ("pull", "resolve")  # a private mirror is trusted to resolve tags; never push
+
+ADMISSION_HINT = ("for an authenticated mirror, use mirrorgate's admission webhook: it "
+                  "rewrites the image and attaches a pull secret")
+
+
+@dataclasses.dataclass(frozen=True)
+class Export:
+    """Files to write (relative path → text) and what to say on stderr."""
+
+    files: dict[str, str]
+    warnings: list[str]
+    notes: list[str]
+
+
+def _toml_string(value: str) -> str:
+    # JSON string escapes are valid TOML basic-string escapes.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _describe(rule: policy.MirrorRule) -> str:
+    return f"{rule.label} ({rule.source} → {rule.mirror})"
+
+
+def _credential_notes(rules: Iterable[policy.MirrorRule], runtime: str) -> list[str]:
+    needing = [r for r in rules if r.credential is not None]
+    notes = [f"no credentials are written ({runtime}); {ADMISSION_HINT}"]
+    notes += [f"{_describe(r)}: the mirror needs credential {r.credential!r}, which this "
+              f"file cannot carry" for r in needing]
+    return notes
+
+
+# --- containerd ------------------------------------------------------------
+
+def containerd(rules: policy.Policy) -> Export:
+    """One ``<host>/hosts.toml`` per source registry with a whole-host rule."""
+    whole = {r.source.host: r for r in rules.rules if not r.source.wildcard and not r.source.path}
+    warnings: list[str] = []
+    for rule in rules.rules:
+        if rule.source.wildcard:
+            warnings.append(f"{_describe(rule)}: not exported: containerd has one hosts.toml "
+                            "per registry host and no wildcard hosts")
+        elif rule.source.path:
+            warnings.append(_partial_warning(rule, whole.get(rule.source.host)))
+    files = {f"{host}/hosts.toml": _hosts_toml(rule) for host, rule in sorted(whole.items())}
+    notes = _credential_notes(whole.values(), "containerd no longer supports plain-text "
+                                              "credentials in hosts.toml")
+    return Export(files=files, warnings=warnings, notes=notes)
+
+
+def _partial_warning(rule: policy.MirrorRule, whole: policy.MirrorRule | None) -> str:
+    text = (f"{_describe(rule)}: not exported: hosts.toml configures whole registries, not "
+            f"repository paths")
+    if whole is not None:
+        text += (f"; with these files, {rule.source} images are pulled through "
+                 f"{whole.label}'s mirror {whole.mirror} instead")
+    return text
+
+
+def server_url(host: str) -> str:
+    return DOCKER_HUB_SERVER if host == DOCKER_HUB else f"https://{host}"
+
+
+def mirror_url(mirror: policy.Mirror) -> tuple[str, bool]:
+    """The ``[host."…"]`` URL and whether it needs ``override_path``.
+
+    containerd appends ``/v2`` only to a host URL without a path; with
+    ``override_path`` the URL is the API root itself, so ``/v2`` comes before
+    the mirror's repository prefix.
+    """
+    if not mirror.path:
+        return f"https://{mirror.host}", False
+    return f"https://{mirror.host}/v2/{mirror.path}", True
+
+
+def _hosts_toml(rule: policy.MirrorRule) -> str:
+    url, override = mirror_url(rule.mirror)
+    lines = [
+        f"# containerd hosts.toml for {rule.source}",
+        f"# written by `mirrorgate export containerd` from the policy's {rule.label}:",
+        f"# {rule.source} → {rule.mirror}.",
+        "# containerd tries the mirror first, then the server.",
+        "#",
+        "# No credentials are written here: containerd no longer supports plain-text",
+        "# registry credentials in hosts.toml. For an authenticated mirror, use",
+        "# mirrorgate's admission webhook: it rewrites the image and attaches a pull secret.",
+    ]
+    if rule.credential is not None:
+        lines.append(f"# This mirror needs credential {rule.credential!r}.")
+    lines += [
+        f"server = {_toml_string(server_url(rule.source.host))}",
+        "",
+        f"[host.{_toml_string(url)}]",
+        f"  capabilities = [{', '.join(_toml_string(c) for c in CAPABILITIES)}]",
+    ]
+    if override:
+        lines.append("  override_path = true")
+    return "\n".join(lines) + "\n"
+
+
+# --- CRI-O -----------------------------------------------------------------
+
+CRI_O_DROP_IN = "/etc/containers/registries.conf.d/50-mirrorgate.conf"
+
+
+def cri_o(rules: policy.Policy) -> Export:
+    """A registries.conf v2 drop-in with one ``[[registry]]`` per expressible rule."""
+    warnings: list[str] = []
+    blocks: list[str] = []
+    for rule in rules.rules:
+        if rule.source.wildcard:
+            warnings.append(
+                f"{_describe(rule)}: not exported: a registries.conf mirror replaces the whole "
+                f"host matched by {rule.source}, but mirrorgate's mirror keeps that host as "
+                f"the first path component ({rule.mirror}/<host>/…)")
+            continue
+        blocks.append(_registry_block(rule))
+    header = [
+        "# containers-registries.conf(5) v2 drop-in for CRI-O, written by",
+        "# `mirrorgate export cri-o`. Install it on every node as",
+        f"# {CRI_O_DROP_IN}.",
+        "# CRI-O tries each mirror first, then the location.",
+        "#",
+        "# No credentials are written here: registries.conf has no place for them. For an",
+        "# authenticated mirror, use mirrorgate's admission webhook: it rewrites the image",
+        "# and attaches a pull secret.",
+    ]
+    text = "\n".join(header) + "\n" + "".join(f"\n{block}" for block in blocks)
+    notes = _credential_notes((r for r in rules.rules if not r.source.wildcard),
+                              "registries.conf has no place for them")
+    return Export(files={"registries.conf": text}, warnings=warnings, notes=notes)
+
+
+def _registry_block(rule: policy.MirrorRule) -> str:
+    prefix = str(rule.source)
+    credential = f" (needs credential {rule.credential!r})" if rule.credential else ""
+    return (f"# {rule.label}: {rule.source} → {rule.mirror}{credential}\n"
+            f"[[registry]]\n"
+            f"prefix = {_toml_string(prefix)}\n"
+            f"location = {_toml_string(prefix)}\n"
+            f"\n"
+            f"[[registry.mirror]]\n"
+            f"location = {_toml_string(str(rule.mirror))}\n")
+
+
+# --- the commands ----------------------------------------------------------
+
+def _report(export: Export, err: TextIO) -> int:
+    for note in export.notes:
+        print(f"note: {note}", file=err)
+    for warning in export.warnings:
+        print(f"warning: {warning}", file=err)
+    return EXIT_FINDINGS if export.warnings else EXIT_OK
+
+
+def _write_atomically(path: pathlib.Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # containerd re-reads hosts.toml on every pull: never let it see half a file.
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".hosts.toml.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        pathlib.Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def run_containerd(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    export = containerd(policyfile.read_policy(args.policy).policy)
+    status = _report(export, err)
+    directory = pathlib.Path(args.out)
+    try:
+        for relative, text in export.files.items():
+            _write_atomically(directory / relative, text)
+    except OSError as error:
+        raise ConfigError(f"{args.out}: cannot write: {error.strerror or error}") from None
+    for relative in export.files:
+        print(f"wrote {directory / relative}", file=err)
+    if not export.files:
+        print("warning: no rule could be exported; nothing written", file=err)
+        status = EXIT_FINDINGS
+    return status
+
+
+def run_cri_o(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    export = cri_o(policyfile.read_policy(args.policy).policy)
+    status = _report(export, err)
+    out.write(export.files["registries.conf"])
+    return status
+
+
+def _containerd_parser(runtimes: argparse._SubParsersAction[Any]) -> None:
+    parser = runtimes.add_parser(
+        "containerd", help="write <registry>/hosts.toml files for containerd's config_path",
+        description="Write DIR/<registry>/hosts.toml for each source registry (point the CRI "
+                    "plugin's registry config_path at DIR). Rules containerd cannot express "
+                    "(repository paths, wildcards) are reported on stderr and left out; exit 1 "
+                    "then. Credentials are never written.")
+    parser.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="directory to write into, e.g. /etc/containerd/certs.d")
+    parser.set_defaults(run=run_containerd)
+
+
+def _cri_o_parser(runtimes: argparse._SubParsersAction[Any]) -> None:
+    parser = runtimes.add_parser(
+        "cri-o", help="print a registries.conf drop-in for CRI-O",
+        description=f"Print a containers-registries.conf v2 drop-in (install it as "
+                    f"{CRI_O_DROP_IN}). Wildcard sources cannot be expressed: they are "
+                    "reported on stderr and left out; exit 1 then. Credentials are never "
+                    "written.")
+    parser.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
+    parser.set_defaults(run=run_cri_o)
+
+
+def add_parser(commands: argparse._SubParsersAction[Any],
+               parser_class: type[argparse.ArgumentParser]) -> None:
+    """Register `mirrorgate export containerd|cri-o` on the CLI's subcommands."""
+    export = commands.add_parser(
+        "export", help="the policy's mirrors as containerd or CRI-O configuration",
+        description="Write the policy's mirrors as container-runtime configuration, for "
+                    "runtimes that should pull through the mirrors themselves.")
+    runtimes = export.add_subparsers(dest="export_runtime", metavar="RUNTIME",
+                                     parser_class=parser_class)
+    runtimes.required = True
+    _containerd_parser(runtimes)
+    _cri_o_parser(runtimes)

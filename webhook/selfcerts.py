@@ -1,0 +1,187 @@
+"""In-cluster certificates: mirrorgate keeps its own CA, serving certificate and caBundle healthy.
+
+At start-up, and every ``check_interval`` seconds after, each replica makes
+sure that the Secret ``--tls-secret`` holds a CA (with its key) and a serving
+certificate for the Service that is not near expiry, creating or renewing
+what is missing, expired or damaged; the serving files the server reads are
+written from that Secret (and the server's certificate watcher picks them
+up); and every webhook of the MutatingWebhookConfiguration carries that CA
+as its ``caBundle``.
+
+The CA lives ten years while the leaf is renewed a month before its 90
+days are up, so ``caBundle`` rarely changes. Replicas race safely: writes
+carry the resourceVersion they read, and a replica that loses adopts what
+the winner wrote.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import threading
+from pathlib import Path
+from typing import Any
+
+import certs
+from webhook import kube
+from webhook.logs import logger
+
+__all__ = ["SelfManagedCertificates"]
+
+RENEW_BEFORE = datetime.timedelta(days=30)
+CA_RENEW_BEFORE = datetime.timedelta(days=180)
+# Keys of the Secret: the kubernetes.io/tls pair plus the CA and its key.
+CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class SelfManagedCertificates:
+    def __init__(self, client: kube.Kube, *, namespace: str, secret: str, service: str,
+                 webhook_configuration: str | None, directory: Path,
+                 check_interval: float = 300.0) -> None:
+        self.client = client
+        self.namespace, self.secret, self.service = namespace, secret, service
+        self.webhook_configuration = webhook_configuration
+        self.directory = directory
+        self.check_interval = check_interval
+        self.cert_file = directory / TLS_CERT
+        self.key_file = directory / TLS_KEY
+        self.problem: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="self-certs", daemon=True)
+
+    # -- the Secret -------------------------------------------------------------------
+
+    def _issue(self, authority: certs.CertificateAuthority) -> certs.KeyPair:
+        return authority.issue_serving(
+            dns_names=certs.service_dns_names(service=self.service, namespace=self.namespace))
+
+    def _usable(self, data: dict[str, bytes]) -> str | None:
+        """None when the Secret's contents can serve as they are, else what is wrong."""
+        if any(key not in data for key in (CA_CERT, CA_KEY, TLS_CERT, TLS_KEY)):
+            return "incomplete"
+        try:
+            authority = certs.CertificateAuthority.load(cert_pem=data[CA_CERT],
+                                                        key_pem=data[CA_KEY])
+            leaf = certs.KeyPair(cert_pem=data[TLS_CERT], key_pem=data[TLS_KEY])
+            if certs.certificate_expiry(authority.cert_pem) - CA_RENEW_BEFORE < _now():
+                return "the CA is near expiry"
+            if leaf.is_near_expiry(now=_now(), margin=RENEW_BEFORE):
+                return "the serving certificate is near expiry or expired"
+        except ValueError as error:
+            return f"unreadable ({error})"
+        return None
+
+    def _contents(self, secret: dict[str, Any] | None) -> dict[str, bytes]:
+        data = (secret or {}).get("data") or {}
+        try:
+            return {key: base64.b64decode(value) for key, value in data.items()}
+        except ValueError:
+            return {}
+
+    def _renewed(self, data: dict[str, bytes], why: str) -> dict[str, bytes]:
+        authority = None
+        if why.startswith("the serving certificate"):
+            # Keep the CA (and so caBundle); only the leaf is due.
+            authority = certs.CertificateAuthority.load(cert_pem=data[CA_CERT],
+                                                        key_pem=data[CA_KEY])
+        authority = authority or certs.CertificateAuthority.generate(
+            common_name=f"{self.service}.{self.namespace} CA")
+        leaf = self._issue(authority)
+        return {CA_CERT: authority.cert_pem, CA_KEY: authority.key_pem,
+                TLS_CERT: leaf.cert_pem, TLS_KEY: leaf.key_pem}
+
+    def _body(self, data: dict[str, bytes], resource_version: str | None) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": self.secret, "namespace": self.namespace,
+                                    "labels": {"app.kubernetes.io/name": "mirrorgate"}}
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": metadata,
+                "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+
+    def ensure_secret(self) -> dict[str, bytes]:
+        """The Secret's contents, made usable first if they were not."""
+        path = kube.secrets_path(self.namespace, self.secret)
+        for _ in range(3):
+            try:
+                secret: dict[str, Any] | None = self.client.get(path)
+            except kube.NotFound:
+                secret = None
+            data = self._contents(secret)
+            why = self._usable(data) if secret is not None else "missing"
+            if why is None:
+                return data
+            fresh = self._renewed(data, why)
+            try:
+                if secret is None:
+                    self.client.create(kube.secrets_path(self.namespace), self._body(fresh, None))
+                else:
+                    version = (secret.get("metadata") or {}).get("resourceVersion")
+                    self.client.replace(path, self._body(fresh, version))
+            except (kube.AlreadyExists, kube.Conflict):
+                continue  # another replica wrote first: adopt what it wrote
+            logger.info("serving certificate written", extra={"fields": {
+                "secret": f"{self.namespace}/{self.secret}", "reason": why}})
+            return fresh
+        raise kube.KubeError(0, "Conflict", f"Secret {self.namespace}/{self.secret} kept "
+                                            "changing under us")
+
+    # -- files and caBundle -----------------------------------------------------------
+
+    def write_files(self, data: dict[str, bytes]) -> None:
+        if self.cert_file.exists() and self.cert_file.read_bytes() == data[TLS_CERT] \
+                and self.key_file.read_bytes() == data[TLS_KEY]:
+            return
+        # Key first: the watcher reloads on either change and retries a mismatch.
+        certs.write_bundle(self.directory, ca_pem=data[CA_CERT], cert_pem=data[TLS_CERT],
+                           key_pem=data[TLS_KEY])
+
+    def ensure_ca_bundle(self, ca_pem: bytes) -> bool:
+        """Set caBundle on every webhook of the configuration; True if it changed."""
+        if self.webhook_configuration is None:
+            return False
+        path = kube.webhook_configuration_path(self.webhook_configuration)
+        bundle = certs.ca_bundle_b64(ca_pem)
+        configuration = self.client.get(path)
+        webhooks = configuration.get("webhooks") or []
+        operations = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle",
+                       "value": bundle}
+                      for i, webhook in enumerate(webhooks)
+                      if (webhook.get("clientConfig") or {}).get("caBundle") != bundle]
+        if not operations:
+            return False
+        # Guard on the version we read: a concurrent edit makes this fail and retry.
+        version = (configuration.get("metadata") or {}).get("resourceVersion")
+        self.client.patch(path, [{"op": "test", "path": "/metadata/resourceVersion",
+                                  "value": version}, *operations], patch_type="json")
+        logger.info("caBundle updated", extra={"fields": {
+            "webhookconfiguration": self.webhook_configuration, "webhooks": len(operations)}})
+        return True
+
+    def reconcile(self) -> None:
+        data = self.ensure_secret()
+        self.write_files(data)
+        self.ensure_ca_bundle(data[CA_CERT])
+        self.problem = None
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.check_interval):
+            try:
+                self.reconcile()
+            except (kube.KubeError, ValueError, OSError) as error:
+                # The certificate in use keeps serving; the next round retries.
+                self.problem = f"certificate upkeep failed: {error}"
+                logger.warning("certificate upkeep failed", extra={"fields": {
+                    "error": str(error)}})
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
