@@ -85,9 +85,8 @@ class ImageRewrite(NamedTuple):
     """The rule that decided it, as ``mirrors[N]``."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RewritePlan:
-    """Everything admission should change on one Pod, and why."""
+class RewritePlan(NamedTuple):
+    """Everything admission should change on one Pod, and why (one per admission: a tuple)."""
 
     rewrites: tuple[ImageRewrite, ...] = ()
     pull_secrets: tuple[str, ...] = ()
@@ -122,12 +121,17 @@ def find_image_sites(
         pod: Mapping[str, object], *, fields: Collection[ContainerField] = CONTAINER_FIELDS,
 ) -> tuple[list[ImageSite], list[str]]:
     """Every container image of ``pod`` in ``fields``, and warnings for malformed ones."""
-    spec = _mapping(pod.get("spec"))
+    return _sites(_mapping(pod.get("spec")), fields)
+
+
+def _sites(spec: Mapping[str, object],
+           fields: Collection[ContainerField]) -> tuple[list[ImageSite], list[str]]:
     sites: list[ImageSite] = []
     warnings: list[str] = []
+    every_field = fields is CONTAINER_FIELDS
     for field in CONTAINER_FIELDS:
         containers = spec.get(field)
-        if containers is None or field not in fields:
+        if containers is None or not (every_field or field in fields):
             continue
         if not isinstance(containers, list):
             warnings.append(f"spec.{field} is not a list; left as written")
@@ -204,7 +208,8 @@ def plan(
     if MIRROR_POD_ANNOTATION in annotations:
         return RewritePlan(skipped="static-pod mirror, owned by the kubelet")
 
-    sites, warnings = find_image_sites(pod, fields=fields)
+    spec = _mapping(pod.get("spec"))
+    sites, warnings = _sites(spec, fields)
     originals = _existing_originals(annotations)
     if originals is None:
         # Rewriting without a record of the originals would lose them.
@@ -212,7 +217,7 @@ def plan(
             warnings=(*warnings, f"annotation {ORIGINAL_IMAGES_ANNOTATION} is not a JSON object "
                                  "of strings; images left as written"),
             skipped="unreadable original-images annotation")
-    attached = _existing_pull_secrets(_mapping(pod.get("spec")))
+    attached = _existing_pull_secrets(spec)
     if attached is None:
         warnings.append("spec.imagePullSecrets is not a list; pull secrets cannot be attached")
         attached, can_add_pull_secrets = set(), False
@@ -253,13 +258,16 @@ def plan(
         if key not in originals:
             new_originals[key] = site.image
 
-    annotation = {**originals, **new_originals} if new_originals else None
+    if not needed:
+        return RewritePlan(tuple(rewrites), (), (),
+                           {**originals, **new_originals} if new_originals else None,
+                           tuple(warnings))
     credentials = tuple(sorted(needed))
     return RewritePlan(
         rewrites=tuple(rewrites),
         pull_secrets=tuple(pull_secret_name(c) for c in credentials
                            if pull_secret_name(c) not in attached),
         credentials=credentials,
-        original_images=annotation,
+        original_images={**originals, **new_originals} if new_originals else None,
         warnings=tuple(warnings),
     )

@@ -8,7 +8,6 @@ generated Secret is missing or stale.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -76,6 +75,20 @@ def _audit_annotations(plan: policy.RewritePlan) -> dict[str, str]:
          for r in plan.rewrites}).decode()}
 
 
+def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: str,
+          rules: policy.Policy, ephemeral: bool,
+          unavailable: Mapping[str, str] | None = None) -> policy.RewritePlan:
+    if not ephemeral:
+        return policy.plan(obj, namespace=namespace, policy=rules, unavailable=unavailable)
+    # An ephemeral-container update may only add containers, and the API
+    # server ignores any other change, imagePullSecrets included.
+    old = request.get("oldObject")
+    frozen = {s.key for s in policy.find_image_sites(
+        old, fields=EPHEMERAL)[0]} if isinstance(old, dict) else set()
+    return policy.plan(obj, namespace=namespace, policy=rules, fields=EPHEMERAL,
+                       frozen=frozen, can_add_pull_secrets=False, unavailable=unavailable)
+
+
 async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                 secrets: PullSecrets) -> Decision:
     """Decide on one review. Raises :class:`BadReview` for malformed requests only."""
@@ -84,46 +97,30 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
     ephemeral = operation == "UPDATE" and subresource == "ephemeralcontainers"
     if not _is_pod(request) or not (ephemeral or (operation == "CREATE" and not subresource)):
         # Only Pods are mutated, never the templates operators and GitOps tools diff.
-        return Decision(body=review.allowed(rev), mode=mode, outcome="ignored")
+        return Decision(review.allowed(rev), mode, "ignored")
 
     obj = request.get("object")
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise BadReview("request.object is missing or not an object", uid=rev.uid,
                         api_version=rev.api_version)
     metadata = obj.get("metadata")
-    namespace = (metadata.get("namespace") if isinstance(metadata, dict) else None) \
+    namespace = (metadata.get("namespace") if type(metadata) is dict else None) \
         or request.get("namespace")
     if not isinstance(namespace, str) or not namespace:
         raise BadReview("neither request.namespace nor the Pod's metadata.namespace is set",
                         uid=rev.uid, api_version=rev.api_version)
     name = _pod_name(obj)
 
-    def planned(unavailable: Mapping[str, str] | None = None) -> policy.RewritePlan:
-        if not ephemeral:
-            return policy.plan(obj, namespace=namespace, policy=rules, unavailable=unavailable)
-        # An ephemeral-container update may only add containers, and the API
-        # server ignores any other change, imagePullSecrets included.
-        old = request.get("oldObject")
-        frozen = {s.key for s in policy.find_image_sites(
-            old, fields=EPHEMERAL)[0]} if isinstance(old, dict) else set()
-        return policy.plan(obj, namespace=namespace, policy=rules, fields=EPHEMERAL,
-                           frozen=frozen, can_add_pull_secrets=False, unavailable=unavailable)
-
-    def decision(body: review.AdmissionReview, outcome: Outcome, *, rewrites: int = 0,
-                 warnings: int = 0, unrewritten: int = 0) -> Decision:
-        return Decision(body=body, mode=mode, outcome=outcome, namespace=namespace, name=name,
-                        rewrites=rewrites, warnings=warnings, unrewritten=unrewritten)
-
-    plan = planned()
+    plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral)
     if plan.skipped is not None:
-        return decision(review.allowed(rev, warnings=plan.warnings), "skipped",
-                        warnings=len(plan.warnings))
+        return Decision(review.allowed(rev, warnings=plan.warnings), mode, "skipped",
+                        namespace, name, 0, len(plan.warnings))
 
     if mode == "audit":
         lines = [*plan.warnings, *(policy.audit_line(r) for r in plan.rewrites)]
-        return decision(review.allowed(rev, warnings=lines,
+        return Decision(review.allowed(rev, warnings=lines,
                                        audit_annotations=_audit_annotations(plan)),
-                        "allowed", rewrites=len(plan.rewrites), warnings=len(lines))
+                        mode, "allowed", namespace, name, len(plan.rewrites), len(lines))
 
     unrewritten = 0
     if plan.credentials and not request.get("dryRun", False):
@@ -133,27 +130,29 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
             if rules.on_credential_error == "deny":
                 reasons = "; ".join(f"pull secret {policy.pull_secret_name(c)!r}: {why}"
                                     for c, why in sorted(failures.items()))
-                return decision(
+                return Decision(
                     review.denied(rev, f"mirrorgate: the Pod needs mirror credentials that "
                                        f"could not be provided in namespace {namespace!r} "
-                                       f"({reasons}); onCredentialError is deny"), "denied")
+                                       f"({reasons}); onCredentialError is deny"),
+                    mode, "denied", namespace, name)
             before = len(plan.rewrites)
-            plan = planned(unavailable=failures)
+            plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
+                         unavailable=failures)
             unrewritten = before - len(plan.rewrites)
 
-    warnings = list(plan.warnings)
+    warnings = plan.warnings
     if ephemeral and plan.rewrites:
         # The API server keeps everything but spec.ephemeralContainers as it was
         # on this subresource, annotations included: the record of the original
         # goes to the user as a warning and to the audit log instead.
-        plan = dataclasses.replace(plan, original_images=None)
-        warnings += [f"mirrorgate: {r.site.key} uses {r.new_image} (was {r.site.image})"
-                     for r in plan.rewrites]
+        plan = plan._replace(original_images=None)
+        warnings += tuple(f"mirrorgate: {r.site.key} uses {r.new_image} (was {r.site.image})"
+                          for r in plan.rewrites)
     operations = patch.build_patch(obj, plan)
     # The rewrites are in the patch itself, which the API server's audit log
     # records at RequestResponse level; audit annotations are for audit mode.
-    return decision(
+    return Decision(
         review.patched(rev, operations, warnings=warnings,
                        audit_annotations=_audit_annotations(plan) if ephemeral else None),
-        "patched" if operations else "allowed", rewrites=len(plan.rewrites),
-        warnings=len(warnings), unrewritten=unrewritten)
+        mode, "patched" if operations else "allowed", namespace, name, len(plan.rewrites),
+        len(warnings), unrewritten)

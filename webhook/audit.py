@@ -88,6 +88,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
@@ -327,7 +328,10 @@ def _namespace_lines(ns: NamespaceReport) -> Iterator[str]:
         if verdict.new_image is not None:
             yield f"{DETAIL_INDENT}→ {verdict.new_image}"
         if verdict.reason is not None:
-            yield f"{DETAIL_INDENT}({verdict.reason})"
+            # Reasons wrap at 80 columns; image names never do (they are copied).
+            for line in textwrap.wrap(f"({verdict.reason})", width=80 - len(DETAIL_INDENT),
+                                      break_long_words=False, break_on_hyphens=False):
+                yield DETAIL_INDENT + line
 
 
 def _summary_lines(report: Report, spaces: Sequence[NamespaceReport]) -> Iterator[str]:
@@ -443,8 +447,9 @@ def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
     from webhook import kube as kubeapi
 
     report = Report(policy_path=policy_path, scope=namespaces, namespaces={}, fail_on=fail_on)
+    progress = Progress(err)
     if namespaces is None:
-        _add_pods(report, kube, kubeapi.pods_path(), "at the cluster scope", rules, err)
+        _add_pods(report, kube, kubeapi.pods_path(), "at the cluster scope", rules, progress)
         try:
             labels = _cluster_namespaces(kube)
         except kubeapi.KubeError as error:
@@ -455,7 +460,8 @@ def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
         for name in namespaces:
             _namespace(report, name, rules)  # reported even when it has no Pods
         for name in namespaces:
-            _add_pods(report, kube, kubeapi.pods_path(name), f"in namespace {name!r}", rules, err)
+            _add_pods(report, kube, kubeapi.pods_path(name), f"in namespace {name!r}", rules,
+                      progress)
     for ns in report.namespaces.values():
         # A namespace made after the Pods were listed has no labels we know of.
         ns.mode, ns.mode_label = namespace_mode(labels.get(ns.name))
@@ -463,10 +469,9 @@ def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
 
 
 def _add_pods(report: Report, kube: Kube, path: str, scope: str, rules: policy.Policy,
-              err: TextIO) -> None:
+              progress: Progress) -> None:
     from webhook import kube as kubeapi
 
-    progress = Progress(err)
     try:
         for page in _pod_pages(kube, path):
             for pod in page:
@@ -476,7 +481,7 @@ def _add_pods(report: Report, kube: Kube, path: str, scope: str, rules: policy.P
     except kubeapi.KubeError as error:
         raise _explain(error, "list", "pods", scope) from None
     finally:
-        progress.done()
+        progress.done()  # a later page or namespace writes the line again
 
 
 def _namespace(report: Report, name: str, rules: policy.Policy) -> NamespaceReport:
