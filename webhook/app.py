@@ -76,48 +76,48 @@ async def _read_body(request: Request) -> bytes:
 
 
 def _content_type_ok(request: Request) -> bool:
-    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return media_type == "application/json"
+    value = request.headers.get("content-type", "")
+    if value == "application/json":  # what the API server sends: skip the parsing
+        return True
+    return value.split(";", 1)[0].strip().lower() == "application/json"
 
 
 def create_app(runtime: Runtime) -> Starlette:
-    async def _decide(rev: review.Review, loaded: LoadedPolicy, mode: admission.Mode,
-                      endpoint: str) -> admission.Decision:
-        try:
-            return await admission.admit(rev, rules=loaded.policy, mode=mode,
-                                         secrets=runtime.secrets)
-        except review.BadReview:
-            raise
-        except Exception:
-            # A bug of ours must neither block Pods nor reach the caller as a
-            # traceback or a 500: admit the Pod unchanged (so it points nowhere
-            # it cannot authenticate to), say so, and count it.
-            runtime.metrics.errors.labels(endpoint, "internal").inc()
-            logger.exception("admission failed; Pod admitted unchanged",
-                             extra={"fields": {"endpoint": endpoint, "uid": rev.uid}})
-            return admission.Decision(
-                body=review.allowed(rev, warnings=[
-                    "mirrorgate: internal error; the Pod was admitted unchanged"]),
-                mode=mode, outcome="allowed", warnings=1)
-
     def admission_endpoint(endpoint: str, forced_audit: bool) -> Callable[..., Any]:
         async def handle(request: Request) -> Response:
             started = time.perf_counter()
             loaded = runtime.policy
             audit = forced_audit or runtime.audit_only or loaded.policy.mode == "audit"
             mode: admission.Mode = "audit" if audit else "enforce"
+            rev: review.Review | None = None
             try:
                 if not _content_type_ok(request):
                     raise review.BadReview(
                         f"Content-Type is {request.headers.get('content-type', 'missing')!r}; "
                         "expected application/json")
                 rev = review.decode(await _read_body(request))
-                decision = await _decide(rev, loaded, mode, endpoint)
+                decision = await admission.admit(rev, rules=loaded.policy, mode=mode,
+                                                 secrets=runtime.secrets)
             except review.BadReview as error:
                 runtime.metrics.errors.labels(endpoint, "bad-request").inc()
                 logger.warning("bad admission request", extra={"fields": {
                     "endpoint": endpoint, "uid": error.uid, "error": str(error)}})
                 return _json(error.review(), status=400)
+            except Exception:
+                runtime.metrics.errors.labels(endpoint, "internal").inc()
+                if rev is None:  # e.g. the client went away while sending the body
+                    logger.exception("admission request unreadable",
+                                     extra={"fields": {"endpoint": endpoint}})
+                    return _json({"error": "the request body could not be read"}, status=400)
+                # A bug of ours must neither block Pods nor reach the caller as a
+                # traceback or a 500: admit the Pod unchanged (so it points nowhere
+                # it cannot authenticate to), say so, and count it.
+                logger.exception("admission failed; Pod admitted unchanged",
+                                 extra={"fields": {"endpoint": endpoint, "uid": rev.uid}})
+                decision = admission.Decision(
+                    review.allowed(rev, warnings=[
+                        "mirrorgate: internal error; the Pod was admitted unchanged"]),
+                    mode, "allowed", warnings=1)
             seconds = time.perf_counter() - started
             runtime.metrics.record(endpoint, decision, seconds)
             logs.admission({

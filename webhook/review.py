@@ -10,9 +10,8 @@ Two error channels, as the API server sees them: a malformed webhook call
 from __future__ import annotations
 
 import base64
-import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NamedTuple, TypedDict
 
 import orjson
 
@@ -99,8 +98,7 @@ class BadReview(ValueError):
                              "status": {"code": 400, "message": str(self)}}}
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Review:
+class Review(NamedTuple):
     """A decoded AdmissionReview: its version and its request (raw dicts, unknown fields kept)."""
 
     api_version: str
@@ -125,11 +123,12 @@ def _show(value: object) -> str:
 
 def decode(body: bytes) -> Review:
     """Parse and check an AdmissionReview request body."""
-    if not body.strip():
-        raise BadReview("empty request body; expected an AdmissionReview")
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:
+        # Checked only on failure: stripping copies the body, up to megabytes.
+        if not body.strip():
+            raise BadReview("empty request body; expected an AdmissionReview") from None
         raise BadReview(f"request body is not valid JSON: {error}") from None
     if not isinstance(document, dict):
         raise BadReview(f"request body is {_describe(document)}; expected an AdmissionReview "
