@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-policy bench-profile clean
+.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-policy bench-profile image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ bench: install
 bench-profile: install
 	$(PY) -m bench.profile_server --size small
 	$(PY) -m bench.profile_server --size large --requests 600
+
+# The server image (needs podman or docker; this machine has neither).
+image:
+	@engine=$$(command -v podman || command -v docker) || { \
+	  echo "make image needs podman or docker" >&2; exit 2; }; \
+	$$engine build -f Containerfile -t mirrorgate:$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml) .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

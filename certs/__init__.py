@@ -9,7 +9,7 @@ from certs.authority import CLOCK_SKEW, CertificateAuthority, KeyPair
 from certs.bundle import generate_bundle
 from certs.files import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, read_bundle, write_bundle
 from certs.names import service_dns_names, split_identities, validate_dns_name
-from certs.pem import ca_bundle_b64, certificate_expiry
+from certs.pem import ca_bundle_b64, certificate_expiry, subject_alternative_names
 
 __all__ = [
     "CA_CERT",
@@ -25,6 +25,7 @@ __all__ = [
     "read_bundle",
     "service_dns_names",
     "split_identities",
+    "subject_alternative_names",
     "validate_dns_name",
     "write_bundle",
 ]

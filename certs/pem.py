@@ -25,6 +25,7 @@ __all__ = [
     "load_certificates",
     "load_private_key",
     "public_keys_match",
+    "subject_alternative_names",
 ]
 
 # Key types that can sign certificates and that we know the digest for.
@@ -117,3 +118,15 @@ def ca_bundle_b64(ca_pem: bytes) -> str:
 def certificate_expiry(cert_pem: bytes) -> datetime:
     """Return the ``notAfter`` of a single PEM certificate, as an aware UTC datetime."""
     return load_certificate(cert_pem).not_valid_after_utc
+
+
+def subject_alternative_names(cert_pem: bytes) -> set[str]:
+    """The DNS names and IP addresses (as text) a PEM certificate is valid for."""
+    try:
+        extension = load_certificate(cert_pem).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return set()
+    names = set(extension.value.get_values_for_type(x509.DNSName))
+    names |= {str(ip) for ip in extension.value.get_values_for_type(x509.IPAddress)}
+    return names

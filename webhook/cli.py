@@ -100,7 +100,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         credential_deadline=args.credential_deadline, audit_only=args.audit_only,
         tls_secret=args.tls_secret, service=args.service,
         webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
-        tls_dir=args.tls_dir))
+        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name)))
     return EXIT_OK
 
 
@@ -302,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cert-check-interval", type=float, default=300.0, metavar="SECONDS",
                        help="how often --tls-secret certificates are checked "
                             "(default: %(default)s)")
+    serve.add_argument("--tls-name", action="append", default=[], metavar="NAME",
+                       help="with --tls-secret: an extra DNS name or IP for the serving "
+                            "certificate (repeatable)")
     serve.add_argument("--tls-dir", metavar="DIR",
                        help="where --tls-secret writes the serving files (default: a "
                             "temporary folder)")

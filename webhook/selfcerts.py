@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import datetime
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,9 @@ from webhook.logs import logger
 __all__ = ["SelfManagedCertificates"]
 
 RENEW_BEFORE = datetime.timedelta(days=30)
+# The API server watches webhook configurations; give it this long to see a
+# new caBundle before the certificate it must verify changes.
+CA_SWITCH_GRACE = 2.0
 CA_RENEW_BEFORE = datetime.timedelta(days=180)
 # Keys of the Secret: the kubernetes.io/tls pair plus the CA and its key.
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
@@ -41,12 +45,15 @@ def _now() -> datetime.datetime:
 class SelfManagedCertificates:
     def __init__(self, client: kube.Kube, *, namespace: str, secret: str, service: str,
                  webhook_configuration: str | None, directory: Path,
-                 check_interval: float = 300.0) -> None:
+                 check_interval: float = 300.0, extra_names: Sequence[str] = ()) -> None:
         self.client = client
         self.namespace, self.secret, self.service = namespace, secret, service
         self.webhook_configuration = webhook_configuration
         self.directory = directory
         self.check_interval = check_interval
+        dns, ips = certs.split_identities(extra_names)
+        self.dns_names = [*certs.service_dns_names(service=service, namespace=namespace), *dns]
+        self.ips = ips
         self.cert_file = directory / TLS_CERT
         self.key_file = directory / TLS_KEY
         self.problem: str | None = None
@@ -56,8 +63,11 @@ class SelfManagedCertificates:
     # -- the Secret -------------------------------------------------------------------
 
     def _issue(self, authority: certs.CertificateAuthority) -> certs.KeyPair:
-        return authority.issue_serving(
-            dns_names=certs.service_dns_names(service=self.service, namespace=self.namespace))
+        return authority.issue_serving(dns_names=self.dns_names, ips=self.ips)
+
+    def _covers(self, cert_pem: bytes) -> bool:
+        names = certs.subject_alternative_names(cert_pem)
+        return set(self.dns_names) | set(self.ips) <= names
 
     def _usable(self, data: dict[str, bytes]) -> str | None:
         """None when the Secret's contents can serve as they are, else what is wrong."""
@@ -71,6 +81,8 @@ class SelfManagedCertificates:
                 return "the CA is near expiry"
             if leaf.is_near_expiry(now=_now(), margin=RENEW_BEFORE):
                 return "the serving certificate is near expiry or expired"
+            if not self._covers(leaf.cert_pem):
+                return "the serving certificate does not cover every name"
         except ValueError as error:
             return f"unreadable ({error})"
         return None
@@ -141,12 +153,21 @@ class SelfManagedCertificates:
                            key_pem=data[TLS_KEY])
 
     def ensure_ca_bundle(self, ca_pem: bytes) -> bool:
-        """Set caBundle on every webhook of the configuration; True if it changed."""
+        """Set caBundle on every webhook of the configuration; True if it changed.
+
+        A configuration that does not exist yet (installed after the server,
+        or being re-applied) is not an error: the next round sets it.
+        """
         if self.webhook_configuration is None:
             return False
         path = kube.webhook_configuration_path(self.webhook_configuration)
-        bundle = certs.ca_bundle_b64(ca_pem)
-        configuration = self.client.get(path)
+        bundle = base64.b64encode(ca_pem).decode()
+        try:
+            configuration = self.client.get(path)
+        except kube.NotFound:
+            logger.warning("webhook configuration not found; caBundle not set yet",
+                           extra={"fields": {"name": self.webhook_configuration}})
+            return False
         webhooks = configuration.get("webhooks") or []
         operations = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle",
                        "value": bundle}
@@ -164,7 +185,19 @@ class SelfManagedCertificates:
 
     def reconcile(self) -> None:
         data = self.ensure_secret()
+        served_ca = (self.directory / CA_CERT).read_bytes() \
+            if (self.directory / CA_CERT).exists() else None
+        switched = served_ca is not None and served_ca != data[CA_CERT]
+        if switched:
+            # A new CA (the Secret was lost or its CA expired): trust both
+            # while the served certificate changes, so that no API server
+            # request meets a certificate its caBundle does not cover.
+            assert served_ca is not None
+            if self.ensure_ca_bundle(data[CA_CERT] + served_ca):
+                self._stop.wait(CA_SWITCH_GRACE)
         self.write_files(data)
+        if switched:
+            self._stop.wait(CA_SWITCH_GRACE)  # the server's file watcher reloads meanwhile
         self.ensure_ca_bundle(data[CA_CERT])
         self.problem = None
 

@@ -49,6 +49,8 @@ class Settings:
     webhook_configuration: str | None = None
     """The MutatingWebhookConfiguration whose caBundle is kept in step (--tls-secret)."""
     cert_check_interval: float = 300.0
+    tls_names: tuple[str, ...] = ()
+    """Extra DNS names or IPs for the --tls-secret serving certificate."""
     host: str = "127.0.0.1"
     port: int = 8443
     reload_interval: float = 1.0
@@ -122,7 +124,7 @@ def _self_managed_certificates(settings: Settings, client: kube.Kube | None,
         client, namespace=settings.namespace or kube.own_namespace(),
         secret=str(settings.tls_secret), service=settings.service,
         webhook_configuration=settings.webhook_configuration, directory=directory,
-        check_interval=settings.cert_check_interval)
+        check_interval=settings.cert_check_interval, extra_names=settings.tls_names)
     try:
         manager.reconcile()
     except (kube.KubeError, ValueError, OSError) as error:

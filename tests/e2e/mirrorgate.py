@@ -88,26 +88,40 @@ def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
                      groups: Sequence[str] = SERVICE_ACCOUNT_GROUPS,
                      kubeconfig: Path | None = None, args: Sequence[str] = (),
                      env: Mapping[str, str] | None = None, redact: Sequence[str] = (),
-                     ready: bool = True) -> Mirrorgate:
+                     ready: bool = True, tls_secret: str | None = None) -> Mirrorgate:
+    """Start `mirrorgate serve`; with `tls_secret`, it manages its own certificates.
+
+    In that mode the CA is the server's own, unknown until it has written the
+    Secret: readiness is then checked without verification, and the caller
+    verifies against the CA from the Secret.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
-    certs.generate_bundle(service="mirrorgate", namespace=NAMESPACE, out=workdir / "tls",
-                          dns=["localhost"], ips=["127.0.0.1"])
+    if tls_secret is None:
+        certs.generate_bundle(service="mirrorgate", namespace=NAMESPACE, out=workdir / "tls",
+                              dns=["localhost"], ips=["127.0.0.1"])
+        tls_args = ["--tls-cert", str(workdir / "tls" / certs.TLS_CERT),
+                    "--tls-key", str(workdir / "tls" / certs.TLS_KEY)]
+    else:
+        tls_args = ["--tls-secret", tls_secret, "--tls-dir", str(workdir / "tls")]
     policy_path = workdir / "policy.yaml"
     policy_path.write_text(policy)
     port = free_port()
     argv = [sys.executable, "-m", "webhook.cli", "serve", "--policy", str(policy_path),
-            "--tls-cert", str(workdir / "tls" / certs.TLS_CERT),
-            "--tls-key", str(workdir / "tls" / certs.TLS_KEY),
-            "--host", "127.0.0.1", "--port", str(port), "--reload-interval", "0.2",
+            *tls_args, "--host", "127.0.0.1", "--port", str(port), "--reload-interval", "0.2",
             "--kubeconfig", str(kubeconfig or plane.kubeconfig_for(user, groups)),
             "--namespace", NAMESPACE, *args]
     process = ManagedProcess("mirrorgate", argv, workdir / "mirrorgate.log", env=env,
                              cwd=REPO, redact=redact)
-    server = Mirrorgate(url=f"https://127.0.0.1:{port}",
-                        ca_pem=(workdir / "tls" / certs.CA_CERT).read_bytes(),
+    own_ca = b"" if tls_secret else (workdir / "tls" / certs.CA_CERT).read_bytes()
+    server = Mirrorgate(url=f"https://127.0.0.1:{port}", ca_pem=own_ca,
                         ca_path=workdir / "tls" / certs.CA_CERT, policy_path=policy_path,
                         process=process)
-    context = ssl.create_default_context(cafile=str(server.ca_path))
+    if tls_secret is None:
+        context = ssl.create_default_context(cafile=str(server.ca_path))
+    else:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
 
     def answered() -> str | None:
         try:

@@ -1,0 +1,194 @@
+"""In-cluster certificates against the real API server: created, injected, and healing."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import secrets
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+
+import certs
+from tests.e2e import mirrorgate as mg
+from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy
+from tests.e2e.procs import wait_until
+from tests.e2e.test_admission import create, pod
+
+pytestmark = pytest.mark.e2e
+
+
+def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: str) -> None:
+    """manifests/base's RBAC for `user`, its webhook-configuration rule on another name.
+
+    The base ClusterRole may touch only the configuration named `mirrorgate`,
+    which the session's server owns; this test's server gets the same rules
+    for its own configuration, and nothing more.
+    """
+    rbac = k8s.RbacAuthorizationV1Api(api)
+    rbac.create_cluster_role_binding({  # type: ignore[arg-type]
+        "metadata": {"name": f"{user}-base"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "mirrorgate"},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+    rbac.create_namespaced_role_binding(mg.NAMESPACE, {  # type: ignore[arg-type]
+        "metadata": {"name": f"{user}-leader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "mirrorgate-leader"},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+    rbac.create_cluster_role({  # type: ignore[arg-type]
+        "metadata": {"name": f"{user}-webhook"},
+        "rules": [{"apiGroups": ["admissionregistration.k8s.io"],
+                   "resources": ["mutatingwebhookconfigurations"],
+                   "resourceNames": [webhook_configuration],
+                   "verbs": ["get", "update", "patch"]}]})
+    rbac.create_cluster_role_binding({  # type: ignore[arg-type]
+        "metadata": {"name": f"{user}-webhook"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": f"{user}-webhook"},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+
+
+def _secret(api: k8s.ApiClient, name: str) -> dict[str, bytes] | None:
+    try:
+        secret = k8s.CoreV1Api(api).read_namespaced_secret(name, mg.NAMESPACE)
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+
+
+def _ca_bundles(api: k8s.ApiClient, name: str) -> list[bytes]:
+    configuration = k8s.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(name)
+    return [base64.b64decode(w.client_config.ca_bundle or "")
+            for w in configuration.webhooks or []]
+
+
+def _served_certificate(server: mg.Mirrorgate, ca_pem: bytes) -> bytes:
+    """The leaf a new TLS connection gets, verified against `ca_pem` (raises if it fails)."""
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    host, port = server.url.removeprefix("https://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname=host) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return ssl.DER_cert_to_PEM_cert(der).encode()
+
+
+class _Admissions:
+    """Creates Pods in the background and records any that were not mutated or refused."""
+
+    def __init__(self, installed: Installed, api: k8s.ApiClient, namespace: str) -> None:
+        self.installed, self.api, self.namespace = installed, api, namespace
+        self.created = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            name = f"during-{self.created}"
+            try:
+                stored, _ = create(self.api, self.namespace, pod(self.installed, name=name))
+                if stored["spec"]["containers"][0]["image"] != self.installed.registry.mirror_image:
+                    self.failures.append(f"{name}: not rewritten")
+            except k8s.ApiException as error:
+                self.failures.append(f"{name}: {error.status} {error.reason}")
+            self.created += 1
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> _Admissions:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def test_certificates_are_created_injected_and_heal(
+        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path) -> None:
+    """No Secret at first; then an expired and a deleted one: admission never stops."""
+    plane = installed.control_plane
+    secret = f"e2e-tls-{secrets.token_hex(3)}"
+    name = f"e2e-selfcerts-{secrets.token_hex(3)}"
+    label = ("e2e.mirrorgate.io/selfcerts", name)
+    user = f"e2e-selfcerts-{secrets.token_hex(3)}"
+    with plane.api_client() as api:
+        _grant_base_rbac(api, user, webhook_configuration=name)
+    server = mg.start_mirrorgate(
+        tmp_path, plane, policy=e2e_policy(installed.registry), tls_secret=secret, user=user,
+        groups=(), args=["--store", "kubernetes", "--webhook-config", name,
+                         "--cert-check-interval", "0.5", "--tls-name", "127.0.0.1"])
+    configuration = copy.deepcopy(installed.configuration)
+    for webhook in configuration["webhooks"]:
+        # Only this test's namespaces; Fail, so that a broken certificate shows.
+        webhook["namespaceSelector"] = {"matchLabels": {label[0]: label[1]}}
+    with plane.api_client() as api:
+        try:
+            # Registered with no caBundle: the server fills it in.
+            mg.register(api, configuration, server, name=name, failure_policy="Fail")
+            stored = _secret(api, secret)
+            assert stored is not None
+            assert set(stored) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+            ca = stored["ca.crt"]
+            wait_until(lambda: None if _ca_bundles(api, name) == [ca, ca] else "not injected",
+                       timeout=15, what="caBundle injected")
+            assert _served_certificate(server, ca) == stored["tls.crt"]
+            leaf = certs.KeyPair(cert_pem=stored["tls.crt"], key_pem=stored["tls.key"])
+            lifetime = leaf.not_valid_after - leaf.not_valid_before
+            assert datetime.timedelta(days=89) < lifetime < datetime.timedelta(days=91)
+
+            namespace = make_namespace({label[0]: label[1]})
+            with _Admissions(installed, api, namespace) as admissions:
+                # 1. An expired serving certificate from the same CA.
+                authority = certs.CertificateAuthority.load(cert_pem=ca, key_pem=stored["ca.key"])
+                past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)
+                expired = authority.issue_serving(
+                    dns_names=certs.service_dns_names(service="mirrorgate",
+                                                      namespace=mg.NAMESPACE),
+                    ips=["127.0.0.1"], valid_for=datetime.timedelta(days=1), now=past)
+                body = k8s.CoreV1Api(api).read_namespaced_secret(secret, mg.NAMESPACE)
+                assert body.data is not None
+                body.data["tls.crt"] = base64.b64encode(expired.cert_pem).decode()
+                body.data["tls.key"] = base64.b64encode(expired.key_pem).decode()
+                k8s.CoreV1Api(api).replace_namespaced_secret(secret, mg.NAMESPACE, body)
+
+                def renewed() -> str | None:
+                    now = _secret(api, secret) or {}
+                    fresh = now.get("tls.crt") not in (expired.cert_pem, stored["tls.crt"])
+                    return None if fresh else "not renewed"
+
+                wait_until(renewed, timeout=15, what="expired certificate renewed")
+                healed = _secret(api, secret)
+                assert healed is not None
+                assert healed["ca.crt"] == ca  # the CA, and so caBundle, stays
+                wait_until(lambda: None if _served_certificate(server, ca) == healed["tls.crt"]
+                           else "old certificate served", timeout=10, what="renewed cert served")
+
+                # 2. The Secret deleted: a new CA, and caBundle follows it.
+                k8s.CoreV1Api(api).delete_namespaced_secret(secret, mg.NAMESPACE)
+
+                def recreated() -> str | None:
+                    again = _secret(api, secret)
+                    return None if again and again["ca.crt"] != ca else "not recreated"
+
+                wait_until(recreated, timeout=15, what="deleted Secret recreated")
+                again = _secret(api, secret)
+                assert again is not None
+                wait_until(lambda: None if _ca_bundles(api, name) == [again["ca.crt"]] * 2
+                           else "caBundle not updated", timeout=20, what="caBundle follows")
+                assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
+                time.sleep(1.0)  # a few more admissions on the new CA
+            assert admissions.created >= 10
+            assert admissions.failures == []
+        finally:
+            mg.unregister(api, name)
+            server.stop()
