@@ -34,6 +34,9 @@ from webhook.logs import logger
 __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
 
 
+GC_THRESHOLD = 100_000
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     policy: str
@@ -249,9 +252,13 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             watcher.start()
         flusher = asyncio.get_running_loop().create_task(flush_logs())
         # Everything loaded so far lives as long as the process: keep it out of
-        # the collector's generations, so each admission's garbage is cheap.
+        # the collector's generations. A review decodes into thousands of
+        # dicts and lists that reference counting frees at once; with the
+        # default threshold (700) nearly every large admission would also pay
+        # for a collection that finds nothing, so collect far less often.
         gc.collect()
         gc.freeze()
+        gc.set_threshold(GC_THRESHOLD, 20, 20)
         logger.info("mirrorgate serving", extra={"fields": {
             "address": f"https://{settings.host}:{settings.port}",
             "policy": loaded.version, "mode": loaded.policy.mode}})
