@@ -58,8 +58,11 @@ class LeaderElector:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop renewing and hand the Lease back, so another replica takes over at once."""
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
     def _spec(self, acquired: str | None, transitions: int) -> dict[str, Any]:
         now = _format(_now())

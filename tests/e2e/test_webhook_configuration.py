@@ -18,6 +18,7 @@ import policy
 from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy
 from tests.e2e.injector import SIDECAR_IMAGE, running_injector
+from tests.e2e.procs import wait_until
 from tests.e2e.test_admission import create, pod
 from webhook import patch
 
@@ -70,10 +71,15 @@ def test_reinvocation_converges_to_a_single_pass(
         json.loads(single["metadata"]["annotations"][annotation])
     assert json.loads(created["metadata"]["annotations"][annotation])["containers/injected"] \
         == SIDECAR_IMAGE
-    # mirrorgate really was called twice for this Pod.
-    admissions = [json.loads(line) for line in installed.server.logs().splitlines()
-                  if f'"namespace":"{namespace}"' in line and '"msg":"admission"' in line]
-    assert len(admissions) == 2, admissions
+    # mirrorgate really was called twice for this Pod (log lines are flushed
+    # within a second, so wait for them).
+    def admissions() -> list[str]:
+        return [line for line in installed.server.logs().splitlines()
+                if f'"namespace":"{namespace}"' in line and '"msg":"admission"' in line]
+
+    wait_until(lambda: None if len(admissions()) >= 2 else f"{len(admissions())} lines",
+               timeout=5, what="two admission log lines")
+    assert len(admissions()) == 2, admissions()
 
 
 def _failure_configuration(installed: Installed, label: str) -> dict[str, Any]:
