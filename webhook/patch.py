@@ -9,7 +9,7 @@ because ``add`` into a missing object fails the whole patch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, TypeGuard
 
 import orjson
 
@@ -29,9 +29,16 @@ def escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
+def _is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def annotation_value(originals: Mapping[str, str]) -> str:
     """The original-images annotation: compact JSON, keys sorted so it is stable."""
     return orjson.dumps(originals, option=orjson.OPT_SORT_KEYS).decode()
+
+
+_ANNOTATION_POINTER = f"/metadata/annotations/{escape(policy.ORIGINAL_IMAGES_ANNOTATION)}"
 
 
 def build_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> list[Operation]:
@@ -43,19 +50,18 @@ def build_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> list[Operat
         metadata = pod.get("metadata")
         key = policy.ORIGINAL_IMAGES_ANNOTATION
         value = annotation_value(plan.original_images)
-        if not isinstance(metadata, Mapping):
+        if not _is_mapping(metadata):
             ops.append({"op": "add", "path": "/metadata",
                         "value": {"annotations": {key: value}}})
-        elif not isinstance(metadata.get("annotations"), Mapping):
+        elif not _is_mapping(metadata.get("annotations")):
             ops.append({"op": "add", "path": "/metadata/annotations",
                         "value": {key: value}})
         else:
             # `add` on an existing member replaces it (RFC 6902 4.1).
-            ops.append({"op": "add", "path": f"/metadata/annotations/{escape(key)}",
-                        "value": value})
+            ops.append({"op": "add", "path": _ANNOTATION_POINTER, "value": value})
 
     if plan.pull_secrets:
-        existing = pod.get("spec", {}).get("imagePullSecrets")
+        existing = pod["spec"].get("imagePullSecrets")  # a plan with secrets had a spec
         if not isinstance(existing, list):
             ops.append({"op": "add", "path": "/spec/imagePullSecrets",
                         "value": [{"name": name} for name in plan.pull_secrets]})
