@@ -8,6 +8,8 @@ import datetime
 import secrets
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -192,3 +194,36 @@ def test_certificates_are_created_injected_and_heal(
         finally:
             mg.unregister(api, name)
             server.stop()
+
+
+def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path) -> None:
+    """`mirrorgate certs inject` puts the CA, base64-encoded once, on every webhook."""
+    plane = installed.control_plane
+    name = f"e2e-inject-{secrets.token_hex(3)}"
+    configuration = copy.deepcopy(installed.configuration)
+    for webhook in configuration["webhooks"]:
+        webhook["namespaceSelector"] = {"matchLabels": {"e2e.mirrorgate.io/inject": name}}
+    authority = certs.CertificateAuthority.generate(common_name="inject-ca")
+    (tmp_path / "ca.crt").write_bytes(authority.cert_pem)
+    with plane.api_client() as api:
+        mg.register(api, configuration, installed.server, name=name)
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "webhook.cli", "certs", "inject", "--webhook-config", name,
+                 "--ca", str(tmp_path / "ca.crt"), "--kubeconfig", str(plane.kubeconfig)],
+                capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
+            assert result.returncode == 0, result.stderr
+            assert "set caBundle on 2 webhooks" in result.stderr
+            assert _ca_bundles(api, name) == [authority.cert_pem, authority.cert_pem]
+            # A file that is not a PEM certificate is refused, naming it, and changes nothing.
+            (tmp_path / "bad.crt").write_text("not a certificate")
+            refused = subprocess.run(
+                [sys.executable, "-m", "webhook.cli", "certs", "inject", "--webhook-config", name,
+                 "--ca", str(tmp_path / "bad.crt"), "--kubeconfig", str(plane.kubeconfig)],
+                capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
+            assert refused.returncode == 2
+            assert str(tmp_path / "bad.crt") in refused.stderr
+            assert "Traceback" not in refused.stderr
+            assert _ca_bundles(api, name) == [authority.cert_pem, authority.cert_pem]
+        finally:
+            mg.unregister(api, name)
