@@ -12,7 +12,7 @@ import json
 import pathlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import yaml
 
@@ -232,6 +232,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _group(commands: argparse._SubParsersAction[Any], name: str,
+           text: str) -> argparse._SubParsersAction[Any]:
+    """A command that only groups subcommands (`mirrorgate policy check`, ...)."""
+    group = commands.add_parser(name, help=text)
+    subcommands: argparse._SubParsersAction[Any] = group.add_subparsers(
+        dest=f"{name}_command", metavar="COMMAND", parser_class=_Parser)
+    subcommands.required = True
+    return subcommands
+
+
 def _store_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
     # `credentials` commands say --store; `serve` uses --store for the kind of store.
     flag = "--store" if required else "--store-file"
@@ -271,10 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("images", nargs="+", metavar="IMAGE")
     explain.set_defaults(run=cmd_explain)
 
-    policy_cmd = commands.add_parser("policy", help="work with policy files")
-    policy_commands = policy_cmd.add_subparsers(dest="policy_command", metavar="COMMAND",
-                                                parser_class=_Parser)
-    policy_commands.required = True
+    policy_commands = _group(commands, "policy", "work with policy files")
     check = policy_commands.add_parser(
         "check", help="validate a policy file",
         description="Validate a policy file and list every error with its field path. "
@@ -333,10 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(a safe first install)")
     serve.set_defaults(run=cmd_serve)
 
-    creds = commands.add_parser("credentials", help="manage the encrypted file credential store")
-    cred_commands = creds.add_subparsers(dest="credentials_command", metavar="COMMAND",
-                                         parser_class=_Parser)
-    cred_commands.required = True
+    cred_commands = _group(commands, "credentials",
+                           "manage the encrypted file credential store")
     add = cred_commands.add_parser(
         "add", help="add or replace a credential (password from stdin)",
         description="Add or replace credential NAME: a login for the mirror REGISTRY "
@@ -363,10 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("--out", default="-", metavar="FILE")
     keygen.set_defaults(run=cmd_credentials_generate_key)
 
-    certs_cmd = commands.add_parser("certs", help="CA and serving certificates")
-    certs_commands = certs_cmd.add_subparsers(dest="certs_command", metavar="COMMAND",
-                                              parser_class=_Parser)
-    certs_commands.required = True
+    certs_commands = _group(commands, "certs", "CA and serving certificates")
     generate = certs_commands.add_parser(
         "generate", help="write a CA and a serving certificate for the webhook Service",
         description="Write ca.crt, ca.key, tls.crt and tls.key into DIR (keys 0600, replaced "
