@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from webhook import admission, logs, review
 from webhook.logs import logger
@@ -58,90 +59,111 @@ def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-def _body_headers(request: Request) -> tuple[str, str | None]:
-    """Content-Type and Content-Length, in one pass over the raw ASGI headers.
-
-    Cheaper than building Starlette's Headers for two lookups on every admission.
-    """
-    content_type, length = "", None
-    for name, value in request.scope["headers"]:
-        if name == b"content-type":
-            content_type = value.decode("latin-1")
-        elif name == b"content-length":
-            length = value.decode("latin-1")
-    return content_type, length
-
-
 def _content_type_ok(value: str) -> bool:
     if value == "application/json":  # what the API server sends: skip the parsing
         return True
     return value.split(";", 1)[0].strip().lower() == "application/json"
 
 
-async def _read_body(request: Request, declared: str | None) -> bytes:
-    if declared is not None and declared.isdigit():
-        if int(declared) > MAX_BODY_BYTES:
-            raise review.BadReview(f"request body of {declared} bytes exceeds the "
+class _Unreadable(Exception):
+    """The client went away before the whole body arrived."""
+
+
+class AdmissionEndpoint:
+    """``POST /mutate`` or ``/audit`` as a plain ASGI app, mounted on the Starlette router.
+
+    It runs for every Pod, so it skips what a Starlette endpoint builds per
+    call (a Request, a header mapping, a body stream, a Response): it reads
+    the two headers it needs from the raw list, the body from ``receive``,
+    and sends one JSON payload.
+    """
+
+    def __init__(self, runtime: Runtime, *, endpoint: str, forced_audit: bool) -> None:
+        self.runtime, self.endpoint, self.forced_audit = runtime, endpoint, forced_audit
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes:
+        content_type, declared = "", None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value.decode("latin-1")
+            elif name == b"content-length":
+                declared = value
+        if not _content_type_ok(content_type):
+            raise review.BadReview(f"Content-Type is {content_type or 'missing'!r}; "
+                                   "expected application/json")
+        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise review.BadReview(f"request body of {declared.decode()} bytes exceeds the "
                                    f"{MAX_BODY_BYTES}-byte limit")
-        # The server reads no more than Content-Length says: one call suffices.
-        return await request.body()
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise review.BadReview(f"request body exceeds the {MAX_BODY_BYTES}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise _Unreadable
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise review.BadReview(f"request body exceeds the {MAX_BODY_BYTES}-byte limit")
+            if not message.get("more_body", False):
+                return b"".join((*chunks, chunk)) if chunks else chunk
+            chunks.append(chunk)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        runtime, endpoint = self.runtime, self.endpoint
+        loaded = runtime.policy
+        audit = self.forced_audit or runtime.audit_only or loaded.policy.mode == "audit"
+        mode: admission.Mode = "audit" if audit else "enforce"
+        rev: review.Review | None = None
+        try:
+            rev = review.decode(await self._body(scope, receive))
+            decision = await admission.admit(rev, rules=loaded.policy, mode=mode,
+                                             secrets=runtime.secrets)
+        except review.BadReview as error:
+            runtime.metrics.errors.labels(endpoint, "bad-request").inc()
+            logger.warning("bad admission request", extra={"fields": {
+                "endpoint": endpoint, "uid": error.uid, "error": str(error)}})
+            await _send_json(send, error.review(), status=400)
+            return
+        except _Unreadable:
+            return  # nobody is left to answer
+        except Exception:
+            runtime.metrics.errors.labels(endpoint, "internal").inc()
+            if rev is None:
+                logger.exception("admission request unreadable",
+                                 extra={"fields": {"endpoint": endpoint}})
+                await _send_json(send, {"error": "the request body could not be read"},
+                                 status=400)
+                return
+            # A bug of ours must neither block Pods nor reach the caller as a
+            # traceback or a 500: admit the Pod unchanged (so it points nowhere
+            # it cannot authenticate to), say so, and count it.
+            logger.exception("admission failed; Pod admitted unchanged",
+                             extra={"fields": {"endpoint": endpoint, "uid": rev.uid}})
+            decision = admission.Decision(
+                review.allowed(rev, warnings=[
+                    "mirrorgate: internal error; the Pod was admitted unchanged"]),
+                mode, "allowed", warnings=1)
+        seconds = time.perf_counter() - started
+        runtime.metrics.record(endpoint, decision, seconds)
+        logs.admission({
+            "uid": rev.uid, "namespace": decision.namespace, "pod": decision.name,
+            "endpoint": endpoint, "mode": decision.mode, "outcome": decision.outcome,
+            "rewrites": decision.rewrites, "warnings": decision.warnings,
+            "dry_run": bool(rev.request.get("dryRun", False)), "policy": loaded.version,
+            "duration_ms": round(seconds * 1000, 3)})
+        await _send_json(send, decision.body)
+
+
+async def _send_json(send: Send, body: Any, status: int = 200) -> None:
+    payload = orjson.dumps(body)
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode("latin-1"))]})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def create_app(runtime: Runtime) -> Starlette:
-    def admission_endpoint(endpoint: str, forced_audit: bool) -> Callable[..., Any]:
-        async def handle(request: Request) -> Response:
-            started = time.perf_counter()
-            loaded = runtime.policy
-            audit = forced_audit or runtime.audit_only or loaded.policy.mode == "audit"
-            mode: admission.Mode = "audit" if audit else "enforce"
-            rev: review.Review | None = None
-            try:
-                content_type, length = _body_headers(request)
-                if not _content_type_ok(content_type):
-                    raise review.BadReview(
-                        f"Content-Type is {content_type or 'missing'!r}; "
-                        "expected application/json")
-                rev = review.decode(await _read_body(request, length))
-                decision = await admission.admit(rev, rules=loaded.policy, mode=mode,
-                                                 secrets=runtime.secrets)
-            except review.BadReview as error:
-                runtime.metrics.errors.labels(endpoint, "bad-request").inc()
-                logger.warning("bad admission request", extra={"fields": {
-                    "endpoint": endpoint, "uid": error.uid, "error": str(error)}})
-                return _json(error.review(), status=400)
-            except Exception:
-                runtime.metrics.errors.labels(endpoint, "internal").inc()
-                if rev is None:  # e.g. the client went away while sending the body
-                    logger.exception("admission request unreadable",
-                                     extra={"fields": {"endpoint": endpoint}})
-                    return _json({"error": "the request body could not be read"}, status=400)
-                # A bug of ours must neither block Pods nor reach the caller as a
-                # traceback or a 500: admit the Pod unchanged (so it points nowhere
-                # it cannot authenticate to), say so, and count it.
-                logger.exception("admission failed; Pod admitted unchanged",
-                                 extra={"fields": {"endpoint": endpoint, "uid": rev.uid}})
-                decision = admission.Decision(
-                    review.allowed(rev, warnings=[
-                        "mirrorgate: internal error; the Pod was admitted unchanged"]),
-                    mode, "allowed", warnings=1)
-            seconds = time.perf_counter() - started
-            runtime.metrics.record(endpoint, decision, seconds)
-            logs.admission({
-                "uid": rev.uid, "namespace": decision.namespace, "pod": decision.name,
-                "endpoint": endpoint, "mode": decision.mode, "outcome": decision.outcome,
-                "rewrites": decision.rewrites, "warnings": decision.warnings,
-                "dry_run": bool(rev.request.get("dryRun", False)), "policy": loaded.version,
-                "duration_ms": round(seconds * 1000, 3)})
-            return _json(decision.body)
-        return handle
-
     async def healthz(request: Request) -> Response:
         return Response("ok\n", media_type="text/plain")
 
@@ -164,8 +186,10 @@ def create_app(runtime: Runtime) -> Starlette:
 
     runtime.metrics.set_policy(runtime.policy.version, runtime.policy.policy.mode)
     return Starlette(routes=[
-        Route("/mutate", admission_endpoint("mutate", forced_audit=False), methods=["POST"]),
-        Route("/audit", admission_endpoint("audit", forced_audit=True), methods=["POST"]),
+        Route("/mutate", AdmissionEndpoint(runtime, endpoint="mutate", forced_audit=False),
+              methods=["POST"]),
+        Route("/audit", AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True),
+              methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
