@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-policy bench-profile image clean
+.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-policy bench-secrets bench-profile image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ bench-policy: install
 
 bench: install
 	$(PY) -m bench.server_bench
+
+# Pull secrets against a real etcd + kube-apiserver (started and stopped by the run).
+bench-secrets: install e2e-deps
+	$(PY) -m bench.secrets_bench
 
 bench-profile: install
 	$(PY) -m bench.profile_server --size small

@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping
 from typing import Literal, NamedTuple
 
 from policy.model import Policy
+from policy.rules import MirrorRule
 
 __all__ = [
     "CONTAINER_FIELDS",
@@ -181,6 +182,24 @@ def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
     return {str(s.get("name")) for s in secrets if type(s) is dict or isinstance(s, Mapping)}
 
 
+_UNDECIDED = "<undecided>"
+
+
+def _refusal(credential: str, rule_label: str, *, namespace: str, policy: Policy,
+             unavailable: Mapping[str, str], attached: set[str],
+             can_add_pull_secrets: bool) -> str | None:
+    """Why images needing ``credential`` must stay as written here, or None."""
+    secret = pull_secret_name(credential)
+    if not policy.is_granted(credential, namespace):
+        return (f"credential {credential!r} of {rule_label} is not granted to "
+                f"namespace {namespace!r}")
+    if credential in unavailable:
+        return f"pull secret {secret!r} is unavailable: {unavailable[credential]}"
+    if secret not in attached and not can_add_pull_secrets:
+        return f"the Pod's imagePullSecrets cannot gain {secret!r} in this operation"
+    return None
+
+
 def plan(
         pod: Mapping[str, object], *, namespace: str, policy: Policy,
         fields: Collection[ContainerField] = CONTAINER_FIELDS,
@@ -224,6 +243,7 @@ def plan(
     unavailable = unavailable or {}
 
     rewrites: list[ImageRewrite] = []
+    refusals: dict[MirrorRule, str | None] = {}
     needed: set[str] = set()
     new_originals: dict[str, str] = {}
     for site in sites:
@@ -237,15 +257,13 @@ def plan(
             continue  # excluded, or no rule covers it
         credential = found.rule.credential
         if credential is not None:
-            secret = pull_secret_name(credential)
-            reason = None
-            if not policy.is_granted(credential, namespace):
-                reason = (f"credential {credential!r} of {found.rule.label} is not granted to "
-                          f"namespace {namespace!r}")
-            elif credential in unavailable:
-                reason = f"pull secret {secret!r} is unavailable: {unavailable[credential]}"
-            elif secret not in attached and not can_add_pull_secrets:
-                reason = f"the Pod's imagePullSecrets cannot gain {secret!r} in this operation"
+            # Decided once per rule: a Pod's images mostly share one.
+            reason = refusals.get(found.rule, _UNDECIDED)
+            if reason is _UNDECIDED:
+                reason = refusals[found.rule] = _refusal(
+                    credential, found.rule.label, namespace=namespace, policy=policy,
+                    unavailable=unavailable, attached=attached,
+                    can_add_pull_secrets=can_add_pull_secrets)
             if reason is not None:
                 what = "is on a mirror but" if found.outcome == "on-mirror" else "left as written:"
                 warnings.append(f"{key}: image {site.image!r} {what} {reason}")

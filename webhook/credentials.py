@@ -32,6 +32,11 @@ class Credential:
     """The key in ``.dockerconfigjson``: the mirror's ``host[:port]`` (a path may follow)."""
     username: str
     password: str = dataclasses.field(repr=False)
+    # Compared on every admission that needs this credential: computed once.
+    _hash: str = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hashlib.sha256(self.dockerconfigjson()).hexdigest())
 
     def __str__(self) -> str:
         return f"credential {self.name!r} for {self.registry} (user {self.username!r})"
@@ -54,7 +59,7 @@ class Credential:
         data anyone who can read the annotation can read too, so it reveals
         nothing new.
         """
-        return hashlib.sha256(self.dockerconfigjson()).hexdigest()
+        return self._hash
 
 
 def _registry_key(key: str) -> str:

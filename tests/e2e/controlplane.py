@@ -163,8 +163,12 @@ def _kubeconfig(url: str, ca_pem: bytes, admin: KeyPair, *, user: str = ADMIN_US
     return json.dumps(config, indent=2).encode()
 
 
-def start_control_plane(workdir: Path) -> ControlPlane:
-    """Start etcd then kube-apiserver, wait for /readyz; on any error stop both and raise."""
+def start_control_plane(workdir: Path, *, apiserver_args: Sequence[str] = ()) -> ControlPlane:
+    """Start etcd then kube-apiserver, wait for /readyz; on any error stop both and raise.
+
+    ``apiserver_args`` are appended to kube-apiserver's flags (the benchmarks
+    add an audit log).
+    """
     etcd_bin = built_binary("etcd")
     apiserver_bin = built_binary("kube-apiserver")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -266,6 +270,7 @@ def start_control_plane(workdir: Path) -> ControlPlane:
                 f"--service-account-signing-key-file={sa_private}",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--profiling=false",
+                *apiserver_args,
             ],
             workdir / "kube-apiserver.log",
         )
