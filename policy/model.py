@@ -17,7 +17,7 @@ import dataclasses
 import fnmatch
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from policy import matching, reference
@@ -112,6 +112,9 @@ class Policy:
         init=False, repr=False, default_factory=dict)
     _grant_decisions: dict[tuple[str, str], bool] = dataclasses.field(
         init=False, repr=False, default_factory=dict)
+    plans: dict[Hashable, Any] = dataclasses.field(
+        init=False, repr=False, compare=False, default_factory=dict)
+    """Plans by Pod shape, kept by :func:`policy.planner.plan` for this policy's lifetime."""
 
     def __post_init__(self) -> None:
         derived = {
@@ -190,6 +193,9 @@ class Policy:
             found = pattern is not None and pattern.fullmatch(namespace) is not None
             self._remember(self._grant_decisions, key, found)
         return found
+
+    def remember_plan(self, key: Hashable, value: object) -> None:
+        self._remember(self.plans, key, value)
 
     @staticmethod
     def _remember(cache: dict[Any, Any], key: object, value: object) -> None:

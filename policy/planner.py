@@ -200,6 +200,53 @@ def _refusal(credential: str, rule_label: str, *, namespace: str, policy: Policy
     return None
 
 
+def _shape(pod: Mapping[str, object], namespace: str) -> tuple[object, ...] | None:
+    """Everything a CREATE plan depends on, as a hashable key; None for unusual Pods.
+
+    The replicas of a workload differ in name and uid but not in this: their
+    plans are computed once and then looked up. Anything not plain JSON of
+    the expected shape returns None and is planned in full.
+    """
+    metadata = pod.get("metadata")
+    spec = pod.get("spec")
+    if type(metadata) is not dict or type(spec) is not dict:
+        return None
+    labels, annotations = metadata.get("labels"), metadata.get("annotations")
+    if labels is None:
+        labels = {}
+    if annotations is None:
+        annotations = {}
+    if type(labels) is not dict or type(annotations) is not dict:
+        return None
+    secrets = spec.get("imagePullSecrets")
+    if secrets is not None:
+        if type(secrets) is not list or any(type(s) is not dict for s in secrets):
+            return None
+        secrets = tuple(s.get("name") for s in secrets)
+    skip, originals = labels.get(SKIP_LABEL), annotations.get(ORIGINAL_IMAGES_ANNOTATION)
+    # Only plain strings go into the key: anything else may not even be hashable.
+    if not all(v is None or type(v) is str for v in (skip, originals, *(secrets or ()))):
+        return None
+    key: list[object] = [namespace, skip, MIRROR_POD_ANNOTATION in annotations, originals,
+                         secrets]
+    for field in CONTAINER_FIELDS:
+        containers = spec.get(field)
+        if containers is None:
+            continue
+        if type(containers) is not list:
+            return None
+        key.append(field)
+        for container in containers:
+            if type(container) is not dict:
+                return None
+            name, image = container.get("name"), container.get("image")
+            if type(name) is not str or not name or type(image) is not str:
+                return None
+            key.append(name)
+            key.append(image)
+    return tuple(key)
+
+
 def plan(
         pod: Mapping[str, object], *, namespace: str, policy: Policy,
         fields: Collection[ContainerField] = CONTAINER_FIELDS,
@@ -216,7 +263,29 @@ def plan(
     whose pull secret could not be ensured to the reason: their images stay
     as written, because a Pod must never point at a mirror it cannot
     authenticate to.
+
+    The result is shared between Pods of the same shape: treat it, and its
+    ``original_images``, as read-only.
     """
+    if fields is CONTAINER_FIELDS and not frozen and can_add_pull_secrets and not unavailable:
+        key = _shape(pod, namespace)
+        if key is not None:
+            found: RewritePlan | None = policy.plans.get(key)
+            if found is None:
+                found = _plan(pod, namespace=namespace, policy=policy, fields=fields,
+                              frozen=frozen, can_add_pull_secrets=True, unavailable=None)
+                policy.remember_plan(key, found)
+            return found
+    return _plan(pod, namespace=namespace, policy=policy, fields=fields, frozen=frozen,
+                 can_add_pull_secrets=can_add_pull_secrets, unavailable=unavailable)
+
+
+def _plan(
+        pod: Mapping[str, object], *, namespace: str, policy: Policy,
+        fields: Collection[ContainerField], frozen: Collection[str],
+        can_add_pull_secrets: bool, unavailable: Mapping[str, str] | None,
+) -> RewritePlan:
+    """The plan itself, computed in full (see :func:`plan`)."""
     metadata = _mapping(pod.get("metadata"))
     labels = _mapping(metadata.get("labels"))
     annotations = _mapping(metadata.get("annotations"))

@@ -10,7 +10,7 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 
 import policy
-from policy import reference
+from policy import planner, reference
 from tests.policy import strategies
 from webhook import patch
 
@@ -134,3 +134,21 @@ def test_credentials_only_where_granted(scenario: Scenario) -> None:
     for rewrite in plan.rewrites:
         needed = _rule(rules, rewrite.rule_label).credential
         assert needed is None or policy.pull_secret_name(needed) in names
+
+
+@PROPERTY_SETTINGS
+@given(strategies.scenarios(), strategies.scenarios())
+def test_plans_shared_by_shape_equal_fresh_plans(first: Scenario, second: Scenario) -> None:
+    """A plan looked up by Pod shape equals one computed in full, for every Pod."""
+    _, _, rules = first
+    for pod, namespace, _ in (first, second, first):
+        fresh = planner._plan(pod, namespace=namespace, policy=rules,
+                              fields=policy.CONTAINER_FIELDS, frozen=frozenset(),
+                              can_add_pull_secrets=True, unavailable=None)
+        assert policy.plan(pod, namespace=namespace, policy=rules) == fresh
+        # The replica of a workload: another name and uid, the same shape.
+        replica = json.loads(json.dumps(pod))
+        if isinstance(replica.get("metadata"), dict):
+            replica["metadata"]["name"] = "replica-x7k2p"
+            replica["metadata"]["uid"] = "0000-replica"
+        assert policy.plan(replica, namespace=namespace, policy=rules) == fresh
