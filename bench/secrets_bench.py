@@ -64,7 +64,6 @@ from typing import Any, cast
 import orjson
 from kubernetes import client as k8s
 
-import certs
 import policy
 from bench import pods, server_bench
 from bench.server_bench import HOST, Connection, Run, Server, http_request
@@ -378,7 +377,7 @@ def check_pod(stored: Mapping[str, Any], *, rewritten: bool) -> None:
 
 
 def first_pods(args: argparse.Namespace, api: k8s.ApiClient, kustomize: pathlib.Path,
-               endpoint: mg.Mirrorgate, audit_log: pathlib.Path) -> Latencies:
+               endpoint: mg.Endpoint, audit_log: pathlib.Path) -> Latencies:
     core = k8s.CoreV1Api(api)
     images = list(server_bench.IMAGES[:args.containers])
     # Namespaces are made up front and untimed: the figure is the Pod's wait.
@@ -533,16 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="mirrorgate-secrets-bench-") as tmp:
         workdir = pathlib.Path(tmp)
-        ca = certs.CertificateAuthority.generate()
-        serving = ca.issue_serving(dns_names=["localhost"], ips=[HOST])
-        (workdir / "ca.crt").write_bytes(ca.cert_pem)
-        (workdir / "tls.crt").write_bytes(serving.cert_pem)
-        (workdir / "tls.key").write_bytes(serving.key_pem)
-        (workdir / "policy.yaml").write_text(POLICY)
-        context = ssl.create_default_context(cafile=str(workdir / "ca.crt"))
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        tls_args = ["--tls-cert", str(workdir / "tls.crt"), "--tls-key", str(workdir / "tls.key"),
-                    "--host", HOST]
+        context, tls_args = server_bench.serving_files(workdir, policy=POLICY)
 
         plane, audit_log = start_audited_control_plane(workdir / "cluster")
         servers: list[Server] = []
@@ -587,11 +577,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             state = steady_state(args, by_name, context, api, audit_log, apiserver_port)
             part1 = time.monotonic() - began
-            # register() reads only the URL and the CA of the server it is given;
-            # a full mg.Mirrorgate would need mirrorgate started as the e2e suite
-            # starts it, unlike make bench.
-            endpoint = cast("mg.Mirrorgate", Endpoint(url=f"https://{HOST}:{mirrorgate_port}",
-                                                      ca_pem=ca.cert_pem))
+            endpoint = Endpoint(url=f"https://{HOST}:{mirrorgate_port}",
+                                ca_pem=(workdir / "ca.crt").read_bytes())
             latencies = first_pods(args, api, kustomize, endpoint, audit_log)
             writes = pull_secret_writes(by_name["mirrorgate"], context)
         finally:

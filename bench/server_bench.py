@@ -385,6 +385,20 @@ def report(runs: Sequence[Run], body_bytes: dict[str, int], *, rounds: int,
     return ratios
 
 
+def serving_files(workdir: pathlib.Path, *, policy: str) -> tuple[ssl.SSLContext, list[str]]:
+    """Certificates and the policy in ``workdir``; the client context and the servers' flags."""
+    ca = certs.CertificateAuthority.generate()
+    serving = ca.issue_serving(dns_names=["localhost"], ips=[HOST])
+    (workdir / "ca.crt").write_bytes(ca.cert_pem)
+    (workdir / "tls.crt").write_bytes(serving.cert_pem)
+    (workdir / "tls.key").write_bytes(serving.key_pem)
+    (workdir / "policy.yaml").write_text(policy)
+    context = ssl.create_default_context(cafile=str(workdir / "ca.crt"))
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context, ["--tls-cert", str(workdir / "tls.crt"),
+                     "--tls-key", str(workdir / "tls.key"), "--host", HOST]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.server_bench",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -408,16 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="mirrorgate-bench-") as tmp:
         workdir = pathlib.Path(tmp)
-        ca = certs.CertificateAuthority.generate()
-        serving = ca.issue_serving(dns_names=["localhost"], ips=[HOST])
-        (workdir / "ca.crt").write_bytes(ca.cert_pem)
-        (workdir / "tls.crt").write_bytes(serving.cert_pem)
-        (workdir / "tls.key").write_bytes(serving.key_pem)
-        (workdir / "policy.yaml").write_text(POLICY)
-        context = ssl.create_default_context(cafile=str(workdir / "ca.crt"))
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        tls_args = ["--tls-cert", str(workdir / "tls.crt"), "--tls-key", str(workdir / "tls.key"),
-                    "--host", HOST]
+        context, tls_args = serving_files(workdir, policy=POLICY)
 
         mirrorgate_port, floor_port = free_port(), free_port()
         servers: list[Server] = []

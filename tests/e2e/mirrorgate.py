@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import yaml
@@ -139,7 +139,17 @@ def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
     return server
 
 
-def register(api: k8s.ApiClient, configuration: Mapping[str, Any], server: Mirrorgate, *,
+class Endpoint(Protocol):
+    """What registering needs of a server: where it listens, and its CA."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def ca_pem(self) -> bytes: ...
+
+
+def register(api: k8s.ApiClient, configuration: Mapping[str, Any], server: Endpoint, *,
              name: str = "mirrorgate",
              namespace_label: tuple[str, str] | None = None,
              failure_policy: str | None = None) -> dict[str, Any]:
