@@ -54,6 +54,11 @@ def secret_body(namespace: str, credential: Credential) -> dict[str, Any]:
     }
 
 
+def _metadata_of(secret: Mapping[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of a Secret we wrote: its metadata, as the informer does."""
+    return {"metadata": secret.get("metadata") or {}}
+
+
 def _is_ours(secret: Mapping[str, Any]) -> bool:
     labels = (secret.get("metadata") or {}).get("labels") or {}
     return labels.get(MANAGED_BY_LABEL) == "mirrorgate"
@@ -82,8 +87,10 @@ class PullSecretProvisioner:
         self.deadline = deadline
         """Seconds ensure() may take in all: well inside the webhook's timeoutSeconds."""
         self.count = counter or (lambda action: None)
+        # Metadata only: the content hash annotation says whether a copy is
+        # current, so the data of every generated Secret never needs to be here.
         self.generated = Informer(client, kube.secrets_path(), name="generated-secrets",
-                                  label_selector=MANAGED_BY_SELECTOR)
+                                  label_selector=MANAGED_BY_SELECTOR, metadata_only=True)
 
     def start(self) -> None:
         self.generated.start()
@@ -135,7 +142,7 @@ class PullSecretProvisioner:
         try:
             try:
                 created = self.client.create(path, body, timeout=timeout)
-                self.generated.items[(namespace, secret_name)] = created
+                self.generated.items[(namespace, secret_name)] = _metadata_of(created)
                 self.count("created")
                 return
             except kube.AlreadyExists:
@@ -146,7 +153,7 @@ class PullSecretProvisioner:
                     raise EnsureError(f"Secret {namespace}/{secret_name} exists and was not "
                                       "created by mirrorgate; it is left alone")
                 if _hash_of(existing) == credential.content_hash():
-                    self.generated.items[(namespace, secret_name)] = existing
+                    self.generated.items[(namespace, secret_name)] = _metadata_of(existing)
                     return
                 body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
                 try:
@@ -154,7 +161,7 @@ class PullSecretProvisioner:
                                                   body, timeout=timeout)
                 except kube.Conflict:
                     continue
-                self.generated.items[(namespace, secret_name)] = updated
+                self.generated.items[(namespace, secret_name)] = _metadata_of(updated)
                 self.count("updated")
                 return
             raise EnsureError(f"Secret {namespace}/{secret_name} kept changing under us")
