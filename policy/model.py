@@ -203,6 +203,18 @@ class Policy:
             cache.clear()
         cache[key] = value
 
+    def not_granted(self, rule: MirrorRule, namespace: str) -> str | None:
+        """Why ``rule``'s mirror is off limits in ``namespace``, or None when it is not.
+
+        The one statement of the grant check and its wording, for admission
+        warnings, ``explain`` and ``audit`` alike.
+        """
+        credential = rule.credential
+        if credential is None or self.is_granted(credential, namespace):
+            return None
+        return (f"credential {credential!r} of {rule.label} is not granted to namespace "
+                f"{namespace!r}")
+
     def granted_credentials(self, namespace: str) -> tuple[str, ...]:
         """Every credential ``namespace`` may receive, in name order."""
         return tuple(sorted(name for name in self.grants if self.is_granted(name, namespace)))

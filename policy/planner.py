@@ -185,14 +185,14 @@ def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
 _UNDECIDED = "<undecided>"
 
 
-def _refusal(credential: str, rule_label: str, *, namespace: str, policy: Policy,
+def _refusal(rule: MirrorRule, credential: str, *, namespace: str, policy: Policy,
              unavailable: Mapping[str, str], attached: set[str],
              can_add_pull_secrets: bool) -> str | None:
-    """Why images needing ``credential`` must stay as written here, or None."""
+    """Why images needing ``rule``'s credential must stay as written here, or None."""
     secret = pull_secret_name(credential)
-    if not policy.is_granted(credential, namespace):
-        return (f"credential {credential!r} of {rule_label} is not granted to "
-                f"namespace {namespace!r}")
+    not_granted = policy.not_granted(rule, namespace)
+    if not_granted is not None:
+        return not_granted
     if credential in unavailable:
         return f"pull secret {secret!r} is unavailable: {unavailable[credential]}"
     if secret not in attached and not can_add_pull_secrets:
@@ -330,7 +330,7 @@ def _plan(
             reason = refusals.get(found.rule, _UNDECIDED)
             if reason is _UNDECIDED:
                 reason = refusals[found.rule] = _refusal(
-                    credential, found.rule.label, namespace=namespace, policy=policy,
+                    found.rule, credential, namespace=namespace, policy=policy,
                     unavailable=unavailable, attached=attached,
                     can_add_pull_secrets=can_add_pull_secrets)
             if reason is not None:

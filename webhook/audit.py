@@ -136,8 +136,7 @@ def judge(rules: policy.Policy, image: str, namespace: str) -> Verdict:
     if found.outcome in ("excluded", "unmatched") or rule is None:
         return Verdict("excluded" if found.outcome == "excluded" else "unmatched")
     credential = rule.credential
-    granted = credential is None or rules.is_granted(credential, namespace)
-    missing = None if granted else f"credential {credential!r} is not granted to this namespace"
+    missing = rules.not_granted(rule, namespace)
     if found.outcome == "on-mirror":
         return Verdict("on-mirror", rule=rule.label, credential=credential, reason=missing)
     if missing is not None:

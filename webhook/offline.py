@@ -116,11 +116,11 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str) ->
                          "mirror": str(rule.mirror)}
     explained["credential"] = rule.credential
     explained["result"] = found.new_image if found.outcome == "rewrite" else image
-    if rule.credential is not None and not rules.is_granted(rule.credential, namespace):
+    not_granted = rules.not_granted(rule, namespace)
+    if not_granted is not None:
         explained["outcome"] = "not-granted"
         explained["result"] = image
-        explained["warning"] = (f"credential {rule.credential!r} is not granted to namespace "
-                                f"{namespace!r}; the image would be left as written")
+        explained["warning"] = f"{not_granted}; the image would be left as written"
     return explained
 
 

@@ -190,8 +190,8 @@ def test_json_report_per_namespace(control_plane: ControlPlane, scenario: Scenar
     assert (b["mode"], b["mode_label"]) == ("none", None)
     assert image_rows(b) == [(TOOL, "not-granted", 1, 1, None),
                              (UNMATCHED, "unmatched", 1, 1, None)]
-    assert b["images"][0]["reason"] == \
-        "credential 'ghcr-pull' is not granted to this namespace; left as written"
+    assert b["images"][0]["reason"] == (f"credential 'ghcr-pull' of mirrors[1] is not granted "
+                                        f"to namespace {scenario.b!r}; left as written")
 
     c = spaces[scenario.c]
     assert c["mode"] == "enforce"
@@ -239,8 +239,10 @@ def test_table_groups_images_and_fits_80_columns(control_plane: ControlPlane,
     row = text.index(f"        1  not-granted  {TOOL}\n")
     reason = text[row:].splitlines()[1:3]
     assert all(line.startswith(detail) for line in reason), reason
-    assert " ".join(line.strip() for line in reason) == \
-        "(credential 'ghcr-pull' is not granted to this namespace; left as written)"
+    reason = text[row:].splitlines()[1:4]
+    assert " ".join(line.strip() for line in reason if line.startswith(detail)) == (
+        f"(credential 'ghcr-pull' of mirrors[1] is not granted to namespace {scenario.b!r}; "
+        "left as written)")
     assert "  rewrite                      4         2\n" in text
     assert "  skipped pods: 1   excluded namespaces: 1 (1 pod)\n" in text
     assert "  unmirrored: 8 containers" in text
