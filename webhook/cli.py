@@ -123,7 +123,12 @@ def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
     if not args.password_stdin:
         raise ConfigError("pass the password on standard input with --password-stdin "
                           "(never as an argument: it would show in ps and shell history)")
-    password = sys.stdin.readline().rstrip("\r\n")
+    if sys.stdin.isatty():
+        import getpass  # a person at a terminal: do not echo the password
+
+        password = getpass.getpass("password: ")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
     if not password:
         raise ConfigError("no password on standard input")
     key = _store_key(args)
