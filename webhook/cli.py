@@ -247,7 +247,8 @@ def _group(commands: argparse._SubParsersAction[Any], name: str,
     return subcommands
 
 
-def _store_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
+def _store_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                     required: bool) -> None:
     # `credentials` commands say --store; `serve` uses --store for the kind of store.
     flag = "--store" if required else "--store-file"
     parser.add_argument(flag, dest="store_file", required=required, metavar="FILE",
@@ -299,50 +300,58 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve /mutate (enforce), /audit (dry-run audit), /healthz, /readyz and "
                     "/metrics over HTTPS. The policy and certificate files are reloaded when "
                     "they change.")
-    serve.add_argument("--policy", required=True, metavar="FILE")
-    serve.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM)")
-    serve.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
-    serve.add_argument("--tls-secret", metavar="NAME",
-                       help="instead of files: keep a CA and serving certificate in this "
-                            "Secret of mirrorgate's namespace, created and renewed as needed")
-    serve.add_argument("--service", default="mirrorgate", metavar="NAME",
-                       help="the Service the certificate is for, with --tls-secret "
-                            "(default: %(default)s)")
-    serve.add_argument("--webhook-config", metavar="NAME",
-                       help="with --tls-secret: keep this MutatingWebhookConfiguration's "
-                            "caBundle in step with the CA")
-    serve.add_argument("--cert-check-interval", type=float, default=300.0, metavar="SECONDS",
-                       help="how often --tls-secret certificates are checked "
-                            "(default: %(default)s)")
-    serve.add_argument("--tls-name", action="append", default=[], metavar="NAME",
-                       help="with --tls-secret: an extra DNS name or IP for the serving "
-                            "certificate (repeatable)")
-    serve.add_argument("--tls-dir", metavar="DIR",
-                       help="where --tls-secret writes the serving files (default: a "
-                            "temporary folder)")
-    serve.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8443, help="(default: %(default)s)")
-    serve.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
-                       help="how often to check the policy and certificate files "
-                            "(default: %(default)s)")
-    serve.add_argument("--log-level", default="info",
-                       choices=("debug", "info", "warning", "error"))
-    serve.add_argument("--kubeconfig", metavar="FILE",
-                       help="kubeconfig for the cluster (default: the in-cluster service "
-                            "account when in a Pod, else standalone: no pull secrets)")
-    serve.add_argument("--context", help="kubeconfig context")
-    serve.add_argument("--namespace", help="mirrorgate's own namespace (credential Secrets, "
-                       "the Lease; default: the Pod's namespace, else 'mirrorgate')")
-    _store_arguments(serve, required=False)
-    serve.add_argument("--store", choices=("kubernetes", "file", "none"),
-                       help="credential store (default: kubernetes with a cluster, file with "
-                            "--store-file, else none)")
-    serve.add_argument("--credential-deadline", type=float, default=2.0, metavar="SECONDS",
-                       help="longest time admission spends making pull secrets "
-                            "(default: %(default)s)")
-    serve.add_argument("--audit-only", action="store_true",
-                       help="every endpoint only reports, whatever the policy's mode "
-                            "(a safe first install)")
+    admission = serve.add_argument_group("admission")
+    admission.add_argument("--policy", required=True, metavar="FILE",
+                           help="the policy YAML, reloaded when it changes")
+    admission.add_argument("--audit-only", action="store_true",
+                           help="every endpoint only reports, whatever the policy's mode "
+                                "(a safe first install)")
+    admission.add_argument("--host", default="127.0.0.1",
+                           help="listen address (default: %(default)s)")
+    admission.add_argument("--port", type=int, default=8443, help="(default: %(default)s)")
+    admission.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
+                           help="how often to check the policy, certificate and store files "
+                                "(default: %(default)s)")
+    admission.add_argument("--log-level", default="info",
+                           choices=("debug", "info", "warning", "error"))
+
+    tls = serve.add_argument_group(
+        "certificates", "either files (--tls-cert, --tls-key) or a Secret (--tls-secret)")
+    tls.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM)")
+    tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
+    tls.add_argument("--tls-secret", metavar="NAME",
+                     help="keep a CA and serving certificate in this Secret of mirrorgate's "
+                          "namespace, created and renewed as needed")
+    tls.add_argument("--service", default="mirrorgate", metavar="NAME",
+                     help="with --tls-secret: the Service the certificate is for "
+                          "(default: %(default)s)")
+    tls.add_argument("--webhook-config", metavar="NAME",
+                     help="with --tls-secret: keep this MutatingWebhookConfiguration's "
+                          "caBundle in step with the CA")
+    tls.add_argument("--tls-name", action="append", default=[], metavar="NAME",
+                     help="with --tls-secret: an extra DNS name or IP for the serving "
+                          "certificate (repeatable)")
+    tls.add_argument("--tls-dir", metavar="DIR",
+                     help="with --tls-secret: where the serving files are written "
+                          "(default: a temporary folder)")
+    tls.add_argument("--cert-check-interval", type=float, default=300.0, metavar="SECONDS",
+                     help="with --tls-secret: how often the certificates are checked "
+                          "(default: %(default)s)")
+
+    cluster = serve.add_argument_group("cluster and credentials")
+    cluster.add_argument("--kubeconfig", metavar="FILE",
+                         help="kubeconfig for the cluster (default: the in-cluster service "
+                              "account when in a Pod, else standalone: no pull secrets)")
+    cluster.add_argument("--context", help="kubeconfig context")
+    cluster.add_argument("--namespace", help="mirrorgate's own namespace (credential Secrets, "
+                         "the Lease; default: the Pod's namespace, else 'mirrorgate')")
+    cluster.add_argument("--store", choices=("kubernetes", "file", "none"),
+                         help="credential store (default: kubernetes with a cluster, file "
+                              "with --store-file, else none)")
+    _store_arguments(cluster, required=False)
+    cluster.add_argument("--credential-deadline", type=float, default=2.0, metavar="SECONDS",
+                         help="longest time admission spends making pull secrets "
+                              "(default: %(default)s)")
     serve.set_defaults(run=cmd_serve)
 
     cred_commands = _group(commands, "credentials",
