@@ -215,10 +215,6 @@ class Policy:
         return (f"credential {credential!r} of {rule.label} is not granted to namespace "
                 f"{namespace!r}")
 
-    def granted_credentials(self, namespace: str) -> tuple[str, ...]:
-        """Every credential ``namespace`` may receive, in name order."""
-        return tuple(sorted(name for name in self.grants if self.is_granted(name, namespace)))
-
 
 def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:
     if not globs:

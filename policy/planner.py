@@ -100,10 +100,6 @@ class RewritePlan(NamedTuple):
     skipped: str | None = None
     """Why the whole Pod was left alone, if it was."""
 
-    @property
-    def changes_pod(self) -> bool:
-        return bool(self.rewrites or self.pull_secrets or self.original_images is not None)
-
 
 def audit_line(rewrite: ImageRewrite) -> str:
     """The one-line report of a rewrite that audit mode does not make."""

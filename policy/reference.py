@@ -222,12 +222,6 @@ def is_valid_domain(text: str) -> bool:
     return _DOMAIN_RE.fullmatch(text) is not None
 
 
-def is_valid_name(text: str) -> bool:
-    """Whether ``text`` is a repository name (``[domain/]path``) by the grammar."""
-    match = _NAME_RE.fullmatch(text)
-    return match is not None and len(match[2]) <= NAME_TOTAL_LENGTH_MAX
-
-
 def split_name(text: str) -> tuple[str, str] | None:
     """``(domain, path)`` of a valid repository name, or None."""
     match = _NAME_RE.fullmatch(text)

@@ -26,7 +26,6 @@ __all__ = [
     "patched",
 ]
 
-API_GROUP = "admission.k8s.io"
 SUPPORTED_VERSIONS = ("admission.k8s.io/v1",)
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
