@@ -54,7 +54,6 @@ import pathlib
 import secrets
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -582,14 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             latencies = first_pods(args, api, kustomize, endpoint, audit_log)
             writes = pull_secret_writes(by_name["mirrorgate"], context)
         finally:
-            for server in servers:
-                server.process.terminate()
-            for server in servers:
-                try:
-                    server.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    server.process.kill()
-                    server.process.wait()
+            server_bench.stop_servers(servers)
             plane.stop()
         log = by_name["mirrorgate"].log.read_text()
 

@@ -385,6 +385,18 @@ def report(runs: Sequence[Run], body_bytes: dict[str, int], *, rounds: int,
     return ratios
 
 
+def stop_servers(servers: Sequence[Server]) -> None:
+    """Terminate every server, then reap each (killing any that will not stop)."""
+    for server in servers:
+        server.process.terminate()
+    for server in servers:
+        try:
+            server.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
 def serving_files(workdir: pathlib.Path, *, policy: str) -> tuple[ssl.SSLContext, list[str]]:
     """Certificates and the policy in ``workdir``; the client context and the servers' flags."""
     ca = certs.CertificateAuthority.generate()
@@ -464,13 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               file=sys.stderr, flush=True)
             mirrorgate_log = by_name["mirrorgate"].log.read_text()
         finally:
-            for server in servers:
-                server.process.terminate()
-            for server in servers:
-                try:
-                    server.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    server.process.kill()
+            stop_servers(servers)
 
     ratios = report(runs, body_bytes, rounds=args.rounds, connections=args.connections)
     if args.log_level != "info":
