@@ -51,6 +51,7 @@ from bench import pods
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"  # loopback only, by design
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MIN_TICKS = 10
 
 # Every image is under a rule, none needs a credential: all rewritten.
 POLICY = """\
@@ -319,6 +320,10 @@ def measure(server: Server, size: Size, requests: Sequence[tuple[bytes, str]],
         if tally.errors:
             raise SystemExit(f"{server.name}/{size.name}: {len(tally.errors)} bad responses, "
                              f"e.g. {tally.errors[:3]}")
+        if cpu * CLOCK_TICKS < MIN_TICKS:
+            # /proc counts in clock ticks (10 ms): a shorter run measures noise, or zero.
+            raise SystemExit(f"{server.name}/{size.name}: {sent} requests used under "
+                             f"{MIN_TICKS} clock ticks of CPU, too few to measure; raise --scale")
         if server.name == "mirrorgate":
             outbound = outbound_sockets(server.process.pid, server.port)
             if outbound:
