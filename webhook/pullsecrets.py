@@ -108,7 +108,8 @@ class PullSecretProvisioner:
         return [c for c in credentials if not self._current(namespace, c)]
 
     async def ensure(self, namespace: str, credentials: Sequence[str]) -> dict[str, str]:
-        results: dict[str, str] = {}
+        done: set[str] = set()
+        failures: dict[str, str] = {}
         started = time.monotonic()
 
         def work() -> None:
@@ -118,15 +119,17 @@ class PullSecretProvisioner:
                     return
                 try:
                     self.ensure_one(namespace, credential, timeout=remaining)
-                    results[credential] = ""
                 except EnsureError as error:
-                    results[credential] = str(error)
+                    failures[credential] = str(error)
+                # Only after the outcome is recorded: a credential the deadline
+                # catches half-way counts as failed, never as done.
+                done.add(credential)
 
         # On timeout the thread finishes its current call in the background.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.to_thread(work), timeout=self.deadline)
         timed_out = f"no answer from the Kubernetes API within {self.deadline:g}s"
-        failures = {c: results.get(c, timed_out) for c in credentials if results.get(c) != ""}
+        failures = {**failures, **{c: timed_out for c in credentials if c not in done}}
         for _ in failures:
             self.count("failed")
         return failures

@@ -200,6 +200,8 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     else:
         raise policyfile.ConfigError("pass --tls-cert and --tls-key, or --tls-secret")
     certificates = tls.CertificateReloader(cert_file, key_file)
+    # The provisioner reports to the runtime's metrics and readiness, so the
+    # runtime comes first and receives it just after.
     runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets(),
                           audit_only=settings.audit_only)
     runtime.secrets = secrets or _credentials(settings, client, runtime, background)
