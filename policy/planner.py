@@ -248,14 +248,16 @@ def plan(
         fields: Collection[ContainerField] = CONTAINER_FIELDS,
         frozen: Collection[str] = frozenset(),
         can_add_pull_secrets: bool = True,
+        can_annotate: bool = True,
         unavailable: Mapping[str, str] | None = None,
 ) -> RewritePlan:
     """Plan the rewrites for ``pod`` in ``namespace``.
 
     ``fields`` limits the container lists considered and ``frozen`` names
     site keys that must not change (an ephemeral-container update may only add
-    containers); ``can_add_pull_secrets`` is false where the API server
-    ignores changes to ``imagePullSecrets``. ``unavailable`` maps credentials
+    containers); ``can_add_pull_secrets`` and ``can_annotate`` are false where
+    the API server ignores changes to ``imagePullSecrets`` and to metadata
+    (then ``original_images`` stays None). ``unavailable`` maps credentials
     whose pull secret could not be ensured to the reason: their images stay
     as written, because a Pod must never point at a mirror it cannot
     authenticate to.
@@ -263,23 +265,26 @@ def plan(
     The result is shared between Pods of the same shape: treat it, and its
     ``original_images``, as read-only.
     """
-    if fields is CONTAINER_FIELDS and not frozen and can_add_pull_secrets and not unavailable:
+    if fields is CONTAINER_FIELDS and not frozen and can_add_pull_secrets and can_annotate \
+            and not unavailable:
         key = _shape(pod, namespace)
         if key is not None:
             found: RewritePlan | None = policy.plans.get(key)
             if found is None:
                 found = _plan(pod, namespace=namespace, policy=policy, fields=fields,
-                              frozen=frozen, can_add_pull_secrets=True, unavailable=None)
+                              frozen=frozen, can_add_pull_secrets=True, can_annotate=True,
+                              unavailable=None)
                 policy.remember_plan(key, found)
             return found
     return _plan(pod, namespace=namespace, policy=policy, fields=fields, frozen=frozen,
-                 can_add_pull_secrets=can_add_pull_secrets, unavailable=unavailable)
+                 can_add_pull_secrets=can_add_pull_secrets, can_annotate=can_annotate,
+                 unavailable=unavailable)
 
 
 def _plan(
         pod: Mapping[str, object], *, namespace: str, policy: Policy,
         fields: Collection[ContainerField], frozen: Collection[str],
-        can_add_pull_secrets: bool, unavailable: Mapping[str, str] | None,
+        can_add_pull_secrets: bool, can_annotate: bool, unavailable: Mapping[str, str] | None,
 ) -> RewritePlan:
     """The plan itself, computed in full (see :func:`plan`)."""
     metadata = _mapping(pod.get("metadata"))
@@ -338,7 +343,7 @@ def _plan(
             continue
         assert found.new_image is not None
         rewrites.append(ImageRewrite(site, found.new_image, found.rule.label))
-        if key not in originals:
+        if can_annotate and key not in originals:
             new_originals[key] = site.image
 
     if not needed:

@@ -81,12 +81,15 @@ def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: s
     if not ephemeral:
         return policy.plan(obj, namespace=namespace, policy=rules, unavailable=unavailable)
     # An ephemeral-container update may only add containers, and the API
-    # server ignores any other change, imagePullSecrets included.
+    # server ignores any other change, imagePullSecrets and annotations
+    # included: the record of an original goes to the user as a warning and
+    # to the audit log instead (see admit).
     old = request.get("oldObject")
     frozen = {s.key for s in policy.find_image_sites(
         old, fields=EPHEMERAL)[0]} if isinstance(old, dict) else set()
     return policy.plan(obj, namespace=namespace, policy=rules, fields=EPHEMERAL,
-                       frozen=frozen, can_add_pull_secrets=False, unavailable=unavailable)
+                       frozen=frozen, can_add_pull_secrets=False, can_annotate=False,
+                       unavailable=unavailable)
 
 
 async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
@@ -141,11 +144,7 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
             unrewritten = before - len(plan.rewrites)
 
     warnings = plan.warnings
-    if ephemeral and plan.rewrites:
-        # The API server keeps everything but spec.ephemeralContainers as it was
-        # on this subresource, annotations included: the record of the original
-        # goes to the user as a warning and to the audit log instead.
-        plan = plan._replace(original_images=None)
+    if ephemeral:
         warnings += tuple(f"mirrorgate: {r.site.key} uses {r.new_image} (was {r.site.image})"
                           for r in plan.rewrites)
     operations = patch.build_patch(obj, plan)

@@ -264,6 +264,16 @@ def test_can_add_pull_secrets_false_with_secret_present() -> None:
         (), ("harbor-pull",), ())
 
 
+def test_can_annotate_false_rewrites_without_recording() -> None:
+    """Where metadata cannot change, images are still rewritten but no annotation is planned."""
+    pod = _pod("nginx", "quay.io/x/y", imagePullSecrets=[{"name": HARBOR_SECRET}])
+    result = policy.plan(pod, namespace="default", policy=POLICY, can_annotate=False)
+    assert _rewrites(result) == {"containers/c0": f"{HUB}/library/nginx"}
+    assert result.original_images is None
+    assert patch.build_patch(pod, result) == [
+        {"op": "replace", "path": "/spec/containers/0/image", "value": f"{HUB}/library/nginx"}]
+
+
 @pytest.mark.parametrize(("existing", "secrets"), [
     pytest.param(None, (HARBOR_SECRET,), id="absent"),
     pytest.param([], (HARBOR_SECRET,), id="empty"),

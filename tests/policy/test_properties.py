@@ -144,7 +144,7 @@ def test_plans_shared_by_shape_equal_fresh_plans(first: Scenario, second: Scenar
     for pod, namespace, _ in (first, second, first):
         fresh = planner._plan(pod, namespace=namespace, policy=rules,
                               fields=policy.CONTAINER_FIELDS, frozen=frozenset(),
-                              can_add_pull_secrets=True, unavailable=None)
+                              can_add_pull_secrets=True, can_annotate=True, unavailable=None)
         assert policy.plan(pod, namespace=namespace, policy=rules) == fresh
         # The replica of a workload: another name and uid, the same shape.
         replica = json.loads(json.dumps(pod))
