@@ -23,7 +23,7 @@ if [[ "${1:-}" == "--print" ]]; then echo "$BIN"; exit 0; fi
 # harness asks this script so the versions are pinned in this one file only.
 if [[ "${1:-}" == "--path" ]]; then
   case "${2:-}" in
-    kube-apiserver|kubectl) echo "$BIN/$2-$K8S_VERSION" ;;
+    kube-apiserver|kubectl|kubelet|kube-controller-manager|kube-scheduler|kube-proxy) echo "$BIN/$2-$K8S_VERSION" ;;
     etcd) echo "$BIN/etcd-$ETCD_VERSION" ;;
     kustomize) echo "$BIN/kustomize-$KUSTOMIZE_VERSION" ;;
     *) echo "unknown target ${2:-}" >&2; exit 2 ;;
@@ -79,7 +79,7 @@ build_module_cmd() {  # name version module-path@version package
 if (($#)); then targets=("$@"); else targets=(kube-apiserver etcd kustomize); fi
 for t in "${targets[@]}"; do
   case "$t" in
-    kube-apiserver|kubectl) build_kubernetes "$t" ;;
+    kube-apiserver|kubectl|kubelet|kube-controller-manager|kube-scheduler|kube-proxy) build_kubernetes "$t" ;;
     etcd) build_module_cmd etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
     kustomize) build_module_cmd kustomize "$KUSTOMIZE_VERSION" sigs.k8s.io/kustomize/kustomize/v5 sigs.k8s.io/kustomize/kustomize/v5 ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
