@@ -132,11 +132,11 @@ def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
     if not password:
         raise ConfigError("no password on standard input")
     key = _store_key(args)
-    entries = filestore.read_store(args.store_file, key, missing_ok=True)
-    replaced = args.name in entries
-    entries[args.name] = Credential(name=args.name, registry=args.registry,
-                                    username=args.username, password=password)
-    filestore.write_store(args.store_file, key, entries)
+    contents = filestore.read_store(args.store_file, key, missing_ok=True)
+    replaced = args.name in contents.credentials
+    entries = {**contents.credentials, args.name: Credential(
+        name=args.name, registry=args.registry, username=args.username, password=password)}
+    filestore.write_store(args.store_file, key, contents.replaced(entries))
     print(f"{'updated' if replaced else 'added'} credential {args.name!r} for {args.registry} "
           f"in {args.store_file}", file=err)
     return EXIT_OK
@@ -145,7 +145,7 @@ def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
 def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from webhook import filestore
 
-    entries = filestore.read_store(args.store_file, _store_key(args))
+    entries = filestore.read_store(args.store_file, _store_key(args)).credentials
     print(f"{'NAME':<24} {'REGISTRY':<40} USERNAME", file=out)
     for credential in sorted(entries.values(), key=lambda c: c.name):
         print(f"{credential.name:<24} {credential.registry:<40} {credential.username}", file=out)
@@ -156,12 +156,12 @@ def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -
     from webhook import filestore
 
     key = _store_key(args)
-    entries = filestore.read_store(args.store_file, key)
-    if args.name not in entries:
+    contents = filestore.read_store(args.store_file, key)
+    if args.name not in contents.credentials:
         print(f"no credential {args.name!r} in {args.store_file}", file=err)
         return EXIT_FINDINGS
-    del entries[args.name]
-    filestore.write_store(args.store_file, key, entries)
+    entries = {n: c for n, c in contents.credentials.items() if n != args.name}
+    filestore.write_store(args.store_file, key, contents.replaced(entries))
     print(f"removed credential {args.name!r} from {args.store_file}", file=err)
     return EXIT_OK
 
