@@ -258,8 +258,8 @@ def test_the_directory_is_synced_after_the_rename(tmp_path: Path, key: bytes,
         events.append("replace")
         real_replace(source, target)
 
-    monkeypatch.setattr(filestore.os, "fsync", fsync)
-    monkeypatch.setattr(filestore.os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
     _write(str(tmp_path / "store.json"), key, {CREDENTIAL.name: CREDENTIAL})
     assert events == ["fsync file", "replace", "fsync dir"]
 
