@@ -161,8 +161,8 @@ class Kube:
             raise _error(response.status, data, path, method)
         return orjson.loads(data) if data else {}
 
-    def get(self, path: str, **query: Any) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", path, query=query or None)
+    def get(self, path: str, *, timeout: float | None = None, **query: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", path, query=query or None, timeout=timeout)
         return result
 
     def create(self, path: str, body: Mapping[str, Any], *,
@@ -260,6 +260,11 @@ def secrets_path(namespace: str | None = None, name: str | None = None) -> str:
 
 def namespaces_path(name: str | None = None) -> str:
     return f"/api/v1/namespaces/{quote(name)}" if name else "/api/v1/namespaces"
+
+
+def configmaps_path(namespace: str, name: str | None = None) -> str:
+    base = f"/api/v1/namespaces/{quote(namespace)}/configmaps"
+    return f"{base}/{quote(name)}" if name else base
 
 
 def pods_path(namespace: str | None = None) -> str:
