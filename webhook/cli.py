@@ -98,6 +98,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
         store=args.store, store_file=args.store_file, store_key_file=args.key_file,
         credential_deadline=args.credential_deadline, audit_only=args.audit_only,
+        reconcile_interval=args.reconcile_interval,
         tls_secret=args.tls_secret, service=args.service,
         webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
         tls_dir=args.tls_dir, tls_names=tuple(args.tls_name)))
@@ -352,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--credential-deadline", type=float, default=2.0, metavar="SECONDS",
                          help="longest time admission spends making pull secrets "
                               "(default: %(default)s)")
+    cluster.add_argument("--reconcile-interval", type=float, default=30.0, metavar="SECONDS",
+                         help="how often the leader re-asserts every generated pull secret, "
+                              "bringing back deleted ones (default: %(default)s)")
     serve.set_defaults(run=cmd_serve)
 
     cred_commands = _group(commands, "credentials",

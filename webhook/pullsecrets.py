@@ -53,6 +53,8 @@ RECONCILE_BUDGET = 15.0
 REASSERT_PER_SECOND = 20.0
 """Pace of the periodic re-assertion: at most this many Secret writes a second."""
 _LOCK_STRIPES = 64
+_SLACK = 0.02
+"""A call that failed this close to the deadline failed because the deadline came."""
 
 
 class EnsureError(Exception):
@@ -74,11 +76,14 @@ class Deadline:
     def remaining(self) -> float:
         return self.end - time.monotonic()
 
+    def expired(self) -> EnsureError:
+        return EnsureError(f"no answer from the Kubernetes API within {self.seconds:g}s")
+
     def left(self) -> float:
         """The timeout for the next call; EnsureError when none is left."""
         remaining = self.remaining()
         if remaining <= 0.001:
-            raise EnsureError(f"no answer from the Kubernetes API within {self.seconds:g}s")
+            raise self.expired()
         return remaining
 
 
@@ -183,7 +188,7 @@ class PullSecretProvisioner:
         # time, so it ends when admission stops waiting for it.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.to_thread(work), timeout=max(deadline.remaining(), 0))
-        timed_out = f"no answer from the Kubernetes API within {self.deadline:g}s"
+        timed_out = str(deadline.expired())
         failures = {**failures, **{c: timed_out for c in credentials if c not in done}}
         for _ in failures:
             self.count("failed")
@@ -200,14 +205,15 @@ class PullSecretProvisioner:
         secret = policy.pull_secret_name(name)
         lock = self._lock(namespace, secret)
         if not lock.acquire(timeout=deadline.left()):
-            deadline.left()
-            raise EnsureError(f"no answer from the Kubernetes API within {deadline.seconds:g}s")
+            raise deadline.expired()
         step = ["create"]
         try:
             self._ensure_locked(namespace, secret, credential, deadline, step)
         except kube.KubeError as error:
             logger.warning("pull secret not made", extra={"fields": {
                 "secret": f"{namespace}/{secret}", "error": str(error)}})
+            if isinstance(error, kube.Unavailable) and deadline.remaining() < _SLACK:
+                raise deadline.expired() from None  # the call ran out of the time it was given
             raise EnsureError(_public(error, step[0])) from None
         finally:
             lock.release()
