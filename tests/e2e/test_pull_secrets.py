@@ -722,10 +722,14 @@ def test_leader_releases_the_lease_on_shutdown(
     with plane.api_client() as api:
         own = create_namespace(api, f"mg-{namespace_name('lease')}")
         rbac = k8s.RbacAuthorizationV1Api(api)
+        # The base Roles' rules (leases; store, key and records), in this namespace.
         role: Any = {"metadata": {"name": "mirrorgate-leader", "namespace": own}, "rules": [
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-             "resourceNames": [LEASE], "verbs": ["get", "update"]}]}
+             "resourceNames": [LEASE], "verbs": ["get", "update"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["configmaps"],
+             "verbs": ["get", "list", "watch", "create", "update", "delete"]}]}
         binding: Any = {
             "metadata": {"name": "mirrorgate-leader", "namespace": own},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
