@@ -151,9 +151,8 @@ class PullSecretProvisioner:
 
     def _current(self, namespace: str, credential: str) -> bool:
         wanted = self.store.snapshot().get(credential)
-        record = self.records.get(namespace, policy.pull_secret_name(credential))
-        return wanted is not None and record is not None and bool(record.uid) \
-            and record.fingerprint == self.fingerprints.of(wanted)
+        return wanted is not None and self.records.holds(
+            namespace, policy.pull_secret_name(credential), self.fingerprints.of(wanted))
 
     def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
         if not self.optin.enforced(namespace):

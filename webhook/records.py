@@ -79,6 +79,15 @@ class Records:
         found = self.informer.items.get((self.namespace, record_name(namespace, secret)))
         return _record(found) if found is not None else None
 
+    def holds(self, namespace: str, secret: str, fingerprint: str) -> bool:
+        """Whether the copy was made and last written with ``fingerprint`` (memory only).
+
+        On every admission that needs a pull secret: reads the cached object as is.
+        """
+        found = self.informer.items.get((self.namespace, record_name(namespace, secret)))
+        data = (found or {}).get("data") or {}
+        return bool(data.get("uid")) and data.get("fingerprint") == fingerprint
+
     def all(self) -> list[Record]:
         return [r for r in map(_record, list(self.informer.items.values())) if r is not None]
 
