@@ -13,6 +13,7 @@ import hashlib
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,3 +174,34 @@ def test_deleted_copy_is_healed_within_the_bound(
     assert after["metadata"]["uid"] != before["metadata"]["uid"]
     assert after["data"] == before["data"]
     wait_log(installed.server, "pull secret restored", secret=f"{namespace}/{SECRET}")
+
+
+def _cluster_role(kustomize: Path, overlay: str) -> dict[str, Any]:
+    (found,) = [d for d in mg.render(kustomize, overlay)
+                if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "mirrorgate"]
+    return found
+
+
+def test_manifests_grant_no_secret_read_and_cert_manager_no_webhook_access(
+        kustomize: Path) -> None:
+    """Every overlay: no read verb on Secrets cluster-wide; with cert-manager, no access to
+    the webhook configuration at all (cainjector keeps caBundle)."""
+    reads = {"get", "list", "watch", "patch", "deletecollection", "*"}
+    for overlay in ("base", "overlays/audit", "overlays/enforce", "overlays/cert-manager"):
+        for rule in _cluster_role(kustomize, overlay)["rules"]:
+            if "secrets" in rule["resources"] or "*" in rule["resources"]:
+                assert not reads & set(rule["verbs"]), (overlay, rule)
+    resources = [r["resources"] for r in _cluster_role(kustomize, "overlays/cert-manager")
+                 ["rules"]]
+    assert ["mutatingwebhookconfigurations"] not in resources
+    assert ["mutatingwebhookconfigurations"] in [
+        r["resources"] for r in _cluster_role(kustomize, "base")["rules"]]
+
+
+def test_every_rbac_rule_says_why() -> None:
+    """In manifests/base/rbac.yaml, a comment precedes every rule."""
+    lines = (mg.REPO / "manifests" / "base" / "rbac.yaml").read_text().splitlines()
+    uncommented = [n + 1 for n, line in enumerate(lines)
+                   if line.strip().startswith("- apiGroups:")
+                   and not lines[n - 1].strip().startswith("#")]
+    assert uncommented == []
