@@ -21,7 +21,7 @@ __all__ = ["ENFORCE", "MODE_LABEL", "OPTED_IN_MODES", "NamespaceOptIn"]
 MODE_LABEL = "mirrorgate.io/mode"
 ENFORCE = "enforce"
 OPTED_IN_MODES = frozenset({ENFORCE, "audit"})
-_POLL = 0.02
+_FIRST_POLL, _LONGEST_POLL = 0.001, 0.02
 
 
 class NamespaceOptIn:
@@ -57,8 +57,10 @@ class NamespaceOptIn:
         The API server calls the webhook once *its* cache shows the label; ours
         follows the same watch a moment later. Waiting reads memory only.
         """
+        pause = _FIRST_POLL  # the watch event is usually a millisecond or two away
         while not self.enforced(namespace):
-            if time.monotonic() + _POLL >= until:
+            if time.monotonic() + pause >= until:
                 return False
-            await asyncio.sleep(_POLL)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _LONGEST_POLL)
         return True
