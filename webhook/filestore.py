@@ -31,15 +31,16 @@ import dataclasses
 import os
 import secrets
 import stat
-import tempfile
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+import certs
 from webhook.credentials import Credential, StoreError
 
 __all__ = ["KEY_ENV", "FileCredentialStore", "StoreContents", "generate_key", "load_key",
@@ -175,29 +176,11 @@ def write_store(path: str, key: bytes, contents: StoreContents) -> None:
         "format": FORMAT, "store": contents.store_id, "generation": contents.generation,
         "nonce": base64.b64encode(nonce).decode(),
         "ciphertext": base64.b64encode(sealed).decode()})
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=".mirrorgate-store-", dir=directory)
     try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(envelope)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-        _fsync_directory(directory)
+        certs.atomic_write(Path(path), envelope, mode=0o600)
+        certs.fsync_directory(Path(path).absolute().parent)
     except OSError as error:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
         raise StoreError(f"{path}: cannot write: {error.strerror}") from None
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the rename itself durable: until the directory is synced, a crash may undo it."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FileCredentialStore:
