@@ -9,6 +9,7 @@ calls and never answer others.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
 import hmac
 import json
@@ -20,12 +21,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import policy
 from tests.webhook.fakes import Behaviour, ScriptedKube, stored
 from webhook import kube
 from webhook.credentials import Credential
 from webhook.fingerprints import Fingerprints
 from webhook.optin import NamespaceOptIn
-from webhook.pullsecrets import PullSecretProvisioner
+from webhook.pullsecrets import PullSecretProvisioner, Reconciler
 from webhook.records import Records
 
 PASSWORD = "p@ss:w/rd-91c2"
@@ -182,3 +184,47 @@ def test_every_call_carries_the_remaining_deadline(
     for method, resource, timeout in client.calls:
         assert timeout is not None, (method, resource)
         assert 0 < timeout <= 0.3, (method, resource, timeout)
+
+
+# --------------------------------------------------------------------------- the reconciler
+
+def record_object(*, uid: str, created: str, fingerprint: str = "") -> dict[str, Any]:
+    return {"metadata": {"name": f"copy.{NAMESPACE}.mirrorgate-harbor-pull",
+                         "namespace": "mirrorgate", "uid": "record-uid",
+                         "resourceVersion": "7", "creationTimestamp": created},
+            "data": {"namespace": NAMESPACE, "secret": "mirrorgate-harbor-pull",
+                     "credential": CREDENTIAL.name, "uid": uid, "fingerprint": fingerprint}}
+
+
+def reconciler(client: ScriptedKube, record: dict[str, Any]) -> Reconciler:
+    made = provisioner(client)
+    made.records.informer.items[("mirrorgate", record["metadata"]["name"])] = record
+    rules = policy.load({"mirrors": [{"source": "docker.io", "mirror": "m.example/hub",
+                                      "credential": CREDENTIAL.name}],
+                         "credentials": {CREDENTIAL.name: {"namespaces": ["*"]}}})
+    return Reconciler(made, made.client, rules=lambda: rules, is_leader=lambda: True)
+
+
+@pytest.mark.parametrize(("created", "dropped"), [
+    pytest.param("2020-01-01T00:00:00Z", True, id="abandoned"),
+    pytest.param(datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), False,
+                 id="in-progress"),
+])
+def test_a_claim_never_completed_is_dropped_after_a_minute(created: str, dropped: bool) -> None:
+    """A claim a crash abandoned stops blocking the name; one in progress is left to finish."""
+    client = ScriptedKube({("DELETE", "configmaps"): lambda body: {}})
+    reconciler(client, record_object(uid="", created=created)).reconcile_once(reassert=True)
+    assert [(m, r) for m, r, _ in client.calls] == \
+        ([("DELETE", "configmaps")] if dropped else [])
+
+
+def test_reassertion_forgets_a_copy_replaced_by_someone_else() -> None:
+    """The uid precondition fails: the Secret there is not ours; only our record goes."""
+    client = ScriptedKube({("PUT", "secrets"): kube.Conflict(409, "Conflict", "UID mismatch"),
+                           ("DELETE", "configmaps"): lambda body: {}})
+    fingerprint = Fingerprints(KEY).of(CREDENTIAL)
+    made = reconciler(client, record_object(uid="secret-uid", created="2020-01-01T00:00:00Z",
+                                            fingerprint=fingerprint))
+    assert made.reconcile_once(reassert=True)["failed"] == 1
+    assert [(m, r) for m, r, _ in client.calls] == [("PUT", "secrets"), ("DELETE", "configmaps")]
+    assert made.provisioner.records.all() == []
