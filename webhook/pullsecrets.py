@@ -53,6 +53,8 @@ RECONCILE_BUDGET = 15.0
 REASSERT_PER_SECOND = 20.0
 """Pace of the periodic re-assertion: at most this many Secret writes a second."""
 _LOCK_STRIPES = 64
+_NAME_LIMIT = 63
+"""A namespace name is a DNS label: never longer."""
 _SLACK = 0.02
 """A call that failed this close to the deadline failed because the deadline came."""
 
@@ -164,11 +166,13 @@ class PullSecretProvisioner:
         grace = min(deadline.end, time.monotonic() + OPT_IN_GRACE)
         if not await self.optin.wait_enforced(namespace, until=grace):
             # A review can name any namespace: only our own cache says who opted in.
+            # Quoted no longer than a namespace name can be: the review may be forged.
+            quoted = namespace[:_NAME_LIMIT] + ("..." if len(namespace) > _NAME_LIMIT else "")
             logger.warning("pull secret refused: namespace not opted in", extra={"fields": {
-                "namespace": namespace, "mode": self.optin.mode(namespace)}})
+                "namespace": quoted, "mode": self.optin.mode(namespace)}})
             for _ in credentials:
                 self.count("failed")
-            return dict.fromkeys(credentials, f"namespace {namespace!r} is not labelled "
+            return dict.fromkeys(credentials, f"namespace {quoted!r} is not labelled "
                                               f"{MODE_LABEL}={ENFORCE}")
         done: set[str] = set()
         failures: dict[str, str] = {}

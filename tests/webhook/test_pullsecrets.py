@@ -110,11 +110,15 @@ def test_no_secret_for_a_namespace_not_opted_in(labels: dict[str, str]) -> None:
     assert client.calls == []
 
 
-def test_unknown_namespace_gets_nothing_either() -> None:
+@pytest.mark.parametrize("namespace", ["never-seen", "x" * 2_000_000])
+def test_unknown_namespace_gets_nothing_either(namespace: str, log_lines: StringIO) -> None:
+    """Nothing is made, and a forged name is quoted no longer than a namespace name can be."""
     client = ScriptedKube({})
     made = provisioner(client, deadline=0.2)
-    failures = asyncio.run(made.ensure("never-seen", [CREDENTIAL.name]))
+    failures = asyncio.run(made.ensure(namespace, [CREDENTIAL.name]))
     assert "is not labelled" in failures[CREDENTIAL.name]
+    assert len(failures[CREDENTIAL.name]) < 200
+    assert len(log_lines.getvalue()) < 1000
     assert client.calls == []
 
 
