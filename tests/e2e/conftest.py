@@ -187,7 +187,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 CREDENTIAL = "e2e-mirror"
-RECONCILE_INTERVAL = 3.0
+RECONCILE_INTERVAL = 5.0
 """The session server's --reconcile-interval (seconds)."""
 DOCKERHUB_MIRROR = "mirror.e2e.example/dockerhub"
 
