@@ -53,6 +53,7 @@ RECONCILE_BUDGET = 15.0
 REASSERT_PER_SECOND = 20.0
 """Pace of the periodic re-assertion: at most this many Secret writes a second."""
 _LOCK_STRIPES = 64
+_UNRECORDED_LIMIT = 1024
 _NAME_LIMIT = 63
 """A namespace name is a DNS label: never longer."""
 _SLACK = 0.02
@@ -140,6 +141,8 @@ class PullSecretProvisioner:
         self.count = counter or (lambda action: None)
         # Concurrent admissions for one copy take turns in a replica (bounded: striped).
         self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        self._unrecorded: dict[tuple[str, str], tuple[str, str]] = {}
+        """(namespace, secret) -> (uid, fingerprint) of copies made whose record failed."""
 
     def start(self) -> None:
         self.records.informer.start()
@@ -231,12 +234,14 @@ class PullSecretProvisioner:
                     claim = self.records.claim(namespace, secret, credential.name,
                                                timeout=deadline.left())
                 except kube.AlreadyExists:
-                    record = self._await_claim(namespace, secret, deadline)
+                    record = self._complete_unrecorded(namespace, secret, deadline) \
+                        or self._await_claim(namespace, secret, deadline)
                 else:
                     self._create(claim, credential, want, deadline)
                     return
             elif not record.uid:
-                record = self._await_claim(namespace, secret, deadline)
+                record = self._complete_unrecorded(namespace, secret, deadline) \
+                    or self._await_claim(namespace, secret, deadline)
             if record is None:
                 continue  # the claim was released: claim again
             if record.fingerprint == want:
@@ -273,9 +278,40 @@ class PullSecretProvisioner:
             with contextlib.suppress(kube.KubeError, EnsureError):
                 self.records.drop(claim, timeout=deadline.left())
             raise
-        self.records.complete(claim, uid=created["metadata"]["uid"], fingerprint=want,
-                              timeout=deadline.left())
         self.count("created")
+        uid = created["metadata"]["uid"]
+        try:
+            self.records.complete(claim, uid=uid, fingerprint=want, timeout=deadline.left())
+        except (kube.KubeError, EnsureError):
+            # The Secret is ours, but only this process knows its uid: keep it, so
+            # that the claim is completed later rather than left to look foreign.
+            if len(self._unrecorded) < _UNRECORDED_LIMIT:
+                self._unrecorded[(claim.namespace, claim.secret)] = (uid, want)
+            raise
+
+    def record_unrecorded(self) -> None:
+        """Complete the claims whose Secret was made but whose record write failed."""
+        for namespace, secret in list(self._unrecorded):
+            with self._lock(namespace, secret):
+                try:
+                    self._complete_unrecorded(namespace, secret,
+                                              Deadline(RECONCILE_BUDGET))
+                except (kube.KubeError, EnsureError) as error:
+                    logger.warning("pull secret record not written", extra={"fields": {
+                        "secret": f"{namespace}/{secret}", "error": str(error)}})
+
+    def _complete_unrecorded(self, namespace: str, secret: str,
+                             deadline: Deadline) -> Record | None:
+        """The claim completed with the uid this process remembers; None if there is none."""
+        remembered = self._unrecorded.get((namespace, secret))
+        if remembered is None:
+            return None
+        claim = self.records.fetch(namespace, secret, timeout=deadline.left())
+        if claim is not None and not claim.uid:
+            claim = self.records.complete(claim, uid=remembered[0], fingerprint=remembered[1],
+                                          timeout=deadline.left())
+        self._unrecorded.pop((namespace, secret), None)
+        return claim
 
     def _write(self, record: Record, credential: Credential, want: str,
                deadline: Deadline) -> str:
@@ -364,6 +400,7 @@ class Reconciler:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            self.provisioner.record_unrecorded()  # this replica's own, leader or not
             if not self._ready():
                 continue
             try:

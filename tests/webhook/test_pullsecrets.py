@@ -233,3 +233,39 @@ def test_reassertion_forgets_a_copy_replaced_by_someone_else() -> None:
     assert made.reconcile_once(reassert=True)["failed"] == 1
     assert [(m, r) for m, r, _ in client.calls] == [("PUT", "secrets"), ("DELETE", "configmaps")]
     assert made.provisioner.records.all() == []
+
+
+def test_a_copy_whose_record_failed_is_recorded_later_not_taken_for_foreign() -> None:
+    """The Secret was made but its uid could not be recorded: this replica remembers it."""
+    made_secret: dict[str, Any] = {}
+
+    def create_secret(body: Any) -> dict[str, Any]:
+        made_secret.update(stored(body))
+        return made_secret
+
+    claim: dict[str, Any] = {}
+
+    def create_claim(body: Any) -> dict[str, Any]:
+        claim.update(stored(body))
+        return claim
+
+    completed: list[dict[str, Any]] = []
+
+    def complete(body: Any) -> dict[str, Any]:
+        completed.append(body)
+        return dict(body)
+
+    client = ScriptedKube({("POST", "configmaps"): create_claim,
+                           ("POST", "secrets"): create_secret,
+                           ("PUT", "configmaps"): kube.Unavailable(0, "Unavailable", "reset")})
+    made = provisioner(client)
+    failed = ensure(made)
+    assert failed == {CREDENTIAL.name: "mirrorgate could not create it: the Kubernetes API "
+                                       "is unavailable"}
+    # The API is back; the background pass (every replica runs it) records the uid.
+    client.script[("GET", "configmaps")] = lambda body: claim
+    client.script[("PUT", "configmaps")] = complete
+    made.record_unrecorded()
+    assert [c["data"]["uid"] for c in completed] == [made_secret["metadata"]["uid"]]
+    assert made.missing(NAMESPACE, [CREDENTIAL.name]) == []
+    assert [(m, r) for m, r, _ in client.calls].count(("POST", "secrets")) == 1
