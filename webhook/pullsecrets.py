@@ -436,13 +436,42 @@ class Reconciler:
         records.drop(record)
 
     def reconcile_once(self, *, reassert: bool = False) -> dict[str, int]:
-        """One pass; with ``reassert``, every copy is written again (paced), healing deletions."""
+        """Removals and rotations at once; with ``reassert``, then every copy written again.
+
+        The re-assertion is paced, so with many copies it is long: a rotation or
+        an opt-out that arrives meanwhile is handled first, not after it.
+        """
         counts = {"updated": 0, "restored": 0, "deleted": 0, "failed": 0}
+        self._sweep(counts)
+        if not reassert:
+            return counts
+        for record in self.provisioner.records.all():
+            if self._stop.is_set() or not self.is_leader():
+                break
+            if self._wake.is_set():
+                self._wake.clear()
+                self._sweep(counts)
+            current = self.provisioner.records.get(record.namespace, record.secret)
+            if current is None or not current.uid \
+                    or self._wanted(current.namespace, current.credential) is not None:
+                continue  # gone, claimed, or going: the sweeps deal with it
+            where = f"{current.namespace}/{current.secret}"
+            try:
+                if self.provisioner.reassert(current) == "created":
+                    counts["restored"] += 1
+                    logger.info("pull secret restored", extra={"fields": {"secret": where}})
+            except (kube.KubeError, EnsureError) as error:
+                self._failed(counts, where, error)
+            self._stop.wait(1 / REASSERT_PER_SECOND)
+        return counts
+
+    def _sweep(self, counts: dict[str, int]) -> None:
+        """Abandoned claims, copies that should go, and copies that are stale."""
         store = self.provisioner.store.snapshot()
         fingerprints = self.provisioner.fingerprints
         for record in self.provisioner.records.all():
             if self._stop.is_set() or not self.is_leader():
-                break
+                return
             where = f"{record.namespace}/{record.secret}"
             try:
                 if not record.uid:
@@ -455,21 +484,15 @@ class Reconciler:
                 if why is not None:
                     self._remove(record, why)
                     counts["deleted"] += 1
-                    continue
-                stale = record.fingerprint != fingerprints.of(store[record.credential])
-                if not (stale or reassert):
-                    continue
-                action = self.provisioner.reassert(record)
-                if stale:
+                elif record.fingerprint != fingerprints.of(store[record.credential]):
+                    self.provisioner.reassert(record)
                     counts["updated"] += 1
                     logger.info("pull secret rotated", extra={"fields": {"secret": where}})
-                elif action == "created":
-                    counts["restored"] += 1
-                    logger.info("pull secret restored", extra={"fields": {"secret": where}})
-                if reassert:
-                    self._stop.wait(1 / REASSERT_PER_SECOND)
             except (kube.KubeError, EnsureError) as error:
-                counts["failed"] += 1
-                logger.warning("pull secret reconcile failed", extra={"fields": {
-                    "secret": where, "error": str(error)}})
-        return counts
+                self._failed(counts, where, error)
+
+    @staticmethod
+    def _failed(counts: dict[str, int], where: str, error: Exception) -> None:
+        counts["failed"] += 1
+        logger.warning("pull secret reconcile failed", extra={"fields": {
+            "secret": where, "error": str(error)}})

@@ -9,6 +9,7 @@ calls and never answer others.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import hashlib
 import hmac
@@ -269,3 +270,36 @@ def test_a_copy_whose_record_failed_is_recorded_later_not_taken_for_foreign() ->
     assert [c["data"]["uid"] for c in completed] == [made_secret["metadata"]["uid"]]
     assert made.missing(NAMESPACE, [CREDENTIAL.name]) == []
     assert [(m, r) for m, r, _ in client.calls].count(("POST", "secrets")) == 1
+
+
+def test_a_rotation_during_a_long_reassertion_is_handled_first() -> None:
+    """The store changes while the paced re-assertion runs: every copy rotates in that pass."""
+    rotated = Credential(name=CREDENTIAL.name, registry=CREDENTIAL.registry,
+                         username=CREDENTIAL.username, password="rotated-" + PASSWORD)
+    written: list[str] = []
+    holder: list[Reconciler] = []
+
+    def put_secret(body: Any) -> dict[str, Any]:
+        written.append(json.loads(base64.b64decode(body["data"][".dockerconfigjson"]))
+                       ["auths"][CREDENTIAL.registry]["password"])
+        if len(written) == 1:  # the central credential changes during the first write
+            holder[0].provisioner.store.credentials[CREDENTIAL.name] = rotated  # type: ignore[attr-defined]
+            holder[0].trigger()
+        return dict(body)
+
+    client = ScriptedKube({("PUT", "secrets"): put_secret,
+                           ("PUT", "configmaps"): lambda body: dict(body)})
+    current = Fingerprints(KEY).of(CREDENTIAL)
+    made = reconciler(client, record_object(uid="uid-1", created="2020-01-01T00:00:00Z",
+                                            fingerprint=current))
+    holder.append(made)
+    second = record_object(uid="uid-2", created="2020-01-01T00:00:00Z", fingerprint=current)
+    second["metadata"]["name"] = f"copy.{NAMESPACE}.mirrorgate-other"
+    second["data"]["secret"] = "mirrorgate-other"
+    made.provisioner.records.informer.items[("mirrorgate", second["metadata"]["name"])] = second
+    counts = made.reconcile_once(reassert=True)
+    assert counts["updated"] == 2, (counts, written)
+    assert written[0] == PASSWORD
+    assert written[-1] == "rotated-" + PASSWORD
+    assert all(r.fingerprint == Fingerprints(KEY).of(rotated)
+               for r in made.provisioner.records.all())
