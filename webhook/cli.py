@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import yaml
 
 from webhook import offline, policyfile
-from webhook.credentials import StoreError
+from webhook.credentials.store import StoreError
 from webhook.policyfile import ConfigError
 
 __all__ = ["main"]
@@ -108,15 +108,15 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _store_key(args: argparse.Namespace) -> bytes:
     import os
 
-    from webhook import filestore
+    from webhook.credentials import filestore
 
     return filestore.load_key(key_file=args.key_file, environ=os.environ)
 
 
 def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from policy.model import CREDENTIAL_NAME_RE
-    from webhook import filestore
-    from webhook.credentials import Credential
+    from webhook.credentials import filestore
+    from webhook.credentials.store import Credential
 
     if not CREDENTIAL_NAME_RE.fullmatch(args.name):
         raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
@@ -144,7 +144,7 @@ def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
 
 
 def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from webhook import filestore
+    from webhook.credentials import filestore
 
     entries = filestore.read_store(args.store_file, _store_key(args)).credentials
     print(f"{'NAME':<24} {'REGISTRY':<40} USERNAME", file=out)
@@ -154,7 +154,7 @@ def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
 
 
 def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from webhook import filestore
+    from webhook.credentials import filestore
 
     key = _store_key(args)
     contents = filestore.read_store(args.store_file, key)
@@ -170,7 +170,7 @@ def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -
 def cmd_credentials_generate_key(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
 
-    from webhook import filestore
+    from webhook.credentials import filestore
 
     key = filestore.generate_key()
     if args.out == "-":

@@ -17,22 +17,19 @@ from starlette.applications import Starlette
 from webhook import (
     admission,
     app,
-    credentials,
-    filestore,
-    fingerprints,
     kube,
-    kubestore,
     leader,
     logs,
     policyfile,
-    pullsecrets,
     selfcerts,
     tls,
     watch,
 )
+from webhook.credentials import filestore, fingerprints, kubestore, pullsecrets
+from webhook.credentials import store as credentials
+from webhook.credentials.records import Records
 from webhook.logs import logger
 from webhook.optin import NamespaceOptIn
-from webhook.records import Records
 
 __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
 

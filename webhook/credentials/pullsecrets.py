@@ -3,8 +3,8 @@
 For a Pod that needs credential C in namespace N, the Secret ``mirrorgate-C``
 in N holds only C's registry login. mirrorgate may create, update and delete
 Secrets but read none outside its own namespace, so what it knows of its
-copies is its own record of them (:mod:`webhook.records`): the uid of each
-copy and the keyed fingerprint (:mod:`webhook.fingerprints`) of what it wrote.
+copies is its own record of them (:mod:`webhook.credentials.records`): the uid of each
+copy and the keyed fingerprint (:mod:`webhook.credentials.fingerprints`) of what it wrote.
 
 Admission asks :meth:`PullSecretProvisioner.missing` (memory only) and calls
 :meth:`~PullSecretProvisioner.ensure` only for the few copies that are absent
@@ -34,12 +34,12 @@ from typing import Any
 
 import policy
 from webhook import kube
-from webhook.credentials import Credential, CredentialStore
-from webhook.fingerprints import Fingerprints
-from webhook.kubestore import MANAGED_BY_LABEL
+from webhook.credentials.fingerprints import Fingerprints
+from webhook.credentials.kubestore import MANAGED_BY_LABEL
+from webhook.credentials.records import Record, Records
+from webhook.credentials.store import Credential, CredentialStore
 from webhook.logs import logger
 from webhook.optin import ENFORCE, MODE_LABEL, OPTED_IN_MODES, NamespaceOptIn
-from webhook.records import Record, Records
 
 __all__ = ["CREDENTIAL_LABEL", "PullSecretProvisioner", "Reconciler"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook import kube
-from webhook.credentials import Credential, StoreError, from_dockerconfigjson
+from webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
 from webhook.informer import Informer
 from webhook.logs import logger
 
