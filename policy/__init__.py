@@ -5,7 +5,15 @@ or the network (an import-linter contract in pyproject.toml checks it).
 """
 
 from policy.matching import Outcome, Resolution
-from policy.model import FieldError, Mode, OnCredentialError, Policy, PolicyError, load
+from policy.model import (
+    CredentialGrant,
+    FieldError,
+    Mode,
+    OnCredentialError,
+    Policy,
+    PolicyError,
+    load,
+)
 from policy.planner import (
     CONTAINER_FIELDS,
     MIRROR_POD_ANNOTATION,
@@ -31,6 +39,7 @@ __all__ = [
     "PULL_SECRET_PREFIX",
     "SKIP_LABEL",
     "ContainerField",
+    "CredentialGrant",
     "FieldError",
     "ImageReference",
     "ImageRewrite",

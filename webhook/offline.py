@@ -99,7 +99,7 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str) ->
         "image": image, "valid": True,
         "reference": {"domain": ref.domain, "path": ref.path, "tag": ref.tag,
                       "digest": ref.digest, "name": ref.name, "normalized": str(ref)},
-        "rule": None, "result": None, "credential": None,
+        "rule": None, "result": None, "credential": None, "credentialRegistry": None,
     }
     if rules is None:
         return explained
@@ -115,6 +115,10 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str) ->
     explained["rule"] = {"index": rule.index, "source": str(rule.source),
                          "mirror": str(rule.mirror)}
     explained["credential"] = rule.credential
+    grant = rules.grants.get(rule.credential) if rule.credential is not None else None
+    if grant is not None and grant.registry is not None:
+        # The key of the generated .dockerconfigjson; null: the store entry's own.
+        explained["credentialRegistry"] = str(grant.registry)
     explained["result"] = found.new_image if found.outcome == "rewrite" else image
     not_granted = rules.not_granted(rule, namespace)
     if not_granted is not None:

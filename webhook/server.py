@@ -25,7 +25,7 @@ from webhook import (
     tls,
     watch,
 )
-from webhook.credentials import filestore, fingerprints, kubestore, pullsecrets
+from webhook.credentials import filestore, fingerprints, kubestore, pullsecrets, scoped
 from webhook.credentials import store as credentials
 from webhook.credentials.records import Records
 from webhook.logs import logger
@@ -170,6 +170,7 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
     else:
         raise policyfile.ConfigError(f"--store {kind!r}: expected kubernetes, file or none")
     runtime.readiness["credential-store"] = store.problem
+    store = scoped.ScopedStore(store, lambda: runtime.policy.policy.grants)
     if client is None:
         return StandalonePullSecrets()
     try:

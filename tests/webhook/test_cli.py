@@ -29,7 +29,8 @@ from webhook import cli
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 REFERENCE_KEYS = {"domain", "path", "tag", "digest", "name", "normalized"}
-EXPLAIN_KEYS = {"image", "valid", "reference", "rule", "result", "credential"}
+EXPLAIN_KEYS = {"image", "valid", "reference", "rule", "result", "credential",
+                "credentialRegistry"}
 
 
 @dataclasses.dataclass
@@ -217,7 +218,7 @@ def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> Non
         "reference": {"domain": "docker.io", "path": "library/nginx", "tag": None,
                       "digest": None, "name": "docker.io/library/nginx",
                       "normalized": "docker.io/library/nginx"},
-        "rule": None, "result": None, "credential": None}
+        "rule": None, "result": None, "credential": None, "credentialRegistry": None}
 
 
 def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,

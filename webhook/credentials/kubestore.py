@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import datetime
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,11 +21,25 @@ from webhook.credentials.store import Credential, StoreError, from_dockerconfigj
 from webhook.informer import Informer
 from webhook.logs import logger
 
-__all__ = ["MANAGED_BY_SELECTOR", "KubernetesCredentialStore"]
+__all__ = ["EXPIRES_ANNOTATION", "MANAGED_BY_SELECTOR", "KubernetesCredentialStore",
+           "parse_expiry"]
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}=mirrorgate"
+EXPIRES_ANNOTATION = "mirrorgate.io/expires"
+"""RFC 3339: when a short-lived login stops working (written by the provider refresher)."""
+
+
+def parse_expiry(text: str, *, where: str) -> datetime.datetime:
+    """An RFC 3339 time with its offset; StoreError naming ``where`` otherwise."""
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise StoreError(f"{where}: {text[:40]!r} is not an RFC 3339 time with an offset")
+    return moment
 
 
 class KubernetesCredentialStore:
@@ -79,7 +95,13 @@ class KubernetesCredentialStore:
             try:
                 payload = base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""),
                                            validate=True)
-                credentials[name] = from_dockerconfigjson(name, payload, where=where)
+                credential = from_dockerconfigjson(name, payload, where=where)
+                expires = ((secret.get("metadata") or {}).get("annotations") or {}) \
+                    .get(EXPIRES_ANNOTATION)
+                if isinstance(expires, str):
+                    credential = dataclasses.replace(credential, expires=parse_expiry(
+                        expires, where=f"{where}: annotation {EXPIRES_ANNOTATION}"))
+                credentials[name] = credential
             except (StoreError, binascii.Error, ValueError) as error:
                 invalid[name] = str(error) if isinstance(error, StoreError) \
                     else f"{where}: .dockerconfigjson is not base64"

@@ -156,7 +156,7 @@ class PullSecretProvisioner:
 
     def _current(self, namespace: str, credential: str) -> bool:
         wanted = self.store.snapshot().get(credential)
-        return wanted is not None and self.records.holds(
+        return wanted is not None and not wanted.expired() and self.records.holds(
             namespace, policy.pull_secret_name(credential), self.fingerprints.of(wanted))
 
     def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
@@ -208,6 +208,12 @@ class PullSecretProvisioner:
         credential = self.store.snapshot().get(name)
         if credential is None:
             raise EnsureError(f"credential {name!r} is not in the credential store")
+        if credential.expired():
+            # Kept in the store (its copies stay until it is renewed), but a
+            # Pod is never pointed at a mirror with a login known to be dead.
+            assert credential.expires is not None
+            raise EnsureError(f"credential {name!r} expired at "
+                              f"{credential.expires.isoformat(timespec='seconds')}")
         secret = policy.pull_secret_name(name)
         lock = self._lock(namespace, secret)
         if not lock.acquire(timeout=deadline.left()):

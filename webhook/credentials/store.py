@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -31,9 +32,16 @@ class Credential:
     """The key in ``.dockerconfigjson``: the mirror's ``host[:port]`` (a path may follow)."""
     username: str
     password: str = dataclasses.field(repr=False)
+    expires: datetime.datetime | None = None
+    """When a short-lived login stops working (timezone-aware); None: not known to expire."""
 
     def __str__(self) -> str:
         return f"credential {self.name!r} for {self.registry} (user {self.username!r})"
+
+    def expired(self, now: datetime.datetime | None = None) -> bool:
+        if self.expires is None:
+            return False
+        return (now or datetime.datetime.now(datetime.UTC)) >= self.expires
 
     def dockerconfigjson(self) -> bytes:
         """The ``.dockerconfigjson`` holding this login only.
