@@ -63,7 +63,8 @@ def test_a_login_is_minted_with_its_lifetime(issuer: RobotIssuer, tmp_path: Path
     assert (login.name, login.registry, login.username) == ("team-a", "a.example", "robot-a")
     assert issuer.server.passwords.valid("robot-a", login.password)
     assert login.expires == datetime.datetime.fromtimestamp(clock.now + 90, datetime.UTC)
-    assert login.password not in repr(login) and login.password not in str(login)
+    assert login.password not in repr(login)
+    assert login.password not in str(login)
 
 
 def test_the_default_cache_duration_applies_without_one_in_the_response(
@@ -103,7 +104,8 @@ def test_a_cached_login_is_asked_for_again_after_80_percent_of_its_life(
     clock.now += 1  # 48 s: 80 %
     renewed = source.login("a", "test-provider", IMAGE)
     assert renewed.password != first.password
-    assert renewed.expires is not None and first.expires is not None
+    assert renewed.expires is not None
+    assert first.expires is not None
     assert renewed.expires > first.expires
 
 
