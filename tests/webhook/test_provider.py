@@ -33,11 +33,25 @@ def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RobotIssuer]:
     issuer.server.stop()
 
 
+class Recorder(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def said(records: list[logging.LogRecord]) -> list[str]:
+    """The stderr lines logged from plugins."""
+    return [getattr(r, "fields", {})["stderr"] for r in records
+            if r.getMessage() == "credential provider said"]
+
+
 @pytest.fixture
 def logged() -> Iterator[list[logging.LogRecord]]:
     records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler = Recorder(records)
     log = logging.getLogger("mirrorgate")
     log.addHandler(handler)
     level = log.level
@@ -139,8 +153,7 @@ def test_a_hanging_plugin_is_killed_at_the_timeout(issuer: RobotIssuer, tmp_path
     source = _source(issuer, tmp_path, args=["--fault", "hang"], timeout=1.0)
     with pytest.raises(ProviderError, match="did not answer within 1 s and was killed"):
         source.login("a", "test-provider", IMAGE)
-    said = [r.fields["stderr"] for r in logged if r.getMessage() == "credential provider said"]
-    assert said == ["test-credential-provider: hanging on purpose"]
+    assert said(logged) == ["test-credential-provider: hanging on purpose"]
 
 
 def test_images_outside_match_images_and_unknown_providers(issuer: RobotIssuer,
@@ -157,10 +170,8 @@ def test_echoed_secrets_are_redacted_from_the_logged_stderr(
         issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord]) -> None:
     source = _source(issuer, tmp_path, args=["--fault", "echo"])
     login = source.login("a", "test-provider", IMAGE)
-    [said] = [r.fields["stderr"] for r in logged if r.getMessage() == "credential provider said"]
     # The provider's env values are redacted too (they may be secrets; here
     # the robot's name is one of them).
-    assert said == "debug: minted password [redacted] for [redacted]"
-    assert login.password not in said
+    assert said(logged) == ["debug: minted password [redacted] for [redacted]"]
     for record in logged:
         assert login.password not in record.getMessage() + repr(getattr(record, "fields", ""))
