@@ -14,6 +14,7 @@ from pathlib import Path
 import uvicorn
 from starlette.applications import Starlette
 
+import policy
 from webhook import (
     admission,
     app,
@@ -25,7 +26,16 @@ from webhook import (
     tls,
     watch,
 )
-from webhook.credentials import filestore, fingerprints, kubestore, pullsecrets, scoped
+from webhook.credentials import (
+    filestore,
+    fingerprints,
+    kubestore,
+    provider,
+    providerconfig,
+    pullsecrets,
+    scoped,
+)
+from webhook.credentials import refresher as refresher_
 from webhook.credentials import store as credentials
 from webhook.credentials.records import Records
 from webhook.logs import logger
@@ -73,6 +83,11 @@ class Settings:
     credential_deadline: float = 2.0
     """Seconds admission may spend making pull secrets; keep well inside timeoutSeconds."""
     reconcile_interval: float = 30.0
+    credential_provider_config: str | None = None
+    """The kubelet's CredentialProviderConfig file, for credentials with a ``provider``."""
+    credential_provider_bin_dir: str | None = None
+    credential_provider_timeout: float = 10.0
+    """Seconds a plugin may run before it is killed."""
     audit_only: bool = False
     """Treat every endpoint as /audit, whatever the policy's mode."""
 
@@ -170,6 +185,11 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
     else:
         raise policyfile.ConfigError(f"--store {kind!r}: expected kubernetes, file or none")
     runtime.readiness["credential-store"] = store.problem
+    providers = _provider_source(settings, runtime.policy.policy)
+    central = store
+    if providers is not None and not isinstance(central, kubestore.KubernetesCredentialStore):
+        raise policyfile.ConfigError("credentials with a provider need --store kubernetes: the "
+                                     "leader publishes their logins there for every replica")
     store = scoped.ScopedStore(store, lambda: runtime.policy.policy.grants)
     if client is None:
         return StandalonePullSecrets()
@@ -193,7 +213,40 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
                           reconciler.start]
     background.stops += [reconciler.stop, elector.stop, provisioner.stop, optin.informer.stop]
     runtime.on_policy_change.append(reconciler.trigger)
+    if providers is not None:
+        assert isinstance(central, kubestore.KubernetesCredentialStore)
+        refresher = refresher_.ProviderRefresher(
+            providers, client, store=central, rules=lambda: runtime.policy.policy,
+            is_leader=elector.is_leader, observe=runtime.metrics.credential_refreshed)
+        background.starts.append(refresher.start)
+        background.stops.insert(0, refresher.stop)
+        runtime.on_policy_change.append(refresher.trigger)
     return provisioner
+
+
+def _provider_source(settings: Settings, rules: policy.Policy) -> provider.ProviderSource | None:
+    """The plugins for the policy's provider credentials; None when it names none."""
+    wanted = {name: grant.provider for name, grant in rules.grants.items() if grant.provider}
+    if settings.credential_provider_config is None:
+        if wanted:
+            raise policyfile.ConfigError(
+                f"credentials.{min(wanted)}.provider: needs --credential-provider-config and "
+                "--credential-provider-bin-dir")
+        return None
+    if settings.credential_provider_bin_dir is None:
+        raise policyfile.ConfigError("--credential-provider-config needs "
+                                     "--credential-provider-bin-dir")
+    try:
+        config = providerconfig.load(settings.credential_provider_config)
+    except providerconfig.ProviderConfigError as error:
+        raise policyfile.ConfigError(str(error)) from None
+    for name, wanted_provider in sorted(wanted.items()):
+        if wanted_provider not in config.providers:
+            raise policyfile.ConfigError(
+                f"credentials.{name}.provider: {wanted_provider!r} is not in "
+                f"{settings.credential_provider_config}")
+    return provider.ProviderSource(config, settings.credential_provider_bin_dir,
+                                   timeout=settings.credential_provider_timeout)
 
 
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:

@@ -22,7 +22,7 @@ from webhook.informer import Informer
 from webhook.logs import logger
 
 __all__ = ["EXPIRES_ANNOTATION", "MANAGED_BY_SELECTOR", "KubernetesCredentialStore",
-           "parse_expiry"]
+           "credential_from_secret", "parse_expiry"]
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -91,18 +91,27 @@ class KubernetesCredentialStore:
         for (_, name), secret in list(self.informer.items.items()):
             if secret.get("type") != DOCKERCONFIGJSON:
                 continue
-            where = f"Secret {self.namespace}/{name}"
             try:
-                payload = base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""),
-                                           validate=True)
-                credential = from_dockerconfigjson(name, payload, where=where)
-                expires = ((secret.get("metadata") or {}).get("annotations") or {}) \
-                    .get(EXPIRES_ANNOTATION)
-                if isinstance(expires, str):
-                    credential = dataclasses.replace(credential, expires=parse_expiry(
-                        expires, where=f"{where}: annotation {EXPIRES_ANNOTATION}"))
-                credentials[name] = credential
-            except (StoreError, binascii.Error, ValueError) as error:
-                invalid[name] = str(error) if isinstance(error, StoreError) \
-                    else f"{where}: .dockerconfigjson is not base64"
+                credentials[name] = credential_from_secret(secret, self.namespace, name)
+            except StoreError as error:
+                invalid[name] = str(error)
         return credentials, invalid
+
+
+def credential_from_secret(secret: dict[str, Any], namespace: str, name: str) -> Credential:
+    """The login of one credential-store Secret; StoreError names the Secret and the problem."""
+    where = f"Secret {namespace}/{name}"
+    if secret.get("type") != DOCKERCONFIGJSON:
+        raise StoreError(f"{where} is not of type {DOCKERCONFIGJSON}")
+    try:
+        payload = base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""),
+                                   validate=True)
+    except (binascii.Error, ValueError):
+        raise StoreError(f"{where}: .dockerconfigjson is not base64") from None
+    credential = from_dockerconfigjson(name, payload, where=where)
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    expires = annotations.get(EXPIRES_ANNOTATION)
+    if isinstance(expires, str):
+        credential = dataclasses.replace(credential, expires=parse_expiry(
+            expires, where=f"{where}: annotation {EXPIRES_ANNOTATION}"))
+    return credential

@@ -78,9 +78,10 @@ class _Issued:
         if chosen is None:
             return None
         username, password = self.logins[chosen]
-        expires = datetime.datetime.fromtimestamp(self.issued + self.lifetime, datetime.UTC)
+        issued = datetime.datetime.fromtimestamp(self.issued, datetime.UTC)
         return Credential(name=credential, registry=chosen, username=username,
-                          password=password, expires=expires)
+                          password=password, issued=issued,
+                          expires=issued + datetime.timedelta(seconds=self.lifetime))
 
 
 def _registry_of(image: str) -> str:

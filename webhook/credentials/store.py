@@ -16,7 +16,12 @@ from typing import Any, Protocol
 
 import orjson
 
-__all__ = ["Credential", "CredentialStore", "StoreError", "from_dockerconfigjson"]
+__all__ = ["Credential", "CredentialStore", "StoreError", "from_dockerconfigjson", "rfc3339"]
+
+
+def rfc3339(moment: datetime.datetime) -> str:
+    """``2026-11-30T20:30:00Z``: how expiry times are written and shown."""
+    return moment.astimezone(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 class StoreError(Exception):
@@ -34,6 +39,8 @@ class Credential:
     password: str = dataclasses.field(repr=False)
     expires: datetime.datetime | None = None
     """When a short-lived login stops working (timezone-aware); None: not known to expire."""
+    issued: datetime.datetime | None = dataclasses.field(default=None, compare=False)
+    """When a short-lived login was issued (its lifetime is ``expires - issued``)."""
 
     def __str__(self) -> str:
         return f"credential {self.name!r} for {self.registry} (user {self.username!r})"
