@@ -8,7 +8,8 @@
 //
 // Flags select the response's cacheKeyType, cacheDuration and auth key, and the
 // faults the tests need: exit non-zero, hang, answer malformed JSON, and echo the
-// password on stderr (which mirrorgate must redact).
+// password on stderr (which mirrorgate must redact). With --fault-file, a test
+// switches faults on and off while mirrorgate keeps running the plugin.
 package main
 
 import (
@@ -87,7 +88,13 @@ func main() {
 	duration := flag.String("cache-duration", "", "cacheDuration of the response (default: none)")
 	authKey := flag.String("auth-key", "", "the auth key (default: the image's registry host)")
 	fault := flag.String("fault", "", "exit, hang, malformed or echo")
+	faultFile := flag.String("fault-file", "", "a file whose content, while it exists, is the fault")
 	flag.Parse()
+	if *faultFile != "" {
+		if content, err := os.ReadFile(*faultFile); err == nil {
+			*fault = strings.TrimSpace(string(content))
+		}
+	}
 
 	var req request
 	if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&req); err != nil {

@@ -1,0 +1,317 @@
+"""Path-scoped credentials and short-lived logins from a real provider plugin, on the real API.
+
+The registry's token server has two robots, each allowed to pull only its own
+project (`team-a/...`, `team-b/...`) on one registry host, with passwords that
+live 15 s. A mirrorgate server of this module's own (its own namespace, so
+that it holds its own Lease and is the leader that refreshes) gets their
+logins from the real Go test plugin, configured with the kubelet's
+CredentialProviderConfig. Pods in one namespace use both projects; each pull
+secret is keyed by its project's path; each robot pulls its own project and
+not the other's (checked with the registry client: the node harness adds the
+kubelet's own pull separately). Pods keep being admitted with working logins
+across several refreshes, and a plugin that fails, hangs or answers garbage
+leaves the last good login in place until it expires, after which
+onCredentialError decides (skip, then deny).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.e2e import mirrorgate as mg
+from tests.e2e.conftest import DOCKERHUB_MIRROR, Installed
+from tests.e2e.dockerconfig import credentials_for
+from tests.e2e.fixtures_secrets import (
+    MODE_LABEL,
+    SUITE_LABEL,
+    as_dict,
+    entries_with,
+    metric,
+    metrics_text,
+    own_configuration,
+    pod_dict,
+    read_secret,
+    rewrite_policy,
+    secret_config,
+    wait_log,
+)
+from tests.e2e.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.procs import wait_until
+from tests.e2e.providers import RobotIssuer, start_issuer
+from tests.e2e.registry import RegistryStack
+from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
+
+pytestmark = pytest.mark.e2e
+
+TTL = 15
+"""Seconds a minted robot password lives (and the responses' cacheDuration)."""
+TEAMS = ("team-a", "team-b")
+REPOSITORY, TAG = "hello", "1.0"
+NGINX = "docker.io/library/nginx:1.27"
+
+
+def source(team: str) -> str:
+    return f"{team}.e2e.example"
+
+
+@dataclass
+class Setup:
+    installed: Installed
+    server: mg.Mirrorgate
+    own_namespace: str
+    namespace: str
+    issuer: RobotIssuer
+    fault_files: dict[str, Path]
+    policy: str
+
+    @property
+    def registry(self) -> RegistryStack:
+        return self.installed.registry
+
+    def mirrored(self, team: str) -> str:
+        return f"{self.registry.upstream_host}/{team}/{REPOSITORY}:{TAG}"
+
+
+def _policy(registry: RegistryStack, on_error: str) -> str:
+    up = registry.upstream_host
+    return json.dumps({
+        "mode": "enforce", "onCredentialError": on_error,
+        "mirrors": [
+            *({"source": source(t), "mirror": f"{up}/{t}", "credential": t} for t in TEAMS),
+            {"source": "docker.io", "mirror": DOCKERHUB_MIRROR},
+        ],
+        "credentials": {t: {"namespaces": ["*"], "registry": f"{up}/{t}",
+                            "provider": f"{t}-provider"} for t in TEAMS},
+    }, indent=2)
+
+
+def _own_roles(api: k8s.ApiClient, kustomize: Path, namespace: str) -> None:
+    """manifests/base's Roles and RoleBindings, in this server's own namespace."""
+    rbac = k8s.RbacAuthorizationV1Api(api)
+    for obj in mg.render(kustomize, "base"):
+        if obj["kind"] not in ("Role", "RoleBinding"):
+            continue
+        body: Any = copy.deepcopy(obj)  # the client takes plain dicts at run time
+        body["metadata"]["namespace"] = namespace
+        if obj["kind"] == "Role":
+            rbac.create_namespaced_role(namespace, body)
+        else:
+            rbac.create_namespaced_role_binding(namespace, body)
+
+
+def _push_projects(registry: RegistryStack) -> None:
+    upstream = RegistryClient(registry.upstream_host, ca_file=str(registry.ca_path),
+                              credentials=credentials_for(
+                                  {"auths": {registry.upstream_host: {
+                                      "username": registry.upstream_username,
+                                      "password": registry.upstream_password}}},
+                                  registry.upstream_host))
+    with upstream as client:
+        for team in TEAMS:
+            assert client.push(f"{team}/{REPOSITORY}", TAG, registry.image) == registry.digest
+
+
+@pytest.fixture(scope="module")
+def setup(installed: Installed, kustomize: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    registry, plane = installed.registry, installed.control_plane
+    assert registry.token_server is not None
+    workdir = tmp_path_factory.mktemp("providers")
+    issuer = start_issuer(workdir, server=registry.token_server, ca_path=registry.ca_path)
+    fault_files = {}
+    providers = []
+    for team in TEAMS:
+        issuer.add_robot(f"robot-{team}", team)
+        fault_files[team] = workdir / f"{team}.fault"
+        providers.append(issuer.provider(
+            f"{team}-provider", f"robot-{team}", match_images=[registry.upstream_host],
+            default_cache_duration="1h",  # the response's cacheDuration wins
+            args=["--ttl", str(TTL), "--cache-duration", f"{TTL}s",
+                  "--fault-file", str(fault_files[team])]))
+    config = issuer.write_config(workdir / "credential-providers.json", *providers)
+    _push_projects(registry)
+    suite = f"prov-{secrets.token_hex(3)}"
+    policy = _policy(registry, "skip")
+    configuration = f"mirrorgate-e2e-{suite}"
+    with plane.api_client() as api:
+        own = create_namespace(api, f"mg-providers-{secrets.token_hex(3)}")
+        _own_roles(api, kustomize, own)
+        server = mg.start_mirrorgate(
+            workdir / "mirrorgate", plane, policy=policy,
+            args=["--store", "kubernetes", "--namespace", own, "--reconcile-interval", "5",
+                  "--credential-provider-config", str(config),
+                  "--credential-provider-bin-dir", str(issuer.bin_dir),
+                  "--credential-provider-timeout", "2"])
+        try:
+            mg.register(api, own_configuration(installed.configuration), server,
+                        name=configuration, namespace_label=(SUITE_LABEL, suite),
+                        failure_policy="Fail")
+            namespace = create_namespace(api, namespace_name("providers"),
+                                         {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
+            yield Setup(installed=installed, server=server, own_namespace=own,
+                        namespace=namespace, issuer=issuer, fault_files=fault_files,
+                        policy=policy)
+        finally:
+            mg.unregister(api, configuration)
+            server.stop()
+
+
+def _published(api: k8s.ApiClient, setup: Setup, team: str) -> dict[str, Any] | None:
+    return read_secret(api, setup.own_namespace, team)
+
+
+def _password(secret: Mapping[str, Any]) -> str:
+    [entry] = secret_config(secret)["auths"].values()
+    return str(entry["password"])
+
+
+def _create(api: k8s.ApiClient, namespace: str, images: list[str]) -> tuple[dict[str, Any],
+                                                                            list[str]]:
+    name = f"p-{secrets.token_hex(3)}"
+    body = pod_dict(name, images[0], extra_images=images[1:])
+    created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(
+        namespace, body)  # type: ignore[arg-type]
+    return as_dict(api, created), warning_messages(headers)
+
+
+def _pull_secrets_config(api: k8s.ApiClient, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The union of the Pod's pull secrets' auths, as the kubelet's keyring sees them."""
+    auths: dict[str, Any] = {}
+    for ref in pod["spec"].get("imagePullSecrets") or []:
+        secret = read_secret(api, pod["metadata"]["namespace"], ref["name"])
+        assert secret is not None, ref
+        auths.update(secret_config(secret)["auths"])
+    return {"auths": auths}
+
+
+def _wait_published(api: k8s.ApiClient, setup: Setup, team: str,
+                    not_password: str | None = None) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
+
+    def ready() -> str | None:
+        secret = _published(api, setup, team)
+        if secret is None:
+            return f"no published login for {team}"
+        if not_password is not None and _password(secret) == not_password:
+            return f"{team}: not refreshed yet"
+        found[:] = [secret]
+        return None
+
+    wait_until(ready, timeout=3 * TTL, what=f"a published login for {team}", interval=0.25)
+    return found[0]
+
+
+def test_two_projects_on_one_host_each_pull_only_their_own_across_refreshes(
+        setup: Setup) -> None:
+    registry = setup.registry
+    up = registry.upstream_host
+    seen: dict[str, list[str]] = {t: [] for t in TEAMS}
+    with setup.installed.control_plane.api_client() as api:
+        for team in TEAMS:
+            _wait_published(api, setup, team)
+        for _ in range(3):
+            published = {t: _password(_wait_published(api, setup, t)) for t in TEAMS}
+            pod, warnings = _create(api, setup.namespace,
+                                    [f"{source(t)}/{REPOSITORY}:{TAG}" for t in TEAMS])
+            assert warnings == []
+            assert [c["image"] for c in pod["spec"]["containers"]] == \
+                [setup.mirrored(t) for t in TEAMS]
+            assert [s["name"] for s in pod["spec"]["imagePullSecrets"]] == \
+                [f"mirrorgate-{t}" for t in TEAMS]
+            config = _pull_secrets_config(api, pod)
+            assert sorted(config["auths"]) == [f"{up}/{t}" for t in TEAMS]
+            for team in TEAMS:
+                # The kubelet's choice: the most specific key covering the image.
+                assert registry.pull(setup.mirrored(team), config) == registry.digest
+                login = credentials_for(config, up, f"{team}/{REPOSITORY}")
+                assert login is not None
+                assert login.username == f"robot-{team}"
+                seen[team].append(login.password)
+                other = TEAMS[1 - TEAMS.index(team)]
+                with RegistryClient(up, ca_file=str(registry.ca_path),
+                                    credentials=login) as robot, \
+                        pytest.raises(RegistryHTTPError) as refused:
+                    robot.pull(f"{other}/{REPOSITORY}", TAG)
+                assert refused.value.status in (401, 403)
+            for team in TEAMS:
+                _wait_published(api, setup, team, not_password=published[team])
+    for team in TEAMS:
+        assert len(set(seen[team])) == 3, f"{team}: the same login in two rounds"
+    text = metrics_text(setup.server)
+    for team in TEAMS:
+        assert metric(text, "mirrorgate_credential_refreshes_total", credential=team,
+                      outcome="refreshed") >= 3
+        assert metric(text, "mirrorgate_credential_expiry_timestamp_seconds",
+                      credential=team) > time.time()
+    logs = setup.server.logs()
+    for password in (*seen["team-a"], *seen["team-b"]):
+        assert password not in logs
+        assert password not in text
+
+
+def test_a_failing_plugin_keeps_the_last_login_until_it_expires_then_skip_and_deny(
+        setup: Setup) -> None:
+    server = setup.server
+    images = [f"{source(t)}/{REPOSITORY}:{TAG}" for t in TEAMS]
+    fault = setup.fault_files["team-b"]
+    with setup.installed.control_plane.api_client() as api:
+        last = _wait_published(api, setup, "team-b")
+        fault.write_text("exit")
+        failed = wait_log(server, "credential refresh failed", timeout=3 * TTL,
+                          credential="team-b")
+        assert failed["reason"] == "plugin 'team-b-provider' failed with exit status 1"
+        kept = _published(api, setup, "team-b")
+        assert kept is not None
+        assert _password(kept) == _password(last)  # the last good login stays
+        assert failed["kept_until"] == kept["metadata"]["annotations"]["mirrorgate.io/expires"]
+        for why, reason in (("hang", "plugin 'team-b-provider' did not answer within 2 s and "
+                                     "was killed"),
+                            ("malformed", "plugin 'team-b-provider' did not answer with JSON")):
+            fault.write_text(why)
+            wait_log(server, "credential refresh failed", timeout=3 * TTL,
+                     credential="team-b", reason=reason)
+        expiry = datetime.datetime.fromisoformat(failed["kept_until"]).timestamp()
+        wait_until(lambda: None if time.time() > expiry + 0.5 else "not expired",
+                   timeout=3 * TTL, what="the kept login to expire", interval=0.5)
+        expired = _published(api, setup, "team-b")
+        assert expired is not None
+        assert _password(expired) == _password(last)  # still there, but never attached now
+
+        pod, warnings = _create(api, setup.namespace, images)
+        assert [c["image"] for c in pod["spec"]["containers"]] == \
+            [setup.mirrored("team-a"), images[1]]
+        assert [s["name"] for s in pod["spec"]["imagePullSecrets"]] == ["mirrorgate-team-a"]
+        assert len(warnings) == 1
+        assert warnings[0].startswith(f"containers/extra0: image '{images[1]}' left as "
+                                      "written: pull secret 'mirrorgate-team-b' is unavailable: "
+                                      "credential 'team-b' expired at ")
+
+        rewrite_policy(server, setup.policy.replace('"skip"', '"deny"'))
+        try:
+            with pytest.raises(k8s.ApiException) as denied:
+                _create(api, setup.namespace, images)
+            assert denied.value.status == 403
+            assert "credential 'team-b' expired at" in str(denied.value.body)
+        finally:
+            rewrite_policy(server, setup.policy)
+            fault.unlink()
+        _wait_published(api, setup, "team-b", not_password=_password(last))
+        pod, warnings = _create(api, setup.namespace, images)
+        assert warnings == []
+        assert [c["image"] for c in pod["spec"]["containers"]] == \
+            [setup.mirrored(t) for t in TEAMS]
+    text = metrics_text(server)
+    assert metric(text, "mirrorgate_credential_refreshes_total", credential="team-b",
+                  outcome="failed") >= 3
+    assert entries_with(server, "credential refreshed", credential="team-b")
