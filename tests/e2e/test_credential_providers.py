@@ -16,10 +16,13 @@ onCredentialError decides (skip, then deny).
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 import json
 import secrets
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -315,3 +318,88 @@ def test_a_failing_plugin_keeps_the_last_login_until_it_expires_then_skip_and_de
     assert metric(text, "mirrorgate_credential_refreshes_total", credential="team-b",
                   outcome="failed") >= 3
     assert entries_with(server, "credential refreshed", credential="team-b")
+
+
+def _store_secret(api: k8s.ApiClient, namespace: str, name: str, key: str, username: str,
+                  password: str) -> None:
+    """What `kubectl create secret docker-registry NAME --docker-server=KEY ...` makes."""
+    payload = json.dumps({"auths": {key: {"username": username, "password": password}}})
+    body: Any = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                 "metadata": {"name": name, "namespace": namespace},
+                 "data": {".dockerconfigjson": base64.b64encode(payload.encode()).decode()}}
+    k8s.CoreV1Api(api).create_namespaced_secret(namespace, body)
+
+
+def _check(setup: Setup, *args: str) -> subprocess.CompletedProcess[str]:
+    """`mirrorgate credentials check` as a real process, with mirrorgate's own identity."""
+    kubeconfig = setup.installed.control_plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER,
+                                                              mg.SERVICE_ACCOUNT_GROUPS)
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "credentials", "check", *args,
+         "--kubeconfig", str(kubeconfig), "--namespace", setup.own_namespace],
+        capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
+
+
+def test_store_entries_keyed_by_project_path_and_credentials_check(setup: Setup) -> None:
+    """Static store Secrets whose keys carry the project path: the store's key scopes them."""
+    registry, server = setup.registry, setup.server
+    up = registry.upstream_host
+    passwords = {t: setup.issuer.server.passwords.mint(f"robot-{t}", 3600) for t in TEAMS}
+    static = json.dumps({
+        "mode": "enforce",
+        "mirrors": [{"source": f"static-{t}.e2e.example", "mirror": f"{up}/{t}",
+                     "credential": f"static-{t}"} for t in TEAMS],
+        "credentials": {f"static-{t}": {"namespaces": ["*"]} for t in TEAMS},
+    })
+    with setup.installed.control_plane.api_client() as api:
+        for team in TEAMS:
+            _store_secret(api, setup.own_namespace, f"static-{team}", f"{up}/{team}",
+                          f"robot-{team}", passwords[team])
+        checked = _check(setup, "static-team-a", "--image", setup.mirrored("team-a"))
+        wrong = _check(setup, "static-team-a", "--image", setup.mirrored("team-b"))
+        provider = _check(setup, "team-b", "--image", setup.mirrored("team-b"),
+                          "--policy", str(server.policy_path), "--credential-provider-config",
+                          str(setup.issuer.bin_dir.parent / "credential-providers.json"),
+                          "--credential-provider-bin-dir", str(setup.issuer.bin_dir))
+        missing = _check(setup, "nobody", "--image", setup.mirrored("team-a"))
+        rewrite_policy(server, static)
+        try:
+            pod, warnings = _create(api, setup.namespace,
+                                    [f"static-{t}.e2e.example/{REPOSITORY}:{TAG}" for t in TEAMS])
+            # Read before the policy goes back: then the copies are cleaned up.
+            config = _pull_secrets_config(api, pod)
+        finally:
+            rewrite_policy(server, setup.policy)
+        assert warnings == []
+        assert [c["image"] for c in pod["spec"]["containers"]] == \
+            [setup.mirrored(t) for t in TEAMS]
+    assert sorted(config["auths"]) == [f"{up}/{t}" for t in TEAMS]
+    for team in TEAMS:
+        assert registry.pull(setup.mirrored(team), config) == registry.digest
+        own = credentials_for(config, up, f"{team}/{REPOSITORY}")
+        assert own is not None
+        assert own.password == passwords[team]
+        other = TEAMS[1 - TEAMS.index(team)]
+        with RegistryClient(up, ca_file=str(registry.ca_path), credentials=own) as robot, \
+                pytest.raises(RegistryHTTPError):
+            robot.pull(f"{other}/{REPOSITORY}", TAG)
+
+    assert (checked.returncode, checked.stderr) == (0, "")
+    assert json.loads(checked.stdout) == {
+        "credential": "static-team-a", "source": "kubernetes", "registry": f"{up}/team-a",
+        "username": "robot-team-a", "expires": None}
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip() == (
+        f"mirrorgate: credential 'static-team-a' is for {up}/team-a, which does not cover "
+        f"image '{setup.mirrored('team-b')}': the kubelet would not send it")
+    assert (provider.returncode, provider.stderr) == (0, "")
+    resolved = json.loads(provider.stdout)
+    assert (resolved["source"], resolved["registry"], resolved["username"]) == (
+        "provider", f"{up}/team-b", "robot-team-b")
+    assert resolved["expires"].endswith("Z")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == \
+        f"mirrorgate: no Secret {setup.own_namespace}/nobody in the credential store"
+    for result in (checked, wrong, provider, missing):
+        for password in passwords.values():
+            assert password not in result.stdout + result.stderr

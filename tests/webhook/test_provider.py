@@ -131,7 +131,18 @@ def test_the_most_specific_auth_key_covering_the_image_is_used(issuer: RobotIssu
         source.login("a", "test-provider", "a.example/team-b/app:1")
 
 
+def test_the_request_carries_the_configured_api_version(issuer: RobotIssuer,
+                                                        tmp_path: Path) -> None:
+    """The plugin answers in the apiVersion it was asked in (v1beta1 here)."""
+    source = _source(issuer, tmp_path,
+                     api_version="credentialprovider.kubelet.k8s.io/v1beta1")
+    assert source.login("a", "test-provider", IMAGE).username == "robot-a"
+
+
 @pytest.mark.parametrize(("args", "provider", "message"), [
+    (["--api-version", "credentialprovider.kubelet.k8s.io/v1beta1"], {},
+     "plugin 'test-provider': apiVersion 'credentialprovider.kubelet.k8s.io/v1beta1' does not "
+     "match the configured credentialprovider.kubelet.k8s.io/v1"),
     (["--fault", "exit"], {}, "plugin 'test-provider' failed with exit status 1"),
     (["--fault", "malformed"], {}, "plugin 'test-provider' did not answer with JSON"),
     ([], {"default_cache_duration": "0s"}, "the login has no lifetime"),

@@ -87,6 +87,7 @@ func main() {
 	keyType := flag.String("cache-key-type", "Registry", "Image, Registry or Global")
 	duration := flag.String("cache-duration", "", "cacheDuration of the response (default: none)")
 	authKey := flag.String("auth-key", "", "the auth key (default: the image's registry host)")
+	apiVersion := flag.String("api-version", "", "the response's apiVersion (default: the request's)")
 	fault := flag.String("fault", "", "exit, hang, malformed or echo")
 	faultFile := flag.String("fault-file", "", "a file whose content, while it exists, is the fault")
 	flag.Parse()
@@ -124,7 +125,10 @@ func main() {
 	if key == "" {
 		key = strings.SplitN(req.Image, "/", 2)[0]
 	}
-	out := response{APIVersion: req.APIVersion, Kind: "CredentialProviderResponse",
+	if *apiVersion == "" {
+		*apiVersion = req.APIVersion
+	}
+	out := response{APIVersion: *apiVersion, Kind: "CredentialProviderResponse",
 		CacheKeyType: *keyType, CacheDuration: *duration,
 		Auth: map[string]authConfig{key: {Username: os.Getenv("ROBOT"), Password: password}}}
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
