@@ -69,7 +69,8 @@ class ProviderRefresher:
         self.observe = observe or (lambda credential, outcome, expires: None)
         self.retry = retry
         self.clock = clock
-        self._failed_until: dict[str, datetime.datetime] = {}
+        self._next: dict[str, datetime.datetime] = {}
+        """When to ask again, by credential, as this replica decided it."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="provider-refresher",
@@ -88,7 +89,9 @@ class ProviderRefresher:
     def _run(self) -> None:
         while not self._stop.is_set():
             wait = self.retry
-            if self.is_leader() and self.store.informer.synced.is_set():
+            if not self.is_leader():
+                self._next.clear()  # another replica may refresh meanwhile
+            elif self.store.informer.synced.is_set():
                 try:
                     wait = self.refresh_due()
                 except Exception:
@@ -120,36 +123,36 @@ class ProviderRefresher:
             image = probe_image(rules, name)
             if grant.provider is None or image is None:
                 continue
-            due = self.due(name)
-            if name in self._failed_until and now < self._failed_until[name]:
-                due = self._failed_until[name]
+            # What this replica last did decides while it leads; the published
+            # annotations decide after a restart or a change of leader.
+            due = self._next.get(name) or self.due(name)
             if due is None or now >= due:
-                self.refresh(name, grant.provider, image)
-                due = self._failed_until.get(name) or self.due(name)
-            if due is not None:
-                wait = min(wait, (due - now).total_seconds())
+                due = self.refresh(name, grant.provider, image)
+            wait = min(wait, (due - now).total_seconds())
         return wait
 
-    def refresh(self, name: str, provider: str, image: str) -> bool:
-        """Ask the plugin and publish the login; False (logged, observed) when it failed."""
+    def refresh(self, name: str, provider: str, image: str) -> datetime.datetime:
+        """Ask the plugin and publish the login (logged, observed); when to ask again."""
         current = self.store.snapshot().get(name)
         kept = current.expires if current is not None else None
         try:
             login = self.source.login(name, provider, image)
             self._publish(login, provider)
         except (ProviderError, kube.KubeError) as error:
-            self._failed_until[name] = self.clock() + datetime.timedelta(seconds=self.retry)
             logger.warning("credential refresh failed", extra={"fields": {
                 "credential": name, "provider": provider, "reason": str(error),
                 "kept_until": rfc3339(kept) if kept else None}})
             self.observe(name, "failed", kept)
-            return False
-        self._failed_until.pop(name, None)
+            retry = self._next[name] = self.clock() + datetime.timedelta(seconds=self.retry)
+            return retry
+        assert login.expires is not None
+        assert login.issued is not None
         logger.info("credential refreshed", extra={"fields": {
             "credential": name, "provider": provider, "registry": login.registry,
-            "expires": rfc3339(login.expires) if login.expires else None}})
+            "expires": rfc3339(login.expires)}})
         self.observe(name, "refreshed", login.expires)
-        return True
+        due = self._next[name] = login.issued + (login.expires - login.issued) * REFRESH_AT
+        return due
 
     def _publish(self, login: Credential, provider: str) -> None:
         assert login.expires is not None
