@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.providers import RobotIssuer, start_issuer
+from tests.e2e.providers import RobotIssuer
 from tests.webhook.test_credentials import _run
 from webhook.credentials import filestore
 
@@ -29,14 +28,6 @@ def store(tmp_path: Path) -> list[str]:
                           stdin=PASSWORD + "\n")
     assert status == 0, err
     return options
-
-
-@pytest.fixture(scope="module")
-def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RobotIssuer]:
-    issuer = start_issuer(tmp_path_factory.mktemp("issuer"))
-    issuer.add_robot("robot-a", "team-a")
-    yield issuer
-    issuer.server.stop()
 
 
 def test_a_file_store_credential_resolves_without_its_password(store: list[str]) -> None:

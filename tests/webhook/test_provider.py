@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.providers import RobotIssuer, start_issuer
+from tests.e2e.providers import RobotIssuer
 from webhook.credentials import providerconfig
 from webhook.credentials.provider import ProviderError, ProviderSource
 
@@ -23,14 +23,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(scope="module")
-def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RobotIssuer]:
-    issuer = start_issuer(tmp_path_factory.mktemp("issuer"))
-    issuer.add_robot("robot-a", "team-a")
-    yield issuer
-    issuer.server.stop()
 
 
 class Recorder(logging.Handler):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
 
 import orjson
 
 import policy
+from tests.webhook.test_pullsecrets import StaticStore
 from webhook import audit, offline
 from webhook.credentials.scoped import ScopedStore
 from webhook.credentials.store import Credential
@@ -26,28 +25,12 @@ POLICY = policy.load({
 })
 
 
-class MemoryStore:
-    """The store protocol over a dict: the smallest real implementation of it."""
-
-    def __init__(self, credentials: Mapping[str, Credential]) -> None:
-        self.credentials = dict(credentials)
-
-    def snapshot(self) -> Mapping[str, Credential]:
-        return self.credentials
-
-    def problem(self) -> str | None:
-        return None
-
-    def subscribe(self, callback: Callable[[], Any]) -> None:
-        pass
-
-
 def _login(name: str, registry: str) -> Credential:
     return Credential(name=name, registry=registry, username=f"robot${name}", password="s3cr3t")
 
 
 def test_a_scoped_credential_is_keyed_by_its_scope_and_others_keep_the_store_key() -> None:
-    store = MemoryStore({"team-a": _login("team-a", HOST), "team-b": _login("team-b", HOST)})
+    store = StaticStore({"team-a": _login("team-a", HOST), "team-b": _login("team-b", HOST)})
     scoped = ScopedStore(store, lambda: POLICY.grants)
     snapshot = scoped.snapshot()
     auths_a = orjson.loads(snapshot["team-a"].dockerconfigjson())["auths"]

@@ -36,6 +36,7 @@ import policy
 from webhook import kube
 from webhook.credentials.fingerprints import Fingerprints
 from webhook.credentials.kubestore import MANAGED_BY_LABEL
+from webhook.credentials.loop import WakeableLoop
 from webhook.credentials.records import Record, Records
 from webhook.credentials.store import Credential, CredentialStore
 from webhook.logs import logger
@@ -368,33 +369,21 @@ class PullSecretProvisioner:
                 raise EnsureError(str(error)) from None
 
 
-class Reconciler:
+class Reconciler(WakeableLoop):
     """Rotation, healing and clean-up of every generated Secret, run by the Lease holder only."""
 
     def __init__(self, provisioner: PullSecretProvisioner, client: kube.Kube, *,
                  rules: Callable[[], policy.Policy], is_leader: Callable[[], bool],
                  interval: float = 30.0) -> None:
+        super().__init__("reconciler")
         self.provisioner = provisioner
         self.client = client
         self.rules = rules
         self.is_leader = is_leader
         self.interval = interval
         """Seconds between passes; every periodic pass re-asserts every copy (the heal bound)."""
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
         provisioner.store.subscribe(self.trigger)
         provisioner.optin.subscribe(self.trigger)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
-    def trigger(self) -> None:
-        self._wake.set()
 
     def _ready(self) -> bool:
         return self.is_leader() and self.provisioner.optin.informer.synced.is_set() \

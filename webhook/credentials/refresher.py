@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +30,7 @@ from webhook.credentials.kubestore import (
     KubernetesCredentialStore,
     parse_expiry,
 )
+from webhook.credentials.loop import WakeableLoop
 from webhook.credentials.provider import REFRESH_AT, ProviderError, ProviderSource
 from webhook.credentials.store import Credential, StoreError, rfc3339
 from webhook.logs import logger
@@ -56,11 +56,12 @@ def probe_image(rules: policy.Policy, credential: str) -> str | None:
     return None
 
 
-class ProviderRefresher:
+class ProviderRefresher(WakeableLoop):
     def __init__(self, source: ProviderSource, client: kube.Kube, *,
                  store: KubernetesCredentialStore, rules: Callable[[], policy.Policy],
                  is_leader: Callable[[], bool], observe: Observer | None = None,
                  retry: float = 5.0, clock: Callable[[], datetime.datetime] = _now) -> None:
+        super().__init__("provider-refresher")
         self.source = source
         self.client = client
         self.store = store
@@ -71,20 +72,6 @@ class ProviderRefresher:
         self.clock = clock
         self._next: dict[str, datetime.datetime] = {}
         """When to ask again, by credential, as this replica decided it."""
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="provider-refresher",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
-    def trigger(self) -> None:
-        self._wake.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():
