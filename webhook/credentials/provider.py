@@ -21,9 +21,11 @@ values) replaced by ``[redacted]``. No password is in any message here.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -164,7 +166,10 @@ class ProviderSource:
         try:
             stdout, stderr = process.communicate(request, timeout=self.timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
+            # The whole session: a plugin that is a script leaves no child
+            # behind holding the pipes open.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             stdout, stderr = process.communicate()
             self._log_stderr(provider.name, stderr)
             raise ProviderError(f"plugin {provider.name!r} did not answer within "
