@@ -325,10 +325,11 @@ def _namespace_lines(ns: NamespaceReport) -> Iterator[str]:
         verdict = tally.verdict
         yield f"  {_n(tally.pods):>{COUNT_WIDTH}}  {verdict.outcome:<{OUTCOME_WIDTH}}  {image}"
         if verdict.new_image is not None:
-            # With several credentials on one mirror host, which one a
-            # rewritten image gets is part of the answer.
-            via = f"  (credential {verdict.credential})" if verdict.credential else ""
-            yield f"{DETAIL_INDENT}→ {verdict.new_image}{via}"
+            yield f"{DETAIL_INDENT}→ {verdict.new_image}"
+            if verdict.credential is not None:
+                # With several credentials on one mirror host, which one a
+                # rewritten image gets is part of the answer.
+                yield f"{DETAIL_INDENT}  with credential {verdict.credential}"
         if verdict.reason is not None:
             # Reasons wrap at 80 columns; image names never do (they are copied).
             for line in textwrap.wrap(f"({verdict.reason})", width=80 - len(DETAIL_INDENT),

@@ -63,6 +63,6 @@ def test_audit_table_shows_which_credential_each_rewrite_gets() -> None:
         {"name": "a", "image": "quay.io/a/app:1"}, {"name": "b", "image": "quay.io/b/app:1"},
         {"name": "c", "image": "nginx:1"}]}}, POLICY)
     table = audit.render_table(report)
-    assert f"→ {HOST}/team-a/app:1  (credential team-a)" in table
-    assert f"→ {HOST}/team-b/app:1  (credential team-b)" in table
+    assert f"→ {HOST}/team-a/app:1\n{' ' * 26}with credential team-a\n" in table
+    assert f"→ {HOST}/team-b/app:1\n{' ' * 26}with credential team-b\n" in table
     assert "nginx:1" in table
