@@ -22,6 +22,7 @@ import uvicorn
 
 from certs import KeyPair
 from webhook import admission, server
+from webhook.limits import Limits
 
 TIMEOUT = 5.0
 _T = TypeVar("_T")
@@ -59,14 +60,15 @@ def write_pair(directory: Path, pair: KeyPair) -> tuple[Path, Path]:
 
 @contextlib.contextmanager
 def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float = 0.1,
-          secrets: admission.PullSecrets | None = None) -> Iterator[Running]:
+          secrets: admission.PullSecrets | None = None,
+          limits: Limits | None = None) -> Iterator[Running]:
     """Run ``webhook.server`` on a free loopback port until the block exits."""
     cert, key = write_pair(directory, pair)
     policy_file = directory / "policy.yaml"
     write_atomically(policy_file, policy.encode())
     built = server.build(server.Settings(
         policy=str(policy_file), tls_cert=str(cert), tls_key=str(key), host="127.0.0.1",
-        port=0, reload_interval=reload_interval), secrets=secrets)
+        port=0, reload_interval=reload_interval, limits=limits or Limits()), secrets=secrets)
     instance = uvicorn.Server(server.uvicorn_config(built))
     failures: list[BaseException] = []
 

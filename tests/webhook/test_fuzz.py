@@ -108,3 +108,20 @@ def test_a_real_request_still_works_after_the_storm(fuzzed: Harness) -> None:
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
     metrics = fuzzed.client.get("/metrics").text
     assert 'reason="internal"' not in metrics
+
+
+@settings(FUZZ, max_examples=150)
+@given(length=st.sampled_from([779, 780, 781, 5_000, 300_000]),
+       unique=st.uuids(), field=st.sampled_from(["containers", "initContainers"]))
+def test_huge_and_unique_images(fuzzed: Harness, length: int, unique: object,
+                                field: str) -> None:
+    """Unique images up to and past the longest valid reference: answered, bounded, not kept."""
+    image = f"quay.io/prometheus/{unique}-"
+    image += "a" * (length - len(image))
+    result = check(fuzzed, orjson.dumps(review(pod(image, field=field))))
+    for warning in result.get("warnings", []):
+        assert len(warning) < 2_000
+    rules = fuzzed.runtime.policy.policy
+    assert rules._resolutions.held <= rules._resolutions.max_bytes
+    assert rules.plans.held <= rules.plans.max_bytes
+    assert image not in rules._resolutions or length <= 780
