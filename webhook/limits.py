@@ -16,7 +16,7 @@ __all__ = ["Limits"]
 class Limits:
     """What one client may make the server hold; the defaults are `mirrorgate serve`'s."""
 
-    max_connections: int = 1000
+    max_connections: int = 1024
     """Open connections, TLS handshakes in progress included (about 50 KB each when idle)."""
     max_header_bytes: int = 32 * 1024
     """Request line plus header fields; the API server sends well under 1 KB."""

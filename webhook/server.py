@@ -318,5 +318,6 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
 def serve(settings: Settings) -> None:
     logs.configure(settings.log_level)
     server = build(settings)
+    config = uvicorn_config(server)
     connections.raise_file_limit(settings.limits.max_connections)
-    uvicorn.Server(uvicorn_config(server)).run()
+    uvicorn.Server(config).run()
