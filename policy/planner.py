@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Collection, Mapping
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, cast
 
 from policy import reference
 from policy.model import ENTRY_OVERHEAD, Policy
@@ -244,11 +244,14 @@ def _refusal(rule: MirrorRule, credential: str, *, namespace: str, policy: Polic
 
 
 ShapeKey = tuple[object, ...]
-_NO_CONTAINERS: tuple[tuple[str, str], ...] = ()
+# What _shape puts in its key, position by position.
+_KeyParts = tuple[str, "str | None", bool, "str | None", "tuple[str | None, ...] | None",
+                  "tuple[tuple[str, str], ...] | None", "tuple[tuple[str, str], ...] | None",
+                  "tuple[tuple[str, str], ...] | None"]
 
 
-def _shape(pod: Mapping[str, object], namespace: str) -> tuple[ShapeKey, int] | None:
-    """Everything a CREATE plan depends on, as a hashable key, and its size in bytes.
+def _shape(pod: Mapping[str, object], namespace: str) -> ShapeKey | None:
+    """Everything a CREATE plan depends on, as a hashable key; None for unusual Pods.
 
     The replicas of a workload differ in name and uid but not in this: their
     plans are computed once and then looked up. The key has one position per
@@ -256,8 +259,7 @@ def _shape(pod: Mapping[str, object], namespace: str) -> tuple[ShapeKey, int] | 
     its own, so two Pods share a key only when they are equal in everything
     the plan reads: no name or image can shift into another field's place.
     Anything not plain JSON of the expected shape returns None and is planned
-    in full, and so is anything that cannot be valid (a name longer than a
-    DNS label, an image longer than any reference): such Pods are not kept.
+    in full.
     """
     metadata = pod.get("metadata")
     spec = pod.get("spec")
@@ -279,7 +281,6 @@ def _shape(pod: Mapping[str, object], namespace: str) -> tuple[ShapeKey, int] | 
     # Only plain strings go into the key: anything else may not even be hashable.
     if not all(v is None or type(v) is str for v in (skip, originals, *(secrets or ()))):
         return None
-    size = len(namespace) + len(originals or "") + sum(len(s or "") for s in secrets or ())
     lists: list[tuple[tuple[str, str], ...] | None] = []
     for field in CONTAINER_FIELDS:
         containers = spec.get(field)
@@ -293,15 +294,31 @@ def _shape(pod: Mapping[str, object], namespace: str) -> tuple[ShapeKey, int] | 
             if type(container) is not dict:
                 return None
             name, image = container.get("name"), container.get("image")
-            if type(name) is not str or not name or type(image) is not str \
-                    or len(name) > CONTAINER_NAME_LENGTH_MAX \
-                    or len(image) > reference.REFERENCE_LENGTH_MAX:
+            if type(name) is not str or not name or type(image) is not str:
                 return None
             pairs.append((name, image))
+        lists.append(tuple(pairs))
+    return (namespace, skip, MIRROR_POD_ANNOTATION in annotations, originals, secrets, *lists)
+
+
+def _memo_cost(key: ShapeKey, found: RewritePlan) -> int | None:
+    """The bytes a plan memo entry holds, or None when the Pod cannot be valid.
+
+    Computed only for a new shape. A name longer than a DNS label or an image
+    longer than any reference cannot be valid: such Pods are planned, never
+    kept. The plan's sites and originals share the key's strings; its
+    warnings quote bounded prefixes.
+    """
+    namespace, _, _, originals, secrets, *lists = cast("_KeyParts", key)
+    size = len(namespace) + len(originals or "") + ENTRY_OVERHEAD
+    size += sum(len(s or "") for s in secrets or ())
+    for pairs in lists:
+        for name, image in pairs or ():
+            if len(name) > CONTAINER_NAME_LENGTH_MAX or \
+                    len(image) > reference.REFERENCE_LENGTH_MAX:
+                return None
             size += len(name) + len(image) + ENTRY_OVERHEAD
-        lists.append(tuple(pairs) if pairs else _NO_CONTAINERS)
-    key = (namespace, skip, MIRROR_POD_ANNOTATION in annotations, originals, secrets, *lists)
-    return key, size + ENTRY_OVERHEAD
+    return size + sum(map(len, found.warnings))
 
 
 def plan(
@@ -328,17 +345,16 @@ def plan(
     """
     if fields is CONTAINER_FIELDS and not frozen and can_add_pull_secrets and can_annotate \
             and not unavailable:
-        shape = _shape(pod, namespace)
-        if shape is not None:
-            key, size = shape
+        key = _shape(pod, namespace)
+        if key is not None:
             found: RewritePlan | None = policy.plans.get(key)
             if found is None:
                 found = _plan(pod, namespace=namespace, policy=policy, fields=fields,
                               frozen=frozen, can_add_pull_secrets=True, can_annotate=True,
                               unavailable=None)
-                # The plan's sites and originals share the key's strings;
-                # its warnings quote bounded prefixes.
-                policy.plans.remember(key, found, size + sum(map(len, found.warnings)))
+                cost = _memo_cost(key, found)
+                if cost is not None:
+                    policy.plans.remember(key, found, cost)
             return found
     return _plan(pod, namespace=namespace, policy=policy, fields=fields, frozen=frozen,
                  can_add_pull_secrets=can_add_pull_secrets, can_annotate=can_annotate,

@@ -97,7 +97,7 @@ def test_pods_of_different_structure_never_share_a_plan(pods: list[dict[str, Any
     keys = [planner._shape(pod, ns) for pod, ns in zip(pods, namespaces, strict=False)]
     for (pod_a, ns_a), key_a in zip(zip(pods, namespaces, strict=False), keys, strict=True):
         for (pod_b, ns_b), key_b in zip(zip(pods, namespaces, strict=False), keys, strict=True):
-            if key_a is not None and key_b is not None and key_a[0] == key_b[0]:
+            if key_a is not None and key_b is not None and key_a == key_b:
                 assert (json.dumps(pod_a["spec"], sort_keys=True), ns_a) == \
                     (json.dumps(pod_b["spec"], sort_keys=True), ns_b)
 
