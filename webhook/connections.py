@@ -183,8 +183,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._enter(State.IDLE)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.transport is not None:  # else lost before the handshake was handed over
-            super().connection_lost(exc)
+        if self.transport is None:
+            # TLS reports a handshake that never completed (timed out, refused,
+            # or the client left) before start_tls returns to the acceptor.
+            self.table.release(self, "handshake-failed")
+            return
+        super().connection_lost(exc)
         self.table.release(self, "closed")
 
 
