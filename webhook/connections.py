@@ -83,6 +83,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.raw: asyncio.Transport | None = None
         """The TCP transport, until TLS replaces it as ``transport``."""
         self.head_bytes = 0
+        self.chunk = 0
+        """Bytes of the read being parsed."""
         self.buffered = 0
         """Request-body bytes received and not yet answered."""
         self.refusal: tuple[int, str] | None = None
@@ -93,7 +95,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def _enter(self, state: State) -> None:
         self.state, self.since = state, self.loop.time()
-        self.table.touch(self)
+        try:  # noqa: SIM105 - contextlib.suppress costs more, three times per request
+            self.table.open.move_to_end(self)
+        except KeyError:
+            pass  # already dropped by the table
 
     def close_for(self, reason: str) -> None:
         """Drop the connection at once (no TLS close_notify): a timeout or an eviction."""
@@ -119,6 +124,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 self.close_for("header-limit")
             return
         self._unset_keepalive_if_required()
+        self.chunk = len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -130,7 +136,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             return
         if self.state is State.HEAD:
             # A head still incomplete after this chunk: what it has taken so far.
-            self.head_bytes += len(data)
+            self.head_bytes += self.chunk
             if self.head_bytes > self.table.limits.max_header_bytes:
                 self._reply_and_close(431, "request head exceeds the "
                                            f"{self.table.limits.max_header_bytes}-byte limit")
@@ -157,8 +163,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         limits = self.table.limits
         if len(self.headers) > limits.max_headers:
             self._refuse(431, f"more than {limits.max_headers} header fields")
-        size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
-        if size > limits.max_header_bytes:
+        # Counted exactly only when the bytes read so far could hold a head
+        # over the limit (a head and its body usually arrive in one read).
+        if self.head_bytes + self.chunk > limits.max_header_bytes and len(self.url) + sum(
+                len(name) + len(value) for name, value in self.headers) > limits.max_header_bytes:
             self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
         self._enter(State.BODY)
         super().on_headers_complete()
@@ -216,10 +224,6 @@ class ConnectionTable:
             self._sweeper = connection.loop.call_later(self._sweep_every, self._sweep,
                                                        connection.loop)
         return True
-
-    def touch(self, connection: LimitedHttpProtocol) -> None:
-        if connection in self.open:
-            self.open.move_to_end(connection)
 
     def unbuffer(self, connection: LimitedHttpProtocol) -> None:
         self.buffered -= connection.buffered
