@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import orjson
 
@@ -57,6 +57,15 @@ def settle(pid: int, seconds: float = 2.0) -> float:
     return rss_mb(pid)
 
 
+def in_threads(target: Callable[..., None], arguments: Sequence[tuple[object, ...]]) -> None:
+    """Run ``target`` once per argument tuple, each in a thread of its own, and wait."""
+    threads = [threading.Thread(target=target, args=args) for args in arguments]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def open_idle(port: int, context: ssl.SSLContext, count: int) -> list[Connection]:
     """``count`` keep-alive TLS connections, each after one GET /healthz (4 threads)."""
     opened: list[Connection] = []
@@ -76,12 +85,7 @@ def open_idle(port: int, context: ssl.SSLContext, count: int) -> list[Connection
             with lock:
                 opened.append(connection)
 
-    threads = [threading.Thread(target=worker, args=(count // 4 + (i < count % 4),))
-               for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(worker, [(count // 4 + (i < count % 4),) for i in range(4)])
     if failures:
         raise SystemExit(f"opening idle connections failed: {failures[:3]}")
     return opened
@@ -146,11 +150,7 @@ def flood(port: int, context: ssl.SSLContext, count: int, connections: int,
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=worker) for _ in range(connections)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(worker, [()] * connections)
     if failures:
         raise SystemExit(f"flood answers were wrong: {failures[:3]}")
     return sent[0]

@@ -149,16 +149,22 @@ def http_get(tls: ssl.SSLSocket, path: str, *, keep_alive: bool = True) -> bytes
     connection = "keep-alive" if keep_alive else "close"
     tls.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: {connection}\r\n\r\n"
                 .encode())
+    head, body = read_response(tls)
+    return head + b"\r\n\r\n" + body
+
+
+def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One response with a Content-Length from ``sock``: (head, body)."""
     data = b""
     while b"\r\n\r\n" not in data:
-        chunk = tls.recv(65536)
+        chunk = sock.recv(65536)
         assert chunk, f"connection closed mid-response: {data!r}"
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
                   if line.lower().startswith(b"content-length:"))
     while len(body) < length:
-        chunk = tls.recv(65536)
+        chunk = sock.recv(65536)
         assert chunk, "connection closed mid-body"
         body += chunk
-    return head + b"\r\n\r\n" + body
+    return head, body

@@ -87,24 +87,10 @@ def admission_works(running: serving.Running, context: ssl.SSLContext) -> None:
     with tls(running, context) as sock:
         sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        head, answer = receive_response(sock)
+        head, answer = serving.read_response(sock)
     assert head.startswith(b"HTTP/1.1 200")
     patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
-
-
-def receive_response(sock: socket.socket) -> tuple[bytes, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"closed mid-response: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length:"))
-    while len(body) < length:
-        body += sock.recv(65536)
-    return head, body
 
 
 def test_fifty_thousand_headers_are_refused(limited: serving.Running,
@@ -147,7 +133,7 @@ def test_a_head_of_exactly_the_limit_is_served(limited: serving.Running,
     pad = LIMITS.max_header_bytes - len("/healthz") - len("hostx") - len("x-pad")
     with tls(limited, context) as sock:
         sock.sendall(head + b"p" * pad + b"\r\n\r\n")
-        status, body = receive_response(sock)
+        status, body = serving.read_response(sock)
     assert status.startswith(b"HTTP/1.1 200")
     assert body == b"ok\n"
 
@@ -202,7 +188,7 @@ def test_an_idle_keep_alive_connection_is_closed(limited: serving.Running,
                                                  context: ssl.SSLContext) -> None:
     with tls(limited, context) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        status, _ = receive_response(sock)
+        status, _ = serving.read_response(sock)
         assert status.startswith(b"HTTP/1.1 200")
         assert closes_within_grace(sock) < GRACE
 
