@@ -29,7 +29,7 @@ class Limits:
     idle_timeout: float = 60.0
     """Seconds a keep-alive connection may wait for its next request (the API server's
     client keeps idle connections for 90 s and opens a new one when it finds one closed)."""
-    max_buffered_bytes: int = 64 << 20
+    max_buffered_bytes: int = 32 << 20
     """Request-body bytes held at once across all connections."""
 
     def problems(self) -> list[str]:
