@@ -43,7 +43,7 @@ from uvicorn.server import ServerState
 from webhook.limits import Limits
 from webhook.policyfile import ConfigError
 
-__all__ = ["ConnectionTable", "LimitedHttpProtocol", "Limits", "TlsAcceptor", "protocol_factory",
+__all__ = ["ConnectionTable", "LimitedHttpProtocol", "TlsAcceptor", "protocol_factory",
            "raise_file_limit"]
 
 EARLY_BYTES_MAX = 1 << 20

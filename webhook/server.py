@@ -30,6 +30,7 @@ from webhook import (
     tls,
     watch,
 )
+from webhook.limits import Limits
 from webhook.logs import logger
 
 __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
@@ -76,7 +77,7 @@ class Settings:
     reconcile_interval: float = 30.0
     audit_only: bool = False
     """Treat every endpoint as /audit, whatever the policy's mode."""
-    limits: connections.Limits = dataclasses.field(default_factory=connections.Limits)
+    limits: Limits = dataclasses.field(default_factory=Limits)
     """Connections, request heads, read timeouts and buffered bodies (see webhook.connections)."""
 
 
