@@ -59,12 +59,21 @@ def cmd_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_FINDINGS if warnings else EXIT_OK
 
 
+def _label(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not key or not equals:
+        raise ConfigError(f"--label {text!r}: write KEY=VALUE")
+    return key, value
+
+
 def cmd_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rules = policyfile.read_policy(args.policy).policy if args.policy else None
+    labels = dict(_label(text) for text in args.label)
     status = EXIT_OK
     for image in args.images:
-        explained = offline.explain_image(image, rules=rules, namespace=args.namespace)
-        if not explained["valid"] or "warning" in explained:
+        explained = offline.explain_image(image, rules=rules, namespace=args.namespace,
+                                          labels=labels)
+        if not explained["valid"] or explained["warning"] is not None:
             status = EXIT_FINDINGS
         print(offline.dumps_json(explained), file=out)
     return status
@@ -279,11 +288,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = commands.add_parser(
         "explain", help="explain what mirrorgate makes of image references",
-        description="Print one JSON object per image, in order. Exit 1 when an image is "
-                    "invalid or would be left as written for lack of a credential grant.")
+        description="Print one JSON object per image, in order: what admission would do with "
+                    "it in a Pod of the namespace. `outcome` is one of excluded, skipped, "
+                    "invalid, no-rule, already-mirrored, not-granted, rewrite (null without "
+                    "--policy). Exit 1 when an image is invalid or admission would warn "
+                    "about it.")
     explain.add_argument("--policy", metavar="FILE", help="policy YAML file (optional)")
     explain.add_argument("-n", "--namespace", default=offline.DEFAULT_NAMESPACE,
-                         help="namespace whose credential grants apply (default: %(default)s)")
+                         help="the Pod's namespace (default: %(default)s)")
+    explain.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
+                         help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)")
     explain.add_argument("images", nargs="+", metavar="IMAGE")
     explain.set_defaults(run=cmd_explain)
 

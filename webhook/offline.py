@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jsonpatch
@@ -89,38 +89,43 @@ def rewrite_documents(
     return outputs, patches, warnings
 
 
-def explain_image(image: str, *, rules: policy.Policy | None, namespace: str) -> dict[str, Any]:
-    """What mirrorgate makes of one image string, as a JSON-ready object."""
+def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
+                  labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What admission would do with ``image`` in a Pod of ``namespace``, as a JSON-ready object.
+
+    Every key is always present (null when it does not apply). ``outcome`` and
+    ``warning`` come from the functions admission itself decides with
+    (:mod:`policy.decision`); without a policy there is no outcome.
+    """
+    explained: dict[str, Any] = {
+        "image": image, "valid": True, "error": None, "reference": None, "outcome": None,
+        "reason": None, "rule": None, "result": None, "credential": None, "warning": None,
+    }
     try:
         ref = policy.parse_normalized(image)
     except policy.InvalidReferenceError as error:
-        return {"image": image, "valid": False, "error": error.reason}
-    explained: dict[str, Any] = {
-        "image": image, "valid": True,
-        "reference": {"domain": ref.domain, "path": ref.path, "tag": ref.tag,
-                      "digest": ref.digest, "name": ref.name, "normalized": str(ref)},
-        "rule": None, "result": None, "credential": None,
-    }
+        explained.update(valid=False, error=error.reason)
+    else:
+        explained["reference"] = {
+            "domain": ref.domain, "path": ref.path, "tag": ref.tag, "digest": ref.digest,
+            "name": ref.name, "normalized": str(ref)}
     if rules is None:
         return explained
-    found = rules.resolve(image)
-    explained["outcome"] = found.outcome
-    if found.outcome == "invalid":
-        # Valid by itself, but its name on the mirror would not be.
-        explained["warning"] = found.error
+    explained["result"] = image
+    exemption = policy.exempt_pod(namespace=namespace, labels=labels or {}, annotations={},
+                                  policy=rules)
+    if exemption is not None:
+        explained.update(outcome=exemption.outcome, reason=exemption.reason)
         return explained
-    if found.rule is None:
-        return explained
-    rule = found.rule
-    explained["rule"] = {"index": rule.index, "source": str(rule.source),
-                         "mirror": str(rule.mirror)}
-    explained["credential"] = rule.credential
-    explained["result"] = found.new_image if found.outcome == "rewrite" else image
-    not_granted = rules.not_granted(rule, namespace)
-    if not_granted is not None:
-        explained["outcome"] = "not-granted"
-        explained["result"] = image
-        explained["warning"] = f"{not_granted}; the image would be left as written"
+    decision = policy.decide_image(image, namespace=namespace, policy=rules)
+    explained.update(outcome=decision.outcome, reason=decision.reason, warning=decision.warning)
+    rule = decision.resolution.rule
+    if rule is not None:
+        explained.update(rule={"index": rule.index, "source": str(rule.source),
+                               "mirror": str(rule.mirror)},
+                         credential=rule.credential)
+    if decision.outcome == "rewrite":
+        explained["result"] = decision.resolution.new_image
     return explained
 
 

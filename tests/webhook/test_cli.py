@@ -29,7 +29,8 @@ from webhook import cli
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 REFERENCE_KEYS = {"domain", "path", "tag", "digest", "name", "normalized"}
-EXPLAIN_KEYS = {"image", "valid", "reference", "rule", "result", "credential"}
+EXPLAIN_KEYS = {"image", "valid", "error", "reference", "outcome", "reason", "rule", "result",
+                "credential", "warning"}
 
 
 @dataclasses.dataclass
@@ -207,17 +208,18 @@ def explained(result: Result) -> list[dict[str, Any]]:
 
 
 def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> None:
-    """Exactly the documented fields; rule, result and credential are null; no :latest added."""
+    """Every documented field; outcome, rule, result and credential are null; no :latest added."""
     result = mirrorgate("explain", "nginx")
     assert result.code == 0
     [entry] = explained(result)
     assert set(entry) == EXPLAIN_KEYS
     assert entry == {
-        "image": "nginx", "valid": True,
+        "image": "nginx", "valid": True, "error": None,
         "reference": {"domain": "docker.io", "path": "library/nginx", "tag": None,
                       "digest": None, "name": "docker.io/library/nginx",
                       "normalized": "docker.io/library/nginx"},
-        "rule": None, "result": None, "credential": None}
+        "outcome": None, "reason": None, "rule": None, "result": None, "credential": None,
+        "warning": None}
 
 
 def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
@@ -228,7 +230,7 @@ def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
     assert result.code == 0
     hub, prom, unmatched = explained(result)
     for entry in (hub, prom, unmatched):
-        assert EXPLAIN_KEYS <= set(entry) <= EXPLAIN_KEYS | {"outcome", "warning"}
+        assert set(entry) == EXPLAIN_KEYS
         assert set(entry["reference"]) == REFERENCE_KEYS
     assert hub["rule"] == {"index": 0, "source": "docker.io",
                            "mirror": "harbor.corp.example/dockerhub-proxy"}
@@ -238,7 +240,8 @@ def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
     assert hub["reference"]["normalized"] == "docker.io/library/nginx:1.27"
     assert prom["result"] == PROM_MIRRORED
     assert prom["credential"] is None
-    assert unmatched["outcome"] == "unmatched"
+    assert unmatched["outcome"] == "no-rule"
+    assert unmatched["result"] == UNMATCHED_IMAGE
     assert unmatched["rule"] is None
 
 
@@ -253,12 +256,16 @@ def test_explain_digest_reference(mirrorgate: Any) -> None:
 
 
 def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
-    """An invalid reference is {image, valid: false, error}, exit 1; later images still print."""
+    """An invalid reference is valid: false with the error and a warning, exit 1; later
+    images still print."""
     result = mirrorgate("explain", "--policy", str(policy_file), "Nginx", PROM_IMAGE)
     assert result.code == 1
     invalid, valid = explained(result)
-    assert invalid == {"image": "Nginx", "valid": False,
-                       "error": "repository name must be lowercase"}
+    assert invalid == {
+        "image": "Nginx", "valid": False, "error": "repository name must be lowercase",
+        "reference": None, "outcome": "invalid", "reason": "repository name must be lowercase",
+        "rule": None, "result": "Nginx", "credential": None,
+        "warning": "image 'Nginx' left as written: repository name must be lowercase"}
     assert valid["valid"] is True
 
 
