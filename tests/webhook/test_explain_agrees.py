@@ -93,7 +93,8 @@ def admit(policy_path: Path, namespace: str, labels: dict[str, str],
     decision = asyncio.run(admission.admit(
         reviews.decode(orjson.dumps(body)), rules=rules, mode="enforce",
         secrets=RecordingPullSecrets()))
-    return decision, apply(obj, patch_ops(decision.body["response"]))
+    response: dict[str, Any] = dict(decision.body["response"])
+    return decision, apply(obj, patch_ops(response))
 
 
 def assert_agree(policy_path: Path, namespace: str, labels: dict[str, str],
