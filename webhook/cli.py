@@ -19,6 +19,7 @@ import yaml
 from webhook import offline, policyfile
 from webhook.credentials import StoreError
 from webhook.policyfile import ConfigError
+from webhook.version import VERSION
 
 __all__ = ["main"]
 
@@ -122,13 +123,16 @@ def _store_key(args: argparse.Namespace) -> bytes:
 
 
 def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from policy.model import CREDENTIAL_NAME_RE
+    from policy.model import CREDENTIAL_NAME_RE, mirror_problem
     from webhook import filestore
     from webhook.credentials import Credential
 
     if not CREDENTIAL_NAME_RE.fullmatch(args.name):
         raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
                           "and '-' (a DNS label, at most 63 characters)")
+    problem = mirror_problem(args.registry)
+    if problem is not None:
+        raise ConfigError(f"--registry: {problem}")
     if not args.password_stdin:
         raise ConfigError("pass the password on standard input with --password-stdin "
                           "(never as an argument: it would show in ps and shell history)")
@@ -201,14 +205,21 @@ def cmd_certs_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     import certs
 
     directory = pathlib.Path(args.out)
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"certs generate: --out {args.out} is not a directory; --out names "
+                          "the directory the four files are written into")
     try:
         leaf = certs.generate_bundle(service=args.service, namespace=args.namespace,
                                      out=directory, dns=args.dns, ips=args.ip)
         ca_pem = (directory / certs.CA_CERT).read_bytes()
     except (ValueError, OSError) as error:
         raise ConfigError(f"certs generate: {error}") from None
-    print(f"wrote {directory}/{{{certs.CA_CERT},{certs.TLS_CERT},{certs.TLS_KEY}}}; serving "
-          f"certificate valid until {leaf.not_valid_after:%Y-%m-%d %H:%M} UTC", file=err)
+    for name, note in ((certs.CA_CERT, ""),
+                       (certs.CA_KEY, " (signs certificates: keep it out of the webhook Pod)"),
+                       (certs.TLS_CERT, ""), (certs.TLS_KEY, "")):
+        print(f"wrote {directory / name}{note}", file=err)
+    print(f"serving certificate valid until {leaf.not_valid_after:%Y-%m-%d %H:%M} UTC",
+          file=err)
     print(f"caBundle: {certs.ca_bundle_b64(ca_pem)}", file=out)
     return EXIT_OK
 
@@ -270,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mirrorgate", description=(
         "Rewrite Pod images to authenticated registry mirrors at admission, "
         "with matching pull secrets."))
+    parser.add_argument("--version", action="version", version=f"mirrorgate {VERSION}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 

@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from webhook.admission import Decision
+from webhook.version import VERSION
 
 __all__ = ["Metrics"]
 
@@ -79,6 +80,9 @@ class Metrics:
         self.errors = prom.Counter(
             "mirrorgate_errors", "Malformed or failed admission calls, by reason.",
             ["endpoint", "reason"], registry=r)
+        build = prom.Gauge("mirrorgate_build_info", "The running mirrorgate (1) by version.",
+                           ["version"], registry=r)
+        build.labels(VERSION).set(1)
         self.policy = prom.Gauge(
             "mirrorgate_policy_info", "The live policy (1) by version and mode.",
             ["version", "mode"], registry=r)

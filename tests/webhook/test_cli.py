@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import importlib.metadata
 import io
 import json
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -409,3 +411,58 @@ def test_help_works_for_every_command(mirrorgate: Any, command: tuple[str, ...])
 def test_help_covers_the_documented_commands() -> None:
     """The commands the issue documents are all there."""
     assert {("rewrite",), ("explain",), ("policy", "check"), ("serve",)} <= set(COMMANDS)
+
+
+# --- version and messages ----------------------------------------------------------------------
+
+
+def test_version_comes_from_the_package_metadata(mirrorgate: Any) -> None:
+    """`--version` prints the version pyproject.toml sets, read from the installed metadata."""
+    project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]
+    result = mirrorgate("--version")
+    assert result.code == 0
+    assert result.out == f"mirrorgate {project['version']}\n"
+    assert importlib.metadata.version("mirrorgate") == project["version"]
+
+
+def test_certs_generate_out_must_be_a_directory(mirrorgate: Any, tmp_path: Path) -> None:
+    """--out naming a file is a one-line error saying it must be a directory."""
+    target = tmp_path / "bundle.pem"
+    target.write_text("keep me")
+    result = mirrorgate("certs", "generate", "--service", "s", "--namespace", "n",
+                        "--out", str(target))
+    assert result.code == 2
+    assert result.err == (f"mirrorgate: error: certs generate: --out {target} is not a "
+                          "directory; --out names the directory the four files are written "
+                          "into\n")
+    assert target.read_text() == "keep me"
+
+
+def test_certs_generate_names_every_file_it_writes(mirrorgate: Any, tmp_path: Path) -> None:
+    """Each written file is named on stderr, ca.key included; the caBundle goes to stdout."""
+    out = tmp_path / "certs"
+    result = mirrorgate("certs", "generate", "--service", "s", "--namespace", "n",
+                        "--out", str(out))
+    assert result.code == 0
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    named = [line.split()[1] for line in result.err.splitlines() if line.startswith("wrote ")]
+    assert sorted(named) == [str(out / name) for name in written]
+    assert result.out.startswith("caBundle: ")
+
+
+def test_audit_names_a_missing_kubeconfig(mirrorgate: Any, tmp_path: Path,
+                                          policy_file: Path) -> None:
+    """`audit --kubeconfig missing` says which file is missing, in one line."""
+    missing = tmp_path / "no-such-kubeconfig"
+    result = mirrorgate("audit", "--policy", str(policy_file), "--kubeconfig", str(missing),
+                        "-A")
+    assert result.code == 2
+    assert result.err == f"mirrorgate: error: kubeconfig {missing}: no such file\n"
+
+
+def test_explain_label_must_be_key_value(mirrorgate: Any, policy_file: Path) -> None:
+    """A label without '=' is a one-line usage error."""
+    result = mirrorgate("explain", "--policy", str(policy_file), "-l", "skip", "nginx")
+    assert result.code == 2
+    assert result.err == "mirrorgate: error: --label 'skip': write KEY=VALUE\n"
