@@ -44,8 +44,11 @@ def cmd_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rules = policyfile.read_policy(args.policy).policy
     text, source = _read_input(args.filename, sys.stdin)
     documents = offline.load_documents(text, source=source)
-    outputs, patches, warnings = offline.rewrite_documents(
-        documents, rules=rules, namespace=args.namespace)
+    try:
+        outputs, patches, warnings = offline.rewrite_documents(
+            documents, rules=rules, namespace=args.namespace)
+    except offline.NothingToRewrite as error:
+        raise ConfigError(f"{source}: {error}") from None
     for warning in warnings:
         print(f"warning: {warning}", file=err)
     if args.output == "patch":
@@ -286,10 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
 
     rewrite = commands.add_parser(
-        "rewrite", help="print Pods as mirrorgate would admit them (offline)",
+        "rewrite", help="print Pods, and workloads' Pods, as mirrorgate would admit them "
+                        "(offline)",
         description="Print each Pod as it would be admitted (or its JSON Patch); warnings go "
-                    "to stderr. With `mode: audit` Pods come out unchanged and every planned "
-                    "rewrite is a warning. Exit 1 when there are warnings.")
+                    "to stderr. A workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, "
+                    "ReplicationController, Job, CronJob, PodTemplate) comes out as the Pod "
+                    "its controller would create, as admitted: templates themselves are never "
+                    "mutated. Other objects are passed over. With `mode: audit` Pods come out "
+                    "unchanged and every planned rewrite is a warning. Exit 1 when there are "
+                    "warnings, 2 when the input has no Pod and no workload.")
     rewrite.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
     rewrite.add_argument("-n", "--namespace", help="namespace to plan for "
                          "(default: the Pod's own, else 'default')")

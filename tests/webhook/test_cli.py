@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.webhook import policies
+from tests.webhook.harness import Harness
 from tests.webhook.reviews import (
     HUB_IMAGE,
     HUB_MIRRORED,
@@ -25,7 +26,9 @@ from tests.webhook.reviews import (
     PROM_MIRRORED,
     UNMATCHED_IMAGE,
     apply,
+    patch_ops,
     pod,
+    review,
 )
 from webhook import cli
 
@@ -175,17 +178,102 @@ def test_rewrite_in_audit_mode_leaves_the_pod_and_warns(
     assert PROM_MIRRORED in lines[1]
 
 
-def test_rewrite_passes_other_kinds_through_with_a_warning(
+def template(*images: str) -> dict[str, Any]:
+    """A Pod template: a Pod's metadata (no name) and spec."""
+    obj = pod(*images, name=None)
+    obj["metadata"]["labels"] = {"app": "web"}
+    return {"metadata": obj["metadata"], "spec": obj["spec"]}
+
+
+def workload(kind: str, *images: str, namespace: str | None = None) -> dict[str, Any]:
+    """A ``kind`` named web whose template runs ``images``, as people write them."""
+    metadata: dict[str, Any] = {"name": "web"}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    body = {"template": template(*images)}
+    if kind == "PodTemplate":
+        return {"apiVersion": "v1", "kind": kind, "metadata": metadata, **body}
+    if kind == "CronJob":
+        spec: dict[str, Any] = {"schedule": "@hourly", "jobTemplate": {"spec": body}}
+    else:
+        spec = {"replicas": 2, **body}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": metadata, "spec": spec}
+
+
+WORKLOAD_KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet",
+                  "ReplicationController", "Job", "CronJob", "PodTemplate"]
+
+
+@pytest.mark.parametrize("kind", WORKLOAD_KINDS)
+def test_rewrite_shows_a_workloads_pod_as_admission_mutates_it(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path, harness: Harness, kind: str) -> None:
+    """The Pod the controller would create, exactly as /mutate patches it; exit 0."""
+    document = workload(kind, HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE, namespace="team-a")
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
+                        str(write_yaml(tmp_path, document)))
+    assert result.code == 0, result.err
+    shown = json.loads(result.out)
+
+    expected_pod = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"labels": {"app": "web"}, "namespace": "team-a",
+                                 "generateName": "web-"},
+                    "spec": template(HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE)["spec"]}
+    admitted = apply(expected_pod, patch_ops(harness.mutate(review(expected_pod))))
+    assert shown == admitted
+    assert [c["image"] for c in shown["spec"]["containers"]] == [
+        HUB_MIRRORED, PROM_MIRRORED, UNMATCHED_IMAGE]
+
+
+def test_rewrite_workload_in_an_excluded_namespace_is_unchanged(
         mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
-    """A Deployment is never mutated (only Pods are); it is printed as is, with a warning."""
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-                  "spec": {"template": pod(HUB_IMAGE)}}
+    """The workload's own namespace decides, as it does for its Pods."""
+    document = workload("Deployment", HUB_IMAGE, namespace="excluded-ns")
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
+                        str(write_yaml(tmp_path, document)))
+    assert result.code == 0
+    assert json.loads(result.out)["spec"]["containers"][0]["image"] == HUB_IMAGE
+
+
+def test_rewrite_passes_over_objects_that_are_not_pods_or_workloads(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """A Deployment and a Service: the Deployment's Pod only, no warning, exit 0."""
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"ports": [{"port": 80}]}}
     obj = rich_pod()
     result = mirrorgate("rewrite", "--policy", str(policy_file), "-f",
-                        str(write_yaml(tmp_path, deployment, obj)))
+                        str(write_yaml(tmp_path, workload("Deployment", PROM_IMAGE), service,
+                                       obj)))
+    assert result.code == 0
+    assert result.err == ""
+    first, second = yaml.safe_load_all(result.out)
+    assert (first["kind"], first["metadata"]["generateName"]) == ("Pod", "web-")
+    assert first["spec"]["containers"][0]["image"] == PROM_MIRRORED
+    assert second == expected_rewrite(obj)
+
+
+def test_rewrite_without_pods_or_workloads_says_so_in_one_line(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """Only a Service and a ConfigMap: one line naming what was found, exit 2."""
+    path = write_yaml(tmp_path, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}},
+                      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}})
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-f", str(path))
+    assert result.code == 2
+    assert result.out == ""
+    assert result.err.count("\n") == 1
+    assert result.err.startswith(f"mirrorgate: error: {path}: no Pod and no workload")
+    assert result.err.endswith("found Service/a, ConfigMap/b\n")
+
+
+def test_rewrite_workload_without_a_template_is_a_warning(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """A workload whose template is missing is named, with where the template should be."""
+    document = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+                "spec": {"schedule": "@daily"}}
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-f",
+                        str(write_yaml(tmp_path, document)))
     assert result.code == 1
-    assert list(yaml.safe_load_all(result.out)) == [deployment, expected_rewrite(obj)]
-    assert result.err == "warning: Deployment/web: not a Pod; mirrorgate mutates Pods only\n"
+    assert result.err == ("warning: CronJob/nightly: no Pod template with a spec at "
+                          "spec.jobTemplate.spec.template\n")
 
 
 @pytest.mark.parametrize(("namespace_args", "changed"), [
