@@ -39,6 +39,7 @@ lint: install
 # test; that is a failure here like any other non-zero status.
 test: install e2e-deps lint
 	MIRRORGATE_REQUIRE_E2E=1 $(PY) -m pytest
+	$(PY) -m tests.packaging.check_dist
 
 test-fast: install
 	$(PY) -m pytest -m "not e2e"
