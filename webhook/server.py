@@ -17,6 +17,7 @@ from typing import NoReturn
 import uvicorn
 from starlette.applications import Starlette
 
+import certs
 from webhook import (
     admission,
     app,
@@ -212,6 +213,15 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     if settings.tls_secret is not None:
         runtime.readiness["certificate-upkeep"] = lambda: manager.problem
 
+    def record_certificate_expiry() -> None:
+        # Read after a successful load: should the file change in between,
+        # the next poll loads that one too.
+        with contextlib.suppress(OSError, ValueError):
+            runtime.metrics.certificate_expiry.set(
+                certs.certificate_expiry(Path(cert_file).read_bytes()).timestamp())
+
+    record_certificate_expiry()
+
     def reload_policy() -> None:
         try:
             fresh = policyfile.read_policy(settings.policy)
@@ -236,6 +246,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             watcher_certs.reset()
             return
         runtime.metrics.certificate_reloads.labels("loaded").inc()
+        record_certificate_expiry()
         logger.info("serving certificate reloaded", extra={"fields": {}})
 
     watcher_policy = watch.FileWatcher([settings.policy], reload_policy,
