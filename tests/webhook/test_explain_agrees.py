@@ -19,30 +19,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import policy
+from tests.webhook import policies
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import apply, patch_ops, pod, review
 from webhook import admission, cli, policyfile
 from webhook import review as reviews
 
-POLICY = """\
-mirrors:
-  - source: docker.io
-    mirror: harbor.corp.example/dockerhub-proxy
-    credential: harbor-pull
-  - source: quay.io/prometheus
-    mirror: mirror.corp.example/prometheus
-  - source: example.org
-    mirror: mirror.corp.example/a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r/s/t/u/v/w/x/y/z/aaaaaaaaaa
-exclude:
-  images: ["registry.k8s.io/pause:*"]
-  namespaces: [excluded-ns]
-credentials:
-  harbor-pull: {namespaces: ["team-*"]}
-"""
+# The test policy with its credential granted to team-* only, and a mirror path long
+# enough that some names would pass 255 characters on it.
+LONG_PATH = "/".join(["abcdefghij"] * 12)
+POLICY = policies.policy_yaml(prometheus_mirror=f"mirror.corp.example/{LONG_PATH}").replace(
+    'namespaces: ["*"]', 'namespaces: ["team-*"]')
 ON_MIRROR = "harbor.corp.example/dockerhub-proxy/library/nginx:1.27"
 SKIP = {"mirrorgate.io/skip": "true"}
 # A repository name past 255 characters once under the long mirror path.
-TOO_LONG_ON_MIRROR = "example.org/" + "/".join(["abcdefghij"] * 20) + ":1"
+TOO_LONG_ON_MIRROR = f"quay.io/prometheus/{LONG_PATH}:1"
 
 CASES = [
     # namespace, labels, image, outcome
