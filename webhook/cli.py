@@ -2,7 +2,9 @@
 
 Exit codes, for every command: 0 fine, 1 findings (warnings, invalid images,
 an invalid policy under `policy check`), 2 usage or configuration error with
-a one-line message naming what is wrong. Never a traceback.
+a one-line message naming what is wrong. Never a traceback. `serve` exits 0
+after SIGTERM (once the requests in flight are answered), 130 after Ctrl-C,
+and 2 when its port is busy.
 """
 
 from __future__ import annotations
