@@ -47,7 +47,14 @@ second, per-admission metrics as plain counters exported at scrape time,
 **With pull secrets**: a real etcd and kube-apiserver with an audit log, the
 kubernetes credential store, every image needing a credential whose Secret
 already exists; then the first Pod of new namespaces, through the API server,
-with and without the webhook (the Secret is created during admission)."""),
+with and without the webhook (the Secret is created during admission). In
+steady state the audit log should show no Secret request by mirrorgate: only
+Lease renewals and the leader's periodic re-assertion (one unchanged PUT per
+copy per `--reconcile-interval`, no write in etcd), not admission. Making a
+copy for the first Pod of a namespace is three API calls (claim the record,
+create the Secret, record its uid), the price of reading no Secret outside
+mirrorgate's namespace; the first Pod of any fresh namespace costs the API
+server far more than that, with or without a webhook."""),
 )
 
 
