@@ -6,6 +6,7 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
                            .upstream_image .mirror_image .pull(image, dockerconfigjson)
   make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
   kustomize       session  Path of the pinned kustomize binary
+  promtool        session  Path of the pinned promtool binary
 
 A missing binary skips these tests loudly, or fails them when MIRRORGATE_REQUIRE_E2E=1
 or CI is set (as `make test` and CI do), naming the command that provides it.
@@ -35,7 +36,8 @@ _T = TypeVar("_T")
 
 _HERE = Path(__file__).resolve().parent
 E2E_FIXTURES = frozenset(
-    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "installed"}
+    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "promtool",
+     "installed"}
 )
 _TIMINGS = pytest.StashKey[dict[str, float]]()
 _SKIPS = pytest.StashKey[list[str]]()
@@ -121,14 +123,24 @@ def registry(
         stack.stop()
 
 
-@pytest.fixture(scope="session")
-def kustomize(request: pytest.FixtureRequest) -> Path:
-    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+def _built(request: pytest.FixtureRequest, name: str) -> Path:
     try:
-        return built_binary("kustomize")
+        return built_binary(name)
     except MissingBinaryError as exc:
         missing = exc
     _missing(request.config, missing)
+
+
+@pytest.fixture(scope="session")
+def kustomize(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+    return _built(request, "kustomize")
+
+
+@pytest.fixture(scope="session")
+def promtool(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned promtool binary built by tests/controlplane/build.sh."""
+    return _built(request, "promtool")
 
 
 @pytest.fixture
@@ -187,6 +199,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 CREDENTIAL = "e2e-mirror"
+RECONCILE_INTERVAL = 5.0
+"""The session server's --reconcile-interval (seconds)."""
 DOCKERHUB_MIRROR = "mirror.e2e.example/dockerhub"
 
 
@@ -237,11 +251,14 @@ def installed(control_plane: ControlPlane, registry: RegistryStack, kustomize: P
     with control_plane.api_client() as api:
         mg.install_base(api, kustomize)
         central_credential(api, registry)
+        # A short reconcile interval: a deleted copy is re-asserted within it.
         server = mg.start_mirrorgate(tmp_path_factory.mktemp("mirrorgate"), control_plane,
-                                     policy=e2e_policy(registry), args=["--store", "kubernetes"],
+                                     policy=e2e_policy(registry),
+                                     args=["--store", "kubernetes", "--reconcile-interval",
+                                           str(RECONCILE_INTERVAL)],
                                      redact=[registry.password])
         configuration = mg.webhook_configuration(kustomize)
-        mg.register(api, configuration, server)
+        mg.register(api, configuration, server, excluded_labels=mg.OWN_WEBHOOK_LABELS)
         try:
             yield Installed(server=server, configuration=configuration, registry=registry,
                             control_plane=control_plane)
