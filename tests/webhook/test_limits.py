@@ -10,6 +10,7 @@ every one of these connections stayed open, and every flood was accepted.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import ssl
 import time
@@ -39,6 +40,17 @@ def limited(tmp_path_factory: pytest.TempPathFactory,
     with serving.serve(tmp_path_factory.mktemp("limited"), pair=serving_pair,
                        policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
                        limits=LIMITS) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory: pytest.TempPathFactory,
+            serving_pair: KeyPair) -> Iterator[serving.Running]:
+    """The same limits with long timeouts: only the connection and byte limits act."""
+    slow = dataclasses.replace(LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60)
+    with serving.serve(tmp_path_factory.mktemp("patient"), pair=serving_pair,
+                       policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
+                       limits=slow) as running:
         yield running
 
 
@@ -193,36 +205,36 @@ def test_an_idle_keep_alive_connection_is_closed(limited: serving.Running,
         assert closes_within_grace(sock) < GRACE
 
 
-def test_idle_clients_never_lock_out_a_new_connection(limited: serving.Running,
+def test_idle_clients_never_lock_out_a_new_connection(patient: serving.Running,
                                                       context: ssl.SSLContext) -> None:
     """Twice the connection limit held idle: each newcomer takes the oldest one's place."""
-    before = dropped(limited).get("evicted", 0)
-    idle = [tls(limited, context) for _ in range(2 * LIMITS.max_connections)]
+    before = dropped(patient).get("evicted", 0)
+    idle = [tls(patient, context) for _ in range(2 * LIMITS.max_connections)]
     try:
-        assert open_connections(limited) <= LIMITS.max_connections
-        admission_works(limited, context)
-        assert dropped(limited)["evicted"] - before >= LIMITS.max_connections
+        assert open_connections(patient) <= LIMITS.max_connections
+        admission_works(patient, context)
+        assert dropped(patient)["evicted"] - before >= LIMITS.max_connections
     finally:
         for sock in idle:
             sock.close()
 
 
 def test_stalled_bodies_over_the_budget_make_room_for_a_new_request(
-        limited: serving.Running, context: ssl.SSLContext) -> None:
+        patient: serving.Running, context: ssl.SSLContext) -> None:
     """Bodies that stop short hold bytes; past the budget the oldest readers are closed."""
-    before = dropped(limited).get("body-budget", 0)
+    before = dropped(patient).get("body-budget", 0)
     chunk = b"x" * (LIMITS.max_buffered_bytes // 3)
     stalled = []
     try:
         for _ in range(5):
-            sock = tls(limited, context)
+            sock = tls(patient, context)
             sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                          b"\r\nContent-Length: 4000000\r\n\r\n" + chunk)
             stalled.append(sock)
-        admission_works(limited, context)
-        serving.wait_for(lambda: dropped(limited).get("body-budget", 0) > before or None,
+        admission_works(patient, context)
+        serving.wait_for(lambda: dropped(patient).get("body-budget", 0) > before or None,
                          what="the body budget to close a stalled reader")
-        table = limited.server.connections
+        table = patient.server.connections
         assert table is not None
         assert table.buffered <= LIMITS.max_buffered_bytes
     finally:
