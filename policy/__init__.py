@@ -4,6 +4,7 @@ Values in, values out: nothing here reads files, the environment, the clock
 or the network (an import-linter contract in pyproject.toml checks it).
 """
 
+from policy.decision import OUTCOMES, ImageDecision, PodExemption, decide_image, exempt_pod
 from policy.matching import Outcome, Resolution
 from policy.model import (
     CredentialGrant,
@@ -29,6 +30,7 @@ from policy.planner import (
     plan,
     pull_secret_name,
 )
+from policy.quoting import prefix, quote
 from policy.reference import ImageReference, InvalidReferenceError, parse, parse_normalized
 from policy.rules import Mirror, MirrorRule, Source
 
@@ -36,11 +38,13 @@ __all__ = [
     "CONTAINER_FIELDS",
     "MIRROR_POD_ANNOTATION",
     "ORIGINAL_IMAGES_ANNOTATION",
+    "OUTCOMES",
     "PULL_SECRET_PREFIX",
     "SKIP_LABEL",
     "ContainerField",
     "CredentialGrant",
     "FieldError",
+    "ImageDecision",
     "ImageReference",
     "ImageRewrite",
     "ImageSite",
@@ -50,16 +54,21 @@ __all__ = [
     "Mode",
     "OnCredentialError",
     "Outcome",
+    "PodExemption",
     "Policy",
     "PolicyError",
     "Resolution",
     "RewritePlan",
     "Source",
     "audit_line",
+    "decide_image",
+    "exempt_pod",
     "find_image_sites",
     "load",
     "parse",
     "parse_normalized",
     "plan",
+    "prefix",
     "pull_secret_name",
+    "quote",
 ]

@@ -8,6 +8,7 @@ generated Secret is missing or stale.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -22,6 +23,10 @@ __all__ = ["Decision", "PullSecrets", "admit"]
 Mode = Literal["enforce", "audit"]
 Outcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
 EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
+# A namespace name is a DNS label (RFC 1123). The API server sends only
+# names of namespaces that exist; anything else is not a review from it.
+NAMESPACE_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+POD_NAME_LOG_LIMIT = 253
 
 
 class PullSecrets(Protocol):
@@ -51,6 +56,8 @@ class Decision(NamedTuple):
     warnings: int = 0
     unrewritten: int = 0
     """Images left as written because their credential was unavailable."""
+    plan: policy.RewritePlan | None = None
+    """The plan decided on, with each image's outcome (None for reviews not about a Pod)."""
 
 
 def _pod_name(obj: Mapping[str, Any]) -> str:
@@ -58,7 +65,8 @@ def _pod_name(obj: Mapping[str, Any]) -> str:
     if not isinstance(metadata, Mapping):
         return ""
     name = metadata.get("name") or metadata.get("generateName") or ""
-    return name if isinstance(name, str) else ""
+    # For the log line: a Pod reaches admission before its name is validated.
+    return policy.prefix(name, limit=POD_NAME_LOG_LIMIT) if isinstance(name, str) else ""
 
 
 def _is_pod(request: review.AdmissionRequest) -> bool:
@@ -112,18 +120,22 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
     if not isinstance(namespace, str) or not namespace:
         raise BadReview("neither request.namespace nor the Pod's metadata.namespace is set",
                         uid=rev.uid, api_version=rev.api_version)
+    if NAMESPACE_RE.fullmatch(namespace) is None:
+        raise BadReview(f"namespace {policy.quote(namespace, limit=64)} is not a namespace name",
+                        uid=rev.uid, api_version=rev.api_version)
     name = _pod_name(obj)
 
     plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral)
     if plan.skipped is not None:
         return Decision(review.allowed(rev, warnings=plan.warnings), mode, "skipped",
-                        namespace, name, 0, len(plan.warnings))
+                        namespace, name, 0, len(plan.warnings), plan=plan)
 
     if mode == "audit":
         lines = [*plan.warnings, *(policy.audit_line(r) for r in plan.rewrites)]
         return Decision(review.allowed(rev, warnings=lines,
                                        audit_annotations=_audit_annotations(plan)),
-                        mode, "allowed", namespace, name, len(plan.rewrites), len(lines))
+                        mode, "allowed", namespace, name, len(plan.rewrites), len(lines),
+                        plan=plan)
 
     unrewritten = 0
     if plan.credentials and not request.get("dryRun", False):
@@ -137,7 +149,7 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                     review.denied(rev, f"mirrorgate: the Pod needs mirror credentials that "
                                        f"could not be provided in namespace {namespace!r} "
                                        f"({reasons}); onCredentialError is deny"),
-                    mode, "denied", namespace, name)
+                    mode, "denied", namespace, name, plan=plan)
             before = len(plan.rewrites)
             plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
                          unavailable=failures)
@@ -145,7 +157,7 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
 
     warnings = plan.warnings
     if ephemeral:
-        warnings += tuple(f"mirrorgate: {r.site.key} uses {r.new_image} (was {r.site.image})"
+        warnings += tuple(f"mirrorgate: {r.site.shown} uses {r.new_image} (was {r.site.image})"
                           for r in plan.rewrites)
     operations = patch.build_patch(obj, plan)
     # The rewrites are in the patch itself, which the API server's audit log
@@ -154,4 +166,4 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
         review.patched(rev, operations, warnings=warnings,
                        audit_annotations=_audit_annotations(plan) if ephemeral else None),
         mode, "patched" if operations else "allowed", namespace, name, len(plan.rewrites),
-        len(warnings), unrewritten)
+        len(warnings), unrewritten, plan)

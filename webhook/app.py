@@ -20,10 +20,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+import policy
 from webhook import admission, logs, review
 from webhook.logs import logger
 from webhook.metrics import Metrics
 from webhook.policyfile import LoadedPolicy
+from webhook.version import VERSION
 
 __all__ = ["MAX_BODY_BYTES", "Runtime", "create_app"]
 
@@ -89,8 +91,8 @@ class AdmissionEndpoint:
             elif name == b"content-length":
                 declared = value
         if not _content_type_ok(content_type):
-            raise review.BadReview(f"Content-Type is {content_type or 'missing'!r}; "
-                                   "expected application/json")
+            shown = policy.quote(content_type, limit=64) if content_type else "'missing'"
+            raise review.BadReview(f"Content-Type is {shown}; expected application/json")
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             raise review.BadReview(f"request body of {declared.decode()} bytes exceeds the "
                                    f"{MAX_BODY_BYTES}-byte limit")
@@ -176,7 +178,7 @@ def create_app(runtime: Runtime) -> Starlette:
                 why = f"check failed: {type(error).__name__}"
             if why is not None:
                 problems[name] = why
-        body = {"ready": not problems, "policy": runtime.policy.version,
+        body = {"ready": not problems, "version": VERSION, "policy": runtime.policy.version,
                 "mode": runtime.policy.policy.mode, "problems": problems}
         return _json(body, status=503 if problems else 200)
 

@@ -6,6 +6,7 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
                            .upstream_image .mirror_image .pull(image, dockerconfigjson)
   make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
   kustomize       session  Path of the pinned kustomize binary
+  promtool        session  Path of the pinned promtool binary
 
 A missing binary skips these tests loudly, or fails them when MIRRORGATE_REQUIRE_E2E=1
 or CI is set (as `make test` and CI do), naming the command that provides it.
@@ -35,7 +36,8 @@ _T = TypeVar("_T")
 
 _HERE = Path(__file__).resolve().parent
 E2E_FIXTURES = frozenset(
-    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "installed"}
+    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "promtool",
+     "installed"}
 )
 _TIMINGS = pytest.StashKey[dict[str, float]]()
 _SKIPS = pytest.StashKey[list[str]]()
@@ -121,14 +123,24 @@ def registry(
         stack.stop()
 
 
-@pytest.fixture(scope="session")
-def kustomize(request: pytest.FixtureRequest) -> Path:
-    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+def _built(request: pytest.FixtureRequest, name: str) -> Path:
     try:
-        return built_binary("kustomize")
+        return built_binary(name)
     except MissingBinaryError as exc:
         missing = exc
     _missing(request.config, missing)
+
+
+@pytest.fixture(scope="session")
+def kustomize(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+    return _built(request, "kustomize")
+
+
+@pytest.fixture(scope="session")
+def promtool(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned promtool binary built by tests/controlplane/build.sh."""
+    return _built(request, "promtool")
 
 
 @pytest.fixture
