@@ -50,7 +50,8 @@ INVALID = [
         id="same host twice"),
     pytest.param(
         {"a": {"namespaces": ["*"], "registry": "Harbor/x"}}, [],
-        [("credentials.a.registry", '"Harbor/x" is not a valid registry host')],
+        [("credentials.a.registry", '"Harbor/x" is not a valid registry host: it has '
+          "upper-case letters (registry hosts are written in lower case)")],
         id="invalid registry"),
     pytest.param(
         {"a": {"namespaces": ["*"], "registry": f"{HOST}/team-a"}},

@@ -354,7 +354,7 @@ def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
     assert invalid == {
         "image": "Nginx", "valid": False, "error": "repository name must be lowercase",
         "reference": None, "outcome": "invalid", "reason": "repository name must be lowercase",
-        "rule": None, "result": "Nginx", "credential": None,
+        "rule": None, "result": "Nginx", "credential": None, "credentialRegistry": None,
         "warning": "image 'Nginx' left as written: repository name must be lowercase"}
     assert valid["valid"] is True
 
