@@ -251,11 +251,10 @@ def _provider_source(settings: Settings, rules: policy.Policy) -> provider.Provi
         config = providerconfig.load(settings.credential_provider_config)
     except providerconfig.ProviderConfigError as error:
         raise policyfile.ConfigError(str(error)) from None
-    for name, wanted_provider in sorted(wanted.items()):
-        if wanted_provider not in config.providers:
-            raise policyfile.ConfigError(
-                f"credentials.{name}.provider: {wanted_provider!r} is not in "
-                f"{settings.credential_provider_config}")
+    problems = providerconfig.policy_problems(config, rules,
+                                              source=settings.credential_provider_config)
+    if problems:
+        raise policyfile.ConfigError("; ".join(problems))
     return provider.ProviderSource(config, settings.credential_provider_bin_dir,
                                    timeout=settings.credential_provider_timeout)
 

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from certs import CertificateAuthority
 from tests.e2e.providers import RobotIssuer
+from tests.webhook import serving
 from tests.webhook.test_credentials import _run
+from webhook import policyfile, server
 from webhook.credentials import filestore
 
 PASSWORD = "p@ss-check-5e1d"
@@ -119,3 +122,34 @@ def test_configuration_errors_exit_2(tmp_path: Path) -> None:
     assert status == 2
     assert "providers: Required value" in err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ([], "credentials.team-a.provider: needs --credential-provider-config and "
+         "--credential-provider-bin-dir"),
+    (["config"], "--credential-provider-config needs --credential-provider-bin-dir"),
+    (["config", "bin"], "credentials with a provider need --store kubernetes: the leader "
+                        "publishes their logins there for every replica"),
+    (["other-config", "bin"], "mirrors[0].mirror: 'a.example/team-a' (credential 'team-a') "
+                              "does not match provider 'test-provider''s matchImages "
+                              "(*.other.example)"),
+])
+def test_serve_refuses_a_provider_setup_it_cannot_run(
+        issuer: RobotIssuer, tmp_path: Path, ca: CertificateAuthority, store: list[str],
+        options: list[str], message: str) -> None:
+    """Before any port opens: one line naming the field or the option."""
+    serving.write_pair(tmp_path, ca.issue_serving(dns_names=["localhost"]))
+    config = issuer.write_config(tmp_path / "providers.json",
+                                 issuer.provider("test-provider", "robot-a"))
+    other = issuer.write_config(tmp_path / "other.json", issuer.provider(
+        "test-provider", "robot-a", match_images=["*.other.example"]))
+    given = {"config": str(config), "other-config": str(other), "bin": str(issuer.bin_dir)}
+    configs = [given[o] for o in options if o.endswith("config")]
+    settings = server.Settings(
+        policy=str(_provider_policy(tmp_path)), tls_cert=str(tmp_path / "tls.crt"),
+        tls_key=str(tmp_path / "tls.key"), store="file", store_file=store[1],
+        store_key_file=store[3], credential_provider_config=configs[0] if configs else None,
+        credential_provider_bin_dir=given["bin"] if "bin" in options else None)
+    with pytest.raises(policyfile.ConfigError) as raised:
+        server.build(settings)
+    assert str(raised.value) == message

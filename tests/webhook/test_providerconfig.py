@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import policy
 from webhook.credentials import providerconfig
 from webhook.credentials.providerconfig import ProviderConfigError, image_matches, parse_duration
 
@@ -154,3 +155,29 @@ def test_a_duration_is_the_sum_of_its_parts(h: int, m: int, s: int) -> None:
 def test_match_images_as_the_kubelet_matches_them(pattern: str, image: str,
                                                    matches: bool) -> None:
     assert image_matches(pattern, image) is matches
+
+
+def test_the_policy_is_checked_against_the_configuration() -> None:
+    """Every provider named must be configured; every mirror using it must match it."""
+    config = providerconfig.parse(_config(ECR), source="providers.yaml")
+    rules = policy.load({
+        "mirrors": [
+            {"source": "docker.io", "mirror": "123.dkr.ecr.eu-west-1.amazonaws.com/hub",
+             "credential": "ecr"},
+            {"source": "quay.io", "mirror": "harbor.corp.example/quay", "credential": "ecr"},
+            {"source": "ghcr.io", "mirror": "harbor.corp.example/ghcr", "credential": "gcp"},
+        ],
+        "credentials": {"ecr": {"namespaces": ["*"], "provider": "ecr-credential-provider"},
+                        "gcp": {"namespaces": ["*"], "provider": "gcp-credential-provider"}},
+    })
+    assert providerconfig.policy_problems(config, rules, source="providers.yaml") == [
+        "mirrors[1].mirror: 'harbor.corp.example/quay' (credential 'ecr') does not match "
+        "provider 'ecr-credential-provider''s matchImages (*.dkr.ecr.*.amazonaws.com, "
+        "*.dkr.ecr.*.amazonaws.com.cn)",
+        "credentials.gcp.provider: 'gcp-credential-provider' is not in providers.yaml",
+    ]
+    fine = policy.load({
+        "mirrors": [{"source": "docker.io", "mirror": "123.dkr.ecr.eu-west-1.amazonaws.com/hub",
+                     "credential": "ecr"}],
+        "credentials": {"ecr": {"namespaces": ["*"], "provider": "ecr-credential-provider"}}})
+    assert providerconfig.policy_problems(config, fine, source="providers.yaml") == []

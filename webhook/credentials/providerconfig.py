@@ -24,8 +24,10 @@ from typing import Any
 
 import yaml
 
+import policy
+
 __all__ = ["CredentialProvider", "CredentialProviderConfig", "ProviderConfigError",
-           "image_matches", "load", "parse_duration"]
+           "image_matches", "load", "parse_duration", "policy_problems"]
 
 CONFIG_API_VERSIONS = ("kubelet.config.k8s.io/v1", "kubelet.config.k8s.io/v1beta1")
 PLUGIN_API_VERSIONS = ("credentialprovider.kubelet.k8s.io/v1",
@@ -247,3 +249,28 @@ def load(path: str | Path) -> CredentialProviderConfig:
         raise ProviderConfigError(f"{path}: not valid YAML{where}") from None
     return parse(document, source=str(path))
 
+
+
+def policy_problems(config: CredentialProviderConfig, rules: policy.Policy, *,
+                    source: str) -> list[str]:
+    """What in the policy this configuration cannot serve, one line each with its field path.
+
+    A credential's provider must be configured, and every mirror that uses the
+    credential must match the provider's ``matchImages``: the plugin is asked
+    about an image under it.
+    """
+    problems = []
+    for name, grant in sorted(rules.grants.items()):
+        if grant.provider is None:
+            continue
+        provider = config.providers.get(grant.provider)
+        if provider is None:
+            problems.append(f"credentials.{name}.provider: {grant.provider!r} is not in "
+                            f"{source}")
+            continue
+        for rule in rules.rules:
+            if rule.credential == name and not provider.matches(str(rule.mirror)):
+                problems.append(f"{rule.label}.mirror: {str(rule.mirror)!r} (credential "
+                                f"{name!r}) does not match provider {provider.name!r}'s "
+                                f"matchImages ({', '.join(provider.match_images)})")
+    return problems
