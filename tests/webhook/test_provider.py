@@ -159,6 +159,15 @@ def test_a_hanging_plugin_is_killed_at_the_timeout(issuer: RobotIssuer, tmp_path
     assert said(logged) == ["test-credential-provider: hanging on purpose"]
 
 
+def test_a_plugin_writing_without_end_is_killed_at_the_output_limit(
+        issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord]) -> None:
+    source = _source(issuer, tmp_path, args=["--fault", "flood"])
+    with pytest.raises(ProviderError, match="wrote more than 1048576 bytes and was killed"):
+        source.login("a", "test-provider", IMAGE)
+    [stderr] = said(logged)
+    assert 0 < len(stderr) <= 8 << 10  # only the tail is kept
+
+
 def test_images_outside_match_images_and_unknown_providers(issuer: RobotIssuer,
                                                            tmp_path: Path) -> None:
     source = _source(issuer, tmp_path)

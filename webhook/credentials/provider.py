@@ -12,8 +12,9 @@ tries them) and the lifetime: ``cacheDuration``, else the provider's
 cached login is reused only in the first 80 % of its life, so that a refresh
 asks the plugin again.
 
-Bounded and quiet: a plugin that runs longer than the timeout is killed; its
-output is read up to a limit; its standard error is logged with every
+Bounded and quiet: a plugin that runs longer than the timeout, or writes more
+than 1 MiB, is killed (its whole session); only the last 8 KiB of its standard
+error are kept, and logged with every
 secret it might echo (the passwords it returned, the provider's ``env``
 values) replaced by ``[redacted]``. No password is in any message here.
 """
@@ -25,6 +26,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import selectors
 import signal
 import subprocess
 import threading
@@ -164,23 +166,27 @@ class ProviderSource:
             raise ProviderError(f"plugin {provider.name!r} could not start: "
                                 f"{error.strerror}") from None
         try:
-            stdout, stderr = process.communicate(request, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            # The whole session: a plugin that is a script leaves no child
-            # behind holding the pipes open.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            self._log_stderr(provider.name, stderr)
-            raise ProviderError(f"plugin {provider.name!r} did not answer within "
-                                f"{self.timeout:g} s and was killed") from None
+            stdout, stderr, failure = _exchange(process, request, self.timeout)
+        finally:
+            if process.poll() is None:
+                # The whole session: a plugin that is a script leaves no child
+                # behind holding the pipes open.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            for pipe in (process.stdin, process.stdout, process.stderr):
+                if pipe is not None:
+                    pipe.close()
         try:
+            if failure == "timeout":
+                raise ProviderError(f"plugin {provider.name!r} did not answer within "
+                                    f"{self.timeout:g} s and was killed")
+            if failure == "too much":
+                raise ProviderError(f"plugin {provider.name!r} wrote more than "
+                                    f"{_STDOUT_LIMIT} bytes and was killed")
             if process.returncode != 0:
                 raise ProviderError(f"plugin {provider.name!r} failed with exit status "
                                     f"{process.returncode}")
-            if len(stdout) > _STDOUT_LIMIT:
-                raise ProviderError(f"plugin {provider.name!r} wrote more than "
-                                    f"{_STDOUT_LIMIT} bytes")
             issued = self._read(provider, image, stdout, now)
         finally:
             self._log_stderr(provider.name, stderr)
@@ -195,7 +201,7 @@ class ProviderSource:
     def _log_stderr(self, provider: str, stderr: bytes) -> None:
         if not stderr.strip():
             return
-        text = stderr[-_STDERR_LIMIT:].decode("utf-8", "replace").strip()
+        text = stderr.decode("utf-8", "replace").strip()
         logger.info("credential provider said", extra={"fields": {
             "provider": provider, "stderr": _redact(text, self._secrets)}})
 
@@ -251,6 +257,45 @@ class ProviderSource:
             self._remember(base64.b64encode(f"{username}:{password}".encode()).decode())
             logins[key] = (username, password)
         return logins
+
+
+def _exchange(process: subprocess.Popen[bytes], request: bytes,
+              timeout: float) -> tuple[bytes, bytes, str | None]:
+    """Send the request; read stdout (up to its limit) and the tail of stderr until both end.
+
+    Returns (stdout, stderr, failure): failure is "timeout" when the deadline
+    passed first, "too much" when stdout went over its limit, else None.
+    """
+    assert process.stdin is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(BrokenPipeError):  # a plugin may exit without reading
+        process.stdin.write(request)  # a few hundred bytes: the pipe takes them at once
+        process.stdin.close()
+    out, err = bytearray(), bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ, out)
+        selector.register(process.stderr, selectors.EVENT_READ, err)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bytes(out), bytes(err), "timeout"
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                key.data.extend(chunk)
+                if len(err) > _STDERR_LIMIT:
+                    del err[:-_STDERR_LIMIT]
+                if len(out) > _STDOUT_LIMIT:
+                    return bytes(out[:_STDOUT_LIMIT]), bytes(err), "too much"
+    try:
+        process.wait(max(deadline - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        return bytes(out), bytes(err), "timeout"
+    return bytes(out), bytes(err), None
 
 
 def _most_specific(logins: Mapping[str, Any], image: str) -> str | None:

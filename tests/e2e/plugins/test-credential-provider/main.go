@@ -6,10 +6,11 @@
 // server (GET $TOKEN_URL?ttl=N with the robot's own secret), so an expired login
 // is refused by the registry for real.
 //
-// Flags select the response's cacheKeyType, cacheDuration and auth key, and the
-// faults the tests need: exit non-zero, hang, answer malformed JSON, and echo the
-// password on stderr (which mirrorgate must redact). With --fault-file, a test
-// switches faults on and off while mirrorgate keeps running the plugin.
+// Flags select the response's cacheKeyType, cacheDuration, apiVersion and auth
+// key, and the faults the tests need: exit non-zero, hang, answer malformed JSON,
+// write without end, and echo the password on stderr (which mirrorgate must
+// redact). With --fault-file, a test switches faults on and off while mirrorgate
+// keeps running the plugin.
 package main
 
 import (
@@ -88,7 +89,7 @@ func main() {
 	duration := flag.String("cache-duration", "", "cacheDuration of the response (default: none)")
 	authKey := flag.String("auth-key", "", "the auth key (default: the image's registry host)")
 	apiVersion := flag.String("api-version", "", "the response's apiVersion (default: the request's)")
-	fault := flag.String("fault", "", "exit, hang, malformed or echo")
+	fault := flag.String("fault", "", "exit, hang, malformed, flood or echo")
 	faultFile := flag.String("fault-file", "", "a file whose content, while it exists, is the fault")
 	flag.Parse()
 	if *faultFile != "" {
@@ -110,6 +111,13 @@ func main() {
 	case "hang":
 		fmt.Fprintln(os.Stderr, "test-credential-provider: hanging on purpose")
 		time.Sleep(time.Hour)
+	case "flood":
+		// Without end: only mirrorgate's limits stop it.
+		line := strings.Repeat("x", 1023) + "\n"
+		for {
+			fmt.Fprint(os.Stderr, line)
+			fmt.Print(line)
+		}
 	case "malformed":
 		fmt.Print(`{"apiVersion": "` + req.APIVersion + `", "kind": "CredentialProviderResponse", "auth": `)
 		return
