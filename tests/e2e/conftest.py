@@ -99,6 +99,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("node") is not None and item.get_closest_marker("e2e") is None:
             item.add_marker(pytest.mark.e2e)
+    # The node self-test starts a node of its own: first, before any session node runs.
+    items.sort(key=lambda item: item.get_closest_marker("node_selftest") is None)
     for fixtures, marker in ((E2E_FIXTURES | NODE_FIXTURES, "e2e"), (NODE_FIXTURES, "node")):
         unmarked = [item.nodeid for item in items
                     if _uses_fixture(item, fixtures) and item.get_closest_marker(marker) is None]
