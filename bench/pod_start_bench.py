@@ -18,12 +18,20 @@ Both series pull the same images through the same authenticated mirror:
 Two cases: **cached**, an image the node already has (pulled once by a
 warm-up Pod of each series); **first pull**, an image of its own per Pod that
 neither the node nor the mirror has seen. Pods are created one at a time,
-alternating the series so that the machine's load weighs on both alike; the
-time runs from just before the create call to the watch event that shows the
-Pod Running. The create call's own latency (admission included) is reported
-too: it is the part mirrorgate can add to a cached start; the rest is the
-kubelet's, whose generic PLEG relists containers once a second, so single
-starts vary by up to a second on either side.
+alternating the series so that the machine's load weighs on both alike.
+Three times per Pod, all from just before the create call:
+
+* **process start**: until the container's process began (it prints its own
+  clock, read back from its log; same host clock). This is the Pod start the
+  target is about: admission, scheduling, sandbox, pull, container start.
+* **Running**: until the watch shows the Pod Running (the kubelet reports
+  the status right after it started the container).
+* **create call**: the API request alone, admission (mirrorgate) included.
+
+A third series, **baseline again**, is the baseline once more, in the same
+rounds: how far two identical series differ is this run's noise floor, and
+puts mirrorgate's difference in proportion. With fewer than 100 Pods a
+series' p99 is its largest sample.
 
     python -m bench.pod_start_bench [--pods N]
 """
@@ -51,7 +59,7 @@ from tests.e2e.node import start_node
 from tests.e2e.nodepods import Workload, push_workload
 from tests.e2e.registry import RegistryStack, start_registry_stack
 
-SERIES = ("baseline", "mirrorgate")
+SERIES = ("baseline", "mirrorgate", "baseline again")
 CASES = ("cached", "first pull")
 TARGET_CACHED_P99_MS = 20.0
 WATCH_TIMEOUT = 180
@@ -59,9 +67,10 @@ WATCH_TIMEOUT = 180
 
 @dataclass
 class Samples:
-    """Seconds per Pod: creation to Running, and the create call alone."""
+    """Seconds per Pod, from just before the create call: see the module's docstring."""
 
-    start: list[float] = field(default_factory=list)
+    process: list[float] = field(default_factory=list)
+    running: list[float] = field(default_factory=list)
     create: list[float] = field(default_factory=list)
 
 
@@ -72,9 +81,10 @@ def _running(obj: k8s.V1Pod) -> bool:
                 and all(s.state and s.state.running for s in statuses))
 
 
-def start_one(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod) -> tuple[float, float]:
-    """Create `body`; (seconds to Running, seconds of the create call). Deletes it after."""
+def start_one(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod, into: Samples) -> None:
+    """Create `body`, wait until it runs, add its three times to `into`; delete it after."""
     core = k8s.CoreV1Api(api)
+    wall = time.time_ns()
     started = time.monotonic()
     created = core.create_namespaced_pod(namespace, body)
     create_seconds = time.monotonic() - started
@@ -95,8 +105,12 @@ def start_one(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod) -> tuple[floa
                                f"{nodepods.describe(nodepods.read(api, namespace, name))}")
     finally:
         stream.stop()  # type: ignore[no-untyped-call]
+    first = nodepods.log(api, namespace, name).splitlines()[0]
+    process_ns = int(first.removeprefix("started_at_unix_ns="))
     core.delete_namespaced_pod(name, namespace, grace_period_seconds=1)
-    return running, create_seconds
+    into.process.append((process_ns - wall) / 1e9)
+    into.running.append(running)
+    into.create.append(create_seconds)
 
 
 @dataclass
@@ -106,11 +120,11 @@ class Setup:
     secret: str
 
     def body(self, series: str, workload: Workload, name: str) -> k8s.V1Pod:
-        if series == "baseline":
+        if series != "mirrorgate":
             image = f"{self.registry.host}/{workload.repository}:{workload.tag}"
-            return nodepods.pod(name, [nodepods.container("app", image)],
+            return nodepods.pod(name, [nodepods.container("app", image, started_at=True)],
                                 pull_secrets=[self.secret])
-        return nodepods.pod(name, [nodepods.container("app", workload.image)])
+        return nodepods.pod(name, [nodepods.container("app", workload.image, started_at=True)])
 
 
 def measure(api: k8s.ApiClient, setup: Setup, pods: int, image_for: Callable[[int, str],
@@ -118,14 +132,12 @@ def measure(api: k8s.ApiClient, setup: Setup, pods: int, image_for: Callable[[in
             ) -> dict[str, Samples]:
     results = {series: Samples() for series in SERIES}
     for index in range(pods):
-        # Alternate which series goes first, so neither always follows the other.
-        order = SERIES if index % 2 == 0 else tuple(reversed(SERIES))
-        for series in order:
-            running, create = start_one(api, setup.namespaces[series],
-                                        setup.body(series, image_for(index, series),
-                                                   f"{series}-{index}"))
-            results[series].start.append(running)
-            results[series].create.append(create)
+        # Rotate which series goes first, so none always follows another.
+        shift = index % len(SERIES)
+        for series in SERIES[shift:] + SERIES[:shift]:
+            name = f"{series.replace(' ', '-')}-{index}"
+            start_one(api, setup.namespaces[series],
+                      setup.body(series, image_for(index, series), name), results[series])
     return results
 
 
@@ -133,28 +145,27 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
 
-def report(case: str, results: dict[str, Samples]) -> float:
-    """Print one case's table; return the p99 difference of the start time in ms."""
+def report(case: str, results: dict[str, Samples]) -> tuple[float, float]:
+    """Print one case's table; return (mirrorgate − baseline, A/A) at p99 of process start, ms."""
     pct = percentile
-    base, mg = results["baseline"], results["mirrorgate"]
-    n = len(base.start)
-    print(f"\n### Pod start, {case} ({n} Pods per series, p99 = the largest but "
-          f"{max(0, n - 1 - int(0.99 * n))})\n")
-    print("| series | start p50 ms | start p99 ms | create call p50 ms | create call p99 ms |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for series, samples in (("baseline (no webhook, mirror image + own Secret)", base),
-                            ("mirrorgate (enforce, rewritten)", mg)):
-        print(f"| {series} | {ms(pct(samples.start, 0.5))} | {ms(pct(samples.start, 0.99))} | "
-              f"{ms(pct(samples.create, 0.5))} | {ms(pct(samples.create, 0.99))} |")
-    added_p50 = pct(mg.start, 0.5) - pct(base.start, 0.5)
-    added_p99 = pct(mg.start, 0.99) - pct(base.start, 0.99)
-    create_p99 = pct(mg.create, 0.99) - pct(base.create, 0.99)
-    print(f"\nadded by mirrorgate: start p50 {added_p50 * 1e3:+.1f} ms "
-          f"({pct(mg.start, 0.5) / pct(base.start, 0.5):.2f}×), start p99 "
-          f"{added_p99 * 1e3:+.1f} ms ({pct(mg.start, 0.99) / pct(base.start, 0.99):.2f}×), "
-          f"create call p50 {(pct(mg.create, 0.5) - pct(base.create, 0.5)) * 1e3:+.1f} ms, "
-          f"p99 {create_p99 * 1e3:+.1f} ms")
-    return added_p99 * 1e3
+    base, mg, again = results["baseline"], results["mirrorgate"], results["baseline again"]
+    n = len(base.process)
+    print(f"\n### Pod start, {case} ({n} Pods per series)\n")
+    print("| time from create | baseline p50 / p99 | mirrorgate p50 / p99 | added p50 / p99 "
+          "| ratio p50 / p99 | baseline again − baseline, p50 / p99 |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    found = (0.0, 0.0)
+    for label, attribute in (("to process start", "process"), ("to Running (status)", "running"),
+                             ("create call", "create")):
+        b, m, a = (getattr(x, attribute) for x in (base, mg, again))
+        b50, b99, m50, m99, a50, a99 = (pct(x, q) for x in (b, m, a) for q in (0.5, 0.99))
+        if attribute == "process":
+            found = ((m99 - b99) * 1e3, (a99 - b99) * 1e3)
+        print(f"| {label} | {ms(b50)} / {ms(b99)} ms | {ms(m50)} / {ms(m99)} ms | "
+              f"{(m50 - b50) * 1e3:+.1f} / {(m99 - b99) * 1e3:+.1f} ms | "
+              f"{m50 / b50:.2f}× / {m99 / b99:.2f}× | "
+              f"{(a50 - b50) * 1e3:+.1f} / {(a99 - b99) * 1e3:+.1f} ms |")
+    return found
 
 
 @contextlib.contextmanager
@@ -167,8 +178,9 @@ def cluster(workdir: Path) -> Iterator[tuple[k8s.ApiClient, Setup]]:
             with install_mirrorgate(node.control_plane, registry, built_binary("kustomize"),
                                     workdir / "mirrorgate", node_policy(registry)), \
                     node.control_plane.api_client() as api:
+                baseline = create_namespace(api, "bench-baseline")
                 namespaces = {
-                    "baseline": create_namespace(api, "bench-baseline"),
+                    "baseline": baseline, "baseline again": baseline,
                     "mirrorgate": create_namespace(api, f"{GRANTED_PREFIX}bench-mirrorgate",
                                                    {"mirrorgate.io/mode": "enforce"}),
                 }
@@ -192,16 +204,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pod-start-bench-") as work, \
             cluster(Path(work)) as (api, setup):
         cached = push_workload(setup.registry, "bench/cached")
-        for series in SERIES:  # the warm-up pulls: from here on the node has the image
-            start_one(api, setup.namespaces[series], setup.body(series, cached, f"warm-{series}"))
-        fresh = {(i, s): push_workload(setup.registry, f"bench/first-{s}-{i}")
+        for series in SERIES[:2]:  # the warm-up pulls: from here on the node has the image
+            start_one(api, setup.namespaces[series], setup.body(series, cached, f"warm-{series}"),
+                      Samples())
+        fresh = {(i, s): push_workload(setup.registry, f"bench/first-{s.replace(' ', '-')}-{i}")
                  for i in range(args.pods) for s in SERIES}
         print("images pushed; measuring", file=sys.stderr)
-        added = report("cached image", measure(api, setup, args.pods, lambda i, s: cached))
+        added, noise = report("cached image",
+                              measure(api, setup, args.pods, lambda i, s: cached))
         report("first pull", measure(api, setup, args.pods, lambda i, s: fresh[i, s]))
-    verdict = "met" if added <= TARGET_CACHED_P99_MS else "MISSED"
+    # A difference is only a finding where two identical series agree more closely.
+    if abs(noise) > TARGET_CACHED_P99_MS:
+        verdict = (f"not resolved by this run: two identical baseline series differ by "
+                   f"{noise:+.1f} ms at p99, more than the target")
+    else:
+        verdict = "met" if added <= TARGET_CACHED_P99_MS else "MISSED"
     print(f"\ntarget: mirrorgate adds at most {TARGET_CACHED_P99_MS:.0f} ms at p99 to a "
-          f"cached-image Pod start: {verdict} ({added:+.1f} ms)")
+          f"cached-image Pod start (to process start): {added:+.1f} ms, {verdict} "
+          f"(A/A {noise:+.1f} ms)")
     return 0
 
 

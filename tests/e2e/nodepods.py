@@ -42,8 +42,10 @@ def push_workload(registry: RegistryStack, repository: str, tag: str = "1") -> W
 
 
 def container(name: str, image: str, *, once: bool = False, listen: bool = False,
-              pull_policy: str = "IfNotPresent") -> k8s.V1Container:
+              started_at: bool = False, pull_policy: str = "IfNotPresent") -> k8s.V1Container:
     env = []
+    if started_at:  # first line: started_at_unix_ns=N (see images/hello/main.go)
+        env.append(k8s.V1EnvVar(name="STARTED_AT", value="1"))
     if once:
         env.append(k8s.V1EnvVar(name="ONCE", value="1"))  # print and exit: an initContainer
     if listen:
