@@ -305,13 +305,17 @@ def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
     assert 200 in manifest_statuses(by_node(registry.access_log("mirror"), workload))
 
 
-def test_5_audit_mode_runs_the_original_image_and_names_the_rewrite(
-        node_installed: Installed) -> None:
-    """audit: the Pod runs from the upstream, untouched; the warning names the mirror image."""
-    registry = node_installed.registry
-    workload = push_workload(registry, "node/audit")
-    with node_installed.control_plane.api_client() as api:
-        namespace = make_namespace(api, "audit", AUDIT, granted=True)
+def runs_untouched_from_the_upstream(installed: Installed, repository: str,
+                                     labels: dict[str, str], *,
+                                     granted: bool) -> tuple[Workload, dict[str, Any], list[str]]:
+    """A Pod with the user's own upstream Secret runs as written, pulled from the upstream.
+
+    Returns the workload, the Pod as created, and the client's warnings.
+    """
+    registry = installed.registry
+    workload = push_workload(registry, repository)
+    with installed.control_plane.api_client() as api:
+        namespace = make_namespace(api, repository.rpartition("/")[2], labels, granted=granted)
         secret = nodepods.upstream_pull_secret(api, namespace, registry)
         created, warnings = create(api, namespace, nodepods.pod(
             "app", [nodepods.container("app", workload.image)], pull_secrets=[secret]))
@@ -320,31 +324,27 @@ def test_5_audit_mode_runs_the_original_image_and_names_the_rewrite(
     assert created["spec"]["containers"][0]["image"] == workload.image
     assert created["spec"]["imagePullSecrets"] == [{"name": secret}]
     assert policy.ORIGINAL_IMAGES_ANNOTATION not in (created["metadata"].get("annotations") or {})
-    assert any(mirror_image(registry, workload) in w and workload.image in w for w in warnings), \
-        warnings
     assert line == workload.greeting
     assert 200 in manifest_statuses(by_node(registry.access_log("upstream"), workload))
     assert by_node(registry.access_log("mirror"), workload) == []
+    return workload, created, warnings
+
+
+def test_5_audit_mode_runs_the_original_image_and_names_the_rewrite(
+        node_installed: Installed) -> None:
+    """audit: the Pod runs from the upstream, untouched; the warning names the mirror image."""
+    workload, _, warnings = runs_untouched_from_the_upstream(node_installed, "node/audit", AUDIT,
+                                                             granted=True)
+    mirrored = mirror_image(node_installed.registry, workload)
+    assert any(mirrored in w and workload.image in w for w in warnings), warnings
 
 
 def test_6_namespace_without_the_grant_pulls_from_the_upstream(
         node_installed: Installed) -> None:
     """enforce, but not granted the credential: images stay as written, pulled upstream."""
-    registry = node_installed.registry
-    workload = push_workload(registry, "node/no-grant")
-    with node_installed.control_plane.api_client() as api:
-        namespace = make_namespace(api, "no-grant", ENFORCE, granted=False)
-        secret = nodepods.upstream_pull_secret(api, namespace, registry)
-        created, warnings = create(api, namespace, nodepods.pod(
-            "app", [nodepods.container("app", workload.image)], pull_secrets=[secret]))
-        nodepods.wait_running(api, namespace, "app")
-        line = nodepods.log(api, namespace, "app").strip()
-    assert created["spec"]["containers"][0]["image"] == workload.image
-    assert created["spec"]["imagePullSecrets"] == [{"name": secret}]
+    _, _, warnings = runs_untouched_from_the_upstream(node_installed, "node/no-grant", ENFORCE,
+                                                      granted=False)
     assert any(CREDENTIAL in w for w in warnings), warnings
-    assert line == workload.greeting
-    assert 200 in manifest_statuses(by_node(registry.access_log("upstream"), workload))
-    assert by_node(registry.access_log("mirror"), workload) == []
 
 
 def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Installed) -> None:
