@@ -40,7 +40,7 @@ def test_stopped_node_leaves_the_host_as_it_found_it(registry: RegistryStack,
     finally:
         node.stop()  # raises if anything is left
     kinds = {entry.split()[0] for entry in changed}
-    assert {"sysctl", "network", "cgroup", "mount"} <= kinds, changed
+    assert {"sysctl", "iptables", "network", "cgroup", "mount"} <= kinds, changed
     assert node.host.leftovers() == []
     with machine_lock(timeout=0):
         pass  # released
