@@ -288,11 +288,12 @@ class Node:
         stops the containers and sandboxes (tearing down their network) and
         confirms each deletion. What it does not finish, `_kill_leftover_processes` does.
         """
+        running = {p.name: p for p in self.processes if p.exited() is None}
         for name in ("kube-controller-manager", "kube-scheduler"):
-            with contextlib.suppress(ValueError):
-                self.process(name).stop()
-        if self.process("kubelet").exited():
-            return
+            if name in running:
+                running[name].stop()
+        if "kubelet" not in running or "containerd" not in running:
+            return  # a start that failed early: nothing to drain
         with self.control_plane.api_client() as api:
             core = k8s.CoreV1Api(api)
             namespaces = {pod.metadata.namespace for pod in
