@@ -50,6 +50,7 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes import watch
 
+from bench import results
 from bench.server_bench import percentile
 from tests.e2e import nodepods
 from tests.e2e.binaries import built_binary
@@ -210,9 +211,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         fresh = {(i, s): push_workload(setup.registry, f"bench/first-{s.replace(' ', '-')}-{i}")
                  for i in range(args.pods) for s in SERIES}
         print("images pushed; measuring", file=sys.stderr)
-        added, noise = report("cached image",
-                              measure(api, setup, args.pods, lambda i, s: cached))
-        report("first pull", measure(api, setup, args.pods, lambda i, s: fresh[i, s]))
+        cached_results = measure(api, setup, args.pods, lambda i, s: cached)
+        fresh_results = measure(api, setup, args.pods, lambda i, s: fresh[i, s])
+    with results.capture("pods", command="make bench-pods"):
+        added, noise = report("cached image", cached_results)
+        report("first pull", fresh_results)
+        verdict_line(added, noise)
+    return 0
+
+
+def verdict_line(added: float, noise: float) -> None:
+    """The target's verdict: mirrorgate's p99 difference against the run's A/A noise floor."""
     # A difference is only a finding where two identical series agree more closely.
     if abs(noise) > TARGET_CACHED_P99_MS:
         verdict = (f"not resolved by this run: two identical baseline series differ by "
@@ -222,7 +231,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\ntarget: mirrorgate adds at most {TARGET_CACHED_P99_MS:.0f} ms at p99 to a "
           f"cached-image Pod start (to process start): {added:+.1f} ms, {verdict} "
           f"(A/A {noise:+.1f} ms)")
-    return 0
 
 
 if __name__ == "__main__":

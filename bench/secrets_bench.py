@@ -22,8 +22,9 @@ third server in the same rounds, mirrorgate exactly as ``make bench`` runs it
 paired round by round so that the machine's load weighs on both alike. That
 the steady-state path calls no Kubernetes API is checked three ways over the
 timed window: ``mirrorgate_pull_secret_writes_total`` does not move; the API
-server's audit log holds no get/create/update/patch/delete of a Secret by
-mirrorgate's identity; every image of every response is rewritten (each
+server's audit log holds no get/create/patch/delete of a Secret by
+mirrorgate's identity (its updates are the leader's periodic re-assertion of
+each copy, listed apart); every image of every response is rewritten (each
 needs the credential, so a rewrite means the pull secret was there). Other
 requests of that identity in the window (Lease renewals every 5 s, informer
 re-watches every 60 s) are background work and are listed, not hidden.
@@ -64,7 +65,7 @@ import orjson
 from kubernetes import client as k8s
 
 import policy
-from bench import pods, server_bench
+from bench import pods, results, server_bench
 from bench.server_bench import HOST, Connection, Run, Server, http_request
 from tests.e2e import controlplane, dockerconfig
 from tests.e2e import mirrorgate as mg
@@ -465,11 +466,17 @@ def report_steady(state: SteadyState, args: argparse.Namespace) -> dict[str, flo
           "admissions) | count |")
     print("| --- | ---: |")
     print(f"| `mirrorgate_pull_secret_writes_total` change | {sum(moved.values()):g} |")
-    print(f"| Secret get/create/update/patch/delete by mirrorgate (API server audit log) "
-          f"| {len(secret_window)} |")
+    # The leader re-asserts every copy once per --reconcile-interval (30 s): a PUT
+    # of unchanged contents, background work that no admission waits for.
+    reasserted = [e for e in secret_window if e.verb == "update"]
+    print(f"| Secret get/create/patch/delete by mirrorgate (API server audit log) "
+          f"| {len(secret_window) - len(reasserted)} |")
+    print(f"| Secret update by mirrorgate (the leader's periodic re-assertion) "
+          f"| {len(reasserted)} |")
     print(f"| any request by mirrorgate (audit log) | {len(state.window)} |")
     print(f"\nmirrorgate's requests in the window, all background: {tally(state.window)} "
-          "(Lease renewal every 5 s; informer watches re-opened every 60 s).")
+          "(Lease renewal every 5 s; re-assertion of each copy every 30 s; informer "
+          "watches re-opened every 60 s).")
     return ratios
 
 
@@ -585,13 +592,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             plane.stop()
         log = by_name["mirrorgate"].log.read_text()
 
-    ratios = report_steady(state, args)
-    report_latency(latencies, admission_durations(log, latencies.new_namespaces), args)
     problems = [line for line in log.splitlines()
                 if '"level":"error"' in line or '"level":"warning"' in line]
-    print(f"\nmirrorgate over the whole run: pull secret writes {writes}; "
-          f"{len(problems)} warning/error log lines. Total {time.monotonic() - began:.0f} s "
-          f"(start-up {ready:.0f} s, steady state {part1 - ready:.0f} s).")
+    with results.capture("secrets", command="make bench-secrets"):
+        ratios = report_steady(state, args)
+        report_latency(latencies, admission_durations(log, latencies.new_namespaces), args)
+        print(f"\nmirrorgate over the whole run: pull secret writes {writes}; "
+              f"{len(problems)} warning/error log lines. Total {time.monotonic() - began:.0f} s "
+              f"(start-up {ready:.0f} s, steady state {part1 - ready:.0f} s).")
     for line in problems[:5]:
         print(f"  {line[:300]}", file=sys.stderr)
     missed = [name for name, ratio in ratios.items() if ratio > server_bench.TARGETS[name]]

@@ -6,6 +6,7 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
                            .upstream_image .mirror_image .pull(image, dockerconfigjson)
   make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
   kustomize       session  Path of the pinned kustomize binary
+  promtool        session  Path of the pinned promtool binary
   installed       session  Installed: mirrorgate serving `control_plane`, registered
 
 Node fixtures (need `@pytest.mark.node`, which implies `e2e`; started only when used):
@@ -44,7 +45,8 @@ _T = TypeVar("_T")
 
 _HERE = Path(__file__).resolve().parent
 E2E_FIXTURES = frozenset(
-    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "installed"}
+    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "promtool",
+     "installed"}
 )
 NODE_FIXTURES = frozenset({"node_cluster", "node_installed"})
 _TIMINGS = pytest.StashKey[dict[str, float]]()
@@ -138,14 +140,24 @@ def registry(
         stack.stop()
 
 
-@pytest.fixture(scope="session")
-def kustomize(request: pytest.FixtureRequest) -> Path:
-    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+def _built(request: pytest.FixtureRequest, name: str) -> Path:
     try:
-        return built_binary("kustomize")
+        return built_binary(name)
     except MissingBinaryError as exc:
         missing = exc
     _missing(request.config, missing)
+
+
+@pytest.fixture(scope="session")
+def kustomize(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+    return _built(request, "kustomize")
+
+
+@pytest.fixture(scope="session")
+def promtool(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned promtool binary built by tests/controlplane/build.sh."""
+    return _built(request, "promtool")
 
 
 @pytest.fixture
@@ -206,6 +218,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 CREDENTIAL = "e2e-mirror"
+RECONCILE_INTERVAL = 5.0
+"""The session server's --reconcile-interval (seconds)."""
 DOCKERHUB_MIRROR = "mirror.e2e.example/dockerhub"
 
 
@@ -256,10 +270,13 @@ def install_mirrorgate(control_plane: ControlPlane, registry: RegistryStack, kus
     with control_plane.api_client() as api:
         mg.install_base(api, kustomize)
         central_credential(api, registry)
+        # A short reconcile interval: a deleted copy is re-asserted within it.
         server = mg.start_mirrorgate(workdir, control_plane, policy=policy,
-                                     args=["--store", "kubernetes"], redact=[registry.password])
+                                     args=["--store", "kubernetes", "--reconcile-interval",
+                                           str(RECONCILE_INTERVAL)],
+                                     redact=[registry.password])
         configuration = mg.webhook_configuration(kustomize)
-        mg.register(api, configuration, server)
+        mg.register(api, configuration, server, excluded_labels=mg.OWN_WEBHOOK_LABELS)
         try:
             yield Installed(server=server, configuration=configuration, registry=registry,
                             control_plane=control_plane)

@@ -4,7 +4,7 @@
 #   * from Debian's packages, only if missing: docker-registry (distribution 2.8),
 #     and for the node: containerd, runc, containernetworking-plugins (CNI
 #     bridge, host-local, loopback in /usr/lib/cni) and iptables (the kubelet's);
-#   * kube-apiserver, etcd, kustomize, and for the node kubelet,
+#   * kube-apiserver, etcd, kustomize, promtool, and for the node kubelet,
 #     kube-controller-manager and kube-scheduler, built from the Go module proxy
 #     by tests/controlplane/build.sh, cached by version outside the work tree.
 # Nothing is downloaded from anywhere else.
@@ -67,5 +67,5 @@ install_packages() {
 }
 
 install_packages
-bash tests/controlplane/build.sh kube-apiserver etcd kustomize \
+bash tests/controlplane/build.sh kube-apiserver etcd kustomize promtool \
   kubelet kube-controller-manager kube-scheduler
