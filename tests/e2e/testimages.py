@@ -50,6 +50,9 @@ def go_binary(name: str) -> bytes:
                             f"{cached}.tmp", "."], check=True, cwd=work, env=env,
                            capture_output=True, timeout=600)
         Path(f"{cached}.tmp").rename(cached)  # atomic: a concurrent run sees all or nothing
+        for stale in cached.parent.glob(f"e2e-{name}-*"):
+            if stale != cached and not stale.name.endswith(".tmp"):
+                stale.unlink(missing_ok=True)  # built from an older source or Go version
     return cached.read_bytes()
 
 
