@@ -218,15 +218,6 @@ class Node:
     _cleanup: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
     stopped: bool = False
 
-    def process(self, name: str) -> ManagedProcess:
-        (found,) = [p for p in self.processes if p.name == name]
-        return found
-
-    def log(self, name: str) -> str:
-        proc = self.process(name)
-        proc.log_tail(1)  # flushes
-        return proc.log_path.read_text(errors="replace")
-
     def describe(self, lines: int = 30) -> str:
         return "\n\n".join(p.describe_failure(lines) for p in self.processes)
 
@@ -406,10 +397,10 @@ def start_node(workdir: Path, registry: RegistryStack) -> Node:
     """Start a one-node cluster (under the machine lock); `Node.stop()` undoes it all."""
     binaries = {name: built_binary(name)
                 for name in ("kubelet", "kube-controller-manager", "kube-scheduler")}
-    containerd, runc = host_binary("containerd"), host_binary("runc")
+    containerd = host_binary("containerd")
+    host_binary("runc")  # checked for a clear error; containerd runs it from PATH
     host_binary("ctr")
     _require_cni()
-    del runc  # only checked: containerd finds runc on PATH
     sandbox_image = push_upstream(registry, PAUSE_REPOSITORY, PAUSE_TAG, pause_image())
 
     cleanup = contextlib.ExitStack()
@@ -419,23 +410,7 @@ def start_node(workdir: Path, registry: RegistryStack) -> Node:
     try:
         workdir.mkdir(parents=True, exist_ok=True)
         host = HostState.capture(workdir)
-        ca = CertificateAuthority.generate(common_name="mirrorgate e2e node cluster CA")
-        kubelet_client = ca.issue_client(common_name="kube-apiserver-kubelet-client",
-                                         organizations=["system:masters"])
-        pki = workdir / "pki"
-        pki.mkdir()
-        (pki / "kubelet-client.crt").write_bytes(kubelet_client.cert_pem)
-        (pki / "kubelet-client.key").write_bytes(kubelet_client.key_pem)
-        (pki / "kubelet-client.key").chmod(0o600)
-        plane = start_control_plane(workdir / "controlplane", ca=ca, apiserver_args=[
-            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
-            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
-            # The node's Hostname address ("localhost"), not its InternalIP: the
-            # kubelet refuses a loopback node IP, and nothing else is a target.
-            "--kubelet-preferred-address-types=Hostname",
-            # Webhook Services resolve to their endpoints' Pod addresses (no kube-proxy).
-            "--enable-aggregator-routing=true",
-        ])
+        plane = _start_node_control_plane(workdir)
     except BaseException:
         cleanup.close()
         raise
@@ -445,70 +420,106 @@ def start_node(workdir: Path, registry: RegistryStack) -> Node:
                 sandbox_image=sandbox_image, host=host, _cleanup=cleanup)
     node.timings["node_lock_wait_s"] = locked - started
     with _stop_on_error(node):
-        cni_dir = workdir / "cni"
-        (cni_dir / "net.d").mkdir(parents=True)
-        (cni_dir / "net.d" / "10-mirrorgate-e2e.conflist").write_text(cni_config(cni_dir / "ipam"))
-        containerd_dir.mkdir()
-        for host_name in (registry.upstream_host, registry.host):
-            node.write_hosts_toml(host_name, node.default_hosts_toml(host_name))
-        config = containerd_dir / "containerd.toml"
-        config.write_text(containerd_config(containerd_dir, socket=node.socket,
-                                            sandbox_image=sandbox_image,
-                                            hosts_dir=node.hosts_dir,
-                                            cni_conf_dir=cni_dir / "net.d"))
-        phase = time.monotonic()
-        runtime = ManagedProcess("containerd", [str(containerd), "--config", str(config)],
-                                 workdir / "containerd.log")
-        node.processes.append(runtime)
-        wait_until(lambda: None if node.socket.exists() else "no socket yet", timeout=60,
-                   what="containerd socket", alive=runtime.exited)
-        wait_until(lambda: _ctr_answers(node), timeout=60, what="containerd answers",
-                   alive=runtime.exited)
-        node.timings["containerd_ready_s"] = time.monotonic() - phase
+        _start_containerd(node, containerd)
         phase = time.monotonic()
         node.ctr("images", "pull", "--hosts-dir", str(node.hosts_dir), "--user",
                  f"{registry.upstream_username}:{registry.upstream_password}", sandbox_image)
         node.timings["sandbox_prepull_s"] = time.monotonic() - phase
-
-        with plane.api_client() as api:
-            _bind_nodes_group(api)
         phase = time.monotonic()
-        kubelet_dir = workdir / "kubelet"
-        kubelet_dir.mkdir()
-        kubelet_yaml = workdir / "kubelet.yaml"
-        kubelet_yaml.write_text(kubelet_config(
-            kubelet_dir, socket=node.socket, port=free_port(), healthz_port=free_port(),
-            client_ca=plane.ca_path))
-        kubeconfig = plane.kubeconfig_for(NODE_USER, ["system:nodes"])
-        kubelet = ManagedProcess("kubelet", [
-            str(binaries["kubelet"]), f"--config={kubelet_yaml}", f"--kubeconfig={kubeconfig}",
-            f"--root-dir={kubelet_dir / 'root'}", f"--cert-dir={kubelet_dir / 'pki'}",
-            f"--hostname-override={NODE_NAME}", "--v=2"], workdir / "kubelet.log")
-        node.processes.append(kubelet)
-        admin = plane.kubeconfig
+        kubelet = _start_kubelet(node, binaries["kubelet"])
         for name in ("kube-controller-manager", "kube-scheduler"):
-            port = free_port()
-            extra = [f"--service-account-private-key-file={plane.workdir / 'sa.key'}",
-                     # Publishes kube-root-ca.crt, which every Pod's token volume mounts.
-                     f"--root-ca-file={plane.ca_path}"] if name == "kube-controller-manager" \
-                else []
-            proc = ManagedProcess(name, [
-                str(binaries[name]), f"--kubeconfig={admin}",
-                f"--authentication-kubeconfig={admin}", f"--authorization-kubeconfig={admin}",
-                # Their /healthz is all we call; no front-proxy CA to look up.
-                "--authentication-skip-lookup=true",
-                "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
-                *extra], workdir / f"{name}.log")
-            node.processes.append(proc)
-            node.timings[f"{name.removeprefix('kube-').replace('-', '_')}_ready_s"] = wait_until(
-                lambda port=port: _healthz(f"https://127.0.0.1:{port}/healthz"),  # type: ignore[misc]
-                timeout=NODE_READY_TIMEOUT, what=f"{name} /healthz", alive=proc.exited)
+            _start_controller(node, name, binaries[name])
         with plane.api_client() as api:
             wait_until(lambda: _node_ready(api), timeout=NODE_READY_TIMEOUT,
                        what=f"node {NODE_NAME} Ready", interval=0.25, alive=kubelet.exited)
         node.timings["kubelet_node_ready_s"] = time.monotonic() - phase
         node.timings["node_ready_s"] = time.monotonic() - locked
     return node
+
+
+def _start_node_control_plane(workdir: Path) -> ControlPlane:
+    """etcd + kube-apiserver, with what the API server needs to call the kubelet."""
+    ca = CertificateAuthority.generate(common_name="mirrorgate e2e node cluster CA")
+    kubelet_client = ca.issue_client(common_name="kube-apiserver-kubelet-client",
+                                     organizations=["system:masters"])
+    pki = workdir / "pki"
+    pki.mkdir()
+    (pki / "kubelet-client.crt").write_bytes(kubelet_client.cert_pem)
+    (pki / "kubelet-client.key").write_bytes(kubelet_client.key_pem)
+    (pki / "kubelet-client.key").chmod(0o600)
+    return start_control_plane(workdir / "controlplane", ca=ca, apiserver_args=[
+        f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+        # The node's Hostname address ("localhost"), not its InternalIP: the
+        # kubelet refuses a loopback node IP, and nothing else is a target.
+        "--kubelet-preferred-address-types=Hostname",
+        # Webhook Services resolve to their endpoints' Pod addresses (no kube-proxy).
+        "--enable-aggregator-routing=true",
+    ])
+
+
+def _start_containerd(node: Node, binary: Path) -> None:
+    """The CNI configuration, a hosts.toml per loopback registry, then containerd itself."""
+    registry, containerd_dir = node.registry, node.socket.parent
+    cni_dir = node.workdir / "cni"
+    (cni_dir / "net.d").mkdir(parents=True)
+    (cni_dir / "net.d" / "10-mirrorgate-e2e.conflist").write_text(cni_config(cni_dir / "ipam"))
+    containerd_dir.mkdir()
+    for host_name in (registry.upstream_host, registry.host):
+        node.write_hosts_toml(host_name, node.default_hosts_toml(host_name))
+    config = containerd_dir / "containerd.toml"
+    config.write_text(containerd_config(containerd_dir, socket=node.socket,
+                                        sandbox_image=node.sandbox_image,
+                                        hosts_dir=node.hosts_dir, cni_conf_dir=cni_dir / "net.d"))
+    phase = time.monotonic()
+    runtime = ManagedProcess("containerd", [str(binary), "--config", str(config)],
+                             node.workdir / "containerd.log")
+    node.processes.append(runtime)
+    wait_until(lambda: None if node.socket.exists() else "no socket yet", timeout=60,
+               what="containerd socket", alive=runtime.exited)
+    wait_until(lambda: _ctr_answers(node), timeout=60, what="containerd answers",
+               alive=runtime.exited)
+    node.timings["containerd_ready_s"] = time.monotonic() - phase
+
+
+def _start_kubelet(node: Node, binary: Path) -> ManagedProcess:
+    """The kubelet as `system:node:localhost`; it registers the node itself."""
+    plane = node.control_plane
+    with plane.api_client() as api:
+        _bind_nodes_group(api)
+    kubelet_dir = node.workdir / "kubelet"
+    kubelet_dir.mkdir()
+    kubelet_yaml = node.workdir / "kubelet.yaml"
+    kubelet_yaml.write_text(kubelet_config(
+        kubelet_dir, socket=node.socket, port=free_port(), healthz_port=free_port(),
+        client_ca=plane.ca_path))
+    kubeconfig = plane.kubeconfig_for(NODE_USER, ["system:nodes"])
+    kubelet = ManagedProcess("kubelet", [
+        str(binary), f"--config={kubelet_yaml}", f"--kubeconfig={kubeconfig}",
+        f"--root-dir={kubelet_dir / 'root'}", f"--cert-dir={kubelet_dir / 'pki'}",
+        f"--hostname-override={NODE_NAME}", "--v=2"], node.workdir / "kubelet.log")
+    node.processes.append(kubelet)
+    return kubelet
+
+
+def _start_controller(node: Node, name: str, binary: Path) -> None:
+    """kube-controller-manager or kube-scheduler as cluster admin; waits for its /healthz."""
+    plane, port = node.control_plane, free_port()
+    admin = plane.kubeconfig
+    extra = [f"--service-account-private-key-file={plane.workdir / 'sa.key'}",
+             # Publishes kube-root-ca.crt, which every Pod's token volume mounts.
+             f"--root-ca-file={plane.ca_path}"] if name == "kube-controller-manager" else []
+    proc = ManagedProcess(name, [
+        str(binary), f"--kubeconfig={admin}",
+        f"--authentication-kubeconfig={admin}", f"--authorization-kubeconfig={admin}",
+        # Their /healthz is all we call; no front-proxy CA to look up.
+        "--authentication-skip-lookup=true",
+        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
+        *extra], node.workdir / f"{name}.log")
+    node.processes.append(proc)
+    node.timings[f"{name.removeprefix('kube-').replace('-', '_')}_ready_s"] = wait_until(
+        lambda: _healthz(f"https://127.0.0.1:{port}/healthz"),
+        timeout=NODE_READY_TIMEOUT, what=f"{name} /healthz", alive=proc.exited)
 
 
 def _ctr_answers(node: Node) -> str | None:
