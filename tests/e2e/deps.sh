@@ -3,7 +3,8 @@
 # call it every time (a warm run takes well under a second):
 #   * from Debian's packages, only if missing: docker-registry (distribution 2.8),
 #     and for the node: containerd, runc, containernetworking-plugins (CNI
-#     bridge, host-local, loopback in /usr/lib/cni) and iptables (the kubelet's);
+#     bridge, host-local, loopback in /usr/lib/cni), iptables (the kubelet's)
+#     and iproute2 (`ip`, with which the suite removes the node's netns and links);
 #   * kube-apiserver, etcd, kustomize, promtool, and for the node kubelet,
 #     kube-controller-manager and kube-scheduler, built from the Go module proxy
 #     by tests/controlplane/build.sh, cached by version outside the work tree.
@@ -18,6 +19,7 @@ declare -A PACKAGES=(
   [runc]=/usr/sbin/runc
   [containernetworking-plugins]=/usr/lib/cni/bridge
   [iptables]=/usr/sbin/iptables
+  [iproute2]=/bin/ip
 )
 
 install_packages() {
