@@ -201,8 +201,10 @@ def test_2_enforce_deployment_pulls_through_the_mirror(node_installed: Installed
     # Only Pods are mutated, never their templates.
     assert template["spec"]["template"]["spec"]["containers"][0]["image"] == workload.image
     mirror = by_node(registry.access_log("mirror"), workload)
-    # containerd's first request carries no credential (401), then it authenticates (200);
-    # the mirror's only htpasswd user is the credential's user.
+    # containerd's first request carries no credential (401), then it authenticates (200)
+    # as the mirror's only htpasswd user: the credential's.
+    htpasswd = (registry.workdir / "mirror.htpasswd").read_text().splitlines()
+    assert [line.partition(":")[0] for line in htpasswd] == [registry.username]
     assert 200 in manifest_statuses(mirror)
     assert any("/blobs/" in a.path and a.status == 200 for a in mirror)
     filling = by_node(registry.access_log("upstream"), workload, agent=MIRROR_FILLING)
