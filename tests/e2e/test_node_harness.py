@@ -8,6 +8,11 @@ its teardown fails the run if the host is left changed.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from kubernetes import client as k8s
 
@@ -19,6 +24,7 @@ from tests.e2e.nodepods import push_workload
 from tests.e2e.registry import RegistryStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.node_selftest]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_stopped_node_leaves_the_host_as_it_found_it(registry: RegistryStack,
@@ -44,3 +50,19 @@ def test_stopped_node_leaves_the_host_as_it_found_it(registry: RegistryStack,
     assert node.host.leftovers() == []
     with machine_lock(timeout=0):
         pass  # released
+
+
+def test_a_second_suite_waits_for_the_node_lock_then_says_who_holds_it() -> None:
+    """Another process asking for the lock waits, then fails naming the holder's PID."""
+    waiter = [sys.executable, "-c",
+              "from tests.e2e.nodehost import machine_lock\n"
+              "with machine_lock(timeout=2):\n"
+              "    pass\n"]
+    with machine_lock():
+        refused = subprocess.run(waiter, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0
+    assert "waiting for" in refused.stdout  # it said so while it waited
+    assert f"another e2e node (pid {os.getpid()})" in refused.stderr
+    assert "only one node may run per machine" in refused.stderr
+    # Released: the next one gets it at once.
+    assert subprocess.run(waiter, cwd=REPO, timeout=60, capture_output=True).returncode == 0
