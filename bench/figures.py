@@ -62,6 +62,18 @@ server far more than that, with or without a webhook."""),
 admission's latency while they are open, and the RSS growth after a flood of
 reviews each carrying a different 2.5 MB image (answered "invalid" with a
 bounded warning, kept in no memo). See [Security](#security) for the limits."""),
+    ("pods", """\
+**Pod start on a real node**: the e2e suite's node (kubelet, containerd),
+one Pod at a time, from just before the create call to the moment the
+container's process began (it prints its own clock). Both series pull the
+same image through the same authenticated mirror: the *baseline* names the
+mirror image with a hand-made Secret in a namespace mirrorgate does not see;
+*mirrorgate* names the upstream image in an `enforce` namespace and is
+rewritten, its Secret already there. The create call is the only step
+mirrorgate changes; the node does the same work for both. A third series,
+the baseline again in the same rounds, is the run's noise floor: a
+difference smaller than that is not a finding. With fewer than 100 Pods a
+p99 is the largest sample."""),
 )
 
 

@@ -135,7 +135,8 @@ def _robot_access(robot: Robot, access: list[dict[str, Any]]) -> list[dict[str, 
 
 
 class TokenServer:
-    """Serves GET /token (and /robot-token) over TLS on a loopback port until `stop()`."""
+    """Serves GET and POST /token (and GET /robot-token) over TLS on a loopback port until
+    `stop()`."""
 
     def __init__(
         self,
@@ -212,17 +213,41 @@ def _make_handler(signer: TokenSigner, users: dict[str, str],
             server.minted += 1
             self._send(200, {"password": server.passwords.mint(login[0], ttl), "expires_in": ttl})
 
+        def _known(self, name: str, password: str) -> bool:
+            """A user's own password, or a robot's minted one that has not expired."""
+            if name in server.robots:
+                return server.passwords.valid(name, password)
+            expected = users.get(name)
+            return expected is not None and hmac.compare_digest(expected, password)
+
         def _user(self) -> str | None:
             login = self._basic()
-            if login is None:
-                return None
-            name, password = login
-            if name in server.robots:
-                return name if server.passwords.valid(name, password) else None
-            expected = users.get(name)
-            if expected is None or not hmac.compare_digest(expected, password):
-                return None
-            return name
+            return login[0] if login is not None and self._known(*login) else None
+
+        def _refuse(self) -> None:
+            self._send(
+                401,
+                {"errors": [{"code": "UNAUTHORIZED", "message": "bad credentials"}]},
+                {"WWW-Authenticate": 'Basic realm="token"'},
+            )
+
+        def _issue(self, user: str, service: str, scopes: list[str]) -> None:
+            # Every known user gets every action asked for: authorization is not
+            # what these tests are about, authentication across the proxy is.
+            access = [a for s in scopes if (a := _parse_scope(s)) is not None]
+            if user in server.robots:
+                access = _robot_access(server.robots[user], access)
+            token = signer.token(user, service, access)
+            issued = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self._send(
+                200,
+                {
+                    "token": token,
+                    "access_token": token,
+                    "expires_in": signer.ttl,
+                    "issued_at": issued,
+                },
+            )
 
         def do_GET(self) -> None:
             url = urlparse(self.path)
@@ -234,29 +259,29 @@ def _make_handler(signer: TokenSigner, users: dict[str, str],
                 return
             user = self._user()
             if user is None:
-                self._send(
-                    401,
-                    {"errors": [{"code": "UNAUTHORIZED", "message": "bad credentials"}]},
-                    {"WWW-Authenticate": 'Basic realm="token"'},
-                )
+                self._refuse()
                 return
             query = parse_qs(url.query)
-            # Every known user gets every action asked for: authorization is not
-            # what these tests are about, authentication across the proxy is.
-            access = [a for s in query.get("scope", []) if (a := _parse_scope(s)) is not None]
-            if user in server.robots:
-                access = _robot_access(server.robots[user], access)
-            token = signer.token(user, query.get("service", [""])[0], access)
-            issued = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            self._send(
-                200,
-                {
-                    "token": token,
-                    "access_token": token,
-                    "expires_in": signer.ttl,
-                    "issued_at": issued,
-                },
-            )
+            self._issue(user, query.get("service", [""])[0], query.get("scope", []))
+
+        def do_POST(self) -> None:
+            """The OAuth2 password grant, which containerd tries before GET when it has a password.
+
+            Form fields: grant_type=password, username, password, service, and
+            scope (space-separated), as Docker's token specification has them.
+            """
+            if urlparse(self.path).path != "/token":
+                self._send(404, {"error": "not found"})
+                return
+            length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
+            form = parse_qs(self.rfile.read(length).decode(errors="replace"))
+            name = form.get("username", [""])[0]
+            password = form.get("password", [""])[0]
+            if form.get("grant_type") != ["password"] or not self._known(name, password):
+                self._refuse()
+                return
+            scopes = [s for value in form.get("scope", []) for s in value.split()]
+            self._issue(name, form.get("service", [""])[0], scopes)
 
         def log_message(self, format: str, *args: Any) -> None:
             # Silent: the default writes every request to pytest's captured stderr.
