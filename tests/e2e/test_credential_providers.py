@@ -17,6 +17,7 @@ onCredentialError decides (skip, then deny).
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import datetime
 import json
@@ -77,6 +78,8 @@ class Setup:
     issuer: RobotIssuer
     fault_files: dict[str, Path]
     policy: str
+    robots: dict[str, str]
+    """The robot of each project (its username at the registry)."""
 
     @property
     def registry(self) -> RegistryStack:
@@ -125,25 +128,24 @@ def _push_projects(registry: RegistryStack) -> None:
             assert client.push(f"{team}/{REPOSITORY}", TAG, registry.image) == registry.digest
 
 
-@pytest.fixture(scope="module")
-def setup(installed: Installed, kustomize: Path,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+@contextlib.contextmanager
+def provider_setup(installed: Installed, kustomize: Path, workdir: Path) -> Iterator[Setup]:
+    """A mirrorgate of its own for `installed`'s cluster, with two project robots' plugins."""
     registry, plane = installed.registry, installed.control_plane
     assert registry.token_server is not None
-    workdir = tmp_path_factory.mktemp("providers")
     issuer = start_issuer(workdir, server=registry.token_server, ca_path=registry.ca_path)
     fault_files = {}
     providers = []
+    robots = {t: f"robot-{t}-{secrets.token_hex(2)}" for t in TEAMS}  # one set per setup
     for team in TEAMS:
-        issuer.add_robot(f"robot-{team}", team)
+        issuer.add_robot(robots[team], team)
         fault_files[team] = workdir / f"{team}.fault"
         providers.append(issuer.provider(
-            f"{team}-provider", f"robot-{team}", match_images=[registry.upstream_host],
+            f"{team}-provider", robots[team], match_images=[registry.upstream_host],
             default_cache_duration="1h",  # the response's cacheDuration wins
             args=["--ttl", str(TTL), "--cache-duration", f"{TTL}s",
                   "--fault-file", str(fault_files[team])]))
     config = issuer.write_config(workdir / "credential-providers.json", *providers)
-    _push_projects(registry)
     suite = f"prov-{secrets.token_hex(3)}"
     policy = _policy(registry, "skip")
     configuration = f"mirrorgate-e2e-{suite}"
@@ -164,22 +166,30 @@ def setup(installed: Installed, kustomize: Path,
                                          {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
             yield Setup(installed=installed, server=server, own_namespace=own,
                         namespace=namespace, issuer=issuer, fault_files=fault_files,
-                        policy=policy)
+                        policy=policy, robots=robots)
         finally:
             mg.unregister(api, configuration)
             server.stop()
 
 
-def _published(api: k8s.ApiClient, setup: Setup, team: str) -> dict[str, Any] | None:
+@pytest.fixture(scope="module")
+def setup(installed: Installed, kustomize: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    _push_projects(installed.registry)
+    with provider_setup(installed, kustomize, tmp_path_factory.mktemp("providers")) as found:
+        yield found
+
+
+def published_login(api: k8s.ApiClient, setup: Setup, team: str) -> dict[str, Any] | None:
     return read_secret(api, setup.own_namespace, team)
 
 
-def _password(secret: Mapping[str, Any]) -> str:
+def password_of(secret: Mapping[str, Any]) -> str:
     [entry] = secret_config(secret)["auths"].values()
     return str(entry["password"])
 
 
-def _create(api: k8s.ApiClient, namespace: str, images: list[str]) -> tuple[dict[str, Any],
+def create_pod(api: k8s.ApiClient, namespace: str, images: list[str]) -> tuple[dict[str, Any],
                                                                             list[str]]:
     name = f"p-{secrets.token_hex(3)}"
     body = pod_dict(name, images[0], extra_images=images[1:])
@@ -188,7 +198,7 @@ def _create(api: k8s.ApiClient, namespace: str, images: list[str]) -> tuple[dict
     return as_dict(api, created), warning_messages(headers)
 
 
-def _pull_secrets_config(api: k8s.ApiClient, pod: Mapping[str, Any]) -> dict[str, Any]:
+def pull_secrets_config(api: k8s.ApiClient, pod: Mapping[str, Any]) -> dict[str, Any]:
     """The union of the Pod's pull secrets' auths, as the kubelet's keyring sees them."""
     auths: dict[str, Any] = {}
     for ref in pod["spec"].get("imagePullSecrets") or []:
@@ -198,15 +208,15 @@ def _pull_secrets_config(api: k8s.ApiClient, pod: Mapping[str, Any]) -> dict[str
     return {"auths": auths}
 
 
-def _wait_published(api: k8s.ApiClient, setup: Setup, team: str,
+def wait_published(api: k8s.ApiClient, setup: Setup, team: str,
                     not_password: str | None = None) -> dict[str, Any]:
     found: list[dict[str, Any]] = []
 
     def ready() -> str | None:
-        secret = _published(api, setup, team)
+        secret = published_login(api, setup, team)
         if secret is None:
             return f"no published login for {team}"
-        if not_password is not None and _password(secret) == not_password:
+        if not_password is not None and password_of(secret) == not_password:
             return f"{team}: not refreshed yet"
         found[:] = [secret]
         return None
@@ -222,24 +232,24 @@ def test_two_projects_on_one_host_each_pull_only_their_own_across_refreshes(
     seen: dict[str, list[str]] = {t: [] for t in TEAMS}
     with setup.installed.control_plane.api_client() as api:
         for team in TEAMS:
-            _wait_published(api, setup, team)
+            wait_published(api, setup, team)
         for _ in range(3):
-            published = {t: _password(_wait_published(api, setup, t)) for t in TEAMS}
-            pod, warnings = _create(api, setup.namespace,
+            published = {t: password_of(wait_published(api, setup, t)) for t in TEAMS}
+            pod, warnings = create_pod(api, setup.namespace,
                                     [f"{source(t)}/{REPOSITORY}:{TAG}" for t in TEAMS])
             assert warnings == []
             assert [c["image"] for c in pod["spec"]["containers"]] == \
                 [setup.mirrored(t) for t in TEAMS]
             assert [s["name"] for s in pod["spec"]["imagePullSecrets"]] == \
                 [f"mirrorgate-{t}" for t in TEAMS]
-            config = _pull_secrets_config(api, pod)
+            config = pull_secrets_config(api, pod)
             assert sorted(config["auths"]) == [f"{up}/{t}" for t in TEAMS]
             for team in TEAMS:
                 # The kubelet's choice: the most specific key covering the image.
                 assert registry.pull(setup.mirrored(team), config) == registry.digest
                 login = credentials_for(config, up, f"{team}/{REPOSITORY}")
                 assert login is not None
-                assert login.username == f"robot-{team}"
+                assert login.username == setup.robots[team]
                 seen[team].append(login.password)
                 other = TEAMS[1 - TEAMS.index(team)]
                 with RegistryClient(up, ca_file=str(registry.ca_path),
@@ -248,7 +258,7 @@ def test_two_projects_on_one_host_each_pull_only_their_own_across_refreshes(
                     robot.pull(f"{other}/{REPOSITORY}", TAG)
                 assert refused.value.status in (401, 403)
             for team in TEAMS:
-                _wait_published(api, setup, team, not_password=published[team])
+                wait_published(api, setup, team, not_password=published[team])
     for team in TEAMS:
         assert len(set(seen[team])) == 3, f"{team}: the same login in two rounds"
     text = metrics_text(setup.server)
@@ -269,14 +279,14 @@ def test_a_failing_plugin_keeps_the_last_login_until_it_expires_then_skip_and_de
     images = [f"{source(t)}/{REPOSITORY}:{TAG}" for t in TEAMS]
     fault = setup.fault_files["team-b"]
     with setup.installed.control_plane.api_client() as api:
-        last = _wait_published(api, setup, "team-b")
+        last = wait_published(api, setup, "team-b")
         fault.write_text("exit")
         failed = wait_log(server, "credential refresh failed", timeout=3 * TTL,
                           credential="team-b")
         assert failed["reason"] == "plugin 'team-b-provider' failed with exit status 1"
-        kept = _published(api, setup, "team-b")
+        kept = published_login(api, setup, "team-b")
         assert kept is not None
-        assert _password(kept) == _password(last)  # the last good login stays
+        assert password_of(kept) == password_of(last)  # the last good login stays
         assert failed["kept_until"] == kept["metadata"]["annotations"]["mirrorgate.io/expires"]
         for why, reason in (("hang", "plugin 'team-b-provider' did not answer within 2 s and "
                                      "was killed"),
@@ -287,11 +297,11 @@ def test_a_failing_plugin_keeps_the_last_login_until_it_expires_then_skip_and_de
         expiry = datetime.datetime.fromisoformat(failed["kept_until"]).timestamp()
         wait_until(lambda: None if time.time() > expiry + 0.5 else "not expired",
                    timeout=3 * TTL, what="the kept login to expire", interval=0.5)
-        expired = _published(api, setup, "team-b")
+        expired = published_login(api, setup, "team-b")
         assert expired is not None
-        assert _password(expired) == _password(last)  # still there, but never attached now
+        assert password_of(expired) == password_of(last)  # still there, but never attached now
 
-        pod, warnings = _create(api, setup.namespace, images)
+        pod, warnings = create_pod(api, setup.namespace, images)
         assert [c["image"] for c in pod["spec"]["containers"]] == \
             [setup.mirrored("team-a"), images[1]]
         assert [s["name"] for s in pod["spec"]["imagePullSecrets"]] == ["mirrorgate-team-a"]
@@ -303,14 +313,14 @@ def test_a_failing_plugin_keeps_the_last_login_until_it_expires_then_skip_and_de
         rewrite_policy(server, setup.policy.replace('"skip"', '"deny"'))
         try:
             with pytest.raises(k8s.ApiException) as denied:
-                _create(api, setup.namespace, images)
+                create_pod(api, setup.namespace, images)
             assert denied.value.status == 403
             assert "credential 'team-b' expired at" in str(denied.value.body)
         finally:
             rewrite_policy(server, setup.policy)
             fault.unlink()
-        _wait_published(api, setup, "team-b", not_password=_password(last))
-        pod, warnings = _create(api, setup.namespace, images)
+        wait_published(api, setup, "team-b", not_password=password_of(last))
+        pod, warnings = create_pod(api, setup.namespace, images)
         assert warnings == []
         assert [c["image"] for c in pod["spec"]["containers"]] == \
             [setup.mirrored(t) for t in TEAMS]
@@ -344,7 +354,7 @@ def test_store_entries_keyed_by_project_path_and_credentials_check(setup: Setup)
     """Static store Secrets whose keys carry the project path: the store's key scopes them."""
     registry, server = setup.registry, setup.server
     up = registry.upstream_host
-    passwords = {t: setup.issuer.server.passwords.mint(f"robot-{t}", 3600) for t in TEAMS}
+    passwords = {t: setup.issuer.server.passwords.mint(setup.robots[t], 3600) for t in TEAMS}
     static = json.dumps({
         "mode": "enforce",
         "mirrors": [{"source": f"static-{t}.e2e.example", "mirror": f"{up}/{t}",
@@ -354,7 +364,7 @@ def test_store_entries_keyed_by_project_path_and_credentials_check(setup: Setup)
     with setup.installed.control_plane.api_client() as api:
         for team in TEAMS:
             _store_secret(api, setup.own_namespace, f"static-{team}", f"{up}/{team}",
-                          f"robot-{team}", passwords[team])
+                          setup.robots[team], passwords[team])
         checked = _check(setup, "static-team-a", "--image", setup.mirrored("team-a"))
         wrong = _check(setup, "static-team-a", "--image", setup.mirrored("team-b"))
         provider = _check(setup, "team-b", "--image", setup.mirrored("team-b"),
@@ -364,10 +374,10 @@ def test_store_entries_keyed_by_project_path_and_credentials_check(setup: Setup)
         missing = _check(setup, "nobody", "--image", setup.mirrored("team-a"))
         rewrite_policy(server, static)
         try:
-            pod, warnings = _create(api, setup.namespace,
+            pod, warnings = create_pod(api, setup.namespace,
                                     [f"static-{t}.e2e.example/{REPOSITORY}:{TAG}" for t in TEAMS])
             # Read before the policy goes back: then the copies are cleaned up.
-            config = _pull_secrets_config(api, pod)
+            config = pull_secrets_config(api, pod)
         finally:
             rewrite_policy(server, setup.policy)
         assert warnings == []
@@ -387,7 +397,7 @@ def test_store_entries_keyed_by_project_path_and_credentials_check(setup: Setup)
     assert (checked.returncode, checked.stderr) == (0, "")
     assert json.loads(checked.stdout) == {
         "credential": "static-team-a", "source": "kubernetes", "registry": f"{up}/team-a",
-        "username": "robot-team-a", "expires": None}
+        "username": setup.robots["team-a"], "expires": None}
     assert wrong.returncode == 1
     assert wrong.stderr.strip() == (
         f"mirrorgate: credential 'static-team-a' is for {up}/team-a, which does not cover "
@@ -395,7 +405,7 @@ def test_store_entries_keyed_by_project_path_and_credentials_check(setup: Setup)
     assert (provider.returncode, provider.stderr) == (0, "")
     resolved = json.loads(provider.stdout)
     assert (resolved["source"], resolved["registry"], resolved["username"]) == (
-        "provider", f"{up}/team-b", "robot-team-b")
+        "provider", f"{up}/team-b", setup.robots["team-b"])
     assert resolved["expires"].endswith("Z")
     assert missing.returncode == 1
     assert missing.stderr.strip() == \
