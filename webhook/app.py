@@ -72,7 +72,7 @@ class _Unreadable(Exception):
 
 
 class AdmissionEndpoint:
-    """``POST /mutate`` or ``/audit`` as a plain ASGI app, mounted on the Starlette router.
+    """``POST /mutate`` or ``/audit`` as a plain ASGI app, called by :class:`_Application`.
 
     It runs for every Pod, so it skips what a Starlette endpoint builds per
     call (a Request, a header mapping, a body stream, a Response): it reads
