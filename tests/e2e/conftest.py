@@ -6,6 +6,9 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
                            .upstream_image .mirror_image .pull(image, dockerconfigjson)
   make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
   kustomize       session  Path of the pinned kustomize binary
+  helm            session  Path of the pinned helm binary
+  own_control_plane module a control plane of the test module's own (for installs that
+                           need the cluster-scoped names the session's mirrorgate holds)
 
 A missing binary skips these tests loudly, or fails them when MIRRORGATE_REQUIRE_E2E=1
 or CI is set (as `make test` and CI do), naming the command that provides it.
@@ -35,7 +38,8 @@ _T = TypeVar("_T")
 
 _HERE = Path(__file__).resolve().parent
 E2E_FIXTURES = frozenset(
-    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "installed"}
+    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "installed",
+     "helm", "own_control_plane"}
 )
 _TIMINGS = pytest.StashKey[dict[str, float]]()
 _SKIPS = pytest.StashKey[list[str]]()
@@ -121,14 +125,36 @@ def registry(
         stack.stop()
 
 
-@pytest.fixture(scope="session")
-def kustomize(request: pytest.FixtureRequest) -> Path:
-    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+@pytest.fixture(scope="module")
+def own_control_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """A second etcd + kube-apiserver, for one test module only."""
+    plane = _start(request.config, start_control_plane, tmp_path_factory.mktemp("own-plane"))
     try:
-        return built_binary("kustomize")
+        yield plane
+    finally:
+        plane.stop()
+
+
+def _binary(request: pytest.FixtureRequest, name: str) -> Path:
+    try:
+        return built_binary(name)
     except MissingBinaryError as exc:
         missing = exc
     _missing(request.config, missing)
+
+
+@pytest.fixture(scope="session")
+def kustomize(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+    return _binary(request, "kustomize")
+
+
+@pytest.fixture(scope="session")
+def helm(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned helm binary built by tests/controlplane/build.sh."""
+    return _binary(request, "helm")
 
 
 @pytest.fixture
