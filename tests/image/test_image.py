@@ -9,6 +9,7 @@ import shutil
 import ssl
 import subprocess
 import time
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.image
 
 UID = int(RUN_AS.split(":")[0])
 LOCK = REPO_ROOT / "image" / "requirements.lock"
+VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
 POLICY = """\
 mode: enforce
 mirrors:
@@ -37,6 +39,8 @@ def test_runs_as_the_deployment_user_on_a_read_only_root(image: str) -> None:
     """The image's user is the Deployment's, and the CLI works with nothing writable."""
     user = podman("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip()
     assert user == RUN_AS
+    labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", image).stdout)
+    assert labels["org.opencontainers.image.version"] == VERSION
     done = run(image, "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: mirrorgate")
@@ -63,7 +67,7 @@ def test_holds_exactly_the_locked_distributions_and_no_installer(image: str) -> 
     done = run(image, "-c", listing, options=["--entrypoint", "python3"])
     assert done.returncode == 0, done.stderr
     installed = {canonicalize_name(k): v for k, v in json.loads(done.stdout).items()}
-    assert installed == {**_locked_for_linux(), "mirrorgate": "0.1.0"}
+    assert installed == {**_locked_for_linux(), "mirrorgate": VERSION}
 
 
 def test_serves_admission_on_a_read_only_root(image: str, tmp_path: Path) -> None:
