@@ -155,13 +155,14 @@ def _everything(api: k8s.ApiClient) -> set[tuple[str, str, str]]:
 def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
         helm: Path, home: Path, own_control_plane: ControlPlane, tmp_path: Path) -> None:
     """helm install (audit) → helm upgrade to enforce with a credential → mirrorgate
-    runs with the chart's RBAC and makes its Secrets → helm uninstall. What stays:
-    the namespace (made by --create-namespace, not Helm's), and what mirrorgate
-    made at run time (its CA Secret, its Lease, the generated pull secret that
-    running Pods may still need); README's clean-up removes the pull secrets."""
+    runs with the chart's RBAC and makes its Secrets → helm uninstall. Every object
+    Helm made is gone. What stays: the namespace (made by --create-namespace, not
+    Helm's) and what mirrorgate made at run time (its CA Secret, Lease,
+    fingerprint key, the pull secret running Pods may still need and its record);
+    README's clean-up command removes all but the CA and the Lease, which go
+    with the namespace."""
     kubeconfig = own_control_plane.kubeconfig
     with own_control_plane.api_client() as api:
-        core = k8s.CoreV1Api(api)
         shop = create_namespace(api, namespace_name("helm-shop"),
                                 {"mirrorgate.io/mode": "enforce"})
         before = _everything(api)
@@ -214,18 +215,23 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
 
         h.run(helm, "uninstall", "mirrorgate", "--namespace", mg.NAMESPACE, home=home,
               kubeconfig=kubeconfig)
-        assert _everything(api) - before == {
-            ("Namespace", "", mg.NAMESPACE),
-            ("Secret", mg.NAMESPACE, "mirrorgate-tls"),
+        made_at_run_time = {
+            ("Secret", mg.NAMESPACE, "mirrorgate-tls"),  # its CA: a reinstall keeps caBundle
             ("Lease", mg.NAMESPACE, "mirrorgate-reconciler"),
-            ("Secret", shop, "mirrorgate-harbor-pull"),
+            ("Secret", mg.NAMESPACE, "mirrorgate-fingerprint-key"),
+            ("ConfigMap", mg.NAMESPACE, f"copy.{shop}.mirrorgate-harbor-pull"),  # its record
+            ("Secret", shop, "mirrorgate-harbor-pull"),  # running Pods may still need it
         }
+        assert _everything(api) - before == {("Namespace", "", mg.NAMESPACE), *made_at_run_time}
         assert before - _everything(api) == set()
-        # README: `kubectl delete secret -A -l app.kubernetes.io/managed-by=mirrorgate`.
-        core.delete_collection_namespaced_secret(
-            shop, label_selector="app.kubernetes.io/managed-by=mirrorgate")
-        core.delete_collection_namespaced_secret(
-            mg.NAMESPACE, label_selector="app.kubernetes.io/managed-by=mirrorgate")
+        # README: kubectl delete secret,configmap -A -l app.kubernetes.io/managed-by=mirrorgate
+        client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
+        for kind in ("Secret", "ConfigMap"):
+            resource = client.resources.get(api_version="v1", kind=kind)
+            made = resource.get(label_selector="app.kubernetes.io/managed-by=mirrorgate")
+            for item in made.items:
+                resource.delete(name=item.metadata.name, namespace=item.metadata.namespace)
+        # What stays goes with `kubectl delete namespace mirrorgate`.
         assert _everything(api) - before == {
             ("Namespace", "", mg.NAMESPACE),
             ("Secret", mg.NAMESPACE, "mirrorgate-tls"),
