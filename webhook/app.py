@@ -24,6 +24,7 @@ from webhook import admission, logs, review
 from webhook.logs import logger
 from webhook.metrics import Metrics
 from webhook.policyfile import LoadedPolicy
+from webhook.version import VERSION
 
 __all__ = ["MAX_BODY_BYTES", "Runtime", "create_app"]
 
@@ -176,7 +177,7 @@ def create_app(runtime: Runtime) -> Starlette:
                 why = f"check failed: {type(error).__name__}"
             if why is not None:
                 problems[name] = why
-        body = {"ready": not problems, "policy": runtime.policy.version,
+        body = {"ready": not problems, "version": VERSION, "policy": runtime.policy.version,
                 "mode": runtime.policy.policy.mode, "problems": problems}
         return _json(body, status=503 if problems else 200)
 

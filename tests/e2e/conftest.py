@@ -6,6 +6,7 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
                            .upstream_image .mirror_image .pull(image, dockerconfigjson)
   make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
   kustomize       session  Path of the pinned kustomize binary
+  promtool        session  Path of the pinned promtool binary
   helm            session  Path of the pinned helm binary
   own_control_plane module a control plane of the test module's own (for installs that
                            need the cluster-scoped names the session's mirrorgate holds)
@@ -38,8 +39,8 @@ _T = TypeVar("_T")
 
 _HERE = Path(__file__).resolve().parent
 E2E_FIXTURES = frozenset(
-    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "installed",
-     "helm", "own_control_plane"}
+    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "promtool",
+     "installed", "helm", "own_control_plane"}
 )
 _TIMINGS = pytest.StashKey[dict[str, float]]()
 _SKIPS = pytest.StashKey[list[str]]()
@@ -137,7 +138,7 @@ def own_control_plane(
         plane.stop()
 
 
-def _binary(request: pytest.FixtureRequest, name: str) -> Path:
+def _built(request: pytest.FixtureRequest, name: str) -> Path:
     try:
         return built_binary(name)
     except MissingBinaryError as exc:
@@ -148,13 +149,19 @@ def _binary(request: pytest.FixtureRequest, name: str) -> Path:
 @pytest.fixture(scope="session")
 def kustomize(request: pytest.FixtureRequest) -> Path:
     """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
-    return _binary(request, "kustomize")
+    return _built(request, "kustomize")
+
+
+@pytest.fixture(scope="session")
+def promtool(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned promtool binary built by tests/controlplane/build.sh."""
+    return _built(request, "promtool")
 
 
 @pytest.fixture(scope="session")
 def helm(request: pytest.FixtureRequest) -> Path:
     """Path of the pinned helm binary built by tests/controlplane/build.sh."""
-    return _binary(request, "helm")
+    return _built(request, "helm")
 
 
 @pytest.fixture
