@@ -131,7 +131,8 @@ def test_build_context_is_only_what_the_image_needs(tmp_path: Path) -> None:
     finally:
         podman("rmi", "--force", tag, check=False)
     sent = {path.removeprefix("/ctx/") for path in listed}
-    expected = {"pyproject.toml", "README.md", "image/requirements.lock"} | {
+    expected = {"pyproject.toml", "README.md", "LICENSE", "tools/build_backend.py",
+                "image/requirements.lock"} | {
         rel for rel in tracked
         if rel.endswith(".py") and rel.split("/")[0] in ("policy", "webhook", "certs")}
     assert sent == expected
