@@ -7,15 +7,13 @@ in-cluster half needs the real node (tests/e2e/node.py)."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 
 from tests.e2e.dockerconfig import Credentials
 from tests.e2e.registry import RegistryStack
 from tests.e2e.registry_client import RegistryClient
-from tests.image.podman import RUN_AS, build, podman
+from tests.image.podman import RUN_AS, build, push
 
 pytestmark = [pytest.mark.e2e, pytest.mark.image]
 
@@ -28,16 +26,10 @@ def image() -> str:
     return build("build.sh", env={"TAG": "localhost/mirrorgate:under-test"})
 
 
-def test_pushed_image_is_pulled_through_the_mirror(image: str, registry: RegistryStack,
-                                                   tmp_path: Path) -> None:
-    certs = tmp_path / "certs"  # podman's --cert-dir: the CA as a *.crt file
-    certs.mkdir()
-    shutil.copy(registry.ca_path, certs / "ca.crt")
-    digest_file = tmp_path / "digest"
-    podman("push", "--quiet", "--cert-dir", str(certs), "--digestfile", str(digest_file),
-           "--creds", f"{registry.upstream_username}:{registry.upstream_password}",
-           image, f"docker://{registry.upstream_host}/{REPOSITORY}:under-test", timeout=300)
-    pushed = digest_file.read_text().strip()
+def test_pushed_image_is_pulled_through_the_mirror(image: str, registry: RegistryStack) -> None:
+    pushed = push(image, f"{registry.upstream_host}/{REPOSITORY}:under-test",
+                  ca_path=registry.ca_path, username=registry.upstream_username,
+                  password=registry.upstream_password)
     with RegistryClient(registry.host, ca_file=str(registry.ca_path),
                         credentials=Credentials(registry.username, registry.password)) as mirror:
         assert mirror.pull(REPOSITORY, "under-test") == pushed

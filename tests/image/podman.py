@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,3 +43,17 @@ def run(image: str, *args: str, options: Sequence[str] = (), timeout: float = 12
     """The image as the Deployment runs it: read-only root, non-root user, no network."""
     return podman("run", "--rm", "--read-only", "--user", RUN_AS, "--network=none",
                   *ULIMITS, *options, image, *args, timeout=timeout, check=False)
+
+
+def push(image: str, destination: str, *, ca_path: Path, username: str, password: str) -> str:
+    """Push ``image`` to ``destination`` (host/repository:tag) over TLS with ``ca_path``;
+    returns the manifest digest the registry stored."""
+    with tempfile.TemporaryDirectory(prefix="mirrorgate-push-") as work:
+        certs = Path(work, "certs")  # podman's --cert-dir: CAs as *.crt files
+        certs.mkdir()
+        shutil.copy(ca_path, certs / "ca.crt")
+        digest_file = Path(work, "digest")
+        podman("push", "--quiet", "--cert-dir", str(certs), "--digestfile", str(digest_file),
+               "--creds", f"{username}:{password}", image, f"docker://{destination}",
+               timeout=300)
+        return digest_file.read_text().strip()
