@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash image/deps.sh
-version="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
+# VERSION labels the image (org.opencontainers.image.version); pyproject.toml's by default.
+version="${VERSION:-$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)}"
 TAG="${TAG:-localhost/mirrorgate:$version}"
 
 args=(--network=host --layers --tag "$TAG" --file Containerfile --build-arg "VERSION=$version")

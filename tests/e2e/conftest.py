@@ -53,6 +53,7 @@ E2E_FIXTURES = frozenset(
 )
 NODE_FIXTURES = frozenset({"node_cluster", "node_installed"})
 _TIMINGS = pytest.StashKey[dict[str, float]]()
+_FIGURES = pytest.StashKey[dict[str, str]]()
 _SKIPS = pytest.StashKey[list[str]]()
 
 
@@ -176,6 +177,12 @@ def promtool(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="session")
+def e2e_figures(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Figures a test measured, printed in the run's summary ("e2e figures")."""
+    return request.config.stash.setdefault(_FIGURES, {})
+
+
+@pytest.fixture(scope="session")
 def helm(request: pytest.FixtureRequest) -> Path:
     """Path of the pinned helm binary built by tests/controlplane/build.sh."""
     return _built(request, "helm")
@@ -233,6 +240,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("e2e start-up timings")
         for key, seconds in sorted(timings.items()):
             terminalreporter.line(f"{key:32} {seconds:7.3f} s")
+    figures = config.stash.get(_FIGURES, {})
+    if figures:
+        terminalreporter.section("e2e figures")
+        for key, value in figures.items():
+            terminalreporter.line(f"{key}: {value}")
     for reason in config.stash.get(_SKIPS, []):
         terminalreporter.section("E2E SKIPPED", yellow=True, bold=True)
         terminalreporter.line(reason, yellow=True, bold=True)

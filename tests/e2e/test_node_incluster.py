@@ -29,6 +29,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,3 +261,122 @@ def test_deployment_pulls_through_the_mirror_via_in_cluster_mirrorgate(
             {"name": policy.pull_secret_name(CREDENTIAL)}]
     assert [line.strip() for line in logs] == [workload.greeting] * 2
     assert namespace in served  # the in-cluster replicas answered these admissions
+
+
+# Availability under load (issue #12, item 3): Pods created at a steady rate
+# while one replica is deleted and then a new image version rolls out.
+LOAD_RATE = 20.0      # Pods per second
+LOAD_SECONDS = 60.0
+ROLLOUT_TAG = "in-cluster-rollout"
+# Stored, never scheduled: the load measures admission, not the node.
+HOLD = "mirrorgate.io/e2e-hold"
+
+
+@dataclass
+class Outcome:
+    """One create of the load: when, in which phase, and what the API server said."""
+
+    at: float
+    phase: str
+    image: str | None  # as stored; None when the create failed
+    error: str | None = None
+
+
+def _load(api: k8s.ApiClient, namespace: str, image: str, phase: list[str],
+          outcomes: list[Outcome]) -> None:
+    core = k8s.CoreV1Api(api)
+    started = time.monotonic()
+    for i in range(int(LOAD_RATE * LOAD_SECONDS)):
+        delay = started + i / LOAD_RATE - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        body = k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(name=f"load-{i}"),
+            spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="c", image=image)],
+                               scheduling_gates=[k8s.V1PodSchedulingGate(name=HOLD)]))
+        now = time.monotonic() - started
+        try:
+            created = core.create_namespaced_pod(namespace, body)
+        except k8s.ApiException as error:
+            outcomes.append(Outcome(now, phase[0], None, f"{error.status} {error.reason}"))
+            continue
+        assert created.spec is not None
+        outcomes.append(Outcome(now, phase[0], created.spec.containers[0].image))
+
+
+def _deployment_done(api: k8s.ApiClient, image: str) -> str | None:
+    deployment = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+        k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE))
+    status = deployment.get("status", {})
+    if deployment["spec"]["template"]["spec"]["containers"][0]["image"] != image:
+        return "not this image"
+    if (status.get("observedGeneration") != deployment["metadata"]["generation"]
+            or status.get("updatedReplicas") != 2 or status.get("availableReplicas") != 2
+            or status.get("replicas") != 2):
+        return f"Deployment status {status}"
+    return _rolled_out(api)
+
+
+def test_admission_stays_available_through_replica_loss_and_rollout(
+        in_cluster: InCluster, e2e_figures: dict[str, str]) -> None:
+    registry = in_cluster.node.registry
+    image = f"{registry.upstream_host}/node/load:1"  # never pulled: the Pods are held
+    mirrored = f"{registry.host}/node/load:1"
+    new_version = build("build.sh", env={"TAG": f"localhost/mirrorgate:{ROLLOUT_TAG}",
+                                         "VERSION": "0.1.0+rollout"})
+    new_reference = f"{registry.upstream_host}/{REPOSITORY}:{ROLLOUT_TAG}"
+    push(new_version, new_reference, ca_path=registry.ca_path,
+         username=registry.upstream_username, password=registry.upstream_password)
+    plane = in_cluster.node.control_plane
+    phase = ["steady"]
+    outcomes: list[Outcome] = []
+    marks: dict[str, float] = {}
+    with plane.api_client() as api, plane.api_client() as load_api:
+        namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('load')}",
+                                     {"mirrorgate.io/mode": "enforce"})
+        load = threading.Thread(target=_load, args=(load_api, namespace, image, phase, outcomes))
+        started = time.monotonic()
+        load.start()
+        try:
+            time.sleep(10)
+            phase[0] = "replica deleted"
+            marks["replica deleted at"] = time.monotonic() - started
+            core = k8s.CoreV1Api(api)
+            victim = core.list_namespaced_pod(
+                mg.NAMESPACE, label_selector="app.kubernetes.io/name=mirrorgate").items[0]
+            assert victim.metadata is not None
+            core.delete_namespaced_pod(str(victim.metadata.name), mg.NAMESPACE)
+            old_image = f"{registry.upstream_host}/{REPOSITORY}:{TAG}"
+            wait_until(lambda: _deployment_done(api, old_image), timeout=ROLLOUT_TIMEOUT,
+                       what="a replacement replica Ready", interval=0.5)
+            marks["replacement ready at"] = time.monotonic() - started
+            phase[0] = "rollout"
+            marks["rollout started at"] = time.monotonic() - started
+            k8s.AppsV1Api(api).patch_namespaced_deployment("mirrorgate", mg.NAMESPACE, {
+                "spec": {"template": {"spec": {"containers": [
+                    {"name": "mirrorgate", "image": new_reference}]}}}})
+            wait_until(lambda: _deployment_done(api, new_reference), timeout=ROLLOUT_TIMEOUT,
+                       what="the new version rolled out", interval=0.5)
+            marks["rollout done at"] = time.monotonic() - started
+            phase[0] = "after"
+        finally:
+            load.join()
+        stored = {str(p.metadata.name): p.spec.containers[0].image
+                  for p in k8s.CoreV1Api(api).list_namespaced_pod(namespace).items
+                  if p.metadata and p.spec}
+        k8s.CoreV1Api(api).delete_namespace(namespace)
+    failed = [o for o in outcomes if o.error is not None]
+    unrewritten = sorted(name for name, found in stored.items() if found != mirrored)
+    per_phase = {p: sum(1 for o in outcomes if o.phase == p)
+                 for p in ("steady", "replica deleted", "rollout", "after")}
+    e2e_figures["availability under load"] = (
+        f"{len(outcomes)} Pods at {LOAD_RATE:g}/s for {LOAD_SECONDS:g} s "
+        f"({', '.join(f'{k}: {v}' for k, v in per_phase.items())}); "
+        f"failed admissions {len(failed)}, stored without their rewrite {len(unrewritten)}; "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in marks.items()))
+    assert len(outcomes) == int(LOAD_RATE * LOAD_SECONDS)
+    assert per_phase["replica deleted"] > 0
+    assert per_phase["rollout"] > 0
+    assert len(stored) == len(outcomes) - len(failed)
+    assert failed == []
+    assert unrewritten == []
