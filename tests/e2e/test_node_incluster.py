@@ -228,28 +228,11 @@ def test_deployment_pulls_through_the_mirror_via_in_cluster_mirrorgate(
     """The node's Deployment scenario, admitted by the in-cluster replicas."""
     registry = in_cluster.node.registry
     workload = nodepods.push_workload(registry, "node/in-cluster")
-    labels = {"app": "hello"}
     with in_cluster.node.control_plane.api_client() as api:
         namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('in-cluster')}",
                                      {"mirrorgate.io/mode": "enforce"})
-        k8s.AppsV1Api(api).create_namespaced_deployment(namespace, k8s.V1Deployment(
-            metadata=k8s.V1ObjectMeta(name="hello"),
-            spec=k8s.V1DeploymentSpec(
-                replicas=2, selector=k8s.V1LabelSelector(match_labels=labels),
-                template=k8s.V1PodTemplateSpec(
-                    metadata=k8s.V1ObjectMeta(labels=labels),
-                    spec=nodepods.pod("x", [nodepods.container("hello", workload.image)]).spec))))
+        pods, logs = nodepods.run_deployment(api, namespace, workload)
         core = k8s.CoreV1Api(api)
-
-        def two_pods() -> str | None:
-            found = core.list_namespaced_pod(namespace, label_selector="app=hello").items
-            return None if len(found) == 2 else f"{len(found)} Pods"
-
-        wait_until(two_pods, timeout=60, what="the Deployment's 2 Pods", interval=0.2)
-        names = sorted(str(p.metadata.name) for p in core.list_namespaced_pod(
-            namespace, label_selector="app=hello").items if p.metadata)
-        pods = [nodepods.wait_running(api, namespace, name) for name in names]
-        logs = [nodepods.log(api, namespace, name) for name in names]
         replicas = core.list_namespaced_pod(
             mg.NAMESPACE, label_selector="app.kubernetes.io/name=mirrorgate").items
         served = "".join(nodepods.log(api, mg.NAMESPACE, str(p.metadata.name))
