@@ -5,7 +5,7 @@
 #     and for the node: containerd, runc, containernetworking-plugins (CNI
 #     bridge, host-local, loopback in /usr/lib/cni), iptables (the kubelet's)
 #     and iproute2 (`ip`, with which the suite removes the node's netns and links);
-#   * kube-apiserver, etcd, kustomize, promtool, and for the node kubelet,
+#   * kube-apiserver, etcd, kustomize, promtool, helm, and for the node kubelet,
 #     kube-controller-manager and kube-scheduler, built from the Go module proxy
 #     by tests/controlplane/build.sh, cached by version outside the work tree.
 # Nothing is downloaded from anywhere else.
@@ -69,5 +69,5 @@ install_packages() {
 }
 
 install_packages
-bash tests/controlplane/build.sh kube-apiserver etcd kustomize promtool \
+bash tests/controlplane/build.sh kube-apiserver etcd kustomize promtool helm \
   kubelet kube-controller-manager kube-scheduler
