@@ -4,6 +4,7 @@ Values in, values out: nothing here reads files, the environment, the clock
 or the network (an import-linter contract in pyproject.toml checks it).
 """
 
+from policy.health import HEALTHY, Health, HealthSettings
 from policy.matching import Outcome, Resolution
 from policy.model import FieldError, Mode, OnCredentialError, Policy, PolicyError, load
 from policy.planner import (
@@ -26,12 +27,15 @@ from policy.rules import Mirror, MirrorRule, Source
 
 __all__ = [
     "CONTAINER_FIELDS",
+    "HEALTHY",
     "MIRROR_POD_ANNOTATION",
     "ORIGINAL_IMAGES_ANNOTATION",
     "PULL_SECRET_PREFIX",
     "SKIP_LABEL",
     "ContainerField",
     "FieldError",
+    "Health",
+    "HealthSettings",
     "ImageReference",
     "ImageRewrite",
     "ImageSite",

@@ -17,6 +17,7 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Literal, NamedTuple
 
+from policy.health import HEALTHY, Health
 from policy.model import Policy
 from policy.rules import MirrorRule
 
@@ -84,6 +85,8 @@ class ImageRewrite(NamedTuple):
     new_image: str
     rule_label: str
     """The rule that decided it, as ``mirrors[N]``."""
+    health: str = "up"
+    """``up``, or the health problem its rule's ``onMirrorDown: keep`` rewrote it through."""
 
 
 class RewritePlan(NamedTuple):
@@ -99,12 +102,18 @@ class RewritePlan(NamedTuple):
     warnings: tuple[str, ...] = ()
     skipped: str | None = None
     """Why the whole Pod was left alone, if it was."""
+    fallbacks: int = 0
+    """Images left as written because their mirror or credential is unhealthy."""
 
 
-def audit_line(rewrite: ImageRewrite) -> str:
-    """The one-line report of a rewrite that audit mode does not make."""
-    return (f"mirrorgate audit: {rewrite.site.key} would use {rewrite.new_image} "
+def audit_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
+    """The one-line report of a rewrite that audit mode does not make.
+
+    ``health`` appends the mirror's health, where probes have established it.
+    """
+    line = (f"mirrorgate audit: {rewrite.site.key} would use {rewrite.new_image} "
             f"(was {rewrite.site.image})")
+    return f"{line}; health: {rewrite.health}" if health else line
 
 
 def _mapping(value: object) -> Mapping[str, object]:
@@ -250,6 +259,7 @@ def plan(
         can_add_pull_secrets: bool = True,
         can_annotate: bool = True,
         unavailable: Mapping[str, str] | None = None,
+        health: Health = HEALTHY,
 ) -> RewritePlan:
     """Plan the rewrites for ``pod`` in ``namespace``.
 
@@ -260,31 +270,35 @@ def plan(
     (then ``original_images`` stays None). ``unavailable`` maps credentials
     whose pull secret could not be ensured to the reason: their images stay
     as written, because a Pod must never point at a mirror it cannot
-    authenticate to.
+    authenticate to. ``health`` holds the mirrors that are down and the
+    credentials that cannot log in: images under their rules stay as written
+    with a warning naming the mirror (``onMirrorDown: fallback``) or are
+    rewritten anyway (``keep``).
 
     The result is shared between Pods of the same shape: treat it, and its
     ``original_images``, as read-only.
     """
     if fields is CONTAINER_FIELDS and not frozen and can_add_pull_secrets and can_annotate \
-            and not unavailable:
+            and not unavailable and not health:
         key = _shape(pod, namespace)
         if key is not None:
             found: RewritePlan | None = policy.plans.get(key)
             if found is None:
                 found = _plan(pod, namespace=namespace, policy=policy, fields=fields,
                               frozen=frozen, can_add_pull_secrets=True, can_annotate=True,
-                              unavailable=None)
+                              unavailable=None, health=HEALTHY)
                 policy.remember_plan(key, found)
             return found
     return _plan(pod, namespace=namespace, policy=policy, fields=fields, frozen=frozen,
                  can_add_pull_secrets=can_add_pull_secrets, can_annotate=can_annotate,
-                 unavailable=unavailable)
+                 unavailable=unavailable, health=health)
 
 
 def _plan(
         pod: Mapping[str, object], *, namespace: str, policy: Policy,
         fields: Collection[ContainerField], frozen: Collection[str],
         can_add_pull_secrets: bool, can_annotate: bool, unavailable: Mapping[str, str] | None,
+        health: Health = HEALTHY,
 ) -> RewritePlan:
     """The plan itself, computed in full (see :func:`plan`)."""
     metadata = _mapping(pod.get("metadata"))
@@ -316,6 +330,7 @@ def _plan(
     refusals: dict[MirrorRule, str | None] = {}
     needed: set[str] = set()
     new_originals: dict[str, str] = {}
+    fallbacks = 0
     for site in sites:
         key = site.key
         if frozen and key in frozen:
@@ -338,18 +353,31 @@ def _plan(
                 what = "is on a mirror but" if found.outcome == "on-mirror" else "left as written:"
                 warnings.append(f"{key}: image {site.image!r} {what} {reason}")
                 continue
+        status = "up"
+        if health and found.outcome == "rewrite":
+            problem = health.problem(found.rule)
+            if problem is not None:
+                if found.rule.on_mirror_down == "fallback":
+                    warnings.append(f"{key}: image {site.image!r} left as written: {problem} "
+                                    "(onMirrorDown: fallback)")
+                    fallbacks += 1
+                    continue
+                warnings.append(f"{key}: image {site.image!r} rewritten although {problem} "
+                                "(onMirrorDown: keep)")
+                status = problem
+        if credential is not None:
             needed.add(credential)
         if found.outcome == "on-mirror":
             continue
         assert found.new_image is not None
-        rewrites.append(ImageRewrite(site, found.new_image, found.rule.label))
+        rewrites.append(ImageRewrite(site, found.new_image, found.rule.label, status))
         if can_annotate and key not in originals:
             new_originals[key] = site.image
 
     if not needed:
         return RewritePlan(tuple(rewrites), (), (),
                            {**originals, **new_originals} if new_originals else None,
-                           tuple(warnings))
+                           tuple(warnings), fallbacks=fallbacks)
     credentials = tuple(sorted(needed))
     return RewritePlan(
         rewrites=tuple(rewrites),
@@ -358,4 +386,5 @@ def _plan(
         credentials=credentials,
         original_images={**originals, **new_originals} if new_originals else None,
         warnings=tuple(warnings),
+        fallbacks=fallbacks,
     )
