@@ -100,7 +100,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         credential_deadline=args.credential_deadline, audit_only=args.audit_only,
         tls_secret=args.tls_secret, service=args.service,
         webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
-        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name)))
+        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name),
+        health_probes=args.health_probes))
     return EXIT_OK
 
 
@@ -314,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(default: %(default)s)")
     admission.add_argument("--log-level", default="info",
                            choices=("debug", "info", "warning", "error"))
+    admission.add_argument("--no-health-probes", dest="health_probes", action="store_false",
+                           help="do not probe mirrors and credential logins (every mirror "
+                                "counts as up); the store is still checked against the policy")
 
     tls = serve.add_argument_group(
         "certificates", "either files (--tls-cert, --tls-key) or a Secret (--tls-secret)")

@@ -10,7 +10,7 @@ library's types as usual.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import prometheus_client as prom
 from prometheus_client.core import (
@@ -38,6 +38,7 @@ class _AdmissionCounts(Collector):
     def __init__(self) -> None:
         self.admissions: dict[tuple[str, str, str], int] = {}
         self.rewritten = self.would_rewrite = self.unrewritten = self.warnings = 0
+        self.fallbacks = 0
         self.latency: dict[str, list[int]] = {}
         self.latency_sum: dict[str, float] = {}
 
@@ -56,6 +57,9 @@ class _AdmissionCounts(Collector):
                 ("mirrorgate_images_left_unmirrored", self.unrewritten,
                  "Images admitted as written because their pull secret could not be ensured; "
                  "alert on this."),
+                ("mirrorgate_images_left_for_health", self.fallbacks,
+                 "Images admitted as written because their mirror was down or its credential "
+                 "could not log in (onMirrorDown: fallback)."),
                 ("mirrorgate_warnings", self.warnings, "Warnings returned to clients.")):
             yield CounterMetricFamily(name, text, value=value)
         latency = HistogramMetricFamily(
@@ -88,6 +92,13 @@ class Metrics:
             "mirrorgate_pull_secret_writes",
             "Generated pull secrets created, updated, deleted, or failed to ensure.",
             ["action"], registry=r)
+        self.mirror_up = prom.Gauge(
+            "mirrorgate_mirror_up", "1 while the rule's mirror answers its /v2/ probe, else 0.",
+            ["mirror"], registry=r)
+        self.credential_valid = prom.Gauge(
+            "mirrorgate_credential_valid",
+            "1 while the credential logs in to its mirror, else 0 (also when it is missing "
+            "from the store or is for another registry).", ["credential"], registry=r)
         self.certificate_reloads = prom.Counter(
             "mirrorgate_certificate_reloads", "Serving certificates loaded from disk.",
             ["result"], registry=r)
@@ -103,6 +114,7 @@ class Metrics:
                 counts.rewritten += decision.rewrites
         counts.warnings += decision.warnings
         counts.unrewritten += decision.unrewritten
+        counts.fallbacks += decision.fallbacks
         buckets = counts.latency.get(endpoint)
         if buckets is None:
             buckets = counts.latency[endpoint] = [0] * (len(LATENCY_BUCKETS) + 1)
@@ -113,6 +125,15 @@ class Metrics:
     def set_policy(self, version: str, mode: str) -> None:
         self.policy.clear()
         self.policy.labels(version, mode).set(1)
+
+    def set_health(self, *, mirror_up: Mapping[str, bool],
+                   credential_valid: Mapping[str, bool]) -> None:
+        """The health gauges, exactly these series (a reload may have dropped some)."""
+        for gauge, values in ((self.mirror_up, mirror_up),
+                              (self.credential_valid, credential_valid)):
+            gauge.clear()
+            for label, ok in values.items():
+                gauge.labels(label).set(1 if ok else 0)
 
     def render(self) -> tuple[bytes, str]:
         return prom.generate_latest(self.registry), prom.CONTENT_TYPE_LATEST
