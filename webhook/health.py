@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -132,6 +134,7 @@ class HealthMonitor:
         self._logins: dict[str, _Track] = {}
         self._misconfigured: Mapping[str, str] = {}
         self._health = policy.HEALTHY
+        self._contexts: dict[str | None, tuple[int, ssl.SSLContext]] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -203,12 +206,26 @@ class HealthMonitor:
                                   login.reason, settings)
         self._conclude(targets)
 
-    @staticmethod
-    def _probe_host(host: str, ca_file: str | None, targets: _Targets,
+    def _context(self, ca_file: str | None) -> ssl.SSLContext:
+        """A TLS context per CA file, made again when the file changes.
+
+        Loading a trust store costs milliseconds of CPU: not once per probe.
+        The system store (or ``SSL_CERT_FILE``) is fixed for the process's life.
+        """
+        try:
+            stamp = os.stat(ca_file).st_mtime_ns if ca_file is not None else 0
+        except OSError as error:
+            raise ValueError(f"cannot read caFile {ca_file!r}: {error.strerror}") from None
+        found = self._contexts.get(ca_file)
+        if found is None or found[0] != stamp:
+            found = self._contexts[ca_file] = (stamp, probes.tls_context(ca_file))
+        return found[1]
+
+    def _probe_host(self, host: str, ca_file: str | None, targets: _Targets,
                     snapshot: Mapping[str, Credential] | None, timeout: float,
                     ) -> tuple[probes.Answer, dict[str, probes.Login]]:
         try:
-            context = probes.tls_context(ca_file)
+            context = self._context(ca_file)
         except ValueError as error:
             return probes.Answer(False, str(error)), {}
         mirror = probes.check_mirror(host, context=context, timeout=timeout)

@@ -83,12 +83,14 @@ def _get(url: str, *, context: ssl.SSLContext, deadline: float,
     connection = http.client.HTTPSConnection(parts.netloc, timeout=remaining(), context=context)
     try:
         connection.connect()
-        assert connection.sock is not None
-        connection.sock.settimeout(remaining())
+        # Kept: http.client drops its reference once a response will close the connection.
+        sock = connection.sock
+        assert sock is not None
+        sock.settimeout(remaining())
         connection.request("GET", target, headers=headers)
-        connection.sock.settimeout(remaining())
+        sock.settimeout(remaining())
         response = connection.getresponse()
-        connection.sock.settimeout(remaining())
+        sock.settimeout(remaining())
         body = response.read(MAX_BODY)
         return _Response(response.status, {k.lower(): v for k, v in response.getheaders()},
                          body)
