@@ -86,7 +86,16 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
           f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
           f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
           file=out)
-    return EXIT_OK
+    if args.store_file is None:
+        return EXIT_OK
+    from webhook import filestore, health
+
+    problems = health.credential_problems(
+        rules, filestore.read_store(args.store_file, _store_key(args)))
+    for name, why in sorted(problems.items()):
+        # The same words the server logs and lists in /readyz.
+        print(f"  credential {name}: {why} ({args.store_file})", file=out)
+    return EXIT_FINDINGS if problems else EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -292,8 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
     check = policy_commands.add_parser(
         "check", help="validate a policy file",
         description="Validate a policy file and list every error with its field path. "
-                    "Exit 1 when it is invalid.")
+                    "Exit 1 when it is invalid, or when --store is given and a credential the "
+                    "policy uses is missing from it or is for another host than its mirror.")
     check.add_argument("file", metavar="FILE")
+    check.add_argument("--store", dest="store_file", metavar="FILE",
+                       help="also check the policy's credentials against this encrypted "
+                            "credential store (offline)")
+    check.add_argument("--key-file", metavar="FILE",
+                       help="file holding the store key (default: $MIRRORGATE_STORE_KEY)")
     check.set_defaults(run=cmd_policy_check)
 
     serve = commands.add_parser(
