@@ -68,7 +68,7 @@ def _is_pod(request: review.AdmissionRequest) -> bool:
     return kind.get("group") == "" and kind.get("kind") == "Pod"
 
 
-def _audit_annotations(plan: policy.RewritePlan, *, health: bool) -> dict[str, str]:
+def _audit_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dict[str, str]:
     """The rewrites for the API server's audit log; ``health`` adds each mirror's health."""
     # The API server prefixes each key with the webhook's name.
     if not plan.rewrites:
@@ -162,7 +162,6 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
     # records at RequestResponse level; audit annotations are for audit mode.
     return Decision(
         review.patched(rev, operations, warnings=warnings,
-                       audit_annotations=_audit_annotations(plan, health=False) if ephemeral
-                       else None),
+                       audit_annotations=_audit_annotations(plan) if ephemeral else None),
         mode, "patched" if operations else "allowed", namespace, name, len(plan.rewrites),
         len(warnings), unrewritten, plan.fallbacks)
