@@ -30,7 +30,7 @@ from webhook.credentials import Credential
 from webhook.logs import logger
 from webhook.metrics import Metrics
 
-__all__ = ["HealthMonitor", "credential_problems"]
+__all__ = ["HealthMonitor", "credential_problems", "probe_mirrors"]
 
 MAX_PROBE_THREADS = 8
 
@@ -59,6 +59,23 @@ def credential_problems(rules: policy.Policy,
             problems[name] = (f"is for registry {_registry_host(credential.registry)!r}, not "
                               f"{rule.mirror.host!r}, the mirror host of {rule.label}")
     return problems
+
+
+def probe_mirrors(rules: policy.Policy, hosts: Collection[str]) -> policy.Health:
+    """One probe of each mirror host in ``hosts``, at once: for commands, not for the server."""
+    ca_files = {rule.mirror.host: rule.ca_file for rule in rules.rules}
+
+    def probe(host: str) -> probes.Answer:
+        try:
+            context = probes.tls_context(ca_files.get(host))
+        except ValueError as error:
+            return probes.Answer(False, str(error))
+        return probes.check_mirror(host, context=context, timeout=rules.health.timeout)
+
+    with concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, min(MAX_PROBE_THREADS, len(hosts)))) as pool:
+        answers = dict(zip(hosts, pool.map(probe, hosts), strict=True))
+    return policy.Health(down={host: a.reason for host, a in answers.items() if not a.ok})
 
 
 @dataclasses.dataclass

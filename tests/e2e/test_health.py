@@ -14,6 +14,8 @@ for each returned Pod to be Running with the image it was admitted with.
 
 from __future__ import annotations
 
+import io
+import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +37,7 @@ from tests.e2e.fixtures_secrets import (
 from tests.e2e.kube import create_namespace, namespace_name, warning_messages
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import RegistryStack, set_mirror_password, start_mirror, stop_mirror
+from webhook import cli
 
 pytestmark = pytest.mark.e2e
 
@@ -191,6 +194,47 @@ def test_keep_rewrites_while_the_mirror_is_down(scenario: Scenario) -> None:
         start_mirror(stack)
         rewrite_policy(scenario.server, _policy(stack))
     scenario.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=stack.host)
+
+
+def test_audit_command_shows_health_beside_each_planned_rewrite(
+        scenario: Scenario, installed: Installed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mirrorgate audit` probes the mirrors of planned rewrites once and shows their health."""
+    stack = scenario.stack
+    # A namespace no webhook serves: its Pod keeps the upstream image, which the
+    # audit then plans to rewrite.
+    namespace = create_namespace(scenario.api, namespace_name("health-audit"))
+    k8s.CoreV1Api(scenario.api).create_namespaced_pod(namespace, k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="written"),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="app",
+                                                       image=stack.upstream_image)])))
+    monkeypatch.setenv("SSL_CERT_FILE", str(stack.ca_path))  # the command's own trust store
+
+    def audit(*extra: str) -> dict[str, Any]:
+        out = io.StringIO()
+        code = cli.main(["audit", "--policy", str(scenario.server.policy_path), "--kubeconfig",
+                         str(installed.control_plane.kubeconfig), "-n", namespace, "-o", "json",
+                         *extra], out=out, err=io.StringIO())
+        assert code == 0
+        (report,) = json.loads(out.getvalue())["namespaces"]
+        (image,) = report["images"]
+        return dict(image)
+
+    assert audit()["outcome"] == "rewrite"
+    assert audit()["health"] == "up"
+    assert audit("--no-health")["health"] is None
+    table = io.StringIO()
+    cli.main(["audit", "--policy", str(scenario.server.policy_path), "--kubeconfig",
+              str(installed.control_plane.kubeconfig), "-n", namespace], out=table,
+             err=io.StringIO())
+    assert f"→ {stack.mirror_image}\n" in table.getvalue()
+    assert "(health: up)\n" in table.getvalue()
+    stop_mirror(stack)
+    try:
+        found = audit()
+    finally:
+        start_mirror(stack)
+    assert found["outcome"] == "rewrite"
+    assert found["health"].startswith(f"mirror {stack.host} of mirrors[0] is down: ")
 
 
 def test_readyz_stays_ready_and_lists_nothing_when_healthy(scenario: Scenario) -> None:
