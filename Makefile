@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-policy bench-secrets bench-profile image clean
+.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-policy bench-secrets bench-health bench-profile image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,10 +52,16 @@ bench-policy: install
 	$(PY) -m bench.policy_bench --check
 
 # The admission server against its floor, then the same with pull secrets
-# against a real API server (and the first-Pod latency): about 2.5 minutes.
+# against a real API server (and the first-Pod latency), then health probing on
+# against off: about 3.5 minutes.
 bench: install e2e-deps
 	$(PY) -m bench.server_bench
 	$(PY) -m bench.secrets_bench
+	$(PY) -m bench.health_bench
+
+# Health probing on against off, with a real TLS mirror on loopback (about a minute).
+bench-health: install e2e-deps
+	$(PY) -m bench.health_bench
 
 # Pull secrets against a real etcd + kube-apiserver (started and stopped by the run).
 bench-secrets: install e2e-deps
