@@ -152,10 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if window.probes > rounds_allowed:
         print(f"FAIL: {window.probes} probe requests in {rounds_allowed} rounds", file=sys.stderr)
         return 1
-    if args.check and missed:
-        print(f"FAIL: CPU ratio target missed for {', '.join(missed)}", file=sys.stderr)
-        return 1
-    return 0
+    return server_bench.exit_status(missed, check=args.check)
 
 
 if __name__ == "__main__":

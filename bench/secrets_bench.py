@@ -594,11 +594,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(start-up {ready:.0f} s, steady state {part1 - ready:.0f} s).")
     for line in problems[:5]:
         print(f"  {line[:300]}", file=sys.stderr)
-    missed = [name for name, ratio in ratios.items() if ratio > server_bench.TARGETS[name]]
-    if args.check and missed:
-        print(f"FAIL: CPU ratio target missed for {', '.join(missed)}", file=sys.stderr)
-        return 1
-    return 0
+    return server_bench.exit_status(
+        [name for name, ratio in ratios.items() if ratio > server_bench.TARGETS[name]],
+        check=args.check)
 
 
 if __name__ == "__main__":

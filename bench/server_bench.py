@@ -493,8 +493,13 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{sum(r.requests for r in checked):,} mirrorgate responses (every one patched, uid "
           f"echoed); no outbound sockets on the mirrorgate process (standalone: no cluster "
           f"configured); {len(problems)} warning/error log lines.")
-    missed = [name for name, ratio in ratios.items() if ratio > TARGETS[name]]
-    if args.check and missed:
+    return exit_status([name for name, ratio in ratios.items() if ratio > TARGETS[name]],
+                       check=args.check)
+
+
+def exit_status(missed: Sequence[str], *, check: bool) -> int:
+    """1 when ``--check`` was asked for and a target was ``missed`` (named on stderr)."""
+    if check and missed:
         print(f"FAIL: CPU ratio target missed for {', '.join(missed)}", file=sys.stderr)
         return 1
     return 0

@@ -177,13 +177,11 @@ class HealthMonitor:
         """Probe now (the policy or the store changed) rather than at the next interval."""
         self._wake.set()
 
-    def problems(self) -> dict[str, str]:
+    def problems(self) -> Mapping[str, str]:
         """What /readyz lists: down mirrors and credentials that cannot serve, with why."""
-        found = {f"mirror {host}": f"down: {track.reason}"
-                 for host, track in sorted(self._hosts.items()) if track.up is False}
-        found.update({f"credential {name}": why
-                      for name, why in sorted(self._health.failing.items())})
-        return found
+        health = self._health  # one value, replaced whole by the probe thread
+        return {**{f"mirror {host}": f"down: {why}" for host, why in sorted(health.down.items())},
+                **{f"credential {name}": why for name, why in sorted(health.failing.items())}}
 
     def _run(self) -> None:
         while not self._stopping.is_set():
