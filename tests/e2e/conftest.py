@@ -218,9 +218,12 @@ def e2e_policy(registry: RegistryStack, *, extra: str = "") -> str:
 
 
 def central_credential(api: k8s.ApiClient, registry: RegistryStack, *, name: str = CREDENTIAL,
-                       password: str | None = None) -> None:
-    """What `kubectl create secret docker-registry NAME ... -n mirrorgate` makes (or updates)."""
-    payload = json.dumps(registry.dockerconfigjson(password=password)).encode()
+                       password: str | None = None, host: str | None = None) -> None:
+    """What `kubectl create secret docker-registry NAME ... -n mirrorgate` makes (or updates).
+
+    ``host`` is the `--docker-server` (default: the registry's mirror).
+    """
+    payload = json.dumps(registry.dockerconfigjson(password=password, host=host)).encode()
     body = k8s.V1Secret(
         metadata=k8s.V1ObjectMeta(name=name, namespace=mg.NAMESPACE),
         type="kubernetes.io/dockerconfigjson",

@@ -108,11 +108,11 @@ class RegistryStack:
         return f"{self.host}/{self.repository}:{self.tag}"
 
     def dockerconfigjson(
-        self, username: str | None = None, password: str | None = None
+        self, username: str | None = None, password: str | None = None, host: str | None = None
     ) -> dict[str, Any]:
         """A correct `.dockerconfigjson` for the mirror (override a field to break it)."""
         return dockerconfig.encode(
-            self.host,
+            self.host if host is None else host,
             self.username if username is None else username,
             self.password if password is None else password,
         )
