@@ -10,11 +10,13 @@ mirror's own CA file. No message here contains a password or a token.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import re
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -61,55 +63,93 @@ class _Response(NamedTuple):
     body: bytes
 
 
+class _Connection(http.client.HTTPSConnection):
+    """An HTTPS connection that a timer cuts at ``deadline``, handshake included.
+
+    Socket timeouts bound each read, not the exchange: a server that drips a
+    byte at a time would hold a probe for as long as it likes. The timer
+    shuts the connection down through a duplicate of its descriptor, which
+    ends whatever read is blocked on it.
+    """
+
+    def __init__(self, netloc: str, *, context: ssl.SSLContext, deadline: float) -> None:
+        super().__init__(netloc, timeout=max(0.001, deadline - time.monotonic()),
+                         context=context)
+        self._tls, self._deadline = context, deadline
+        self._killer: socket.socket | None = None
+        self._timer: threading.Timer | None = None
+
+    def connect(self) -> None:
+        raw = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        self._killer = raw.dup()
+        self._timer = threading.Timer(max(0.0, self._deadline - time.monotonic()), self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+        self.sock = self._tls.wrap_socket(raw, server_hostname=self.host)
+
+    def _cut(self) -> None:
+        if self._killer is not None:
+            with contextlib.suppress(OSError):
+                self._killer.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        super().close()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._killer is not None:
+            self._killer.close()
+
+
 def _get(url: str, *, context: ssl.SSLContext, deadline: float,
          authorization: str | None = None) -> _Response:
     """One HTTPS GET that gives up at ``deadline`` (monotonic), whatever the server does."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "https" or not parts.netloc:
         raise _Failed(f"refusing to log in over {parts.scheme or 'no'} scheme (HTTPS only)")
-
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise _Failed("timed out")
-        return left
-
+    if time.monotonic() >= deadline:
+        raise _Failed("timed out")
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
     if authorization is not None:
         headers["Authorization"] = authorization
-    connection = http.client.HTTPSConnection(parts.netloc, timeout=remaining(), context=context)
+    connection = _Connection(parts.netloc, context=context, deadline=deadline)
     try:
-        connection.connect()
-        # Kept: http.client drops its reference once a response will close the connection.
-        sock = connection.sock
-        assert sock is not None
-        sock.settimeout(remaining())
         connection.request("GET", target, headers=headers)
-        sock.settimeout(remaining())
         response = connection.getresponse()
-        sock.settimeout(remaining())
         body = response.read(MAX_BODY)
-        return _Response(response.status, {k.lower(): v for k, v in response.getheaders()},
-                         body)
-    except ssl.SSLCertVerificationError as error:
-        raise _Failed(f"TLS verification failed: {error.verify_message}") from None
-    except ssl.SSLError as error:
-        raise _Failed(f"TLS failed: {error.reason or error}") from None
-    except TimeoutError:
-        raise _Failed("timed out") from None
-    except ConnectionRefusedError:
-        raise _Failed("connection refused") from None
-    except socket.gaierror as error:
-        raise _Failed(f"cannot resolve {parts.hostname}: {error.strerror}") from None
-    except OSError as error:
-        raise _Failed(error.strerror or type(error).__name__) from None
-    except http.client.HTTPException as error:
-        raise _Failed(f"not an HTTP answer ({type(error).__name__})") from None
+        # The cut comes at the deadline, and a read it ends may look complete
+        # (headers cut short): only what was read before the deadline counts.
+        finished = time.monotonic()
+        answered = _Response(response.status,
+                             {k.lower(): v for k, v in response.getheaders()}, body)
+    except (OSError, http.client.HTTPException) as error:
+        if time.monotonic() >= deadline:
+            raise _Failed("timed out") from None  # whatever the cut made the read raise
+        raise _Failed(_describe(error, parts.hostname)) from None
     finally:
         connection.close()
+    if finished >= deadline:
+        raise _Failed("timed out")
+    return answered
+
+
+def _describe(error: OSError | http.client.HTTPException, hostname: str | None) -> str:
+    """Why an exchange failed, in an operator's words (never an exception's repr)."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"TLS verification failed: {error.verify_message}"
+    if isinstance(error, ssl.SSLError):
+        return f"TLS failed: {error.reason or error}"
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve {hostname}: {error.strerror}"
+    if isinstance(error, OSError):
+        return error.strerror or type(error).__name__
+    return f"not an HTTP answer ({type(error).__name__})"
 
 
 def check_mirror(host: str, *, context: ssl.SSLContext, timeout: float) -> Answer:
