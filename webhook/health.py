@@ -209,17 +209,44 @@ class HealthMonitor:
             targets = dataclasses.replace(targets, logins={}, misconfigured=known)
         self._forget(targets, logins=snapshot is not None or self._credentials is None)
         self._note_misconfigured(targets.misconfigured)
-        futures = {host: self._pool.submit(self._probe_host, host, ca_file, targets, snapshot,
-                                           settings.timeout)
-                   for host, ca_file in targets.hosts.items()} if self._probe else {}
-        for host, future in futures.items():
-            mirror, logins = future.result()
-            self._observe(self._hosts, host, "mirror", mirror.ok, mirror.reason, settings)
-            for name, login in logins.items():
-                if login.verdict != "unknown":  # no answer says nothing of the credential
-                    self._observe(self._logins, name, "credential", login.verdict == "valid",
-                                  login.reason, settings)
+        if self._probe:
+            self._probe_targets(targets, snapshot, settings)
         self._conclude(targets)
+
+    def _probe_targets(self, targets: _Targets, snapshot: Mapping[str, Credential] | None,
+                       settings: policy.HealthSettings) -> None:
+        """Every mirror at once, then every login on a mirror that is up, at once.
+
+        A round takes about two timeouts however many targets there are (up
+        to the pool's size), so rounds keep to their interval.
+        """
+        contexts: dict[str, ssl.SSLContext] = {}
+        mirrors: dict[str, concurrent.futures.Future[probes.Answer]] = {}
+        for host, ca_file in targets.hosts.items():
+            try:
+                contexts[host] = self._context(ca_file)
+            except ValueError as error:
+                self._observe(self._hosts, host, "mirror", False, str(error), settings)
+                continue
+            mirrors[host] = self._pool.submit(probes.check_mirror, host,
+                                              context=contexts[host], timeout=settings.timeout)
+        up = set()
+        for host, future in mirrors.items():
+            answer = future.result()
+            self._observe(self._hosts, host, "mirror", answer.ok, answer.reason, settings)
+            if answer.ok:
+                up.add(host)
+        logins = {name: self._pool.submit(
+                      probes.check_login, host, credential.username, credential.password,
+                      repository=repository, context=contexts[host], timeout=settings.timeout)
+                  for name, (host, repository) in targets.logins.items()
+                  if host in up and snapshot is not None
+                  and (credential := snapshot.get(name)) is not None}
+        for name, login_future in logins.items():
+            login = login_future.result()
+            if login.verdict != "unknown":  # no answer says nothing of the credential
+                self._observe(self._logins, name, "credential", login.verdict == "valid",
+                              login.reason, settings)
 
     def _context(self, ca_file: str | None) -> ssl.SSLContext:
         """A TLS context per CA file, made again when the file changes.
@@ -235,24 +262,6 @@ class HealthMonitor:
         if found is None or found[0] != stamp:
             found = self._contexts[ca_file] = (stamp, probes.tls_context(ca_file))
         return found[1]
-
-    def _probe_host(self, host: str, ca_file: str | None, targets: _Targets,
-                    snapshot: Mapping[str, Credential] | None, timeout: float,
-                    ) -> tuple[probes.Answer, dict[str, probes.Login]]:
-        try:
-            context = self._context(ca_file)
-        except ValueError as error:
-            return probes.Answer(False, str(error)), {}
-        mirror = probes.check_mirror(host, context=context, timeout=timeout)
-        logins: dict[str, probes.Login] = {}
-        if mirror.ok and snapshot is not None:
-            for name, (login_host, repository) in targets.logins.items():
-                credential = snapshot.get(name)
-                if login_host == host and credential is not None:
-                    logins[name] = probes.check_login(
-                        host, credential.username, credential.password, repository=repository,
-                        context=context, timeout=timeout)
-        return mirror, logins
 
     def _observe(self, tracks: dict[str, _Track], name: str, kind: str, ok: bool, reason: str,
                  settings: policy.HealthSettings) -> None:

@@ -247,3 +247,19 @@ def test_policy_check_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert (code, text.splitlines()[1:]) == (
         1, [f"  credential harbor-pull: not in the credential store ({store})"])
     assert check()[0] == 0  # without --store: the policy alone
+
+
+def test_unreadable_ca_file_counts_as_a_down_mirror(tmp_path: Path) -> None:
+    """The probe cannot trust the mirror without its CA: down, with why, and no connection."""
+    rules = policy.load({"mirrors": [{"source": "docker.io", "mirror": "m.example/hub",
+                                      "caFile": str(tmp_path / "missing.crt")}],
+                         "health": {"failureThreshold": 1}})
+    metrics_ = Metrics()
+    monitor = health.HealthMonitor(rules=lambda: rules, credentials=None, publish=_Recorder(),
+                                   metrics=metrics_)
+    monitor.probe_round()
+    reason = f"cannot read caFile '{tmp_path / 'missing.crt'}': No such file or directory"
+    assert monitor.health == policy.Health(down={"m.example": reason})
+    assert monitor.problems() == {"mirror m.example": f"down: {reason}"}
+    page = scrape.samples(metrics_.render()[0].decode())
+    assert page[("mirrorgate_mirror_up", frozenset({("mirror", "m.example/hub")}))] == 0.0
