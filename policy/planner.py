@@ -286,7 +286,7 @@ def plan(
             if found is None:
                 found = _plan(pod, namespace=namespace, policy=policy, fields=fields,
                               frozen=frozen, can_add_pull_secrets=True, can_annotate=True,
-                              unavailable=None, health=HEALTHY)
+                              unavailable=None)
                 policy.remember_plan(key, found)
             return found
     return _plan(pod, namespace=namespace, policy=policy, fields=fields, frozen=frozen,
