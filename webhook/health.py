@@ -298,6 +298,9 @@ class HealthMonitor:
         for tracks, keep in pairs:
             for name in tracks.keys() - keep:
                 del tracks[name]
+        ca_files = set(targets.hosts.values())
+        for ca_file in self._contexts.keys() - ca_files:
+            del self._contexts[ca_file]
 
     def _conclude(self, targets: _Targets) -> None:
         down = {host: t.reason for host, t in self._hosts.items() if t.up is False}

@@ -6,10 +6,11 @@ a registry stack of its own (``own_registry``), so stopping that mirror and
 changing its password disturbs no other test.
 
 The Pods are created for real, not as dry runs: they are what a node would
-run. On this machine no kubelet runs in the suite yet; when the node helper
-lands (tests/e2e node fixtures), the assertion "on the node they pull from
-the upstream and run" belongs in :func:`_created` callers below, as a wait
-for each returned Pod to be Running with the image it was admitted with.
+run. No kubelet runs in the suite yet; when the node harness lands, the
+assertion "on the node they pull from the upstream and run" goes where the
+comments marked ``(node)`` are: a wait for the Pod that ``Scenario.create``
+returned to be Running with the image it was admitted with (its namespace
+and the mirror stay as they are; only the node is new).
 """
 
 from __future__ import annotations
