@@ -150,6 +150,7 @@ def test_mirror_stopped_then_restarted(scenario: Scenario) -> None:
         timeout=PATIENCE, what="rewrites resume", interval=0.1)
     print(f"rewrites resumed after {seconds:.2f} s (contract: {UP_BOUND:.2f} s)")
     created, warnings = scenario.create()
+    # (node) this Pod pulls through the mirror again, with its pull secret.
     assert created["spec"]["containers"][0]["image"] == stack.mirror_image
     assert warnings == []
     scenario.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=stack.host)
