@@ -59,21 +59,18 @@ def write_pair(directory: Path, pair: KeyPair) -> tuple[Path, Path]:
 
 @contextlib.contextmanager
 def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float = 0.1,
-          secrets: admission.PullSecrets | None = None, health_probes: bool = False,
-          store_file: Path | None = None, key_file: Path | None = None) -> Iterator[Running]:
+          secrets: admission.PullSecrets | None = None) -> Iterator[Running]:
     """Run ``webhook.server`` on a free loopback port until the block exits.
 
-    Health probes are off unless asked for: the policies of most tests name
-    mirrors that do not exist, and tests reach nothing beyond loopback.
+    Health probes are off: these policies name mirrors that do not exist, and
+    tests reach nothing beyond loopback (tests/e2e/test_health_serve.py probes).
     """
     cert, key = write_pair(directory, pair)
     policy_file = directory / "policy.yaml"
     write_atomically(policy_file, policy.encode())
     built = server.build(server.Settings(
         policy=str(policy_file), tls_cert=str(cert), tls_key=str(key), host="127.0.0.1",
-        port=0, reload_interval=reload_interval, health_probes=health_probes,
-        store="file" if store_file else None, store_file=str(store_file) if store_file else None,
-        store_key_file=str(key_file) if key_file else None), secrets=secrets)
+        port=0, reload_interval=reload_interval, health_probes=False), secrets=secrets)
     instance = uvicorn.Server(server.uvicorn_config(built))
     failures: list[BaseException] = []
 
