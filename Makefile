@@ -19,10 +19,11 @@ DEV_CERTS := dev-certs
 
 # The HTTPS webhook on 127.0.0.1:8443 with the example policy and development
 # certificates (generated once; the CA is reused so its caBundle is stable).
+# The example's mirrors are fictional: no health probes, or every rule would fall back.
 serve: install
 	@test -f $(DEV_CERTS)/tls.crt || $(VENV)/bin/mirrorgate certs generate --service mirrorgate \
 	  --namespace mirrorgate --dns localhost --ip 127.0.0.1 --out $(DEV_CERTS) >/dev/null
-	$(VENV)/bin/mirrorgate serve --policy examples/policy.yaml \
+	$(VENV)/bin/mirrorgate serve --policy examples/policy.yaml --no-health-probes \
 	  --tls-cert $(DEV_CERTS)/tls.crt --tls-key $(DEV_CERTS)/tls.key --host 127.0.0.1 --port 8443
 
 # Debian packages, the Go-built control plane (kube-apiserver, etcd,

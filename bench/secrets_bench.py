@@ -559,7 +559,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--policy", str(workdir / "policy.yaml"), *tls_args,
                 "--port", str(mirrorgate_port), "--log-level", "info",
                 "--kubeconfig", str(kubeconfig), "--namespace", mg.NAMESPACE,
-                "--store", "kubernetes"], mirrorgate_port, workdir, context))
+                "--store", "kubernetes",
+                # Its mirrors are fictional; bench.health_bench measures probing.
+                "--no-health-probes"], mirrorgate_port, workdir, context))
             servers.append(server_bench.start("floor", [
                 sys.executable, "-m", "bench.floor_app", *tls_args, "--port", str(floor_port)],
                 floor_port, workdir, context))
@@ -567,7 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             servers.append(server_bench.start("standalone", [
                 str(pathlib.Path(sys.executable).parent / "mirrorgate"), "serve",
                 "--policy", str(workdir / "standalone.yaml"), *tls_args,
-                "--port", str(standalone_port), "--log-level", "info"],
+                "--port", str(standalone_port), "--log-level", "info", "--no-health-probes"],
                 standalone_port, workdir, context))
             by_name = {s.name: s for s in servers}
             wait_ready(by_name["mirrorgate"], context)

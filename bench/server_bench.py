@@ -447,7 +447,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             servers.append(start("mirrorgate", [
                 str(pathlib.Path(sys.executable).parent / "mirrorgate"), "serve",
                 "--policy", str(workdir / "policy.yaml"), *tls_args,
-                "--port", str(mirrorgate_port), "--log-level", args.log_level],
+                "--port", str(mirrorgate_port), "--log-level", args.log_level,
+                # Its mirrors are fictional; bench.health_bench measures probing.
+                "--no-health-probes"],
                 mirrorgate_port, workdir, context))
             servers.append(start("floor", [
                 sys.executable, "-m", "bench.floor_app", *tls_args, "--port", str(floor_port)],
