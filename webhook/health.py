@@ -312,7 +312,9 @@ class HealthMonitor:
         valid = {name: t.up is True for name, t in self._logins.items() if t.up is not None}
         valid.update(dict.fromkeys(targets.misconfigured, False))
         self._metrics.set_health(mirror_up=up, credential_valid=valid)
-        health = policy.Health(down=MappingProxyType(down), failing=MappingProxyType(failing))
+        # All well is always the one HEALTHY value, whatever came before.
+        health = policy.Health(down=MappingProxyType(down), failing=MappingProxyType(
+            failing)) if down or failing else policy.HEALTHY
         if (health.down, health.failing) != (self._health.down, self._health.failing):
             self._health = health
             self._publish(health)
