@@ -22,8 +22,9 @@ third server in the same rounds, mirrorgate exactly as ``make bench`` runs it
 paired round by round so that the machine's load weighs on both alike. That
 the steady-state path calls no Kubernetes API is checked three ways over the
 timed window: ``mirrorgate_pull_secret_writes_total`` does not move; the API
-server's audit log holds no get/create/update/patch/delete of a Secret by
-mirrorgate's identity; every image of every response is rewritten (each
+server's audit log holds no get/create/patch/delete of a Secret by
+mirrorgate's identity (its updates are the leader's periodic re-assertion of
+each copy, listed apart); every image of every response is rewritten (each
 needs the credential, so a rewrite means the pull secret was there). Other
 requests of that identity in the window (Lease renewals every 5 s, informer
 re-watches every 60 s) are background work and are listed, not hidden.
@@ -465,11 +466,17 @@ def report_steady(state: SteadyState, args: argparse.Namespace) -> dict[str, flo
           "admissions) | count |")
     print("| --- | ---: |")
     print(f"| `mirrorgate_pull_secret_writes_total` change | {sum(moved.values()):g} |")
-    print(f"| Secret get/create/update/patch/delete by mirrorgate (API server audit log) "
-          f"| {len(secret_window)} |")
+    # The leader re-asserts every copy once per --reconcile-interval (30 s): a PUT
+    # of unchanged contents, background work that no admission waits for.
+    reasserted = [e for e in secret_window if e.verb == "update"]
+    print(f"| Secret get/create/patch/delete by mirrorgate (API server audit log) "
+          f"| {len(secret_window) - len(reasserted)} |")
+    print(f"| Secret update by mirrorgate (the leader's periodic re-assertion) "
+          f"| {len(reasserted)} |")
     print(f"| any request by mirrorgate (audit log) | {len(state.window)} |")
     print(f"\nmirrorgate's requests in the window, all background: {tally(state.window)} "
-          "(Lease renewal every 5 s; informer watches re-opened every 60 s).")
+          "(Lease renewal every 5 s; re-assertion of each copy every 30 s; informer "
+          "watches re-opened every 60 s).")
     return ratios
 
 

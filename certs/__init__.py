@@ -7,7 +7,16 @@ use it without the server's dependencies.
 
 from certs.authority import CLOCK_SKEW, CertificateAuthority, KeyPair
 from certs.bundle import generate_bundle
-from certs.files import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, read_bundle, write_bundle
+from certs.files import (
+    CA_CERT,
+    CA_KEY,
+    TLS_CERT,
+    TLS_KEY,
+    atomic_write,
+    fsync_directory,
+    read_bundle,
+    write_bundle,
+)
 from certs.names import service_dns_names, split_identities, validate_dns_name
 from certs.pem import ca_bundle_b64, certificate_expiry, subject_alternative_names
 
@@ -19,8 +28,10 @@ __all__ = [
     "TLS_KEY",
     "CertificateAuthority",
     "KeyPair",
+    "atomic_write",
     "ca_bundle_b64",
     "certificate_expiry",
+    "fsync_directory",
     "generate_bundle",
     "read_bundle",
     "service_dns_names",

@@ -29,7 +29,8 @@ from typing import Final
 
 from certs.pem import load_certificate, load_certificates, load_private_key, public_keys_match
 
-__all__ = ["CA_CERT", "CA_KEY", "TLS_CERT", "TLS_KEY", "read_bundle", "write_bundle"]
+__all__ = ["CA_CERT", "CA_KEY", "TLS_CERT", "TLS_KEY", "atomic_write", "fsync_directory",
+           "read_bundle", "write_bundle"]
 
 CA_CERT: Final = "ca.crt"
 CA_KEY: Final = "ca.key"
@@ -57,11 +58,11 @@ def write_bundle(
     # Keys before certificates: a reader that sees a new certificate then
     # finds its key already in place (the reverse order widens the mismatch).
     if ca_key_pem is not None:
-        _atomic_write(directory / CA_KEY, ca_key_pem, mode=_PRIVATE_MODE)
-    _atomic_write(directory / CA_CERT, ca_pem, mode=_PUBLIC_MODE)
-    _atomic_write(directory / TLS_KEY, key_pem, mode=_PRIVATE_MODE)
-    _atomic_write(directory / TLS_CERT, cert_pem, mode=_PUBLIC_MODE)
-    _fsync_directory(directory)
+        atomic_write(directory / CA_KEY, ca_key_pem, mode=_PRIVATE_MODE)
+    atomic_write(directory / CA_CERT, ca_pem, mode=_PUBLIC_MODE)
+    atomic_write(directory / TLS_KEY, key_pem, mode=_PRIVATE_MODE)
+    atomic_write(directory / TLS_CERT, cert_pem, mode=_PUBLIC_MODE)
+    fsync_directory(directory)
 
 
 def read_bundle(directory: Path) -> tuple[bytes, bytes, bytes]:
@@ -93,7 +94,11 @@ def _read(path: Path) -> bytes:
         ) from None
 
 
-def _atomic_write(path: Path, data: bytes, *, mode: int) -> None:
+def atomic_write(path: Path, data: bytes, *, mode: int) -> None:
+    """Replace ``path`` with ``data`` in one rename, created with ``mode``; fsynced.
+
+    Follow with :func:`fsync_directory` to make the rename itself durable.
+    """
     # Dot-prefixed so globbing readers (and kubelet-style watchers) skip it;
     # random so concurrent writers cannot collide on O_EXCL.
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
@@ -110,8 +115,8 @@ def _atomic_write(path: Path, data: bytes, *, mode: int) -> None:
         raise
 
 
-def _fsync_directory(directory: Path) -> None:
-    # Makes the renames themselves durable across a crash.
+def fsync_directory(directory: Path) -> None:
+    """Make the renames into ``directory`` durable: until it is synced, a crash may undo them."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

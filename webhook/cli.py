@@ -91,7 +91,7 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from webhook import filestore, health
 
     problems = health.credential_problems(
-        rules, filestore.read_store(args.store_file, _store_key(args)))
+        rules, filestore.read_store(args.store_file, _store_key(args)).credentials)
     for name, why in sorted(problems.items()):
         # The same words the server logs and lists in /readyz.
         print(f"  credential {name}: {why} ({args.store_file})", file=out)
@@ -107,6 +107,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
         store=args.store, store_file=args.store_file, store_key_file=args.key_file,
         credential_deadline=args.credential_deadline, audit_only=args.audit_only,
+        reconcile_interval=args.reconcile_interval,
         tls_secret=args.tls_secret, service=args.service,
         webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
         tls_dir=args.tls_dir, tls_names=tuple(args.tls_name),
@@ -142,11 +143,11 @@ def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
     if not password:
         raise ConfigError("no password on standard input")
     key = _store_key(args)
-    entries = filestore.read_store(args.store_file, key, missing_ok=True)
-    replaced = args.name in entries
-    entries[args.name] = Credential(name=args.name, registry=args.registry,
-                                    username=args.username, password=password)
-    filestore.write_store(args.store_file, key, entries)
+    contents = filestore.read_store(args.store_file, key, missing_ok=True)
+    replaced = args.name in contents.credentials
+    entries = {**contents.credentials, args.name: Credential(
+        name=args.name, registry=args.registry, username=args.username, password=password)}
+    filestore.write_store(args.store_file, key, contents.replaced(entries))
     print(f"{'updated' if replaced else 'added'} credential {args.name!r} for {args.registry} "
           f"in {args.store_file}", file=err)
     return EXIT_OK
@@ -155,7 +156,7 @@ def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
 def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from webhook import filestore
 
-    entries = filestore.read_store(args.store_file, _store_key(args))
+    entries = filestore.read_store(args.store_file, _store_key(args)).credentials
     print(f"{'NAME':<24} {'REGISTRY':<40} USERNAME", file=out)
     for credential in sorted(entries.values(), key=lambda c: c.name):
         print(f"{credential.name:<24} {credential.registry:<40} {credential.username}", file=out)
@@ -166,12 +167,12 @@ def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -
     from webhook import filestore
 
     key = _store_key(args)
-    entries = filestore.read_store(args.store_file, key)
-    if args.name not in entries:
+    contents = filestore.read_store(args.store_file, key)
+    if args.name not in contents.credentials:
         print(f"no credential {args.name!r} in {args.store_file}", file=err)
         return EXIT_FINDINGS
-    del entries[args.name]
-    filestore.write_store(args.store_file, key, entries)
+    entries = {n: c for n, c in contents.credentials.items() if n != args.name}
+    filestore.write_store(args.store_file, key, contents.replaced(entries))
     print(f"removed credential {args.name!r} from {args.store_file}", file=err)
     return EXIT_OK
 
@@ -371,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--credential-deadline", type=float, default=2.0, metavar="SECONDS",
                          help="longest time admission spends making pull secrets "
                               "(default: %(default)s)")
+    cluster.add_argument("--reconcile-interval", type=float, default=30.0, metavar="SECONDS",
+                         help="how often the leader re-asserts every generated pull secret, "
+                              "bringing back deleted ones (default: %(default)s)")
     serve.set_defaults(run=cmd_serve)
 
     cred_commands = _group(commands, "credentials",

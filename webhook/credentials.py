@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -32,11 +31,6 @@ class Credential:
     """The key in ``.dockerconfigjson``: the mirror's ``host[:port]`` (a path may follow)."""
     username: str
     password: str = dataclasses.field(repr=False)
-    # Compared on every admission that needs this credential: computed once.
-    _hash: str = dataclasses.field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hashlib.sha256(self.dockerconfigjson()).hexdigest())
 
     def __str__(self) -> str:
         return f"credential {self.name!r} for {self.registry} (user {self.username!r})"
@@ -51,15 +45,6 @@ class Credential:
         return orjson.dumps({"auths": {self.registry: {
             "username": self.username, "password": self.password, "auth": auth}}},
             option=orjson.OPT_SORT_KEYS)
-
-    def content_hash(self) -> str:
-        """sha256 of :meth:`dockerconfigjson`, to tell whether a generated Secret is current.
-
-        It is written as an annotation on the generated Secret itself, whose
-        data anyone who can read the annotation can read too, so it reveals
-        nothing new.
-        """
-        return self._hash
 
 
 def _registry_key(key: str) -> str:

@@ -8,32 +8,72 @@ reported as such, naming the file; they never read as an empty store.
 
 On disk::
 
-    {"format": "mirrorgate-credentials/v1", "nonce": "<b64>", "ciphertext": "<b64>"}
+    {"format": "mirrorgate-credentials/v2", "store": "<hex>", "generation": N,
+     "nonce": "<b64>", "ciphertext": "<b64>"}
+
+The associated data of the AEAD is the format, the store's identity (random,
+made when the store is first written) and its generation (one more at every
+write), so none of them can be changed without the key. A running server
+pins the identity and the generation it loaded and refuses a reload that
+brings another store or an older generation: an earlier copy of the file,
+put back, is reported instead of silently undoing a rotation. (Across a
+restart only the key protects the file: no state outside it is kept.)
+
+The key file must be private, as ssh demands of a private key: a key file
+that group or others may read is refused.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import os
 import secrets
-import tempfile
+import stat
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+import certs
 from webhook.credentials import Credential, StoreError
 
-__all__ = ["KEY_ENV", "FileCredentialStore", "generate_key", "load_key", "read_store",
-           "write_store"]
+__all__ = ["KEY_ENV", "FileCredentialStore", "StoreContents", "generate_key", "load_key",
+           "read_store", "write_store"]
 
-FORMAT = "mirrorgate-credentials/v1"
+FORMAT = "mirrorgate-credentials/v2"
 KEY_ENV = "MIRRORGATE_STORE_KEY"
-_AAD = FORMAT.encode()  # binds the ciphertext to this format version
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreContents:
+    """What one version of the store file holds, with where it stands in the store's history."""
+
+    credentials: Mapping[str, Credential]
+    store_id: str = ""
+    """Random hex made at the first write; "" for a store not written yet."""
+    generation: int = 0
+    """0 for a store not written yet; every write adds one."""
+
+    def __repr__(self) -> str:  # credentials repr without passwords anyway, but keep it short
+        return (f"StoreContents({len(self.credentials)} credentials, store={self.store_id!r}, "
+                f"generation={self.generation})")
+
+    def replaced(self, credentials: Mapping[str, Credential]) -> StoreContents:
+        """The next generation of this store, holding ``credentials``."""
+        return StoreContents(credentials=dict(credentials),
+                             store_id=self.store_id or secrets.token_hex(16),
+                             generation=self.generation + 1)
+
+
+def _associated_data(store_id: str, generation: int) -> bytes:
+    return orjson.dumps({"format": FORMAT, "generation": generation, "store": store_id},
+                        option=orjson.OPT_SORT_KEYS)
 
 
 def generate_key() -> str:
@@ -45,6 +85,7 @@ def load_key(*, key_file: str | None, environ: Mapping[str, str]) -> bytes:
     if key_file is not None:
         try:
             with open(key_file, encoding="ascii") as handle:
+                _refuse_if_shared(key_file, os.fstat(handle.fileno()).st_mode)
                 text, source = handle.read().strip(), key_file
         except (OSError, UnicodeDecodeError) as error:
             reason = error.strerror if isinstance(error, OSError) else "not ASCII"
@@ -63,10 +104,26 @@ def load_key(*, key_file: str | None, environ: Mapping[str, str]) -> bytes:
     return key
 
 
-def _decode(path: str, raw: bytes, key: bytes) -> dict[str, Credential]:
+def _refuse_if_shared(key_file: str, mode: int) -> None:
+    # As ssh refuses a private key that others may read: the key opens every
+    # credential of the store, so a readable key file is a leak already.
+    if stat.S_IMODE(mode) & 0o077:
+        raise StoreError(f"{key_file}: the store key may be read or written by group or others "
+                         f"(mode {stat.S_IMODE(mode):04o}); make it private: chmod 600 "
+                         f"{key_file} (from a Kubernetes Secret volume: defaultMode: 0400)")
+
+
+def _decode(path: str, raw: bytes, key: bytes) -> StoreContents:
     try:
         envelope = orjson.loads(raw)
-        if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
+        if not isinstance(envelope, dict) or not isinstance(envelope.get("format"), str):
+            raise ValueError
+        if envelope["format"] != FORMAT:
+            raise StoreError(f"{path}: store format {envelope['format'][:40]!r} is not "
+                             f"{FORMAT!r}; re-create the store with `mirrorgate credentials "
+                             "add`")
+        store_id, generation = envelope["store"], envelope["generation"]
+        if not isinstance(store_id, str) or type(generation) is not int or generation < 1:
             raise ValueError
         nonce = base64.b64decode(envelope["nonce"], validate=True)
         ciphertext = base64.b64decode(envelope["ciphertext"], validate=True)
@@ -74,51 +131,55 @@ def _decode(path: str, raw: bytes, key: bytes) -> dict[str, Credential]:
         raise StoreError(f"{path}: not a mirrorgate credential store (damaged or another "
                          "file)") from None
     try:
-        plaintext = AESGCM(key).decrypt(nonce, ciphertext, _AAD)
+        plaintext = AESGCM(key).decrypt(nonce, ciphertext,
+                                        _associated_data(store_id, generation))
     except (InvalidTag, ValueError):
         raise StoreError(f"{path}: cannot decrypt: wrong key, or the file is damaged") from None
     try:
         entries = orjson.loads(plaintext)["credentials"]
-        return {name: Credential(name=name, registry=e["registry"], username=e["username"],
-                                 password=e["password"]) for name, e in entries.items()}
+        credentials = {name: Credential(name=name, registry=e["registry"],
+                                        username=e["username"], password=e["password"])
+                       for name, e in entries.items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         raise StoreError(f"{path}: decrypted, but the contents are malformed") from None
+    return StoreContents(credentials=credentials, store_id=store_id, generation=generation)
 
 
-def read_store(path: str, key: bytes, *, missing_ok: bool = False) -> dict[str, Credential]:
+def read_store(path: str, key: bytes, *, missing_ok: bool = False) -> StoreContents:
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
     except FileNotFoundError:
         if missing_ok:
-            return {}
+            return StoreContents(credentials={})
         raise StoreError(f"{path}: no such credential store") from None
     except OSError as error:
         raise StoreError(f"{path}: cannot read: {error.strerror}") from None
     return _decode(path, raw, key)
 
 
-def write_store(path: str, key: bytes, credentials: Mapping[str, Credential]) -> None:
-    """Encrypt and atomically replace ``path`` (created 0600)."""
+def write_store(path: str, key: bytes, contents: StoreContents) -> None:
+    """Encrypt ``contents`` and atomically replace ``path`` (created 0600), durably.
+
+    ``contents`` comes from :meth:`StoreContents.replaced`, so it carries the
+    store's identity and its next generation.
+    """
+    if not contents.store_id or contents.generation < 1:
+        raise ValueError("write_store needs the next generation: use StoreContents.replaced()")
     plaintext = orjson.dumps({"credentials": {
         c.name: {"registry": c.registry, "username": c.username, "password": c.password}
-        for c in credentials.values()}}, option=orjson.OPT_SORT_KEYS)
+        for c in contents.credentials.values()}}, option=orjson.OPT_SORT_KEYS)
     nonce = secrets.token_bytes(12)
+    sealed = AESGCM(key).encrypt(nonce, plaintext,
+                                 _associated_data(contents.store_id, contents.generation))
     envelope = orjson.dumps({
-        "format": FORMAT, "nonce": base64.b64encode(nonce).decode(),
-        "ciphertext": base64.b64encode(AESGCM(key).encrypt(nonce, plaintext, _AAD)).decode()})
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=".mirrorgate-store-", dir=directory)
+        "format": FORMAT, "store": contents.store_id, "generation": contents.generation,
+        "nonce": base64.b64encode(nonce).decode(),
+        "ciphertext": base64.b64encode(sealed).decode()})
     try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(envelope)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        certs.atomic_write(Path(path), envelope, mode=0o600)
+        certs.fsync_directory(Path(path).absolute().parent)
     except OSError as error:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
         raise StoreError(f"{path}: cannot write: {error.strerror}") from None
 
 
@@ -132,7 +193,8 @@ class FileCredentialStore:
     def __init__(self, path: str, key: bytes) -> None:
         self.path = path
         self._key = key
-        self._credentials = read_store(path, key)
+        self._contents = read_store(path, key)
+        self._credentials = self._contents.credentials
         self._problem: str | None = None
         self._subscribers: list[Callable[[], Any]] = []
         self._lock = threading.Lock()
@@ -152,10 +214,23 @@ class FileCredentialStore:
     def reload(self) -> None:
         with self._lock:
             try:
-                self._credentials = read_store(self.path, self._key)
+                contents = read_store(self.path, self._key)
+                self._check_succession(contents)
+                self._contents, self._credentials = contents, contents.credentials
                 self._problem = None
             except StoreError as error:
                 self._problem = f"{error}; serving the last good contents"
                 raise
         for callback in self._subscribers:
             callback()
+
+    def _check_succession(self, contents: StoreContents) -> None:
+        """Refuse another store, or an older generation of this one (a rollback)."""
+        pinned = self._contents
+        if contents.store_id != pinned.store_id:
+            raise StoreError(f"{self.path}: this is another credential store (not the one "
+                             "loaded at start-up); restart mirrorgate to switch stores")
+        if contents.generation < pinned.generation:
+            raise StoreError(f"{self.path}: generation {contents.generation} is older than "
+                             f"the loaded generation {pinned.generation}: an earlier copy of "
+                             "the file was put back")

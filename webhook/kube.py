@@ -33,9 +33,6 @@ __all__ = [
 ]
 
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-# Content negotiation for metadata-only lists and watches.
-METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
 class KubeError(Exception):
@@ -134,9 +131,9 @@ class Kube:
     def _call(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
               body: Any = None, content_type: str = "application/json",
               timeout: float | tuple[float, float] | None = None,
-              stream: bool = False, accept: str = "application/json") -> Any:
+              stream: bool = False) -> Any:
         url_path = path + (f"?{urlencode(query)}" if query else "")
-        headers = {"Accept": accept}
+        headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
         try:
@@ -161,8 +158,8 @@ class Kube:
             raise _error(response.status, data, path, method)
         return orjson.loads(data) if data else {}
 
-    def get(self, path: str, **query: Any) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", path, query=query or None)
+    def get(self, path: str, *, timeout: float | None = None, **query: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", path, query=query or None, timeout=timeout)
         return result
 
     def create(self, path: str, body: Mapping[str, Any], *,
@@ -195,20 +192,15 @@ class Kube:
             if preconditions else None
         self._call("DELETE", path, body=body, timeout=timeout)
 
-    def list(self, path: str, *, label_selector: str | None = None, limit: int = 500,
-             metadata_only: bool = False) -> tuple[list[dict[str, Any]], str]:
-        """Every object under ``path`` (paginated) and the list's resourceVersion.
-
-        ``metadata_only`` asks for PartialObjectMetadata: the objects' metadata
-        and nothing else, which for Secrets means no data ever leaves the server.
-        """
-        accept = METADATA_LIST if metadata_only else "application/json"
+    def list(self, path: str, *, label_selector: str | None = None,
+             limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every object under ``path`` (paginated) and the list's resourceVersion."""
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {"limit": limit}
         if label_selector:
             query["labelSelector"] = label_selector
         while True:
-            page = self._call("GET", path, query=query, accept=accept)
+            page = self._call("GET", path, query=query)
             items.extend(page.get("items") or ())
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -216,16 +208,14 @@ class Kube:
             query["continue"] = token
 
     def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
-              timeout_seconds: int = 300,
-              metadata_only: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+              timeout_seconds: int = 300) -> Iterator[tuple[str, dict[str, Any]]]:
         """Events ``(type, object)`` after ``resource_version``; ends when the server closes."""
         query: dict[str, Any] = {"watch": "true", "resourceVersion": resource_version,
                                  "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
         if label_selector:
             query["labelSelector"] = label_selector
         response = self._call("GET", path, query=query, stream=True,
-                              timeout=(self.timeout, timeout_seconds + 30),
-                              accept=METADATA if metadata_only else "application/json")
+                              timeout=(self.timeout, timeout_seconds + 30))
         try:
             for line in response:
                 if not line.strip():
@@ -260,6 +250,11 @@ def secrets_path(namespace: str | None = None, name: str | None = None) -> str:
 
 def namespaces_path(name: str | None = None) -> str:
     return f"/api/v1/namespaces/{quote(name)}" if name else "/api/v1/namespaces"
+
+
+def configmaps_path(namespace: str, name: str | None = None) -> str:
+    base = f"/api/v1/namespaces/{quote(namespace)}/configmaps"
+    return f"{base}/{quote(name)}" if name else base
 
 
 def pods_path(namespace: str | None = None) -> str:

@@ -1,15 +1,23 @@
-"""Generated pull secrets: made before the Pod is admitted, rotated, and cleaned up.
+"""Generated pull secrets: made before the Pod is admitted, rotated, healed and cleaned up.
 
 For a Pod that needs credential C in namespace N, the Secret ``mirrorgate-C``
-in N holds only C's registry login. Admission asks :meth:`missing` (memory
-only: an informer over every generated Secret) and calls :meth:`ensure` only
-for the few that are absent or stale. ``ensure`` creates first and compares on
-"already exists" (no check-then-create race between replicas), updates with
-the resourceVersion it read (no lost updates), and never touches a Secret of
-that name that mirrorgate did not create.
+in N holds only C's registry login. mirrorgate may create, update and delete
+Secrets but read none outside its own namespace, so what it knows of its
+copies is its own record of them (:mod:`webhook.records`): the uid of each
+copy and the keyed fingerprint (:mod:`webhook.fingerprints`) of what it wrote.
+
+Admission asks :meth:`PullSecretProvisioner.missing` (memory only) and calls
+:meth:`~PullSecretProvisioner.ensure` only for the few copies that are absent
+or stale, and only in namespaces mirrorgate itself sees opted in
+(:mod:`webhook.optin`). Creating claims the record first, so that of two
+replicas exactly one creates the Secret; a Secret of that name that was there
+before the claim is someone else's and is never touched. Every update and
+delete carries the recorded uid as a precondition, so only the object
+mirrorgate created is ever changed.
 
 The :class:`Reconciler` keeps the copies in step with the store and the policy
-(rotation, clean-up); it runs in one replica at a time, the Lease holder.
+(rotation, clean-up) and re-asserts every copy periodically, which brings back
+a deleted one; it runs in one replica at a time, the Lease holder.
 """
 
 from __future__ import annotations
@@ -17,29 +25,69 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import policy
 from webhook import kube
 from webhook.credentials import Credential, CredentialStore
-from webhook.informer import Informer, Key
-from webhook.kubestore import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR
+from webhook.fingerprints import Fingerprints
+from webhook.kubestore import MANAGED_BY_LABEL
 from webhook.logs import logger
+from webhook.optin import ENFORCE, MODE_LABEL, OPTED_IN_MODES, NamespaceOptIn
+from webhook.records import Record, Records
 
-__all__ = ["CREDENTIAL_LABEL", "HASH_ANNOTATION", "MODE_LABEL", "PullSecretProvisioner",
-           "Reconciler"]
+__all__ = ["CREDENTIAL_LABEL", "PullSecretProvisioner", "Reconciler"]
 
 CREDENTIAL_LABEL = "mirrorgate.io/credential"
-HASH_ANNOTATION = "mirrorgate.io/content-hash"
-MODE_LABEL = "mirrorgate.io/mode"
-OPTED_IN_MODES = frozenset({"enforce", "audit"})
+OPT_IN_GRACE = 1.0
+"""Seconds admission waits for its Namespace cache to show a label the API server saw."""
+ABANDONED_CLAIM = 60.0
+"""Seconds after which a claim never completed is taken for one a crash abandoned."""
+RECONCILE_BUDGET = 15.0
+"""Seconds one background write may take in all."""
+REASSERT_PER_SECOND = 20.0
+"""Pace of the periodic re-assertion: at most this many Secret writes a second."""
+_LOCK_STRIPES = 64
+_UNRECORDED_LIMIT = 1024
+_NAME_LIMIT = 63
+"""A namespace name is a DNS label: never longer."""
+_SLACK = 0.02
+"""A call that failed this close to the deadline failed because the deadline came."""
 
 
 class EnsureError(Exception):
-    """One pull secret could not be made current; the message says why (no data)."""
+    """One pull secret could not be made current; the message is for the Pod's creator.
+
+    It says what happened in a few words and never quotes the API server: its
+    RBAC messages name mirrorgate's ServiceAccount, which is for mirrorgate's
+    log (where the detail goes), not for every user creating Pods.
+    """
+
+
+class Deadline:
+    """The time left to an admission (or a background write), for every API call it makes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def expired(self) -> EnsureError:
+        return EnsureError(f"no answer from the Kubernetes API within {self.seconds:g}s")
+
+    def left(self) -> float:
+        """The timeout for the next call; EnsureError when none is left."""
+        remaining = self.remaining()
+        if remaining <= 0.001:
+            raise self.expired()
+        return remaining
 
 
 def secret_body(namespace: str, credential: Credential) -> dict[str, Any]:
@@ -48,132 +96,274 @@ def secret_body(namespace: str, credential: Credential) -> dict[str, Any]:
         "metadata": {
             "name": policy.pull_secret_name(credential.name), "namespace": namespace,
             "labels": {MANAGED_BY_LABEL: "mirrorgate", CREDENTIAL_LABEL: credential.name},
-            "annotations": {HASH_ANNOTATION: credential.content_hash()},
         },
         "data": {".dockerconfigjson": base64.b64encode(credential.dockerconfigjson()).decode()},
     }
 
 
-def _metadata_of(secret: Mapping[str, Any]) -> dict[str, Any]:
-    """What the cache keeps of a Secret we wrote: its metadata, as the informer does."""
-    return {"metadata": secret.get("metadata") or {}}
-
-
-def _is_ours(secret: Mapping[str, Any]) -> bool:
-    labels = (secret.get("metadata") or {}).get("labels") or {}
-    return labels.get(MANAGED_BY_LABEL) == "mirrorgate"
-
-
-def _hash_of(secret: Mapping[str, Any]) -> str | None:
-    value = ((secret.get("metadata") or {}).get("annotations") or {}).get(HASH_ANNOTATION)
-    return value if isinstance(value, str) else None
-
-
-def _describe(error: kube.KubeError) -> str:
+def _public(error: kube.KubeError, step: str) -> str:
+    """What the Pod's creator is told; the detail goes to the log."""
     if isinstance(error, kube.Forbidden):
-        return f"forbidden by RBAC: {error.message}"
-    if isinstance(error, kube.Unavailable):
-        return f"Kubernetes API unavailable: {error.message}"
-    return str(error)
+        cause = "forbidden"
+    elif isinstance(error, kube.Unavailable):
+        cause = "the Kubernetes API is unavailable"
+    else:
+        cause = f"the Kubernetes API answered {error.status} {error.reason}"[:120]
+    return f"mirrorgate could not {step} it: {cause}"
+
+
+def _foreign(namespace: str, secret: str) -> EnsureError:
+    return EnsureError(f"Secret {namespace}/{secret} exists and was not created by mirrorgate; "
+                       "it is left alone")
+
+
+def _age(record: Record) -> float:
+    try:
+        created = datetime.datetime.fromisoformat(record.created)
+    except ValueError:
+        return 0.0
+    return (datetime.datetime.now(datetime.UTC) - created).total_seconds()
 
 
 class PullSecretProvisioner:
     """The :class:`webhook.admission.PullSecrets` implementation against the real API."""
 
-    def __init__(self, client: kube.Kube, store: CredentialStore, *,
-                 deadline: float = 2.0, counter: Callable[[str], Any] | None = None) -> None:
+    def __init__(self, client: kube.Kube, store: CredentialStore, *, records: Records,
+                 optin: NamespaceOptIn, fingerprints: Fingerprints, deadline: float = 2.0,
+                 counter: Callable[[str], Any] | None = None) -> None:
         self.client = client
         self.store = store
+        self.records = records
+        self.optin = optin
+        self.fingerprints = fingerprints
         self.deadline = deadline
         """Seconds ensure() may take in all: well inside the webhook's timeoutSeconds."""
         self.count = counter or (lambda action: None)
-        # Metadata only: the content hash annotation says whether a copy is
-        # current, so the data of every generated Secret never needs to be here.
-        self.generated = Informer(client, kube.secrets_path(), name="generated-secrets",
-                                  label_selector=MANAGED_BY_SELECTOR, metadata_only=True)
+        # Concurrent admissions for one copy take turns in a replica (bounded: striped).
+        self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        self._unrecorded: dict[tuple[str, str], tuple[str, str]] = {}
+        """(namespace, secret) -> (uid, fingerprint) of copies made whose record failed."""
 
     def start(self) -> None:
-        self.generated.start()
+        self.records.informer.start()
+
+    def stop(self) -> None:
+        self.records.informer.stop()
 
     def problem(self) -> str | None:
-        return self.generated.problem() or self.store.problem()
+        return self.records.informer.problem() or self.optin.informer.problem() \
+            or self.store.problem()
 
     def _current(self, namespace: str, credential: str) -> bool:
         wanted = self.store.snapshot().get(credential)
-        found = self.generated.items.get((namespace, policy.pull_secret_name(credential)))
-        return wanted is not None and found is not None \
-            and _hash_of(found) == wanted.content_hash()
+        return wanted is not None and self.records.holds(
+            namespace, policy.pull_secret_name(credential), self.fingerprints.of(wanted))
 
     def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
+        if not self.optin.enforced(namespace):
+            return list(credentials)
         return [c for c in credentials if not self._current(namespace, c)]
 
     async def ensure(self, namespace: str, credentials: Sequence[str]) -> dict[str, str]:
+        deadline = Deadline(self.deadline)
+        grace = min(deadline.end, time.monotonic() + OPT_IN_GRACE)
+        if not await self.optin.wait_enforced(namespace, until=grace):
+            # A review can name any namespace: only our own cache says who opted in.
+            # Quoted no longer than a namespace name can be: the review may be forged.
+            quoted = namespace[:_NAME_LIMIT] + ("..." if len(namespace) > _NAME_LIMIT else "")
+            logger.warning("pull secret refused: namespace not opted in", extra={"fields": {
+                "namespace": quoted, "mode": self.optin.mode(namespace)}})
+            for _ in credentials:
+                self.count("failed")
+            return dict.fromkeys(credentials, f"namespace {quoted!r} is not labelled "
+                                              f"{MODE_LABEL}={ENFORCE}")
         done: set[str] = set()
         failures: dict[str, str] = {}
-        started = time.monotonic()
 
         def work() -> None:
             for credential in credentials:
-                remaining = self.deadline - (time.monotonic() - started)
-                if remaining <= 0:
-                    return
                 try:
-                    self.ensure_one(namespace, credential, timeout=remaining)
+                    self.ensure_one(namespace, credential, deadline)
                 except EnsureError as error:
                     failures[credential] = str(error)
                 # Only after the outcome is recorded: a credential the deadline
                 # catches half-way counts as failed, never as done.
                 done.add(credential)
 
-        # On timeout the thread finishes its current call in the background.
+        # Every call the thread makes is bounded by the deadline's remaining
+        # time, so it ends when admission stops waiting for it.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.to_thread(work), timeout=self.deadline)
-        timed_out = f"no answer from the Kubernetes API within {self.deadline:g}s"
+            await asyncio.wait_for(asyncio.to_thread(work), timeout=max(deadline.remaining(), 0))
+        timed_out = str(deadline.expired())
         failures = {**failures, **{c: timed_out for c in credentials if c not in done}}
         for _ in failures:
             self.count("failed")
         return failures
 
-    def ensure_one(self, namespace: str, name: str, *, timeout: float | None = None) -> None:
-        """Create or update ``mirrorgate-<name>`` in ``namespace``; EnsureError says why not."""
+    def _lock(self, namespace: str, secret: str) -> threading.Lock:
+        return self._locks[zlib.crc32(f"{namespace}/{secret}".encode()) % _LOCK_STRIPES]
+
+    def ensure_one(self, namespace: str, name: str, deadline: Deadline) -> None:
+        """Make ``mirrorgate-<name>`` in ``namespace`` current; EnsureError says why not."""
         credential = self.store.snapshot().get(name)
         if credential is None:
             raise EnsureError(f"credential {name!r} is not in the credential store")
-        body = secret_body(namespace, credential)
-        secret_name = body["metadata"]["name"]
-        path = kube.secrets_path(namespace)
+        secret = policy.pull_secret_name(name)
+        lock = self._lock(namespace, secret)
+        if not lock.acquire(timeout=deadline.left()):
+            raise deadline.expired()
+        step = ["create"]
         try:
-            try:
-                created = self.client.create(path, body, timeout=timeout)
-                self.generated.items[(namespace, secret_name)] = _metadata_of(created)
-                self.count("created")
-                return
-            except kube.AlreadyExists:
-                pass
-            for _ in range(3):  # another replica may be updating it at the same moment
-                existing = self.client.get(kube.secrets_path(namespace, secret_name))
-                if not _is_ours(existing):
-                    raise EnsureError(f"Secret {namespace}/{secret_name} exists and was not "
-                                      "created by mirrorgate; it is left alone")
-                if _hash_of(existing) == credential.content_hash():
-                    self.generated.items[(namespace, secret_name)] = _metadata_of(existing)
-                    return
-                body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-                try:
-                    updated = self.client.replace(kube.secrets_path(namespace, secret_name),
-                                                  body, timeout=timeout)
-                except kube.Conflict:
-                    continue
-                self.generated.items[(namespace, secret_name)] = _metadata_of(updated)
-                self.count("updated")
-                return
-            raise EnsureError(f"Secret {namespace}/{secret_name} kept changing under us")
+            self._ensure_locked(namespace, secret, credential, deadline, step)
         except kube.KubeError as error:
-            raise EnsureError(_describe(error)) from None
+            logger.warning("pull secret not made", extra={"fields": {
+                "secret": f"{namespace}/{secret}", "error": str(error)}})
+            if isinstance(error, kube.Unavailable) and deadline.remaining() < _SLACK:
+                raise deadline.expired() from None  # the call ran out of the time it was given
+            raise EnsureError(_public(error, step[0])) from None
+        finally:
+            lock.release()
+
+    def _ensure_locked(self, namespace: str, secret: str, credential: Credential,
+                       deadline: Deadline, step: list[str]) -> None:
+        want = self.fingerprints.of(credential)
+        for _ in range(3):  # another replica may be writing the record at the same moment
+            record = self.records.get(namespace, secret)
+            if record is None:
+                try:
+                    claim = self.records.claim(namespace, secret, credential.name,
+                                               timeout=deadline.left())
+                except kube.AlreadyExists:
+                    record = self._complete_unrecorded(namespace, secret, deadline) \
+                        or self._await_claim(namespace, secret, deadline)
+                else:
+                    self._create(claim, credential, want, deadline)
+                    return
+            elif not record.uid:
+                record = self._complete_unrecorded(namespace, secret, deadline) \
+                    or self._await_claim(namespace, secret, deadline)
+            if record is None:
+                continue  # the claim was released: claim again
+            if record.fingerprint == want:
+                return
+            step[0] = "update"
+            self._write(record, credential, want, deadline)
+            return
+        raise EnsureError(f"Secret {namespace}/{secret} kept changing under us")
+
+    def _await_claim(self, namespace: str, secret: str, deadline: Deadline) -> Record | None:
+        """Wait for another replica's claim to complete; None when it was released."""
+        pause = 0.01
+        while True:
+            record = self.records.fetch(namespace, secret, timeout=deadline.left())
+            if record is None or record.uid:
+                return record
+            if _age(record) > ABANDONED_CLAIM:
+                raise EnsureError(f"an earlier attempt to create Secret {namespace}/{secret} "
+                                  "was interrupted; mirrorgate will retry it")
+            time.sleep(min(pause, max(deadline.remaining(), 0)))
+            pause = min(pause * 2, 0.1)
+
+    def _create(self, claim: Record, credential: Credential, want: str,
+                deadline: Deadline) -> None:
+        body = secret_body(claim.namespace, credential)
+        try:
+            created = self.client.create(kube.secrets_path(claim.namespace), body,
+                                         timeout=deadline.left())
+        except kube.AlreadyExists:
+            # It was there before our claim: someone else's. Release the claim.
+            self.records.drop(claim, timeout=deadline.left())
+            raise _foreign(claim.namespace, claim.secret) from None
+        except kube.KubeError:
+            with contextlib.suppress(kube.KubeError, EnsureError):
+                self.records.drop(claim, timeout=deadline.left())
+            raise
+        self.count("created")
+        uid = created["metadata"]["uid"]
+        try:
+            self.records.complete(claim, uid=uid, fingerprint=want, timeout=deadline.left())
+        except (kube.KubeError, EnsureError):
+            # The Secret is ours, but only this process knows its uid: keep it, so
+            # that the claim is completed later rather than left to look foreign.
+            if len(self._unrecorded) < _UNRECORDED_LIMIT:
+                self._unrecorded[(claim.namespace, claim.secret)] = (uid, want)
+            raise
+
+    def record_unrecorded(self) -> None:
+        """Complete the claims whose Secret was made but whose record write failed."""
+        for namespace, secret in list(self._unrecorded):
+            with self._lock(namespace, secret):
+                try:
+                    self._complete_unrecorded(namespace, secret,
+                                              Deadline(RECONCILE_BUDGET))
+                except (kube.KubeError, EnsureError) as error:
+                    logger.warning("pull secret record not written", extra={"fields": {
+                        "secret": f"{namespace}/{secret}", "error": str(error)}})
+
+    def _complete_unrecorded(self, namespace: str, secret: str,
+                             deadline: Deadline) -> Record | None:
+        """The claim completed with the uid this process remembers; None if there is none."""
+        remembered = self._unrecorded.get((namespace, secret))
+        if remembered is None:
+            return None
+        claim = self.records.fetch(namespace, secret, timeout=deadline.left())
+        if claim is not None and not claim.uid:
+            claim = self.records.complete(claim, uid=remembered[0], fingerprint=remembered[1],
+                                          timeout=deadline.left())
+        self._unrecorded.pop((namespace, secret), None)
+        return claim
+
+    def _write(self, record: Record, credential: Credential, want: str,
+               deadline: Deadline) -> str:
+        """Write the copy mirrorgate made (by its uid): "updated", or "created" if it was gone."""
+        body = secret_body(record.namespace, credential)
+        body["metadata"]["uid"] = record.uid  # the API server's precondition: this object only
+        path = kube.secrets_path(record.namespace, record.secret)
+        try:
+            self.client.replace(path, body, timeout=deadline.left())
+            uid, action = record.uid, "updated"
+        except kube.NotFound:
+            del body["metadata"]["uid"]
+            try:
+                uid = self.client.create(kube.secrets_path(record.namespace), body,
+                                         timeout=deadline.left())["metadata"]["uid"]
+            except kube.AlreadyExists:
+                self.records.drop(record, timeout=deadline.left())
+                raise _foreign(record.namespace, record.secret) from None
+            action = "created"
+        except kube.Conflict:
+            # A Secret of that name, but another object than ours: forget ours.
+            self.records.drop(record, timeout=deadline.left())
+            raise _foreign(record.namespace, record.secret) from None
+        if (uid, want) != (record.uid, record.fingerprint):
+            with contextlib.suppress(kube.Conflict):  # another replica recorded it first
+                self.records.complete(record, uid=uid, fingerprint=want,
+                                      timeout=deadline.left())
+            self.count(action)
+        return action
+
+    def reassert(self, record: Record) -> str:
+        """Write a copy again whether or not it looks current (heals a deleted one).
+
+        Returns "updated" (written; unchanged contents are no write at all in
+        etcd), "created" (it had been deleted) or raises EnsureError.
+        """
+        credential = self.store.snapshot().get(record.credential)
+        if credential is None:
+            raise EnsureError(f"credential {record.credential!r} is not in the credential store")
+        deadline = Deadline(RECONCILE_BUDGET)
+        lock = self._lock(record.namespace, record.secret)
+        with lock:
+            current = self.records.get(record.namespace, record.secret) or record
+            try:
+                return self._write(current, credential, self.fingerprints.of(credential),
+                                   deadline)
+            except kube.KubeError as error:
+                raise EnsureError(str(error)) from None
 
 
 class Reconciler:
-    """Rotation and clean-up of every generated Secret, run by the Lease holder only."""
+    """Rotation, healing and clean-up of every generated Secret, run by the Lease holder only."""
 
     def __init__(self, provisioner: PullSecretProvisioner, client: kube.Kube, *,
                  rules: Callable[[], policy.Policy], is_leader: Callable[[], bool],
@@ -183,46 +373,47 @@ class Reconciler:
         self.rules = rules
         self.is_leader = is_leader
         self.interval = interval
-        self.namespaces = Informer(client, kube.namespaces_path(), name="namespaces",
-                                   on_change=lambda kind, obj: self.trigger())
+        """Seconds between passes; every periodic pass re-asserts every copy (the heal bound)."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
         provisioner.store.subscribe(self.trigger)
+        provisioner.optin.subscribe(self.trigger)
 
     def start(self) -> None:
-        self.namespaces.start()
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self.namespaces.stop()
 
     def trigger(self) -> None:
         self._wake.set()
 
+    def _ready(self) -> bool:
+        return self.is_leader() and self.provisioner.optin.informer.synced.is_set() \
+            and self.provisioner.records.informer.synced.is_set()
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.interval)
+            triggered = self._wake.wait(self.interval)
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if not self.is_leader() or not self.namespaces.synced.is_set() \
-                    or not self.provisioner.generated.synced.is_set():
+            self.provisioner.record_unrecorded()  # this replica's own, leader or not
+            if not self._ready():
                 continue
             try:
-                self.reconcile_once()
+                self.reconcile_once(reassert=not triggered)
             except Exception:
                 logger.exception("reconcile failed", extra={"fields": {}})
 
     def _wanted(self, namespace: str, credential: str) -> str | None:
         """None when the copy should exist, else why it should go."""
-        ns = self.namespaces.items.get(("", namespace))
-        if ns is None:
+        optin = self.provisioner.optin
+        if not optin.exists(namespace):
             return "namespace is gone"
-        labels = (ns.get("metadata") or {}).get("labels") or {}
-        if labels.get(MODE_LABEL) not in OPTED_IN_MODES:
+        if optin.mode(namespace) not in OPTED_IN_MODES:
             return f"namespace no longer has the {MODE_LABEL} label"
         rules = self.rules()
         if rules.is_namespace_excluded(namespace):
@@ -233,34 +424,75 @@ class Reconciler:
             return "the credential is no longer in the store"
         return None
 
-    def reconcile_once(self) -> dict[str, int]:
-        counts = {"updated": 0, "deleted": 0, "failed": 0}
-        store = self.provisioner.store.snapshot()
-        items: list[tuple[Key, dict[str, Any]]] = list(self.provisioner.generated.items.items())
-        for (namespace, name), secret in items:
-            metadata = secret.get("metadata") or {}
-            credential = (metadata.get("labels") or {}).get(CREDENTIAL_LABEL, "")
-            why = self._wanted(namespace, credential)
+    def _remove(self, record: Record, why: str) -> None:
+        records = self.provisioner.records
+        if why != "namespace is gone":  # deleting the namespace deletes its Secrets
+            with contextlib.suppress(kube.NotFound, kube.Conflict):  # gone, or not ours
+                self.client.delete(kube.secrets_path(record.namespace, record.secret),
+                                   uid=record.uid)
+            self.provisioner.count("deleted")
+            logger.info("pull secret removed", extra={"fields": {
+                "secret": f"{record.namespace}/{record.secret}", "reason": why}})
+        records.drop(record)
+
+    def reconcile_once(self, *, reassert: bool = False) -> dict[str, int]:
+        """Removals and rotations at once; with ``reassert``, then every copy written again.
+
+        The re-assertion is paced, so with many copies it is long: a rotation or
+        an opt-out that arrives meanwhile is handled first, not after it.
+        """
+        counts = {"updated": 0, "restored": 0, "deleted": 0, "failed": 0}
+        self._sweep(counts)
+        if not reassert:
+            return counts
+        for record in self.provisioner.records.all():
+            if self._stop.is_set() or not self.is_leader():
+                break
+            if self._wake.is_set():
+                self._wake.clear()
+                self._sweep(counts)
+            current = self.provisioner.records.get(record.namespace, record.secret)
+            if current is None or not current.uid \
+                    or self._wanted(current.namespace, current.credential) is not None:
+                continue  # gone, claimed, or going: the sweeps deal with it
+            where = f"{current.namespace}/{current.secret}"
             try:
-                if why is not None:
-                    if why == "namespace is gone":
-                        continue  # deleting the namespace deletes its Secrets
-                    self.client.delete(kube.secrets_path(namespace, name),
-                                       uid=metadata.get("uid"))
-                    self.provisioner.generated.items.pop((namespace, name), None)
-                    counts["deleted"] += 1
-                    self.provisioner.count("deleted")
-                    logger.info("pull secret removed", extra={"fields": {
-                        "secret": f"{namespace}/{name}", "reason": why}})
-                elif _hash_of(secret) != store[credential].content_hash():
-                    self.provisioner.ensure_one(namespace, credential)
-                    counts["updated"] += 1
-                    logger.info("pull secret rotated", extra={"fields": {
-                        "secret": f"{namespace}/{name}"}})
-            except kube.NotFound:
-                self.provisioner.generated.items.pop((namespace, name), None)
+                if self.provisioner.reassert(current) == "created":
+                    counts["restored"] += 1
+                    logger.info("pull secret restored", extra={"fields": {"secret": where}})
             except (kube.KubeError, EnsureError) as error:
-                counts["failed"] += 1
-                logger.warning("pull secret reconcile failed", extra={"fields": {
-                    "secret": f"{namespace}/{name}", "error": str(error)}})
+                self._failed(counts, where, error)
+            self._stop.wait(1 / REASSERT_PER_SECOND)
         return counts
+
+    def _sweep(self, counts: dict[str, int]) -> None:
+        """Abandoned claims, copies that should go, and copies that are stale."""
+        store = self.provisioner.store.snapshot()
+        fingerprints = self.provisioner.fingerprints
+        for record in self.provisioner.records.all():
+            if self._stop.is_set() or not self.is_leader():
+                return
+            where = f"{record.namespace}/{record.secret}"
+            try:
+                if not record.uid:
+                    if _age(record) > ABANDONED_CLAIM:
+                        self.provisioner.records.drop(record)
+                        logger.warning("abandoned pull-secret claim dropped", extra={
+                            "fields": {"secret": where}})
+                    continue
+                why = self._wanted(record.namespace, record.credential)
+                if why is not None:
+                    self._remove(record, why)
+                    counts["deleted"] += 1
+                elif record.fingerprint != fingerprints.of(store[record.credential]):
+                    self.provisioner.reassert(record)
+                    counts["updated"] += 1
+                    logger.info("pull secret rotated", extra={"fields": {"secret": where}})
+            except (kube.KubeError, EnsureError) as error:
+                self._failed(counts, where, error)
+
+    @staticmethod
+    def _failed(counts: dict[str, int], where: str, error: Exception) -> None:
+        counts["failed"] += 1
+        logger.warning("pull secret reconcile failed", extra={"fields": {
+            "secret": where, "error": str(error)}})

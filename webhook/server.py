@@ -20,6 +20,7 @@ from webhook import (
     app,
     credentials,
     filestore,
+    fingerprints,
     health,
     kube,
     kubestore,
@@ -32,6 +33,8 @@ from webhook import (
     watch,
 )
 from webhook.logs import logger
+from webhook.optin import NamespaceOptIn
+from webhook.records import Records
 
 __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
 
@@ -178,17 +181,25 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
     runtime.readiness["credential-store"] = store.problem
     if client is None:
         return StandalonePullSecrets(), store
+    try:
+        key = fingerprints.load_or_create_key(client, namespace)
+    except kube.KubeError as error:
+        raise policyfile.ConfigError(f"cannot read or make Secret {namespace}/"
+                                     f"{fingerprints.KEY_SECRET}: {error}") from None
     counter = runtime.metrics.pull_secret_writes
+    optin = NamespaceOptIn(client)
     provisioner = pullsecrets.PullSecretProvisioner(
-        client, store, deadline=settings.credential_deadline,
+        client, store, records=Records(client, namespace), optin=optin,
+        fingerprints=fingerprints.Fingerprints(key), deadline=settings.credential_deadline,
         counter=lambda action: counter.labels(action).inc())
     elector = leader.LeaderElector(client, namespace=namespace)
     reconciler = pullsecrets.Reconciler(provisioner, client, rules=lambda: runtime.policy.policy,
                                         is_leader=elector.is_leader,
                                         interval=settings.reconcile_interval)
-    runtime.readiness["pull-secrets"] = provisioner.generated.problem
-    background.starts += [provisioner.start, elector.start, reconciler.start]
-    background.stops += [reconciler.stop, elector.stop, provisioner.generated.stop]
+    runtime.readiness["pull-secrets"] = provisioner.problem
+    background.starts += [optin.informer.start, provisioner.start, elector.start,
+                          reconciler.start]
+    background.stops += [reconciler.stop, elector.stop, provisioner.stop, optin.informer.stop]
     runtime.on_policy_change.append(reconciler.trigger)
     return provisioner, store
 

@@ -201,6 +201,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 CREDENTIAL = "e2e-mirror"
+RECONCILE_INTERVAL = 5.0
+"""The session server's --reconcile-interval (seconds)."""
 DOCKERHUB_MIRROR = "mirror.e2e.example/dockerhub"
 
 
@@ -254,11 +256,14 @@ def installed(control_plane: ControlPlane, registry: RegistryStack, kustomize: P
     with control_plane.api_client() as api:
         mg.install_base(api, kustomize)
         central_credential(api, registry)
+        # A short reconcile interval: a deleted copy is re-asserted within it.
         server = mg.start_mirrorgate(tmp_path_factory.mktemp("mirrorgate"), control_plane,
-                                     policy=e2e_policy(registry), args=["--store", "kubernetes"],
+                                     policy=e2e_policy(registry),
+                                     args=["--store", "kubernetes", "--reconcile-interval",
+                                           str(RECONCILE_INTERVAL)],
                                      redact=[registry.password])
         configuration = mg.webhook_configuration(kustomize)
-        mg.register(api, configuration, server)
+        mg.register(api, configuration, server, excluded_labels=mg.OWN_WEBHOOK_LABELS)
         try:
             yield Installed(server=server, configuration=configuration, registry=registry,
                             control_plane=control_plane)

@@ -26,23 +26,14 @@ from kubernetes import client as k8s
 
 from tests.e2e import mirrorgate as mg
 from tests.e2e.procs import wait_until
-from webhook.credentials import Credential
 
 SUITE_LABEL = "e2e.mirrorgate.io/suite"
 MODE_LABEL = "mirrorgate.io/mode"
 MANAGED_BY = "app.kubernetes.io/managed-by"
-HASH_ANNOTATION = "mirrorgate.io/content-hash"
 LEASE = "mirrorgate-reconciler"
 
 
 # --------------------------------------------------------------------------- credentials
-
-def credential_hash(name: str, registry: str, username: str, password: str) -> str:
-    """The content-hash annotation mirrorgate writes for this login (computed independently
-    of the server: the sha256 of the .dockerconfigjson it must hold)."""
-    return Credential(name=name, registry=registry, username=username,
-                      password=password).content_hash()
-
 
 def auth_value(username: str, password: str) -> str:
     """The base64 `auth` field of a .dockerconfigjson entry."""
@@ -82,10 +73,6 @@ def labels_of(obj: Mapping[str, Any] | None) -> dict[str, str]:
 
 def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
-
-
-def content_hash_of(secret: Mapping[str, Any] | None) -> str | None:
-    return annotations_of(secret).get(HASH_ANNOTATION)
 
 
 # --------------------------------------------------------------------------- policy files
@@ -186,19 +173,16 @@ def bad_lines(text: str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- webhook plumbing
 
 def own_configuration(configuration: Mapping[str, Any]) -> dict[str, Any]:
-    """The base configuration's enforce webhook only, without the mode label expression.
+    """The base configuration's enforce webhook only.
 
     Registered with ``namespace_label=(SUITE_LABEL, value)`` it matches only
-    namespaces labelled with that value, so the session server never sees them.
+    namespaces labelled with that value (and mirrorgate.io/mode=enforce, which
+    mirrorgate checks itself); the session's configuration leaves those out.
     """
     body = copy.deepcopy(dict(configuration))
     body["webhooks"] = [w for w in body["webhooks"]
                         if w["clientConfig"]["service"]["path"] == "/mutate"]
     assert len(body["webhooks"]) == 1, body["webhooks"]
-    for webhook in body["webhooks"]:
-        selector = webhook["namespaceSelector"]
-        selector["matchExpressions"] = [e for e in selector["matchExpressions"]
-                                        if e["key"] != MODE_LABEL]
     return body
 
 

@@ -33,6 +33,11 @@ REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "mirrorgate"
 SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:mirrorgate"
 SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}")
+OWN_WEBHOOK_LABELS = ("e2e.mirrorgate.io/suite", "e2e.mirrorgate.io/failure",
+                      "e2e.mirrorgate.io/selfcerts")
+"""Namespaces a test serves with a webhook configuration of its own carry one of these
+(besides mirrorgate.io/mode, which mirrorgate itself checks); the session's configuration
+leaves them out."""
 
 
 def render(kustomize: Path, directory: str) -> list[dict[str, Any]]:
@@ -157,6 +162,7 @@ class Endpoint(Protocol):
 def register(api: k8s.ApiClient, configuration: Mapping[str, Any], server: Endpoint, *,
              name: str = "mirrorgate",
              namespace_label: tuple[str, str] | None = None,
+             excluded_labels: Sequence[str] = (),
              failure_policy: str | None = None) -> dict[str, Any]:
     """Create (or replace) the webhook configuration pointing at ``server``.
 
@@ -171,9 +177,11 @@ def register(api: k8s.ApiClient, configuration: Mapping[str, Any], server: Endpo
         path = webhook["clientConfig"]["service"]["path"]
         webhook["clientConfig"] = {"url": f"{server.url}{path}",
                                    "caBundle": base64.b64encode(server.ca_pem).decode()}
+        expressions = webhook["namespaceSelector"].setdefault("matchExpressions", [])
         if namespace_label is not None:
-            webhook["namespaceSelector"]["matchExpressions"].append(
+            expressions.append(
                 {"key": namespace_label[0], "operator": "In", "values": [namespace_label[1]]})
+        expressions += [{"key": key, "operator": "DoesNotExist"} for key in excluded_labels]
         if failure_policy is not None:
             webhook["failurePolicy"] = failure_policy
     admission = k8s.AdmissionregistrationV1Api(api)

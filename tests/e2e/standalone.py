@@ -84,7 +84,8 @@ def write_store(directory: Path, credentials: Sequence[Credential]) -> list[str]
     key_file.chmod(0o600)
     store = directory / "store.json"
     filestore.write_store(str(store), filestore.load_key(key_file=str(key_file), environ={}),
-                          {c.name: c for c in credentials})
+                          filestore.StoreContents(credentials={}).replaced(
+                              {c.name: c for c in credentials}))
     return ["--store", "file", "--store-file", str(store), "--key-file", str(key_file)]
 
 

@@ -13,7 +13,6 @@ from kubernetes import client as k8s
 import policy
 from tests.e2e.conftest import CREDENTIAL, DOCKERHUB_MIRROR, Installed, MakeNamespace
 from tests.e2e.kube import warning_messages
-from webhook import kube
 
 pytestmark = pytest.mark.e2e
 
@@ -220,25 +219,3 @@ def test_generated_secret_authenticates_against_the_mirror(
     with pytest.raises(RegistryHTTPError) as anonymous:
         registry.pull(image, {"auths": {}})
     assert anonymous.value.status == 401
-
-
-def test_generated_secrets_are_cached_without_their_data(
-        installed: Installed, make_namespace: MakeNamespace) -> None:
-    """The informer over generated Secrets asks for metadata only: no credential is copied."""
-    with installed.control_plane.api_client() as api:
-        namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
-        create(api, namespace, pod(installed))
-    client = kube.Kube.connect(kubeconfig=str(installed.control_plane.kubeconfig))
-    try:
-        items, _ = client.list(kube.secrets_path(namespace), metadata_only=True,
-                               label_selector="app.kubernetes.io/managed-by=mirrorgate")
-        events = client.watch(kube.secrets_path(namespace), resource_version="0",
-                              metadata_only=True, timeout_seconds=1)
-        watched = [obj for _, obj in events]
-    finally:
-        client.close()
-    assert [i["metadata"]["name"] for i in items] == [SECRET]
-    for obj in (*items, *watched):
-        assert "data" not in obj
-        assert obj.get("kind", "PartialObjectMetadata") == "PartialObjectMetadata"
-    assert any(o["metadata"]["name"] == SECRET for o in watched)

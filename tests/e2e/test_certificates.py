@@ -40,6 +40,11 @@ def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: st
                     "name": "mirrorgate"},
         "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
     rbac.create_namespaced_role_binding(mg.NAMESPACE, {  # type: ignore[arg-type]
+        "metadata": {"name": f"{user}-own"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "mirrorgate"},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+    rbac.create_namespaced_role_binding(mg.NAMESPACE, {  # type: ignore[arg-type]
         "metadata": {"name": f"{user}-leader"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                     "name": "mirrorgate-leader"},
@@ -148,7 +153,7 @@ def test_certificates_are_created_injected_and_heal(
             lifetime = leaf.not_valid_after - leaf.not_valid_before
             assert datetime.timedelta(days=89) < lifetime < datetime.timedelta(days=91)
 
-            namespace = make_namespace({label[0]: label[1]})
+            namespace = make_namespace({label[0]: label[1], "mirrorgate.io/mode": "enforce"})
             with _Admissions(installed, api, namespace) as admissions:
                 # 1. An expired serving certificate from the same CA.
                 authority = certs.CertificateAuthority.load(cert_pem=ca, key_pem=stored["ca.key"])

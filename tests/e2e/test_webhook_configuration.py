@@ -107,7 +107,8 @@ def test_stopped_webhook_follows_failure_policy(
         mg.register(api, _failure_configuration(installed, label), server, name=name,
                     failure_policy=failure_policy)
         try:
-            namespace = make_namespace({"e2e.mirrorgate.io/failure": label})
+            namespace = make_namespace({"e2e.mirrorgate.io/failure": label,
+                                        "mirrorgate.io/mode": "enforce"})
             running, _ = create(api, namespace, pod(installed, name="while-up"))
             assert running["spec"]["containers"][0]["image"] == installed.registry.mirror_image
             server.stop()

@@ -1,4 +1,4 @@
-"""A recording stand-in for the Kubernetes API behind ``admission.PullSecrets``.
+"""Stand-ins behind small interfaces: ``admission.PullSecrets`` and, for one fault, ``kube.Kube``.
 
 Unit tests only observe which calls admission makes; the real API is the
 e2e suite's business.
@@ -6,8 +6,15 @@ e2e suite's business.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Sequence
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from webhook import kube
 
 
 @dataclasses.dataclass
@@ -30,3 +37,69 @@ class RecordingPullSecrets:
     async def ensure(self, namespace: str, credentials: Sequence[str]) -> dict[str, str]:
         self.ensure_calls.append((namespace, tuple(credentials)))
         return {c: self.failures[c] for c in credentials if c in self.failures}
+
+
+Behaviour = Callable[[Any], dict[str, Any]] | Exception | None
+"""How a scripted call answers: a function of the body, an error to raise, or None: never."""
+
+
+class ScriptedKube:
+    """Stands in for :class:`webhook.kube.Kube` for one fault the real API server cannot be
+    made to show on demand: answering some calls and never answering others.
+
+    A call that never answers waits for its timeout (``forever`` seconds when it has
+    none, as the real client's would) and then fails as the real client does.
+    """
+
+    def __init__(self, script: dict[tuple[str, str], Behaviour], *,
+                 forever: float = 60.0) -> None:
+        self.script = script
+        self.forever = forever
+        self.calls: list[tuple[str, str, float | None]] = []
+        self._in_flight = 0
+        self._idle = threading.Condition()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Whether every call has returned within ``timeout`` seconds."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout)
+
+    def _call(self, method: str, path: str, body: Any, timeout: float | None) -> dict[str, Any]:
+        resource = next(part for part in reversed(path.split("/"))
+                        if part in ("secrets", "configmaps", "namespaces"))
+        self.calls.append((method, resource, timeout))
+        behaviour = self.script.get((method, resource))
+        with self._idle:
+            self._in_flight += 1
+        try:
+            if behaviour is None:
+                time.sleep(timeout if timeout is not None else self.forever)
+                raise kube.Unavailable(0, "Unavailable", f"{method} {path}: timed out")
+            if isinstance(behaviour, Exception):
+                raise behaviour
+            return behaviour(body)
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def create(self, path: str, body: Any, *, timeout: float | None = None) -> dict[str, Any]:
+        return self._call("POST", path, body, timeout)
+
+    def get(self, path: str, *, timeout: float | None = None) -> dict[str, Any]:
+        return self._call("GET", path, None, timeout)
+
+    def replace(self, path: str, body: Any, *, timeout: float | None = None) -> dict[str, Any]:
+        return self._call("PUT", path, body, timeout)
+
+    def delete(self, path: str, *, uid: str | None = None,
+               timeout: float | None = None) -> None:
+        self._call("DELETE", path, {"uid": uid}, timeout)
+
+
+def stored(body: Any) -> dict[str, Any]:
+    """What the API server answers to a create: the body with a uid and a version."""
+    answer = copy.deepcopy(body)
+    answer["metadata"] |= {"uid": str(uuid.uuid4()), "resourceVersion": "1",
+                           "creationTimestamp": "2026-01-01T00:00:00Z"}
+    return dict(answer)

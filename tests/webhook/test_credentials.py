@@ -36,17 +36,6 @@ def test_dockerconfigjson_holds_one_login_with_auth() -> None:
         "auth": base64.b64encode(f"robot$pull:{PASSWORD}".encode()).decode()}}}
 
 
-def test_content_hash_follows_the_content() -> None:
-    """The hash changes with any field of the login and is stable otherwise."""
-    same = Credential(name="harbor-pull", registry="harbor.corp.example",
-                      username="robot$pull", password=PASSWORD)
-    other = Credential(name="harbor-pull", registry="harbor.corp.example",
-                       username="robot$pull", password=PASSWORD + "x")
-    assert same.content_hash() == CREDENTIAL.content_hash()
-    assert other.content_hash() != CREDENTIAL.content_hash()
-    assert PASSWORD not in CREDENTIAL.content_hash()
-
-
 @pytest.mark.parametrize(("payload", "expected"), [
     pytest.param({"auths": {"https://harbor.corp.example/v1/": {
         "username": "u", "password": "p"}}}, ("harbor.corp.example", "u", "p"),
@@ -84,11 +73,17 @@ def key() -> bytes:
     return base64.b64decode(filestore.generate_key())
 
 
+def _write(path: str, key: bytes, credentials: dict[str, Credential]) -> None:
+    """The next generation of the store at ``path``, as `credentials add` writes it."""
+    filestore.write_store(path, key, filestore.read_store(path, key, missing_ok=True)
+                          .replaced(credentials))
+
+
 def test_store_round_trip_is_encrypted_and_private(tmp_path: Path, key: bytes) -> None:
     """What is written reads back; on disk there is no plaintext, and the file is 0600."""
     path = str(tmp_path / "store.json")
-    filestore.write_store(path, key, {CREDENTIAL.name: CREDENTIAL})
-    assert filestore.read_store(path, key) == {CREDENTIAL.name: CREDENTIAL}
+    _write(path, key, {CREDENTIAL.name: CREDENTIAL})
+    assert filestore.read_store(path, key).credentials == {CREDENTIAL.name: CREDENTIAL}
     raw = Path(path).read_bytes()
     assert PASSWORD.encode() not in raw
     assert b"robot" not in raw
@@ -99,7 +94,7 @@ def test_store_round_trip_is_encrypted_and_private(tmp_path: Path, key: bytes) -
 def test_wrong_key_is_an_error_naming_the_file(tmp_path: Path, key: bytes) -> None:
     """Another key never reads as an empty store: it is an error that names the file."""
     path = str(tmp_path / "store.json")
-    filestore.write_store(path, key, {CREDENTIAL.name: CREDENTIAL})
+    _write(path, key, {CREDENTIAL.name: CREDENTIAL})
     other = base64.b64decode(filestore.generate_key())
     with pytest.raises(StoreError) as refused:
         filestore.read_store(path, other)
@@ -108,8 +103,10 @@ def test_wrong_key_is_an_error_naming_the_file(tmp_path: Path, key: bytes) -> No
 
 @pytest.mark.parametrize("damage", [
     pytest.param(lambda raw: raw[:-12] + b'AAAAAAAA"}', id="ciphertext-flipped"),
-    pytest.param(lambda raw: raw.replace(b"mirrorgate-credentials/v1", b"something-else/v1"),
+    pytest.param(lambda raw: raw.replace(b"mirrorgate-credentials/v2", b"something-else/v2"),
                  id="other-format"),
+    pytest.param(lambda raw: raw.replace(b'"generation":1', b'"generation":"1"'),
+                 id="generation-not-a-number"),
     pytest.param(lambda raw: b"garbage", id="garbage"),
     pytest.param(lambda raw: b"", id="empty"),
 ])
@@ -117,7 +114,7 @@ def test_damaged_file_is_an_error_naming_the_file(tmp_path: Path, key: bytes,
                                                   damage: Any) -> None:
     """Any damage is detected (GCM authenticates) and reported with the file's name."""
     path = tmp_path / "store.json"
-    filestore.write_store(str(path), key, {CREDENTIAL.name: CREDENTIAL})
+    _write(str(path), key, {CREDENTIAL.name: CREDENTIAL})
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(StoreError) as refused:
         filestore.read_store(str(path), key)
@@ -132,6 +129,7 @@ def test_bad_keys_are_named(tmp_path: Path, key_text: str, message: str) -> None
     """A key that is not 32 base64 bytes is refused, naming where it came from."""
     key_file = tmp_path / "key"
     key_file.write_text(key_text)
+    key_file.chmod(0o600)
     with pytest.raises(StoreError, match=message) as refused:
         filestore.load_key(key_file=str(key_file), environ={})
     assert str(key_file) in str(refused.value)
@@ -149,22 +147,130 @@ def test_no_key_says_how_to_get_one() -> None:
 def test_reload_keeps_the_last_good_contents(tmp_path: Path, key: bytes) -> None:
     """A damaged store on reload keeps serving what it had and reports the problem."""
     path = str(tmp_path / "store.json")
-    filestore.write_store(path, key, {CREDENTIAL.name: CREDENTIAL})
+    _write(path, key, {CREDENTIAL.name: CREDENTIAL})
     store = filestore.FileCredentialStore(path, key)
     changes: list[int] = []
     store.subscribe(lambda: changes.append(1))
+    loaded = filestore.read_store(path, key)
     Path(path).write_bytes(b"garbage")
     with pytest.raises(StoreError):
         store.reload()
     assert store.snapshot() == {CREDENTIAL.name: CREDENTIAL}
     assert store.problem() is not None
     assert changes == []
-    filestore.write_store(path, key, {})
+    filestore.write_store(path, key, loaded.replaced({}))
     store.reload()
     assert store.snapshot() == {}
     assert store.problem() is None
     assert changes == [1]
     assert PASSWORD not in repr(store)
+
+
+def test_generations_follow_each_write_and_keep_the_identity(tmp_path: Path,
+                                                              key: bytes) -> None:
+    """Every write is the next generation of the same store; a new store has a new identity."""
+    path, other = str(tmp_path / "store.json"), str(tmp_path / "other.json")
+    seen = []
+    for credentials in ({}, {CREDENTIAL.name: CREDENTIAL}, {}):
+        _write(path, key, credentials)
+        contents = filestore.read_store(path, key)
+        seen.append((contents.store_id, contents.generation))
+    _write(other, key, {})
+    assert [generation for _, generation in seen] == [1, 2, 3]
+    assert len({store_id for store_id, _ in seen}) == 1
+    assert filestore.read_store(other, key).store_id != seen[0][0]
+    assert PASSWORD not in repr(filestore.read_store(path, key))
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    pytest.param(b'"generation":2', b'"generation":3', id="generation-raised"),
+    pytest.param(b'"generation":2', b'"generation":1', id="generation-lowered"),
+    pytest.param(b'"store":"', b'"store":"0', id="identity-changed"),
+])
+def test_identity_and_generation_are_authenticated(tmp_path: Path, key: bytes, field: bytes,
+                                                   value: bytes) -> None:
+    """The envelope's identity and generation are the AEAD's associated data: no edit passes."""
+    path = tmp_path / "store.json"
+    _write(str(path), key, {})
+    _write(str(path), key, {CREDENTIAL.name: CREDENTIAL})
+    raw = path.read_bytes()
+    assert field in raw
+    path.write_bytes(raw.replace(field, value, 1))
+    with pytest.raises(StoreError, match="cannot decrypt"):
+        filestore.read_store(str(path), key)
+
+
+def test_reload_refuses_an_older_generation_put_back(tmp_path: Path, key: bytes) -> None:
+    """Putting back an earlier copy of the file (a rollback) is refused, not served."""
+    path = tmp_path / "store.json"
+    old = Credential(name="harbor-pull", registry="harbor.corp.example", username="robot$pull",
+                     password="revoked-password")
+    _write(str(path), key, {old.name: old})
+    earlier = path.read_bytes()
+    _write(str(path), key, {CREDENTIAL.name: CREDENTIAL})
+    store = filestore.FileCredentialStore(str(path), key)
+    path.write_bytes(earlier)
+    with pytest.raises(StoreError, match="generation 1 is older than the loaded generation 2"):
+        store.reload()
+    assert store.snapshot() == {CREDENTIAL.name: CREDENTIAL}
+    assert "earlier copy" in (store.problem() or "")
+    _write(str(path), key, {})  # the real next generation is taken again
+    store.reload()
+    assert store.snapshot() == {}
+    assert store.problem() is None
+
+
+def test_reload_refuses_another_store_under_the_same_key(tmp_path: Path, key: bytes) -> None:
+    """A different store encrypted with the same key is not taken for this one."""
+    path, other = tmp_path / "store.json", tmp_path / "other.json"
+    _write(str(path), key, {CREDENTIAL.name: CREDENTIAL})
+    for _ in range(3):  # a higher generation does not make it this store
+        _write(str(other), key, {})
+    store = filestore.FileCredentialStore(str(path), key)
+    path.write_bytes(other.read_bytes())
+    with pytest.raises(StoreError, match="another credential store"):
+        store.reload()
+    assert store.snapshot() == {CREDENTIAL.name: CREDENTIAL}
+
+
+def test_the_directory_is_synced_after_the_rename(tmp_path: Path, key: bytes,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rename is made durable: the directory is fsynced after os.replace."""
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("fsync dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        real_fsync(fd)
+
+    def replace(source: str, target: str) -> None:
+        events.append("replace")
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    _write(str(tmp_path / "store.json"), key, {CREDENTIAL.name: CREDENTIAL})
+    assert events == ["fsync file", "replace", "fsync dir"]
+
+
+@pytest.mark.parametrize(("mode", "accepted"), [
+    (0o600, True), (0o400, True), (0o640, False), (0o644, False), (0o604, False),
+    (0o620, False), (0o660, False),
+])
+def test_a_key_file_others_may_read_is_refused(tmp_path: Path, mode: int,
+                                                accepted: bool) -> None:
+    """As ssh does with private keys: a store key that group or others can access is refused."""
+    key_file = tmp_path / "store.key"
+    key_file.write_text(filestore.generate_key())
+    key_file.chmod(mode)
+    if accepted:
+        assert len(filestore.load_key(key_file=str(key_file), environ={})) == 32
+        return
+    with pytest.raises(StoreError) as refused:
+        filestore.load_key(key_file=str(key_file), environ={})
+    assert str(refused.value).startswith(f"{key_file}: the store key may be read or written "
+                                         f"by group or others (mode {mode:04o})")
+    assert "chmod 600" in str(refused.value)
 
 
 def _run(args: list[str], stdin: str = "") -> tuple[int, str, str]:
@@ -212,6 +318,7 @@ def test_credentials_command_errors(tmp_path: Path, args: list[str], stdin: str,
     """Mistakes exit 2 with one line saying what is wrong."""
     key_file = tmp_path / "key"
     key_file.write_text(filestore.generate_key())
+    key_file.chmod(0o600)
     status, _, err = _run(["credentials", *args, "--store", str(tmp_path / "store.json"),
                            "--key-file", str(key_file)], stdin=stdin)
     assert status == 2

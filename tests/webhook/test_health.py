@@ -223,8 +223,11 @@ def test_policy_check_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(filestore.KEY_ENV, key)
     store = tmp_path / "store.json"
     raw = filestore.load_key(key_file=None, environ={filestore.KEY_ENV: key})
-    filestore.write_store(str(store), raw, {
-        "harbor-pull": _credential("harbor-pull", "harbor.example.org")})
+    def write(*credentials: Credential) -> None:
+        current = filestore.read_store(str(store), raw, missing_ok=True)
+        filestore.write_store(str(store), raw, current.replaced({c.name: c for c in credentials}))
+
+    write(_credential("harbor-pull", "harbor.example.org"))
     path = tmp_path / "policy.yaml"
     path.write_text(policies.POLICY)
 
@@ -239,10 +242,9 @@ def test_policy_check_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         "  credential harbor-pull: is for registry 'harbor.example.org', not "
         f"'harbor.corp.example', the mirror host of mirrors[0] ({store})"]
     assert "s3cret-value" not in text
-    filestore.write_store(str(store), raw, {
-        "harbor-pull": _credential("harbor-pull", "harbor.corp.example")})
+    write(_credential("harbor-pull", "harbor.corp.example"))
     assert check("--store", str(store))[0] == 0
-    filestore.write_store(str(store), raw, {})
+    write()
     code, text = check("--store", str(store))
     assert (code, text.splitlines()[1:]) == (
         1, [f"  credential harbor-pull: not in the credential store ({store})"])

@@ -1,0 +1,66 @@
+"""Which namespaces opted in, as mirrorgate itself sees them (not as a review claims).
+
+A review names its namespace, and anything that reaches the webhook's port
+can send one. Pull secrets are therefore made only in namespaces whose
+``mirrorgate.io/mode=enforce`` label mirrorgate sees in its own Namespace
+cache: an informer, so the check is a memory lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from webhook import kube
+from webhook.informer import Informer
+
+__all__ = ["ENFORCE", "MODE_LABEL", "OPTED_IN_MODES", "NamespaceOptIn"]
+
+MODE_LABEL = "mirrorgate.io/mode"
+ENFORCE = "enforce"
+OPTED_IN_MODES = frozenset({ENFORCE, "audit"})
+_FIRST_POLL, _LONGEST_POLL = 0.001, 0.02
+
+
+class NamespaceOptIn:
+    def __init__(self, client: kube.Kube) -> None:
+        self._subscribers: list[Callable[[], Any]] = []
+        self.informer = Informer(client, kube.namespaces_path(), name="namespaces",
+                                 on_change=lambda kind, obj: self._changed())
+
+    def subscribe(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback`` after every change of a namespace (opt-out clean-up)."""
+        self._subscribers.append(callback)
+
+    def _changed(self) -> None:
+        for callback in self._subscribers:
+            callback()
+
+    def mode(self, namespace: str) -> str | None:
+        """The namespace's mirrorgate.io/mode label; None when unlabelled or unknown."""
+        found = self.informer.items.get(("", namespace))
+        labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+        mode = labels.get(MODE_LABEL)
+        return mode if isinstance(mode, str) else None
+
+    def exists(self, namespace: str) -> bool:
+        return ("", namespace) in self.informer.items
+
+    def enforced(self, namespace: str) -> bool:
+        return self.mode(namespace) == ENFORCE
+
+    async def wait_enforced(self, namespace: str, *, until: float) -> bool:
+        """Whether the namespace is enforced, waiting until ``until`` (monotonic) for the cache.
+
+        The API server calls the webhook once *its* cache shows the label; ours
+        follows the same watch a moment later. Waiting reads memory only.
+        """
+        pause = _FIRST_POLL  # the watch event is usually a millisecond or two away
+        while not self.enforced(namespace):
+            if time.monotonic() + pause >= until:
+                return False
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _LONGEST_POLL)
+        return True
