@@ -29,6 +29,7 @@ import policy
 from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import Installed, central_credential
 from tests.e2e.fixtures_secrets import (
+    MODE_LABEL,
     SUITE_LABEL,
     metric,
     metrics_text,
@@ -107,7 +108,11 @@ def scenario(installed: Installed, own_registry: RegistryStack,
         try:
             mg.register(api, own_configuration(installed.configuration), server, name=name,
                         namespace_label=(SUITE_LABEL, suite), failure_policy="Fail")
-            namespace = create_namespace(api, namespace_name("health"), {SUITE_LABEL: suite})
+            # Opted in (the server makes pull secrets only in enforce namespaces) and
+            # ours by the suite label; the session's webhook also sees it, but its
+            # policy covers none of this module's images.
+            namespace = create_namespace(api, namespace_name("health"),
+                                         {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
             running = Scenario(api, server, stack, namespace)
             wait_until(lambda: None if running.app_image() == stack.mirror_image else "not yet",
                        timeout=PATIENCE, what="webhook in force, mirror up", interval=0.2)
