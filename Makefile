@@ -40,6 +40,7 @@ lint: install
 # test; that is a failure here like any other non-zero status.
 test: install e2e-deps lint
 	MIRRORGATE_REQUIRE_E2E=1 $(PY) -m pytest
+	$(PY) -m tests.packaging.check_dist
 
 test-fast: install
 	$(PY) -m pytest -m "not e2e"
@@ -49,8 +50,11 @@ test-e2e: install e2e-deps
 
 # Benchmarks, not timed tests: figures are ratios against a baseline measured
 # in the same run, because this machine is shared and noisy.
+# Each records its report in bench/results.json; bench.figures then writes the
+# README's figures from it.
 bench-policy: install
 	$(PY) -m bench.policy_bench --check
+	$(PY) -m bench.figures
 
 # The admission server against its floor, then the same with pull secrets
 # against a real API server (and the first-Pod latency), then health probing on
@@ -59,14 +63,17 @@ bench: install e2e-deps
 	$(PY) -m bench.server_bench
 	$(PY) -m bench.secrets_bench
 	$(PY) -m bench.health_bench
+	$(PY) -m bench.figures
 
 # Health probing on against off, with a real TLS mirror on loopback (about a minute).
 bench-health: install e2e-deps
 	$(PY) -m bench.health_bench
+	$(PY) -m bench.figures
 
 # Pull secrets against a real etcd + kube-apiserver (started and stopped by the run).
 bench-secrets: install e2e-deps
 	$(PY) -m bench.secrets_bench
+	$(PY) -m bench.figures
 
 bench-profile: install
 	$(PY) -m bench.profile_server --size small

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import policy
-from bench import pods
+from bench import pods, results
 
 RULE_COUNTS = (1, 10, 1000)
 POD_SIZES = (1, 5, 20)
@@ -215,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="duration of one measurement in milliseconds (default: %(default)s)")
     args = parser.parse_args(argv)
     cases = run(args.repeats, args.ms / 1000)
-    ratios = report(cases, args.repeats)
+    with results.capture("planning", command="make bench-policy"):
+        ratios = report(cases, args.repeats)
     worst = max(ratios)
     if args.check and worst > TARGET_RATIO:
         print(f"\nFAIL: worst 1,000 / 1 ratio {worst:.2f}× exceeds {TARGET_RATIO}×",

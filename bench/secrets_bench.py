@@ -65,7 +65,7 @@ import orjson
 from kubernetes import client as k8s
 
 import policy
-from bench import pods, server_bench
+from bench import pods, results, server_bench
 from bench.server_bench import HOST, Connection, Run, Server, http_request
 from tests.e2e import controlplane, dockerconfig
 from tests.e2e import mirrorgate as mg
@@ -594,13 +594,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             plane.stop()
         log = by_name["mirrorgate"].log.read_text()
 
-    ratios = report_steady(state, args)
-    report_latency(latencies, admission_durations(log, latencies.new_namespaces), args)
     problems = [line for line in log.splitlines()
                 if '"level":"error"' in line or '"level":"warning"' in line]
-    print(f"\nmirrorgate over the whole run: pull secret writes {writes}; "
-          f"{len(problems)} warning/error log lines. Total {time.monotonic() - began:.0f} s "
-          f"(start-up {ready:.0f} s, steady state {part1 - ready:.0f} s).")
+    with results.capture("secrets", command="make bench-secrets"):
+        ratios = report_steady(state, args)
+        report_latency(latencies, admission_durations(log, latencies.new_namespaces), args)
+        print(f"\nmirrorgate over the whole run: pull secret writes {writes}; "
+              f"{len(problems)} warning/error log lines. Total {time.monotonic() - began:.0f} s "
+              f"(start-up {ready:.0f} s, steady state {part1 - ready:.0f} s).")
     for line in problems[:5]:
         print(f"  {line[:300]}", file=sys.stderr)
     return server_bench.exit_status(

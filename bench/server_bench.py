@@ -46,7 +46,7 @@ from collections.abc import Sequence
 import orjson
 
 import certs
-from bench import pods
+from bench import pods, results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"  # loopback only, by design
@@ -485,16 +485,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             stop_servers(servers)
 
-    ratios = report(runs, body_bytes, rounds=args.rounds, connections=args.connections)
-    if args.log_level != "info":
-        print(f"\n(mirrorgate ran with --log-level {args.log_level}, not as deployed)")
-    checked = [r for r in runs if r.server == "mirrorgate"]
-    problems = [line for line in mirrorgate_log.splitlines()
-                if '"level":"error"' in line or '"level":"warning"' in line]
-    print(f"\nChecks: {sum(r.rewrites for r in checked):,} image rewrites counted in "
-          f"{sum(r.requests for r in checked):,} mirrorgate responses (every one patched, uid "
-          f"echoed); no outbound sockets on the mirrorgate process (standalone: no cluster "
-          f"configured); {len(problems)} warning/error log lines.")
+    with results.capture("server", command="make bench"):
+        ratios = report(runs, body_bytes, rounds=args.rounds, connections=args.connections)
+        if args.log_level != "info":
+            print(f"\n(mirrorgate ran with --log-level {args.log_level}, not as deployed)")
+        checked = [r for r in runs if r.server == "mirrorgate"]
+        problems = [line for line in mirrorgate_log.splitlines()
+                    if '"level":"error"' in line or '"level":"warning"' in line]
+        print(f"\nChecks: {sum(r.rewrites for r in checked):,} image rewrites counted in "
+              f"{sum(r.requests for r in checked):,} mirrorgate responses (every one patched, "
+              f"uid echoed); no outbound sockets on the mirrorgate process (standalone: no "
+              f"cluster configured); {len(problems)} warning/error log lines.")
     return exit_status([name for name, ratio in ratios.items() if ratio > TARGETS[name]],
                        check=args.check)
 

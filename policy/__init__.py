@@ -4,6 +4,7 @@ Values in, values out: nothing here reads files, the environment, the clock
 or the network (an import-linter contract in pyproject.toml checks it).
 """
 
+from policy.decision import OUTCOMES, ImageDecision, PodExemption, decide_image, exempt_pod
 from policy.health import HEALTHY, Health, HealthSettings
 from policy.matching import Outcome, Resolution
 from policy.model import FieldError, Mode, OnCredentialError, Policy, PolicyError, load
@@ -30,12 +31,14 @@ __all__ = [
     "HEALTHY",
     "MIRROR_POD_ANNOTATION",
     "ORIGINAL_IMAGES_ANNOTATION",
+    "OUTCOMES",
     "PULL_SECRET_PREFIX",
     "SKIP_LABEL",
     "ContainerField",
     "FieldError",
     "Health",
     "HealthSettings",
+    "ImageDecision",
     "ImageReference",
     "ImageRewrite",
     "ImageSite",
@@ -45,12 +48,15 @@ __all__ = [
     "Mode",
     "OnCredentialError",
     "Outcome",
+    "PodExemption",
     "Policy",
     "PolicyError",
     "Resolution",
     "RewritePlan",
     "Source",
     "audit_line",
+    "decide_image",
+    "exempt_pod",
     "find_image_sites",
     "load",
     "parse",

@@ -286,11 +286,39 @@ def _type_name(value: object) -> str:
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
-def _is_registry_host(text: str) -> bool:
-    # The same test the runtime applies to the first path component: without
-    # a dot, a colon or "localhost" it would be a Docker Hub namespace.
-    return (reference.is_valid_domain(text) and text.lower() == text
-            and (text == reference.LOCALHOST or any(c in text for c in ".:")))
+def registry_host_problem(value: str) -> str | None:
+    """Why ``value`` does not start with a registry ``host[:port]``, or None when it does.
+
+    ``value`` may go on with ``/path``; only the host is judged here.
+    """
+    if "://" in value:
+        return "write it without a scheme such as https://"
+    host = value.partition("/")[0]
+    if host.lower() != host:
+        return "it has upper-case letters (registry hosts are written in lower case)"
+    if not reference.is_valid_domain(host):
+        return "the host must be letters, digits, '-' and '.', then an optional :port"
+    # The test the runtime applies to the first path component: without a
+    # dot, a colon or "localhost" it would be a Docker Hub namespace.
+    if host != reference.LOCALHOST and not any(c in host for c in ".:"):
+        return "without a '.', a ':port' or localhost it would be read as a Docker Hub name"
+    return None
+
+
+def mirror_problem(value: str) -> str | None:
+    """Why ``value`` is not a mirror ``host[:port][/path]``, or None when it is one.
+
+    One statement for policy files and ``mirrorgate credentials add --registry``.
+    """
+    problem = registry_host_problem(value)
+    if problem is not None:
+        return f"{_quote(value)} is not a valid registry host: {problem}"
+    host, _, repo = value.rstrip("/").partition("/")
+    if repo and reference.split_name(f"{host}/{repo}") != (host, repo):
+        return f"{_quote(value)} has an invalid repository path {_quote(repo)}"
+    if host in matching.DOCKER_HUB_ALIASES:
+        return f"{_quote(value)} is Docker Hub itself, not a mirror"
+    return None
 
 
 def _parse_source(value: object, path: str, errors: _Collector) -> Source | None:
@@ -299,15 +327,17 @@ def _parse_source(value: object, path: str, errors: _Collector) -> Source | None
         return None
     if value.startswith("*."):
         suffix = value[2:]
-        if "/" in suffix or ":" in suffix or not _is_registry_host(suffix) or "*" in suffix:
+        if "/" in suffix or ":" in suffix or "*" in suffix \
+                or registry_host_problem(suffix) is not None:
             errors.add(path, f"{_quote(value)} is not a valid wildcard host "
                              "(write *.example.com: whole hosts only, no port, no path)")
             return None
         return Source(host=suffix, path="", wildcard=True)
-    host, _, repo = value.rstrip("/").partition("/")
-    if not _is_registry_host(host):
-        errors.add(path, f"{_quote(value)} is not a valid registry host")
+    problem = registry_host_problem(value)
+    if problem is not None:
+        errors.add(path, f"{_quote(value)} is not a valid registry host: {problem}")
         return None
+    host, _, repo = value.rstrip("/").partition("/")
     if repo and (reference.split_name(f"{host}/{repo}") != (host, repo)):
         errors.add(path, f"{_quote(value)} has an invalid repository path {_quote(repo)}")
         return None
@@ -318,16 +348,11 @@ def _parse_mirror(value: object, path: str, errors: _Collector) -> Mirror | None
     if not isinstance(value, str) or not value:
         errors.add(path, f"must be host[:port][/path], got {_quote(value)}")
         return None
+    problem = mirror_problem(value)
+    if problem is not None:
+        errors.add(path, problem)
+        return None
     host, _, repo = value.rstrip("/").partition("/")
-    if not _is_registry_host(host):
-        errors.add(path, f"{_quote(value)} is not a valid registry host")
-        return None
-    if repo and reference.split_name(f"{host}/{repo}") != (host, repo):
-        errors.add(path, f"{_quote(value)} has an invalid repository path {_quote(repo)}")
-        return None
-    if host in matching.DOCKER_HUB_ALIASES:
-        errors.add(path, f"{_quote(value)} is Docker Hub itself, not a mirror")
-        return None
     return Mirror(host=host, path=repo)
 
 
@@ -488,7 +513,9 @@ def load(document: object) -> Policy:
                                           f"{_quote(ca_file)}")
             ca_file = None
         if source is not None and source in seen_sources:
-            errors.add(f"{where}.source", f"{_quote(str(source))} is already the source of "
+            written = rule["source"]
+            same = "" if written == str(source) else f" (as {_quote(str(source))})"
+            errors.add(f"{where}.source", f"{_quote(written)}{same} is already the source of "
                        f"mirrors[{seen_sources[source]}]")
         if mirror is not None and mirror in seen_mirrors:
             # Two sources under one mirror path collide (ghcr.io/org/app and

@@ -17,9 +17,15 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Literal, NamedTuple
 
+from policy.decision import (
+    MIRROR_POD_ANNOTATION,
+    SKIP_LABEL,
+    Outcome,
+    decide_image,
+    exempt_pod,
+)
 from policy.health import HEALTHY, Health
 from policy.model import Policy
-from policy.rules import MirrorRule
 
 __all__ = [
     "CONTAINER_FIELDS",
@@ -42,10 +48,6 @@ CONTAINER_FIELDS: tuple[ContainerField, ...] = ("containers", "initContainers",
                                                 "ephemeralContainers")
 
 ORIGINAL_IMAGES_ANNOTATION = "mirrorgate.io/original-images"
-SKIP_LABEL = "mirrorgate.io/skip"
-# Static pods are owned by the kubelet's manifest files; the API object is a
-# read-only mirror that admission must not change.
-MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 PULL_SECRET_PREFIX = "mirrorgate-"  # noqa: S105 - a name prefix, not a secret
 
 
@@ -102,6 +104,8 @@ class RewritePlan(NamedTuple):
     warnings: tuple[str, ...] = ()
     skipped: str | None = None
     """Why the whole Pod was left alone, if it was."""
+    outcomes: Mapping[str, Outcome] = {}  # shared by every plan: read-only, like the plan
+    """Each image's outcome by site key (see :mod:`policy.decision`)."""
     fallbacks: int = 0
     """Images left as written because their mirror or credential is unhealthy."""
 
@@ -187,17 +191,10 @@ def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
     return {str(s.get("name")) for s in secrets if type(s) is dict or isinstance(s, Mapping)}
 
 
-_UNDECIDED = "<undecided>"
-
-
-def _refusal(rule: MirrorRule, credential: str, *, namespace: str, policy: Policy,
-             unavailable: Mapping[str, str], attached: set[str],
+def _refusal(credential: str, *, unavailable: Mapping[str, str], attached: set[str],
              can_add_pull_secrets: bool) -> str | None:
-    """Why images needing ``rule``'s credential must stay as written here, or None."""
+    """Why a granted credential's images must stay as written in this admission, or None."""
     secret = pull_secret_name(credential)
-    not_granted = policy.not_granted(rule, namespace)
-    if not_granted is not None:
-        return not_granted
     if credential in unavailable:
         return f"pull secret {secret!r} is unavailable: {unavailable[credential]}"
     if secret not in attached and not can_add_pull_secrets:
@@ -302,17 +299,14 @@ def _plan(
 ) -> RewritePlan:
     """The plan itself, computed in full (see :func:`plan`)."""
     metadata = _mapping(pod.get("metadata"))
-    labels = _mapping(metadata.get("labels"))
     annotations = _mapping(metadata.get("annotations"))
-    if policy.is_namespace_excluded(namespace):
-        return RewritePlan(skipped=f"namespace {namespace!r} is excluded by the policy")
-    if labels.get(SKIP_LABEL) == "true":
-        return RewritePlan(skipped=f"the Pod is labelled {SKIP_LABEL}=true")
-    if MIRROR_POD_ANNOTATION in annotations:
-        return RewritePlan(skipped="static-pod mirror, owned by the kubelet")
-
     spec = _mapping(pod.get("spec"))
+    exemption = exempt_pod(namespace=namespace, labels=_mapping(metadata.get("labels")),
+                           annotations=annotations, policy=policy)
     sites, warnings = _sites(spec, fields)
+    if exemption is not None:
+        return RewritePlan(skipped=exemption.reason,
+                           outcomes=dict.fromkeys((s.key for s in sites), exemption.outcome))
     originals = _existing_originals(annotations)
     if originals is None:
         # Rewriting without a record of the originals would lose them.
@@ -327,7 +321,8 @@ def _plan(
     unavailable = unavailable or {}
 
     rewrites: list[ImageRewrite] = []
-    refusals: dict[MirrorRule, str | None] = {}
+    outcomes: dict[str, Outcome] = {}
+    refusals: dict[str, str | None] = {}
     needed: set[str] = set()
     new_originals: dict[str, str] = {}
     fallbacks = 0
@@ -335,29 +330,34 @@ def _plan(
         key = site.key
         if frozen and key in frozen:
             continue
-        found = policy.resolve(site.image)
-        if found.rule is None:
-            if found.outcome == "invalid":
-                warnings.append(f"{key}: image {site.image!r} left as written: {found.error}")
-            continue  # excluded, or no rule covers it
-        credential = found.rule.credential
+        decision = decide_image(site.image, namespace=namespace, policy=policy)
+        outcomes[key] = decision.outcome
+        if decision.warning is not None:
+            warnings.append(f"{key}: {decision.warning}")
+        rule = decision.resolution.rule
+        if decision.outcome not in ("rewrite", "already-mirrored") or rule is None \
+                or decision.warning is not None:
+            continue
+        credential = rule.credential
         if credential is not None:
-            # Decided once per rule: a Pod's images mostly share one.
-            reason = refusals.get(found.rule, _UNDECIDED)
-            if reason is _UNDECIDED:
-                reason = refusals[found.rule] = _refusal(
-                    found.rule, credential, namespace=namespace, policy=policy,
-                    unavailable=unavailable, attached=attached,
+            # Decided once per credential: a Pod's images mostly share one.
+            if credential not in refusals:
+                refusals[credential] = _refusal(
+                    credential, unavailable=unavailable, attached=attached,
                     can_add_pull_secrets=can_add_pull_secrets)
+            reason = refusals[credential]
             if reason is not None:
-                what = "is on a mirror but" if found.outcome == "on-mirror" else "left as written:"
+                outcomes[key] = "credential-unavailable"
+                what = "is on a mirror but" if decision.outcome == "already-mirrored" \
+                    else "left as written:"
                 warnings.append(f"{key}: image {site.image!r} {what} {reason}")
                 continue
         status = "up"
-        if health and found.outcome == "rewrite":
-            problem = health.problem(found.rule)
+        if health and decision.outcome == "rewrite":
+            problem = health.problem(rule)
             if problem is not None:
-                if found.rule.on_mirror_down == "fallback":
+                if rule.on_mirror_down == "fallback":
+                    outcomes[key] = "mirror-unhealthy"
                     warnings.append(f"{key}: image {site.image!r} left as written: {problem} "
                                     "(onMirrorDown: fallback)")
                     fallbacks += 1
@@ -367,17 +367,18 @@ def _plan(
                 status = problem
         if credential is not None:
             needed.add(credential)
-        if found.outcome == "on-mirror":
+        if decision.outcome == "already-mirrored":
             continue
-        assert found.new_image is not None
-        rewrites.append(ImageRewrite(site, found.new_image, found.rule.label, status))
+        new_image = decision.resolution.new_image
+        assert new_image is not None
+        rewrites.append(ImageRewrite(site, new_image, rule.label, status))
         if can_annotate and key not in originals:
             new_originals[key] = site.image
 
     if not needed:
         return RewritePlan(tuple(rewrites), (), (),
                            {**originals, **new_originals} if new_originals else None,
-                           tuple(warnings), fallbacks=fallbacks)
+                           tuple(warnings), outcomes=outcomes, fallbacks=fallbacks)
     credentials = tuple(sorted(needed))
     return RewritePlan(
         rewrites=tuple(rewrites),
@@ -386,5 +387,6 @@ def _plan(
         credentials=credentials,
         original_images={**originals, **new_originals} if new_originals else None,
         warnings=tuple(warnings),
+        outcomes=outcomes,
         fallbacks=fallbacks,
     )

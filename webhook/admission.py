@@ -51,8 +51,8 @@ class Decision(NamedTuple):
     warnings: int = 0
     unrewritten: int = 0
     """Images left as written because their credential was unavailable."""
-    fallbacks: int = 0
-    """Images left as written because their mirror or credential was unhealthy."""
+    plan: policy.RewritePlan | None = None
+    """The plan decided on, with each image's outcome (None for reviews not about a Pod)."""
 
 
 def _pod_name(obj: Mapping[str, Any]) -> str:
@@ -127,13 +127,14 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                  health=health)
     if plan.skipped is not None:
         return Decision(review.allowed(rev, warnings=plan.warnings), mode, "skipped",
-                        namespace, name, 0, len(plan.warnings))
+                        namespace, name, 0, len(plan.warnings), plan=plan)
 
     if mode == "audit":
         lines = [*plan.warnings, *(policy.audit_line(r, health=True) for r in plan.rewrites)]
         return Decision(review.allowed(rev, warnings=lines,
                                        audit_annotations=_audit_annotations(plan, health=True)),
-                        mode, "allowed", namespace, name, len(plan.rewrites), len(lines))
+                        mode, "allowed", namespace, name, len(plan.rewrites), len(lines),
+                        plan=plan)
 
     unrewritten = 0
     if plan.credentials and not request.get("dryRun", False):
@@ -147,7 +148,7 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                     review.denied(rev, f"mirrorgate: the Pod needs mirror credentials that "
                                        f"could not be provided in namespace {namespace!r} "
                                        f"({reasons}); onCredentialError is deny"),
-                    mode, "denied", namespace, name)
+                    mode, "denied", namespace, name, plan=plan)
             before = len(plan.rewrites)
             plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
                          health=health, unavailable=failures)
@@ -164,4 +165,4 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
         review.patched(rev, operations, warnings=warnings,
                        audit_annotations=_audit_annotations(plan) if ephemeral else None),
         mode, "patched" if operations else "allowed", namespace, name, len(plan.rewrites),
-        len(warnings), unrewritten, plan.fallbacks)
+        len(warnings), unrewritten, plan)

@@ -25,6 +25,7 @@ from webhook import admission, logs, review
 from webhook.logs import logger
 from webhook.metrics import Metrics
 from webhook.policyfile import LoadedPolicy
+from webhook.version import VERSION
 
 __all__ = ["MAX_BODY_BYTES", "Runtime", "create_app"]
 
@@ -184,7 +185,7 @@ def create_app(runtime: Runtime) -> Starlette:
         ready = not problems
         for advisory in runtime.advisories:
             problems.update(advisory())
-        body = {"ready": ready, "policy": runtime.policy.version,
+        body = {"ready": ready, "version": VERSION, "policy": runtime.policy.version,
                 "mode": runtime.policy.policy.mode, "problems": problems}
         return _json(body, status=200 if ready else 503)
 

@@ -3,7 +3,7 @@
 Read-only: it lists Pods and Namespaces (``list`` on both; with ``-n NS``,
 ``list`` Pods in each NS and ``get`` on each Namespace) and runs every
 container image through the same policy engine as admission
-(:meth:`policy.Policy.resolve`, ``is_granted``, ``is_namespace_excluded``).
+(:func:`policy.decide_image` and :func:`policy.exempt_pod`).
 Nothing is written to the cluster.
 
 Outcomes, per container image and namespace
@@ -91,7 +91,7 @@ import dataclasses
 import json
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO, cast
 
 import policy
 from webhook import policyfile
@@ -130,24 +130,26 @@ class Verdict:
     """For ``rewrite``: ``up``, or why the mirror cannot be used now (None: not probed)."""
 
 
+# Version 1 of the JSON names two of admission's outcomes as it always has.
+_V1_NAMES: dict[str, AuditOutcome] = {"no-rule": "unmatched", "already-mirrored": "on-mirror"}
+
+
 def judge(rules: policy.Policy, image: str, namespace: str) -> Verdict:
-    """The audit outcome of ``image`` in ``namespace``, from the policy engine."""
-    found = rules.resolve(image)
-    rule = found.rule
-    if found.outcome == "invalid":
-        return Verdict("invalid", rule=rule.label if rule else None, reason=found.error)
-    if found.outcome in ("excluded", "unmatched") or rule is None:
-        return Verdict("excluded" if found.outcome == "excluded" else "unmatched")
-    credential = rule.credential
-    missing = rules.not_granted(rule, namespace)
-    if found.outcome == "on-mirror":
-        return Verdict("on-mirror", rule=rule.label, credential=credential, reason=missing)
-    if missing is not None:
-        # Admission leaves it as written: a Pod must never point at a mirror
-        # it has no pull secret for.
-        return Verdict("not-granted", rule=rule.label, credential=credential,
-                       reason=f"{missing}; left as written")
-    return Verdict("rewrite", new_image=found.new_image, rule=rule.label, credential=credential)
+    """The audit outcome of ``image`` in ``namespace``: admission's own decision."""
+    decision = policy.decide_image(image, namespace=namespace, policy=rules)
+    outcome = _V1_NAMES.get(decision.outcome, cast("AuditOutcome", decision.outcome))
+    rule = decision.resolution.rule
+    label, credential = (rule.label, rule.credential) if rule is not None else (None, None)
+    if outcome in ("excluded", "unmatched"):
+        return Verdict(outcome)
+    if outcome == "rewrite":
+        return Verdict(outcome, new_image=decision.resolution.new_image, rule=label,
+                       credential=credential)
+    # A reason only where admission would warn: the Pod would not get what it needs.
+    reason = decision.reason if decision.warning is not None else None
+    if outcome == "not-granted":
+        reason = f"{reason}; left as written"
+    return Verdict(outcome, rule=label, credential=credential, reason=reason)
 
 
 @dataclasses.dataclass(slots=True)
@@ -173,7 +175,10 @@ class NamespaceReport:
         self.pods += 1
         if self.excluded:
             return
-        if _skip_reason(pod) is not None:
+        metadata = pod.get("metadata") or {}
+        if policy.exempt_pod(namespace=self.name, labels=metadata.get("labels") or {},
+                             annotations=metadata.get("annotations") or {},
+                             policy=rules) is not None:
             self.skipped_pods += 1
             return
         sites, _ = policy.find_image_sites(pod)  # malformed containers: the API rejects them
@@ -199,15 +204,6 @@ class NamespaceReport:
         order = {outcome: i for i, outcome in enumerate(OUTCOMES)}
         return sorted(self.images.items(),
                       key=lambda item: (order[item[1].verdict.outcome], -item[1].pods, item[0]))
-
-
-def _skip_reason(pod: Mapping[str, Any]) -> str | None:
-    metadata = pod.get("metadata") or {}
-    if (metadata.get("labels") or {}).get(policy.SKIP_LABEL) == "true":
-        return f"labelled {policy.SKIP_LABEL}=true"
-    if policy.MIRROR_POD_ANNOTATION in (metadata.get("annotations") or {}):
-        return "static-pod mirror"
-    return None
 
 
 def namespace_mode(labels: Mapping[str, str] | None) -> tuple[str, str | None]:

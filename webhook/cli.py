@@ -2,7 +2,9 @@
 
 Exit codes, for every command: 0 fine, 1 findings (warnings, invalid images,
 an invalid policy under `policy check`), 2 usage or configuration error with
-a one-line message naming what is wrong. Never a traceback.
+a one-line message naming what is wrong. Never a traceback. `serve` exits 0
+after SIGTERM (once the requests in flight are answered), 130 after Ctrl-C,
+and 2 when its port is busy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import yaml
 from webhook import offline, policyfile
 from webhook.credentials import StoreError
 from webhook.policyfile import ConfigError
+from webhook.version import VERSION
 
 __all__ = ["main"]
 
@@ -43,8 +46,11 @@ def cmd_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rules = policyfile.read_policy(args.policy).policy
     text, source = _read_input(args.filename, sys.stdin)
     documents = offline.load_documents(text, source=source)
-    outputs, patches, warnings = offline.rewrite_documents(
-        documents, rules=rules, namespace=args.namespace)
+    try:
+        outputs, patches, warnings = offline.rewrite_documents(
+            documents, rules=rules, namespace=args.namespace)
+    except offline.NothingToRewrite as error:
+        raise ConfigError(f"{source}: {error}") from None
     for warning in warnings:
         print(f"warning: {warning}", file=err)
     if args.output == "patch":
@@ -59,12 +65,21 @@ def cmd_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_FINDINGS if warnings else EXIT_OK
 
 
+def _label(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not key or not equals:
+        raise ConfigError(f"--label {text!r}: write KEY=VALUE")
+    return key, value
+
+
 def cmd_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rules = policyfile.read_policy(args.policy).policy if args.policy else None
+    labels = dict(_label(text) for text in args.label)
     status = EXIT_OK
     for image in args.images:
-        explained = offline.explain_image(image, rules=rules, namespace=args.namespace)
-        if not explained["valid"] or "warning" in explained:
+        explained = offline.explain_image(image, rules=rules, namespace=args.namespace,
+                                          labels=labels)
+        if not explained["valid"] or explained["warning"] is not None:
             status = EXIT_FINDINGS
         print(offline.dumps_json(explained), file=out)
     return status
@@ -124,13 +139,16 @@ def _store_key(args: argparse.Namespace) -> bytes:
 
 
 def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from policy.model import CREDENTIAL_NAME_RE
+    from policy.model import CREDENTIAL_NAME_RE, mirror_problem
     from webhook import filestore
     from webhook.credentials import Credential
 
     if not CREDENTIAL_NAME_RE.fullmatch(args.name):
         raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
                           "and '-' (a DNS label, at most 63 characters)")
+    problem = mirror_problem(args.registry)
+    if problem is not None:
+        raise ConfigError(f"--registry: {problem}")
     if not args.password_stdin:
         raise ConfigError("pass the password on standard input with --password-stdin "
                           "(never as an argument: it would show in ps and shell history)")
@@ -203,14 +221,21 @@ def cmd_certs_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     import certs
 
     directory = pathlib.Path(args.out)
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"certs generate: --out {args.out} is not a directory; --out names "
+                          "the directory the four files are written into")
     try:
         leaf = certs.generate_bundle(service=args.service, namespace=args.namespace,
                                      out=directory, dns=args.dns, ips=args.ip)
         ca_pem = (directory / certs.CA_CERT).read_bytes()
     except (ValueError, OSError) as error:
         raise ConfigError(f"certs generate: {error}") from None
-    print(f"wrote {directory}/{{{certs.CA_CERT},{certs.TLS_CERT},{certs.TLS_KEY}}}; serving "
-          f"certificate valid until {leaf.not_valid_after:%Y-%m-%d %H:%M} UTC", file=err)
+    for name, note in ((certs.CA_CERT, ""),
+                       (certs.CA_KEY, " (signs certificates: keep it out of the webhook Pod)"),
+                       (certs.TLS_CERT, ""), (certs.TLS_KEY, "")):
+        print(f"wrote {directory / name}{note}", file=err)
+    print(f"serving certificate valid until {leaf.not_valid_after:%Y-%m-%d %H:%M} UTC",
+          file=err)
     print(f"caBundle: {certs.ca_bundle_b64(ca_pem)}", file=out)
     return EXIT_OK
 
@@ -272,14 +297,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mirrorgate", description=(
         "Rewrite Pod images to authenticated registry mirrors at admission, "
         "with matching pull secrets."))
+    parser.add_argument("--version", action="version", version=f"mirrorgate {VERSION}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
     rewrite = commands.add_parser(
-        "rewrite", help="print Pods as mirrorgate would admit them (offline)",
+        "rewrite", help="print Pods, and workloads' Pods, as mirrorgate would admit them "
+                        "(offline)",
         description="Print each Pod as it would be admitted (or its JSON Patch); warnings go "
-                    "to stderr. With `mode: audit` Pods come out unchanged and every planned "
-                    "rewrite is a warning. Exit 1 when there are warnings.")
+                    "to stderr. A workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, "
+                    "ReplicationController, Job, CronJob, PodTemplate) comes out as the Pod "
+                    "its controller would create, as admitted: templates themselves are never "
+                    "mutated. Other objects are passed over. With `mode: audit` Pods come out "
+                    "unchanged and every planned rewrite is a warning. Exit 1 when there are "
+                    "warnings, 2 when the input has no Pod and no workload.")
     rewrite.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
     rewrite.add_argument("-n", "--namespace", help="namespace to plan for "
                          "(default: the Pod's own, else 'default')")
@@ -290,11 +321,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = commands.add_parser(
         "explain", help="explain what mirrorgate makes of image references",
-        description="Print one JSON object per image, in order. Exit 1 when an image is "
-                    "invalid or would be left as written for lack of a credential grant.")
+        description="Print one JSON object per image, in order: what admission would do with "
+                    "it in a Pod of the namespace. `outcome` is one of excluded, skipped, "
+                    "invalid, no-rule, already-mirrored, not-granted, rewrite (null without "
+                    "--policy). Exit 1 when an image is invalid or admission would warn "
+                    "about it.")
     explain.add_argument("--policy", metavar="FILE", help="policy YAML file (optional)")
     explain.add_argument("-n", "--namespace", default=offline.DEFAULT_NAMESPACE,
-                         help="namespace whose credential grants apply (default: %(default)s)")
+                         help="the Pod's namespace (default: %(default)s)")
+    explain.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
+                         help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)")
     explain.add_argument("images", nargs="+", metavar="IMAGE")
     explain.set_defaults(run=cmd_explain)
 

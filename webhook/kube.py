@@ -110,6 +110,9 @@ class Kube:
         Raises KubeError (status 0) naming what is missing.
         """
         configuration = kubernetes.client.Configuration()
+        if kubeconfig is not None and not os.path.exists(kubeconfig):
+            # The library would call it "Invalid kube-config file".
+            raise KubeError(0, "Config", f"kubeconfig {kubeconfig}: no such file")
         try:
             if kubeconfig is not None or "KUBERNETES_SERVICE_HOST" not in os.environ:
                 kubernetes.config.load_kube_config(config_file=kubeconfig, context=context,

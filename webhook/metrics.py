@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from webhook.admission import Decision
+from webhook.version import VERSION
 
 __all__ = ["Metrics"]
 
@@ -29,6 +30,10 @@ prom.disable_created_metrics()  # type: ignore[no-untyped-call]
 # Admission latencies sit far below the library's default buckets (5 ms to
 # 10 s); these resolve the sub-millisecond steady state and the slow path
 # that creates a Secret.
+ENDPOINTS = ("mutate", "audit")
+ERROR_REASONS = ("bad-request", "internal")
+PULL_SECRET_ACTIONS = ("created", "updated", "deleted", "failed")
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -83,6 +88,9 @@ class Metrics:
         self.errors = prom.Counter(
             "mirrorgate_errors", "Malformed or failed admission calls, by reason.",
             ["endpoint", "reason"], registry=r)
+        build = prom.Gauge("mirrorgate_build_info", "The running mirrorgate (1) by version.",
+                           ["version"], registry=r)
+        build.labels(VERSION).set(1)
         self.policy = prom.Gauge(
             "mirrorgate_policy_info", "The live policy (1) by version and mode.",
             ["version", "mode"], registry=r)
@@ -99,9 +107,23 @@ class Metrics:
             "mirrorgate_credential_valid",
             "1 while the credential logs in to its mirror, else 0 (also when it is missing "
             "from the store or is for another registry).", ["credential"], registry=r)
+        self.certificate_expiry = prom.Gauge(
+            "mirrorgate_certificate_expiry_timestamp_seconds",
+            "When the serving certificate in use expires (Unix time).", registry=r)
         self.certificate_reloads = prom.Counter(
             "mirrorgate_certificate_reloads", "Serving certificates loaded from disk.",
             ["result"], registry=r)
+
+        # The series alerts watch exist from the start, at 0: increase() and
+        # rate() cannot see the first event of a series that appears with it.
+        for endpoint in ENDPOINTS:
+            for reason in ERROR_REASONS:
+                self.errors.labels(endpoint, reason)
+        self.counts.admissions[("mutate", "enforce", "denied")] = 0
+        for action in PULL_SECRET_ACTIONS:
+            self.pull_secret_writes.labels(action)
+        for result in ("loaded", "failed"):
+            self.certificate_reloads.labels(result)
 
     def record(self, endpoint: str, decision: Decision, seconds: float) -> None:
         counts = self.counts
@@ -114,7 +136,9 @@ class Metrics:
                 counts.rewritten += decision.rewrites
         counts.warnings += decision.warnings
         counts.unrewritten += decision.unrewritten
-        counts.fallbacks += decision.fallbacks
+        plan = decision.plan
+        if plan is not None and plan.fallbacks and decision.mode == "enforce":
+            counts.fallbacks += plan.fallbacks
         buckets = counts.latency.get(endpoint)
         if buckets is None:
             buckets = counts.latency[endpoint] = [0] * (len(LATENCY_BUCKETS) + 1)

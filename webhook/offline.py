@@ -1,4 +1,5 @@
-"""Offline commands: `rewrite` shows Pods as they would be admitted; `explain` one image.
+"""Offline commands: `rewrite` shows Pods (and workloads' Pods) as they would be admitted;
+`explain` one image.
 
 They run the same planner and patch builder as the admission server, so what
 they print is what admission would do (minus pull-secret creation, which
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jsonpatch
@@ -19,7 +20,8 @@ import policy
 from webhook import patch
 from webhook.policyfile import ConfigError
 
-__all__ = ["explain_image", "load_documents", "rewrite_documents"]
+__all__ = ["TEMPLATE_PATHS", "NothingToRewrite", "explain_image", "load_documents", "pod_of",
+           "rewrite_documents"]
 
 DEFAULT_NAMESPACE = "default"
 
@@ -58,69 +60,131 @@ def _describe(document: Any) -> str:
     return f"{document.get('kind', '<no kind>')}/{name}"
 
 
+# Where each workload kind keeps the template its controller makes Pods from.
+TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "PodTemplate": ("template",),
+}
+
+
+class NothingToRewrite(ValueError):
+    """The input holds no Pod and no workload."""
+
+
+def _template(document: dict[str, Any], path: Sequence[str]) -> Any:
+    value: Any = document
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def pod_of(document: dict[str, Any]) -> dict[str, Any] | None:
+    """The Pod ``document`` is, or the one its workload's controller would create.
+
+    A workload's Pod carries its template's metadata and spec, the workload's
+    namespace, and ``generateName`` as controllers set it. None when the
+    workload has no usable template.
+    """
+    if document.get("kind") == "Pod":
+        return document
+    template = _template(document, TEMPLATE_PATHS[document["kind"]])
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        return None
+    workload = _metadata(document)
+    metadata = {**_metadata(template)}
+    for key in ("name", "namespace"):
+        metadata.pop(key, None)
+    if workload.get("namespace"):
+        metadata["namespace"] = workload["namespace"]
+    metadata["generateName"] = f"{workload.get('name') or document['kind'].lower()}-"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": copy.deepcopy(template["spec"])}
+
+
 def rewrite_documents(
         documents: Sequence[Any], *, rules: policy.Policy, namespace: str | None,
 ) -> tuple[list[Any], list[list[patch.Operation]], list[str]]:
-    """Each document as admission would leave it, each Pod's patch, and the warnings.
+    """Each Pod, and each workload's Pod, as admission would admit it; patches; warnings.
 
-    Documents that are not Pods pass through unchanged with a warning:
-    mirrorgate mutates Pods only, never workload templates.
+    Workloads (:data:`TEMPLATE_PATHS`) come out as the Pod their controller
+    would create, mutated: mirrorgate never changes the templates themselves.
+    Other objects (a Service, a ConfigMap) are passed over; an input with no
+    Pod and no workload raises :class:`NothingToRewrite`.
     """
     outputs: list[Any] = []
     patches: list[list[patch.Operation]] = []
     warnings: list[str] = []
     for document in documents:
-        if not (isinstance(document, dict) and document.get("kind") == "Pod"):
-            warnings.append(f"{_describe(document)}: not a Pod; mirrorgate mutates Pods only")
-            outputs.append(document)
+        if not (isinstance(document, dict)
+                and (document.get("kind") == "Pod" or document.get("kind") in TEMPLATE_PATHS)):
+            continue
+        prefix = f"{_describe(document)}: "
+        obj = pod_of(document)
+        if obj is None:
+            path = ".".join(TEMPLATE_PATHS[document["kind"]])
+            warnings.append(f"{prefix}no Pod template with a spec at {path}")
             continue
         pod_namespace = namespace or _metadata(document).get("namespace") or DEFAULT_NAMESPACE
-        plan = policy.plan(document, namespace=str(pod_namespace), policy=rules)
-        prefix = f"{_describe(document)}: "
+        plan = policy.plan(obj, namespace=str(pod_namespace), policy=rules)
         warnings.extend(prefix + w for w in plan.warnings)
         if rules.mode == "audit":
             warnings.extend(prefix + policy.audit_line(r) for r in plan.rewrites)
-            outputs.append(document)
+            outputs.append(obj)
             patches.append([])
             continue
-        ops = patch.build_patch(document, plan)
+        ops = patch.build_patch(obj, plan)
         patches.append(ops)
-        outputs.append(jsonpatch.apply_patch(copy.deepcopy(document), ops) if ops else document)
+        outputs.append(jsonpatch.apply_patch(copy.deepcopy(obj), ops) if ops else obj)
+    if not outputs and not warnings:
+        found = ", ".join(_describe(d) for d in documents[:5]) or "nothing"
+        raise NothingToRewrite(f"no Pod and no workload ({', '.join(TEMPLATE_PATHS)}) to "
+                               f"rewrite; found {found}")
     return outputs, patches, warnings
 
 
-def explain_image(image: str, *, rules: policy.Policy | None, namespace: str) -> dict[str, Any]:
-    """What mirrorgate makes of one image string, as a JSON-ready object."""
+def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
+                  labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What admission would do with ``image`` in a Pod of ``namespace``, as a JSON-ready object.
+
+    Every key is always present (null when it does not apply). ``outcome`` and
+    ``warning`` come from the functions admission itself decides with
+    (:mod:`policy.decision`); without a policy there is no outcome.
+    """
+    explained: dict[str, Any] = {
+        "image": image, "valid": True, "error": None, "reference": None, "outcome": None,
+        "reason": None, "rule": None, "result": None, "credential": None, "warning": None,
+    }
     try:
         ref = policy.parse_normalized(image)
     except policy.InvalidReferenceError as error:
-        return {"image": image, "valid": False, "error": error.reason}
-    explained: dict[str, Any] = {
-        "image": image, "valid": True,
-        "reference": {"domain": ref.domain, "path": ref.path, "tag": ref.tag,
-                      "digest": ref.digest, "name": ref.name, "normalized": str(ref)},
-        "rule": None, "result": None, "credential": None,
-    }
+        explained.update(valid=False, error=error.reason)
+    else:
+        explained["reference"] = {
+            "domain": ref.domain, "path": ref.path, "tag": ref.tag, "digest": ref.digest,
+            "name": ref.name, "normalized": str(ref)}
     if rules is None:
         return explained
-    found = rules.resolve(image)
-    explained["outcome"] = found.outcome
-    if found.outcome == "invalid":
-        # Valid by itself, but its name on the mirror would not be.
-        explained["warning"] = found.error
+    explained["result"] = image
+    exemption = policy.exempt_pod(namespace=namespace, labels=labels or {}, annotations={},
+                                  policy=rules)
+    if exemption is not None:
+        explained.update(outcome=exemption.outcome, reason=exemption.reason)
         return explained
-    if found.rule is None:
-        return explained
-    rule = found.rule
-    explained["rule"] = {"index": rule.index, "source": str(rule.source),
-                         "mirror": str(rule.mirror)}
-    explained["credential"] = rule.credential
-    explained["result"] = found.new_image if found.outcome == "rewrite" else image
-    not_granted = rules.not_granted(rule, namespace)
-    if not_granted is not None:
-        explained["outcome"] = "not-granted"
-        explained["result"] = image
-        explained["warning"] = f"{not_granted}; the image would be left as written"
+    decision = policy.decide_image(image, namespace=namespace, policy=rules)
+    explained.update(outcome=decision.outcome, reason=decision.reason, warning=decision.warning)
+    rule = decision.resolution.rule
+    if rule is not None:
+        explained.update(rule={"index": rule.index, "source": str(rule.source),
+                               "mirror": str(rule.mirror)},
+                         credential=rule.credential)
+    if decision.outcome == "rewrite":
+        explained["result"] = decision.resolution.new_image
     return explained
 
 

@@ -7,13 +7,17 @@ import contextlib
 import dataclasses
 import gc
 import os
+import signal
+import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import uvicorn
 from starlette.applications import Starlette
 
+import certs
 import policy
 from webhook import (
     admission,
@@ -35,6 +39,7 @@ from webhook import (
 from webhook.logs import logger
 from webhook.optin import NamespaceOptIn
 from webhook.records import Records
+from webhook.version import VERSION
 
 __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
 
@@ -251,6 +256,15 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     if settings.tls_secret is not None:
         runtime.readiness["certificate-upkeep"] = lambda: manager.problem
 
+    def record_certificate_expiry() -> None:
+        # Read after a successful load: should the file change in between,
+        # the next poll loads that one too.
+        with contextlib.suppress(OSError, ValueError):
+            runtime.metrics.certificate_expiry.set(
+                certs.certificate_expiry(Path(cert_file).read_bytes()).timestamp())
+
+    record_certificate_expiry()
+
     def reload_policy() -> None:
         try:
             fresh = policyfile.read_policy(settings.policy)
@@ -275,6 +289,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             watcher_certs.reset()
             return
         runtime.metrics.certificate_reloads.labels("loaded").inc()
+        record_certificate_expiry()
         logger.info("serving certificate reloaded", extra={"fields": {}})
 
     watcher_policy = watch.FileWatcher([settings.policy], reload_policy,
@@ -304,17 +319,16 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         gc.collect()
         gc.freeze()
         gc.set_threshold(GC_THRESHOLD, 20, 20)
-        logger.info("mirrorgate serving", extra={"fields": {
-            "address": f"https://{settings.host}:{settings.port}",
-            "policy": loaded.version, "mode": loaded.policy.mode}})
         try:
             yield
         finally:
+            # After uvicorn has drained the requests in flight.
             flusher.cancel()
             for watcher in background.watchers:
                 await watcher.stop()
             for stop in background.stops:
                 stop()
+            logger.info("mirrorgate stopped", extra={"fields": {}})
             logs.flush()
 
     application = app.create_app(runtime)
@@ -336,7 +350,54 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
     return config
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; a one-line ConfigError when that fails."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # Restarts may reuse a port in TIME_WAIT; a listening owner still refuses.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        raise policyfile.ConfigError(
+            f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    return sock
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn that says "serving" once it accepts connections, not before."""
+
+    def __init__(self, config: uvicorn.Config, *, runtime: app.Runtime, address: str) -> None:
+        super().__init__(config)
+        self.runtime, self.address = runtime, address
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            loaded = self.runtime.policy
+            logger.info("mirrorgate serving", extra={"fields": {
+                "address": self.address, "version": VERSION, "policy": loaded.version,
+                "mode": loaded.policy.mode}})
+            logs.flush()
+
+
+def _exit_quietly(signum: int, frame: object) -> NoReturn:
+    # While serving, uvicorn takes SIGTERM, drains the requests in flight and
+    # then raises the signal again for the handler it found: this one, so
+    # that a graceful stop exits 0 instead of dying of the signal. Before
+    # serving starts it ends the process at once, also with 0.
+    raise SystemExit(0)
+
+
 def serve(settings: Settings) -> None:
+    """Listen first (a busy port is a ConfigError), then build and serve until SIGTERM."""
     logs.configure(settings.log_level)
+    listener = listen(settings.host, settings.port)
+    signal.signal(signal.SIGTERM, _exit_quietly)
     server = build(settings)
-    asyncio.run(uvicorn.Server(uvicorn_config(server)).serve())
+    host, port = listener.getsockname()[:2]
+    address = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    asyncio.run(_Uvicorn(uvicorn_config(server), runtime=server.runtime,
+                         address=address).serve(sockets=[listener]))

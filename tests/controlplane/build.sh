@@ -15,6 +15,8 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 # v5.8.3 needs go >= 1.27; v5.8.2 is the newest that builds with go 1.26 (v5.8.0
 # is not on the module proxy).
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.2}"
+# promtool checks and unit-tests the alerting rules of manifests/overlays/monitoring.
+PROMTOOL_VERSION="${PROMTOOL_VERSION:-v0.316.0}"
 CACHE="${MIRRORGATE_CACHE:-$HOME/.cache/mirrorgate}"
 BIN="$CACHE/bin"
 
@@ -26,6 +28,7 @@ if [[ "${1:-}" == "--path" ]]; then
     kube-apiserver|kubectl|kubelet|kube-controller-manager|kube-scheduler|kube-proxy) echo "$BIN/$2-$K8S_VERSION" ;;
     etcd) echo "$BIN/etcd-$ETCD_VERSION" ;;
     kustomize) echo "$BIN/kustomize-$KUSTOMIZE_VERSION" ;;
+    promtool) echo "$BIN/promtool-$PROMTOOL_VERSION" ;;
     *) echo "unknown target ${2:-}" >&2; exit 2 ;;
   esac
   exit 0
@@ -82,6 +85,8 @@ for t in "${targets[@]}"; do
     kube-apiserver|kubectl|kubelet|kube-controller-manager|kube-scheduler|kube-proxy) build_kubernetes "$t" ;;
     etcd) build_module_cmd etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
     kustomize) build_module_cmd kustomize "$KUSTOMIZE_VERSION" sigs.k8s.io/kustomize/kustomize/v5 sigs.k8s.io/kustomize/kustomize/v5 ;;
+    # Prometheus tags its Go module v0.3xx.y for release 3.xx.y.
+    promtool) build_module_cmd promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus github.com/prometheus/prometheus/cmd/promtool ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
 done

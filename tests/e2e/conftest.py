@@ -7,6 +7,7 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
   own_registry    module   another RegistryStack, for tests that stop and restart its mirror
   make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
   kustomize       session  Path of the pinned kustomize binary
+  promtool        session  Path of the pinned promtool binary
 
 A missing binary skips these tests loudly, or fails them when MIRRORGATE_REQUIRE_E2E=1
 or CI is set (as `make test` and CI do), naming the command that provides it.
@@ -37,7 +38,7 @@ _T = TypeVar("_T")
 _HERE = Path(__file__).resolve().parent
 E2E_FIXTURES = frozenset(
     {"control_plane", "registry", "own_registry", "make_namespace", "namespace", "kustomize",
-     "installed"}
+     "promtool", "installed"}
 )
 _TIMINGS = pytest.StashKey[dict[str, float]]()
 _SKIPS = pytest.StashKey[list[str]]()
@@ -135,14 +136,24 @@ def own_registry(
         stack.stop()
 
 
-@pytest.fixture(scope="session")
-def kustomize(request: pytest.FixtureRequest) -> Path:
-    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+def _built(request: pytest.FixtureRequest, name: str) -> Path:
     try:
-        return built_binary("kustomize")
+        return built_binary(name)
     except MissingBinaryError as exc:
         missing = exc
     _missing(request.config, missing)
+
+
+@pytest.fixture(scope="session")
+def kustomize(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned kustomize binary built by tests/controlplane/build.sh."""
+    return _built(request, "kustomize")
+
+
+@pytest.fixture(scope="session")
+def promtool(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned promtool binary built by tests/controlplane/build.sh."""
+    return _built(request, "promtool")
 
 
 @pytest.fixture

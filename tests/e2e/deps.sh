@@ -2,7 +2,7 @@
 # Installs what the end-to-end suite runs against; idempotent, so `make test` can
 # call it every time (a warm run takes well under a second):
 #   * docker-registry (distribution 2.8) from Debian's packages, only if missing;
-#   * kube-apiserver, etcd and kustomize built from the Go module proxy by
+#   * kube-apiserver, etcd, kustomize and promtool built from the Go module proxy by
 #     tests/controlplane/build.sh, cached by version outside the work tree.
 # Nothing is downloaded from anywhere else.
 set -euo pipefail
@@ -47,4 +47,4 @@ install_registry() {
 }
 
 install_registry
-bash tests/controlplane/build.sh kube-apiserver etcd kustomize
+bash tests/controlplane/build.sh kube-apiserver etcd kustomize promtool

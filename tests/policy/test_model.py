@@ -124,6 +124,11 @@ def test_load_valid(document: object, expected: dict[str, object]) -> None:
 
 
 HOST_MSG = "is not a valid registry host"
+UPPER = f"{HOST_MSG}: it has upper-case letters (registry hosts are written in lower case)"
+DOTLESS = (f"{HOST_MSG}: without a '.', a ':port' or localhost it would be read as a "
+           "Docker Hub name")
+SCHEME = f"{HOST_MSG}: write it without a scheme such as https://"
+BAD_HOST = f"{HOST_MSG}: the host must be letters, digits, '-' and '.', then an optional :port"
 CRED_MSG = "is not a valid credential name (lower-case letters, digits and '-', at most 63 " \
            "characters)"
 TOP_FIELDS = "mode, onCredentialError, health, mirrors, exclude, credentials"
@@ -173,9 +178,9 @@ INVALID = [
                  [("mirrors[0].source", 'must be a registry host or host/path, got ""')],
                  id="source-empty"),
     pytest.param({"mirrors": [_rule("Docker.io")]},
-                 [("mirrors[0].source", f'"Docker.io" {HOST_MSG}')], id="source-upper-case"),
+                 [("mirrors[0].source", f'"Docker.io" {UPPER}')], id="source-upper-case"),
     pytest.param({"mirrors": [_rule("quay")]},
-                 [("mirrors[0].source", f'"quay" {HOST_MSG}')], id="source-dotless-host"),
+                 [("mirrors[0].source", f'"quay" {DOTLESS}')], id="source-dotless-host"),
     pytest.param({"mirrors": [_rule("quay.io/Org")]},
                  [("mirrors[0].source", '"quay.io/Org" has an invalid repository path "Org"')],
                  id="source-upper-case-path"),
@@ -184,7 +189,7 @@ INVALID = [
                    '"quay.io/org//x" has an invalid repository path "org//x"')],
                  id="source-empty-path-component"),
     pytest.param({"mirrors": [_rule("https://quay.io")]},
-                 [("mirrors[0].source", f'"https://quay.io" {HOST_MSG}')],
+                 [("mirrors[0].source", f'"https://quay.io" {SCHEME}')],
                  id="source-url-scheme"),
     pytest.param({"mirrors": [_rule("*.gcr.io/p")]},
                  [("mirrors[0].source", '"*.gcr.io/p" is not a valid wildcard host (write '
@@ -197,15 +202,15 @@ INVALID = [
                    '*.example.com: whole hosts only, no port, no path)')],
                  id="wildcard-top-level-domain"),
     pytest.param({"mirrors": [_rule("*gcr.io")]},
-                 [("mirrors[0].source", f'"*gcr.io" {HOST_MSG}')], id="wildcard-without-dot"),
+                 [("mirrors[0].source", f'"*gcr.io" {BAD_HOST}')], id="wildcard-without-dot"),
     pytest.param({"mirrors": [_rule("docker.io", 3)]},
                  [("mirrors[0].mirror", "must be host[:port][/path], got 3")],
                  id="mirror-number"),
     pytest.param({"mirrors": [_rule("docker.io", "Harbor.corp.example/x")]},
-                 [("mirrors[0].mirror", f'"Harbor.corp.example/x" {HOST_MSG}')],
+                 [("mirrors[0].mirror", f'"Harbor.corp.example/x" {UPPER}')],
                  id="mirror-upper-case-host"),
     pytest.param({"mirrors": [_rule("docker.io", "harbor/x")]},
-                 [("mirrors[0].mirror", f'"harbor/x" {HOST_MSG}')], id="mirror-dotless-host"),
+                 [("mirrors[0].mirror", f'"harbor/x" {DOTLESS}')], id="mirror-dotless-host"),
     pytest.param({"mirrors": [_rule("docker.io", "harbor.corp.example/X")]},
                  [("mirrors[0].mirror",
                    '"harbor.corp.example/X" has an invalid repository path "X"')],
@@ -231,8 +236,13 @@ INVALID = [
                  id="credential-too-long"),
     pytest.param({"mirrors": [_rule("docker.io", "m.example/a"),
                               _rule("index.docker.io", "m.example/b")]},
-                 [("mirrors[1].source", '"docker.io" is already the source of mirrors[0]')],
+                 [("mirrors[1].source", '"index.docker.io" (as "docker.io") is already the '
+                                        "source of mirrors[0]")],
                  id="duplicate-source-via-alias"),
+    pytest.param({"mirrors": [_rule("docker.io", "m.example/a"),
+                              _rule("docker.io", "m.example/b")]},
+                 [("mirrors[1].source", '"docker.io" is already the source of mirrors[0]')],
+                 id="duplicate-source"),
     pytest.param({"mirrors": [_rule("*.gcr.io", "m.example/a"), _rule("*.gcr.io", "m.example/b")]},
                  [("mirrors[1].source", '"*.gcr.io" is already the source of mirrors[0]')],
                  id="duplicate-wildcard"),
@@ -305,7 +315,7 @@ def test_every_error_is_reported() -> None:
     assert _errors(document) == [
         ("colour", f"unknown field (expected one of: {TOP_FIELDS})"),
         ("mode", '"dry-run" is not one of: enforce, audit'),
-        ("mirrors[2].source", f'"Docker.io" {HOST_MSG}'),
+        ("mirrors[2].source", f'"Docker.io" {UPPER}'),
         ("mirrors[3].credential", '"ghcr" is not granted to any namespace: '
                                   "add credentials.ghcr.namespaces"),
         ("mirrors[3].mirror", '"mirror.corp.example/prometheus" is already the mirror of '
@@ -321,7 +331,7 @@ def test_policy_error_message_lists_every_error() -> None:
         policy.load({"mirrors": [_rule("Docker.io")], "mode": "x"})
     assert str(caught.value).splitlines() == [
         'mode: "x" is not one of: enforce, audit',
-        f'mirrors[0].source: "Docker.io" {HOST_MSG}',
+        f'mirrors[0].source: "Docker.io" {UPPER}',
     ]
     assert isinstance(caught.value, ValueError)
 

@@ -178,7 +178,9 @@ SKIPPED = [
 def test_skipped(pod: dict[str, Any], namespace: str, reason: str) -> None:
     """Excluded namespaces, the skip label and static-pod mirrors are never mutated."""
     result = policy.plan(pod, namespace=namespace, policy=POLICY)
-    assert result == policy.RewritePlan(skipped=reason)
+    assert result._replace(outcomes={}) == policy.RewritePlan(skipped=reason)
+    outcome = "excluded" if reason.startswith("namespace") else "skipped"
+    assert list(result.outcomes.values()) == [outcome]
     assert patch.build_patch(pod, result) == []
 
 

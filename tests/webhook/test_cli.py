@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import importlib.metadata
 import io
 import json
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 import yaml
 
 from tests.webhook import policies
+from tests.webhook.harness import Harness
 from tests.webhook.reviews import (
     HUB_IMAGE,
     HUB_MIRRORED,
@@ -23,13 +26,16 @@ from tests.webhook.reviews import (
     PROM_MIRRORED,
     UNMATCHED_IMAGE,
     apply,
+    patch_ops,
     pod,
+    review,
 )
 from webhook import cli
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 REFERENCE_KEYS = {"domain", "path", "tag", "digest", "name", "normalized"}
-EXPLAIN_KEYS = {"image", "valid", "reference", "rule", "result", "credential"}
+EXPLAIN_KEYS = {"image", "valid", "error", "reference", "outcome", "reason", "rule", "result",
+                "credential", "warning"}
 
 
 @dataclasses.dataclass
@@ -172,17 +178,102 @@ def test_rewrite_in_audit_mode_leaves_the_pod_and_warns(
     assert PROM_MIRRORED in lines[1]
 
 
-def test_rewrite_passes_other_kinds_through_with_a_warning(
+def template(*images: str) -> dict[str, Any]:
+    """A Pod template: a Pod's metadata (no name) and spec."""
+    obj = pod(*images, name=None)
+    obj["metadata"]["labels"] = {"app": "web"}
+    return {"metadata": obj["metadata"], "spec": obj["spec"]}
+
+
+def workload(kind: str, *images: str, namespace: str | None = None) -> dict[str, Any]:
+    """A ``kind`` named web whose template runs ``images``, as people write them."""
+    metadata: dict[str, Any] = {"name": "web"}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    body = {"template": template(*images)}
+    if kind == "PodTemplate":
+        return {"apiVersion": "v1", "kind": kind, "metadata": metadata, **body}
+    if kind == "CronJob":
+        spec: dict[str, Any] = {"schedule": "@hourly", "jobTemplate": {"spec": body}}
+    else:
+        spec = {"replicas": 2, **body}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": metadata, "spec": spec}
+
+
+WORKLOAD_KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet",
+                  "ReplicationController", "Job", "CronJob", "PodTemplate"]
+
+
+@pytest.mark.parametrize("kind", WORKLOAD_KINDS)
+def test_rewrite_shows_a_workloads_pod_as_admission_mutates_it(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path, harness: Harness, kind: str) -> None:
+    """The Pod the controller would create, exactly as /mutate patches it; exit 0."""
+    document = workload(kind, HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE, namespace="team-a")
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
+                        str(write_yaml(tmp_path, document)))
+    assert result.code == 0, result.err
+    shown = json.loads(result.out)
+
+    expected_pod = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"labels": {"app": "web"}, "namespace": "team-a",
+                                 "generateName": "web-"},
+                    "spec": template(HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE)["spec"]}
+    admitted = apply(expected_pod, patch_ops(harness.mutate(review(expected_pod))))
+    assert shown == admitted
+    assert [c["image"] for c in shown["spec"]["containers"]] == [
+        HUB_MIRRORED, PROM_MIRRORED, UNMATCHED_IMAGE]
+
+
+def test_rewrite_workload_in_an_excluded_namespace_is_unchanged(
         mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
-    """A Deployment is never mutated (only Pods are); it is printed as is, with a warning."""
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-                  "spec": {"template": pod(HUB_IMAGE)}}
+    """The workload's own namespace decides, as it does for its Pods."""
+    document = workload("Deployment", HUB_IMAGE, namespace="excluded-ns")
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
+                        str(write_yaml(tmp_path, document)))
+    assert result.code == 0
+    assert json.loads(result.out)["spec"]["containers"][0]["image"] == HUB_IMAGE
+
+
+def test_rewrite_passes_over_objects_that_are_not_pods_or_workloads(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """A Deployment and a Service: the Deployment's Pod only, no warning, exit 0."""
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"ports": [{"port": 80}]}}
     obj = rich_pod()
     result = mirrorgate("rewrite", "--policy", str(policy_file), "-f",
-                        str(write_yaml(tmp_path, deployment, obj)))
+                        str(write_yaml(tmp_path, workload("Deployment", PROM_IMAGE), service,
+                                       obj)))
+    assert result.code == 0
+    assert result.err == ""
+    first, second = yaml.safe_load_all(result.out)
+    assert (first["kind"], first["metadata"]["generateName"]) == ("Pod", "web-")
+    assert first["spec"]["containers"][0]["image"] == PROM_MIRRORED
+    assert second == expected_rewrite(obj)
+
+
+def test_rewrite_without_pods_or_workloads_says_so_in_one_line(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """Only a Service and a ConfigMap: one line naming what was found, exit 2."""
+    path = write_yaml(tmp_path, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}},
+                      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}})
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-f", str(path))
+    assert result.code == 2
+    assert result.out == ""
+    assert result.err.count("\n") == 1
+    assert result.err.startswith(f"mirrorgate: error: {path}: no Pod and no workload")
+    assert result.err.endswith("found Service/a, ConfigMap/b\n")
+
+
+def test_rewrite_workload_without_a_template_is_a_warning(
+        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """A workload whose template is missing is named, with where the template should be."""
+    document = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+                "spec": {"schedule": "@daily"}}
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "-f",
+                        str(write_yaml(tmp_path, document)))
     assert result.code == 1
-    assert list(yaml.safe_load_all(result.out)) == [deployment, expected_rewrite(obj)]
-    assert result.err == "warning: Deployment/web: not a Pod; mirrorgate mutates Pods only\n"
+    assert result.err == ("warning: CronJob/nightly: no Pod template with a spec at "
+                          "spec.jobTemplate.spec.template\n")
 
 
 @pytest.mark.parametrize(("namespace_args", "changed"), [
@@ -207,17 +298,18 @@ def explained(result: Result) -> list[dict[str, Any]]:
 
 
 def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> None:
-    """Exactly the documented fields; rule, result and credential are null; no :latest added."""
+    """Every documented field; outcome, rule, result and credential are null; no :latest added."""
     result = mirrorgate("explain", "nginx")
     assert result.code == 0
     [entry] = explained(result)
     assert set(entry) == EXPLAIN_KEYS
     assert entry == {
-        "image": "nginx", "valid": True,
+        "image": "nginx", "valid": True, "error": None,
         "reference": {"domain": "docker.io", "path": "library/nginx", "tag": None,
                       "digest": None, "name": "docker.io/library/nginx",
                       "normalized": "docker.io/library/nginx"},
-        "rule": None, "result": None, "credential": None}
+        "outcome": None, "reason": None, "rule": None, "result": None, "credential": None,
+        "warning": None}
 
 
 def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
@@ -228,7 +320,7 @@ def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
     assert result.code == 0
     hub, prom, unmatched = explained(result)
     for entry in (hub, prom, unmatched):
-        assert EXPLAIN_KEYS <= set(entry) <= EXPLAIN_KEYS | {"outcome", "warning"}
+        assert set(entry) == EXPLAIN_KEYS
         assert set(entry["reference"]) == REFERENCE_KEYS
     assert hub["rule"] == {"index": 0, "source": "docker.io",
                            "mirror": "harbor.corp.example/dockerhub-proxy"}
@@ -238,7 +330,8 @@ def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
     assert hub["reference"]["normalized"] == "docker.io/library/nginx:1.27"
     assert prom["result"] == PROM_MIRRORED
     assert prom["credential"] is None
-    assert unmatched["outcome"] == "unmatched"
+    assert unmatched["outcome"] == "no-rule"
+    assert unmatched["result"] == UNMATCHED_IMAGE
     assert unmatched["rule"] is None
 
 
@@ -253,12 +346,16 @@ def test_explain_digest_reference(mirrorgate: Any) -> None:
 
 
 def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
-    """An invalid reference is {image, valid: false, error}, exit 1; later images still print."""
+    """An invalid reference is valid: false with the error and a warning, exit 1; later
+    images still print."""
     result = mirrorgate("explain", "--policy", str(policy_file), "Nginx", PROM_IMAGE)
     assert result.code == 1
     invalid, valid = explained(result)
-    assert invalid == {"image": "Nginx", "valid": False,
-                       "error": "repository name must be lowercase"}
+    assert invalid == {
+        "image": "Nginx", "valid": False, "error": "repository name must be lowercase",
+        "reference": None, "outcome": "invalid", "reason": "repository name must be lowercase",
+        "rule": None, "result": "Nginx", "credential": None,
+        "warning": "image 'Nginx' left as written: repository name must be lowercase"}
     assert valid["valid"] is True
 
 
@@ -402,3 +499,58 @@ def test_help_works_for_every_command(mirrorgate: Any, command: tuple[str, ...])
 def test_help_covers_the_documented_commands() -> None:
     """The commands the issue documents are all there."""
     assert {("rewrite",), ("explain",), ("policy", "check"), ("serve",)} <= set(COMMANDS)
+
+
+# --- version and messages ----------------------------------------------------------------------
+
+
+def test_version_comes_from_the_package_metadata(mirrorgate: Any) -> None:
+    """`--version` prints the version pyproject.toml sets, read from the installed metadata."""
+    project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]
+    result = mirrorgate("--version")
+    assert result.code == 0
+    assert result.out == f"mirrorgate {project['version']}\n"
+    assert importlib.metadata.version("mirrorgate") == project["version"]
+
+
+def test_certs_generate_out_must_be_a_directory(mirrorgate: Any, tmp_path: Path) -> None:
+    """--out naming a file is a one-line error saying it must be a directory."""
+    target = tmp_path / "bundle.pem"
+    target.write_text("keep me")
+    result = mirrorgate("certs", "generate", "--service", "s", "--namespace", "n",
+                        "--out", str(target))
+    assert result.code == 2
+    assert result.err == (f"mirrorgate: error: certs generate: --out {target} is not a "
+                          "directory; --out names the directory the four files are written "
+                          "into\n")
+    assert target.read_text() == "keep me"
+
+
+def test_certs_generate_names_every_file_it_writes(mirrorgate: Any, tmp_path: Path) -> None:
+    """Each written file is named on stderr, ca.key included; the caBundle goes to stdout."""
+    out = tmp_path / "certs"
+    result = mirrorgate("certs", "generate", "--service", "s", "--namespace", "n",
+                        "--out", str(out))
+    assert result.code == 0
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    named = [line.split()[1] for line in result.err.splitlines() if line.startswith("wrote ")]
+    assert sorted(named) == [str(out / name) for name in written]
+    assert result.out.startswith("caBundle: ")
+
+
+def test_audit_names_a_missing_kubeconfig(mirrorgate: Any, tmp_path: Path,
+                                          policy_file: Path) -> None:
+    """`audit --kubeconfig missing` says which file is missing, in one line."""
+    missing = tmp_path / "no-such-kubeconfig"
+    result = mirrorgate("audit", "--policy", str(policy_file), "--kubeconfig", str(missing),
+                        "-A")
+    assert result.code == 2
+    assert result.err == f"mirrorgate: error: kubeconfig {missing}: no such file\n"
+
+
+def test_explain_label_must_be_key_value(mirrorgate: Any, policy_file: Path) -> None:
+    """A label without '=' is a one-line usage error."""
+    result = mirrorgate("explain", "--policy", str(policy_file), "-l", "skip", "nginx")
+    assert result.code == 2
+    assert result.err == "mirrorgate: error: --label 'skip': write KEY=VALUE\n"

@@ -312,6 +312,19 @@ def test_credentials_commands(tmp_path: Path) -> None:
     pytest.param(["add", "ok", "--registry", "h.example", "--username", "u",
                   "--password-stdin"], "", "no password on standard input", id="empty-stdin"),
     pytest.param(["list"], "", "no such credential store", id="missing-store"),
+    pytest.param(["add", "ok", "--registry", "https://harbor.corp.example", "--username", "u",
+                  "--password-stdin"], "x\n",
+                 '--registry: "https://harbor.corp.example" is not a valid registry host: '
+                 "write it without a scheme such as https://", id="registry-with-scheme"),
+    pytest.param(["add", "ok", "--registry", "not a host!!", "--username", "u",
+                  "--password-stdin"], "x\n",
+                 '--registry: "not a host!!" is not a valid registry host: the host must be '
+                 "letters, digits, '-' and '.', then an optional :port", id="registry-not-a-host"),
+    pytest.param(["add", "ok", "--registry", "Harbor.corp.example", "--username", "u",
+                  "--password-stdin"], "x\n", "upper-case letters", id="registry-upper-case"),
+    pytest.param(["add", "ok", "--registry", "docker.io", "--username", "u",
+                  "--password-stdin"], "x\n", "is Docker Hub itself, not a mirror",
+                 id="registry-docker-hub"),
 ])
 def test_credentials_command_errors(tmp_path: Path, args: list[str], stdin: str,
                                     message: str) -> None:
@@ -325,3 +338,4 @@ def test_credentials_command_errors(tmp_path: Path, args: list[str], stdin: str,
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+    assert not (tmp_path / "store.json").exists()

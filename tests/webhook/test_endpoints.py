@@ -10,6 +10,7 @@ from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.harness import Harness, make_harness
 from tests.webhook.reviews import HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE, pod, review
 from tests.webhook.scrape import samples, value
+from webhook.version import VERSION
 
 
 def test_healthz_is_ok(harness: Harness) -> None:
@@ -20,12 +21,12 @@ def test_healthz_is_ok(harness: Harness) -> None:
 
 
 def test_readyz_shows_the_live_policy_version(harness: Harness, tmp_path: Path) -> None:
-    """Ready, with the sha256 prefix of the policy file and its mode."""
+    """Ready, with mirrorgate's version, the sha256 prefix of the policy file and its mode."""
     response = harness.client.get("/readyz")
     assert response.status_code == 200
     version = hashlib.sha256((tmp_path / "policy.yaml").read_bytes()).hexdigest()[:12]
-    assert response.json() == {"ready": True, "policy": version, "mode": "enforce",
-                               "problems": {}}
+    assert response.json() == {"ready": True, "version": VERSION, "policy": version,
+                               "mode": "enforce", "problems": {}}
 
 
 def test_readyz_reports_failing_checks_as_503(harness: Harness) -> None:

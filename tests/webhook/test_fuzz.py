@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tests.webhook import strategies
 from tests.webhook.harness import Harness, make_harness
 from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, pod, review
+from tests.webhook.scrape import samples, value
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -107,4 +108,6 @@ def test_a_real_request_still_works_after_the_storm(fuzzed: Harness) -> None:
     patched = apply(obj, patch_ops(fuzzed.mutate(review(obj))))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
     metrics = fuzzed.client.get("/metrics").text
-    assert 'reason="internal"' not in metrics
+    page = samples(metrics)
+    for endpoint in ("mutate", "audit"):
+        assert value(page, "mirrorgate_errors_total", endpoint=endpoint, reason="internal") == 0

@@ -14,6 +14,7 @@ import httpx
 import orjson
 import pytest
 
+import certs
 from certs import CertificateAuthority, KeyPair
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
@@ -27,6 +28,7 @@ from tests.webhook.reviews import (
     pod,
     review,
 )
+from tests.webhook.scrape import samples, value
 
 
 def https_client(ca: CertificateAuthority) -> httpx.Client:
@@ -234,7 +236,10 @@ def test_rotated_certificate_serves_new_connections_without_a_restart(
         response = fresh.get(f"{url}/healthz")
         assert peer_of(response) == new_fp
         metrics = fresh.get(f"{url}/metrics").text
-    assert 'mirrorgate_certificate_reloads_total{result="loaded"}' in metrics
+    page = samples(metrics)
+    assert value(page, "mirrorgate_certificate_reloads_total", result="loaded") >= 1
+    assert value(page, "mirrorgate_certificate_expiry_timestamp_seconds") == \
+        certs.certificate_expiry(new_pair.cert_pem).timestamp()
     if not same_ca:
         with pytest.raises(ssl.SSLCertVerificationError):
             serving.peer_fingerprint(rotating.port, old_trust)

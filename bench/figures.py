@@ -1,0 +1,116 @@
+"""Render the README's benchmark figures from bench/results.json (the last runs).
+
+    python -m bench.figures            # rewrite README.md between the markers
+    python -m bench.figures --check    # exit 1 if README.md is not what the results give
+
+`make bench`, `make bench-policy` and `make bench-secrets` record their
+reports (bench/results.py) and then run this, so that the README's figures
+are always those of the last run, never typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import results
+
+__all__ = ["BEGIN", "END", "render", "render_figures"]
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BEGIN = "<!-- figures:begin (written by `python -m bench.figures` from bench/results.json) -->"
+END = "<!-- figures:end -->"
+
+# Each section: its results key, then how it was measured (figures come from the run).
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("planning", """\
+**Planning cost**: CPU µs per Pod for `policy.plan`, min of the repeats;
+*steady* repeats images as a cluster does, *cold* makes every image string
+unique."""),
+    ("server", """\
+**Admission server**: the real HTTPS server on loopback against a *floor*, a
+minimal Starlette app under the same uvicorn and TLS settings that parses the
+review and returns a fixed one-operation patch. Keep-alive connections in a
+closed loop, alternating rounds; server CPU per admission from
+`/proc/<pid>/stat`. Every mirrorgate response is checked to carry its patch,
+and the process has no outbound connection. What made it fast, each step
+measured: plans shared between Pods of the same shape (the replicas of a
+workload), memoised image resolutions and grant decisions, the admission
+endpoints as lean ASGI handlers mounted on the Starlette router, one log line
+written without the logging module's per-record machinery and flushed once a
+second, per-admission metrics as plain counters exported at scrape time,
+`gc.freeze()` after start-up and a higher collection threshold, orjson."""),
+    ("secrets", """\
+**With pull secrets**: a real etcd and kube-apiserver with an audit log, the
+kubernetes credential store, every image needing a credential whose Secret
+already exists; then the first Pod of new namespaces, through the API server,
+with and without the webhook (the Secret is created during admission). In
+steady state the audit log should show no Secret request by mirrorgate: only
+Lease renewals and the leader's periodic re-assertion (one unchanged PUT per
+copy per `--reconcile-interval`, no write in etcd), not admission. Making a
+copy for the first Pod of a namespace is three API calls (claim the record,
+create the Secret, record its uid), the price of reading no Secret outside
+mirrorgate's namespace; the first Pod of any fresh namespace costs the API
+server far more than that, with or without a webhook."""),
+    ("health", """**Health probing**: two `mirrorgate serve` processes on the same policy, one
+probing a real TLS mirror on loopback every second (ten times the default
+rate), the other with `--no-health-probes`; alternating rounds, server CPU per
+admission, target ≤ 1.05×. The mirror's access log counts every request
+mirrorgate sent it during the timed windows (its probes carry the user agent
+`mirrorgate-health`), against the probe rounds those windows allow and the
+admissions answered: no admission makes a network call.
+`tests/webhook/test_health.py` shows the same with an audit hook: no socket
+connect or name lookup while admissions are decided under healthy, down and
+failing states."""),
+)
+
+
+def render_figures(recorded: Mapping[str, Any]) -> str:
+    """The text between the markers."""
+    parts = ["This machine is shared and noisy; every figure is a ratio against a baseline "
+             "measured in the same run, and each section names the run it comes from."]
+    for key, method in SECTIONS:
+        parts.append(method)
+        found = recorded.get(key)
+        if found is None:
+            parts.append("*Not measured yet: run `make bench`.*")
+            continue
+        parts.append(f"From `{found['command']}` on {found['measured']} "
+                     f"({found['cpus']} CPUs):")
+        parts.append(found["report"])
+    return "\n\n".join(parts)
+
+
+def render(readme: str, recorded: Mapping[str, Any]) -> str:
+    """``readme`` with the text between the markers replaced."""
+    head, begin, rest = readme.partition(BEGIN)
+    _, end, tail = rest.partition(END)
+    if not begin or not end:
+        raise ValueError(f"README.md lacks the markers {BEGIN!r} … {END!r}")
+    return f"{head}{BEGIN}\n{render_figures(recorded)}\n{END}{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.figures",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if README.md differs from what the results give")
+    args = parser.parse_args(argv)
+    current = README.read_text()
+    wanted = render(current, results.load())
+    if args.check:
+        if wanted != current:
+            print("README.md figures are stale: run python -m bench.figures", file=sys.stderr)
+            return 1
+        return 0
+    if wanted != current:
+        README.write_text(wanted)
+        print("README.md figures rewritten from bench/results.json", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The README and docs/ say what the code does: checked against the model, CLI and server."""
+
+from __future__ import annotations
+
+import io
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+import policy
+from bench import figures, results
+from certs import CertificateAuthority
+from policy import model
+from tests.webhook.serving import client_context, serve
+from webhook import cli
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+README = (REPOSITORY / "README.md").read_text()
+REFERENCE = (REPOSITORY / "docs" / "policy-reference.md").read_text()
+
+
+# --- the policy reference ----------------------------------------------------------------------
+
+def reference_rows() -> dict[str, tuple[str, str]]:
+    """``field: (type, default)`` from the reference's field table."""
+    table = REFERENCE.split("## Fields", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = (cells[1], cells[2].strip("`"))
+    return rows
+
+
+def test_the_reference_lists_exactly_the_fields_the_loader_accepts() -> None:
+    """No field missing, none invented: the table against the loader's own field lists."""
+    expected = {*model._TOP_LEVEL_KEYS,
+                *(f"mirrors[].{key}" for key in model._RULE_KEYS),
+                *(f"exclude.{key}" for key in model._EXCLUDE_KEYS),
+                *(f"health.{key}" for key in model._HEALTH_KEYS),
+                *(f"credentials.<name>.{key}" for key in model._GRANT_KEYS)}
+    assert set(reference_rows()) == expected
+
+
+RULE = {"source": "docker.io", "mirror": "m.example/hub"}
+# How to read each documented default back from a policy loaded without the field.
+DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
+    "mode": ({}, lambda p: p.mode),
+    "onCredentialError": ({}, lambda p: p.on_credential_error),
+    "mirrors": ({}, lambda p: list(p.rules)),
+    "mirrors[].credential": ({"mirrors": [RULE]}, lambda p: p.rules[0].credential),
+    "mirrors[].onMirrorDown": ({"mirrors": [RULE]}, lambda p: p.rules[0].on_mirror_down),
+    "mirrors[].caFile": ({"mirrors": [RULE]}, lambda p: p.rules[0].ca_file),
+    "health": ({}, lambda p: {"interval": f"{p.health.interval:g}s",
+                              "timeout": f"{p.health.timeout:g}s",
+                              "failureThreshold": p.health.failure_threshold,
+                              "successThreshold": p.health.success_threshold}),
+    "health.interval": ({}, lambda p: f"{p.health.interval:g}s"),
+    "health.timeout": ({}, lambda p: f"{p.health.timeout:g}s"),
+    "health.failureThreshold": ({}, lambda p: p.health.failure_threshold),
+    "health.successThreshold": ({}, lambda p: p.health.success_threshold),
+    "exclude": ({}, lambda p: {} if not (p.exclude_images or p.exclude_namespaces) else None),
+    "exclude.images": ({}, lambda p: list(p.exclude_images)),
+    "exclude.namespaces": ({}, lambda p: list(p.exclude_namespaces)),
+    "credentials": ({}, lambda p: dict(p.grants)),
+}
+
+
+@pytest.mark.parametrize("field", sorted(reference_rows()))
+def test_each_documented_default_is_the_loaders(field: str) -> None:
+    """A field left out takes the documented default; a `required` field is required."""
+    default = reference_rows()[field][1]
+    if default == "required":
+        assert field not in DEFAULTS
+        assert field in {"mirrors[].source", "mirrors[].mirror", "credentials.<name>.namespaces"}
+        return
+    document, read = DEFAULTS[field]
+    assert read(policy.load(document)) == yaml.safe_load(default)
+
+
+def yaml_blocks(text: str) -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", text, re.S)
+
+
+@pytest.mark.parametrize("example", yaml_blocks(REFERENCE))
+def test_every_reference_example_loads(example: str) -> None:
+    """Each example of the reference is a valid policy."""
+    assert isinstance(policy.load(yaml.safe_load(example)), policy.Policy)
+
+
+def test_the_reference_lists_every_outcome() -> None:
+    """The outcome table names every outcome admission and explain give."""
+    table = REFERENCE.split("## What admission decides", 1)[1]
+    assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == set(policy.OUTCOMES)
+
+
+def test_the_readme_error_example_is_the_loaders() -> None:
+    """The README's sample error is word for word what loading that policy says."""
+    message = re.search(r"`(mirrors\[2\]\.source: .*?)`\.", README, re.S)
+    assert message is not None
+    document = {"mirrors": [{"source": f"s{i}.example", "mirror": f"m.example/{i}"}
+                            for i in range(2)] + [{"source": "Docker.io", "mirror": "m.example/x"}]}
+    with pytest.raises(policy.PolicyError) as caught:
+        policy.load(document)
+    assert str(caught.value) == " ".join(message[1].split())
+
+
+# --- README examples ---------------------------------------------------------------------------
+
+def console_examples(text: str) -> list[tuple[str, str]]:
+    """``(command, output)`` for every `$ mirrorgate ...` line of a console block."""
+    examples = []
+    for block in re.findall(r"```console\n(.*?)```", text, re.S):
+        for command, output in re.findall(r"^\$ (mirrorgate .*)\n((?:[^$].*\n)*)", block, re.M):
+            examples.append((command, output))
+    return examples
+
+
+@pytest.mark.parametrize(("command", "output"), console_examples(README))
+def test_readme_console_examples_are_what_the_cli_prints(
+        command: str, output: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each `$ mirrorgate ...` example, run in the repository, prints what the README shows."""
+    monkeypatch.chdir(REPOSITORY)
+    out, err = io.StringIO(), io.StringIO()
+    cli.main(shlex.split(command)[1:], out=out, err=err)
+    assert out.getvalue() == output
+
+
+def test_the_sample_admissionreview_answers_as_the_readme_shows(tmp_path: Path) -> None:
+    """examples/admissionreview.json through `make serve`'s setup gives the README's output."""
+    shown = re.search(r"<!-- example:mutate[^>]*-->\n```text\n(.*?)```", README, re.S)
+    assert shown is not None
+    ca = CertificateAuthority.generate()
+    pair = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
+    with serve(tmp_path, pair=pair,
+               policy=(REPOSITORY / "examples" / "policy.yaml").read_text()) as running, \
+            httpx.Client(base_url=running.url, verify=client_context(ca.cert_pem)) as client:
+        answer = client.post(
+            "/mutate", content=(REPOSITORY / "examples" / "admissionreview.json").read_bytes(),
+            headers={"content-type": "application/json"})
+    assert answer.status_code == 200
+    printed = subprocess.run([sys.executable, REPOSITORY / "examples" / "show-response.py"],
+                             input=answer.text, capture_output=True, text=True, check=True,
+                             timeout=60).stdout
+    assert printed == shown[1]
+
+
+def test_supported_kubernetes_version_is_the_tested_one() -> None:
+    """The README's tested version is the one build.sh pins for the e2e suite."""
+    build = (REPOSITORY / "tests" / "controlplane" / "build.sh").read_text()
+    pinned = re.search(r'K8S_VERSION="\$\{K8S_VERSION:-(v[0-9.]+)\}"', build)
+    assert pinned is not None
+    section = README.split("### Supported Kubernetes versions", 1)[1].split("\n### ", 1)[0]
+    assert f"Tested: **{pinned[1]}**" in section
+
+
+def test_changelog_names_the_current_version() -> None:
+    """CHANGELOG.md has an entry for the version pyproject.toml sets, or Unreleased on top."""
+    version = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["version"]
+    headings = re.findall(r"^## (.+)$", (REPOSITORY / "CHANGELOG.md").read_text(), re.M)
+    assert version in headings
+    assert headings[0] in ("Unreleased", version)
+
+
+# --- figures -----------------------------------------------------------------------------------
+
+def test_readme_figures_are_those_of_the_last_bench_run() -> None:
+    """The README's figures section is exactly what bench.figures renders from results.json."""
+    assert figures.render(README, results.load()) == README
+
+
+def test_render_replaces_only_the_marked_section() -> None:
+    """Text outside the markers is kept; a section never measured says so."""
+    readme = f"intro\n{figures.BEGIN}\nstale 1.00×\n{figures.END}\noutro\n"
+    recorded = {"planning": {"command": "make bench-policy", "measured": "2026-01-01 00:00 UTC",
+                             "cpus": 2, "report": "| a | b |\n| --- | --- |\n| 1 | 2 |"}}
+    rendered = figures.render(readme, recorded)
+    assert rendered.startswith(f"intro\n{figures.BEGIN}\n")
+    assert rendered.endswith(f"{figures.END}\noutro\n")
+    assert "stale" not in rendered
+    assert "| 1 | 2 |" in rendered
+    assert "From `make bench-policy` on 2026-01-01 00:00 UTC (2 CPUs)" in rendered
+    assert rendered.count("*Not measured yet: run `make bench`.*") == len(figures.SECTIONS) - 1
+    with pytest.raises(ValueError, match="markers"):
+        figures.render("no markers", recorded)
+
+
+def test_results_capture_records_what_was_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """A benchmark's printed report is recorded as its section, and still printed."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "results.json"
+        with results.capture("planning", command="make bench-policy", path=path):
+            print("| a |\n| --- |\n| 1 |")
+        recorded = results.load(path)
+    assert recorded["planning"]["report"] == "| a |\n| --- |\n| 1 |"
+    assert recorded["planning"]["command"] == "make bench-policy"
+    assert capsys.readouterr().out == "| a |\n| --- |\n| 1 |\n"
