@@ -59,9 +59,10 @@ server far more than that, with or without a webhook."""),
 probing a real TLS mirror on loopback every second (ten times the default
 rate), the other with `--no-health-probes`; alternating rounds, server CPU per
 admission, target ≤ 1.05×. The mirror's access log counts every request
-mirrorgate sent it during the timed windows (its probes carry the user agent
-`mirrorgate-health`), against the probe rounds those windows allow and the
-admissions answered: no admission makes a network call.
+mirrorgate sent it while the probing server was being measured, warm-ups
+included (its probes carry the user agent `mirrorgate-health`), against the
+probe rounds that time allows and the admissions answered: no admission makes
+a network call.
 `tests/webhook/test_health.py` shows the same with an audit hook: no socket
 connect or name lookup while admissions are decided under healthy, down and
 failing states."""),
