@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-policy bench-secrets bench-health bench-profile image clean
+.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-abuse bench-policy bench-secrets bench-health bench-pods bench-profile image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,17 +57,30 @@ bench-policy: install
 	$(PY) -m bench.figures
 
 # The admission server against its floor, then the same with pull secrets
-# against a real API server (and the first-Pod latency), then health probing on
-# against off: about 3.5 minutes.
+# against a real API server (and the first-Pod latency), the server under
+# abuse (idle connections, a flood of unique 2.5 MB images), health probing on
+# against off, then Pod start on a real node with and without mirrorgate:
+# about 11 minutes.
 bench: install e2e-deps
 	$(PY) -m bench.server_bench
 	$(PY) -m bench.secrets_bench
+	$(PY) -m bench.abuse_bench
+	$(PY) -m bench.health_bench
+	$(PY) -m bench.pod_start_bench
+	$(PY) -m bench.figures
+
+bench-abuse: install
+	$(PY) -m bench.abuse_bench
+	$(PY) -m bench.figures
+
+# Health probing on against off, with a real TLS mirror on loopback (1 to 4 minutes).
+bench-health: install e2e-deps
 	$(PY) -m bench.health_bench
 	$(PY) -m bench.figures
 
-# Health probing on against off, with a real TLS mirror on loopback (about a minute).
-bench-health: install e2e-deps
-	$(PY) -m bench.health_bench
+# Pod start on a real node (kubelet, containerd; under the machine-wide node lock).
+bench-pods: install e2e-deps
+	$(PY) -m bench.pod_start_bench
 	$(PY) -m bench.figures
 
 # Pull secrets against a real etcd + kube-apiserver (started and stopped by the run).

@@ -32,8 +32,10 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 unique."""),
     ("server", """\
 **Admission server**: the real HTTPS server on loopback against a *floor*, a
-minimal Starlette app under the same uvicorn and TLS settings that parses the
-review and returns a fixed one-operation patch. Keep-alive connections in a
+minimal Starlette app under the same uvicorn settings, event loop (uvloop) and
+TLS context that parses the review and returns a fixed one-operation patch; it
+has none of mirrorgate's connection limits, so their cost counts as
+mirrorgate's. Keep-alive connections in a
 closed loop, alternating rounds; server CPU per admission from
 `/proc/<pid>/stat`. Every mirrorgate response is checked to carry its patch,
 and the process has no outbound connection. What made it fast, each step
@@ -55,7 +57,25 @@ copy for the first Pod of a namespace is three API calls (claim the record,
 create the Secret, record its uid), the price of reading no Secret outside
 mirrorgate's namespace; the first Pod of any fresh namespace costs the API
 server far more than that, with or without a webhook."""),
-    ("health", """**Health probing**: two `mirrorgate serve` processes on the same policy, one
+    ("abuse", """**Under abuse**: the real HTTPS server with its default limits: its RSS with
+1,000 idle keep-alive TLS connections open and after they close, an ordinary
+admission's latency while they are open, and the RSS growth after a flood of
+reviews each carrying a different 2.5 MB image (answered "invalid" with a
+bounded warning, kept in no memo). See [Security](#security) for the limits."""),
+    ("pods", """\
+**Pod start on a real node**: the e2e suite's node (kubelet, containerd),
+one Pod at a time, from just before the create call to the moment the
+container's process began (it prints its own clock). Both series pull the
+same image through the same authenticated mirror: the *baseline* names the
+mirror image with a hand-made Secret in a namespace mirrorgate does not see;
+*mirrorgate* names the upstream image in an `enforce` namespace and is
+rewritten, its Secret already there. The create call is the only step
+mirrorgate changes; the node does the same work for both. A third series,
+the baseline again in the same rounds, is the run's noise floor: a
+difference smaller than that is not a finding. With fewer than 100 Pods a
+p99 is the largest sample."""),
+    ("health", """\
+**Health probing**: two `mirrorgate serve` processes on the same policy, one
 probing a real TLS mirror on loopback every second (ten times the default
 rate), the other with `--no-health-probes`; alternating rounds, server CPU per
 admission, target ≤ 1.05×. The mirror's access log counts every request

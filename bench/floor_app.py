@@ -1,8 +1,11 @@
 """The floor for `make bench`: the least any Python admission webhook on this stack can do.
 
 A Starlette app under the same uvicorn and TLS settings as ``mirrorgate
-serve`` (webhook/server.py: the same ``uvicorn.Config`` options and the very
-same TLS context, TLS >= 1.2 with the certificate-swapping SNI callback). It
+serve`` (webhook/server.py: the same ``uvicorn.Config`` options, uvloop, and
+the very same TLS context, TLS >= 1.2 with the certificate-swapping SNI
+callback), but with uvicorn's own TLS server and none of mirrorgate's
+connection limits (webhook/connections.py): their cost counts as
+mirrorgate's. It
 reads and parses the AdmissionReview with the same JSON library and answers
 with one fixed JSON Patch operation, echoing the uid. Whatever mirrorgate
 costs above this is policy, planning, patch building, logging and metrics;
@@ -15,7 +18,6 @@ implementation on this stack pays too.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 from collections.abc import Sequence
 
@@ -58,7 +60,8 @@ def uvicorn_config(app: Starlette, *, host: str, port: int, cert: str,
     """Mirrors webhook.server.uvicorn_config option for option; keep the two in step."""
     config = uvicorn.Config(
         app, host=host, port=port, ssl_certfile=cert, ssl_keyfile=key,
-        log_config=None, access_log=False, lifespan="on", timeout_keep_alive=60)
+        log_config=None, access_log=False, lifespan="on", loop="uvloop", http="httptools",
+        ws="none", timeout_keep_alive=60)
     config.load()
     config.ssl = tls.CertificateReloader(cert, key).base
     return config
@@ -74,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logs.configure("info")  # as `mirrorgate serve` does: uvicorn's own lines as JSON
     config = uvicorn_config(create_app(), host=args.host, port=args.port,
                             cert=args.tls_cert, key=args.tls_key)
-    asyncio.run(uvicorn.Server(config).serve())
+    uvicorn.Server(config).run()
 
 
 if __name__ == "__main__":

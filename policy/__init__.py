@@ -23,6 +23,7 @@ from policy.planner import (
     plan,
     pull_secret_name,
 )
+from policy.quoting import prefix, quote
 from policy.reference import ImageReference, InvalidReferenceError, parse, parse_normalized
 from policy.rules import Mirror, MirrorRule, Source
 
@@ -62,5 +63,7 @@ __all__ = [
     "parse",
     "parse_normalized",
     "plan",
+    "prefix",
     "pull_secret_name",
+    "quote",
 ]

@@ -35,6 +35,7 @@ from typing import Literal, NamedTuple
 
 from policy.matching import Resolution
 from policy.model import Policy
+from policy.quoting import quote
 
 __all__ = [
     "MIRROR_POD_ANNOTATION",
@@ -70,7 +71,7 @@ def exempt_pod(*, namespace: str, labels: Mapping[str, object],
                annotations: Mapping[str, object], policy: Policy) -> PodExemption | None:
     """Why a Pod with these labels and annotations in ``namespace`` is left alone, or None."""
     if policy.is_namespace_excluded(namespace):
-        return PodExemption("excluded", f"namespace {namespace!r} is excluded by the policy")
+        return PodExemption("excluded", f"namespace {quote(namespace)} is excluded by the policy")
     if labels.get(SKIP_LABEL) == "true":
         return PodExemption("skipped", f"the Pod is labelled {SKIP_LABEL}=true")
     if MIRROR_POD_ANNOTATION in annotations:
@@ -96,7 +97,7 @@ def decide_image(image: str, *, namespace: str, policy: Policy) -> ImageDecision
     rule = found.rule
     if found.outcome == "invalid":
         return ImageDecision("invalid", found, found.error,
-                             f"image {image!r} left as written: {found.error}")
+                             f"image {quote(image)} left as written: {found.error}")
     if found.outcome == "excluded":
         return ImageDecision("excluded", found, "matched by exclude.images")
     if rule is None:
@@ -107,8 +108,8 @@ def decide_image(image: str, *, namespace: str, policy: Policy) -> ImageDecision
         if not_granted is None:
             return ImageDecision("already-mirrored", found, reason)
         return ImageDecision("already-mirrored", found, f"{reason}, but {not_granted}",
-                             f"image {image!r} is on a mirror but {not_granted}")
+                             f"image {quote(image)} is on a mirror but {not_granted}")
     if not_granted is not None:
         return ImageDecision("not-granted", found, not_granted,
-                             f"image {image!r} left as written: {not_granted}")
+                             f"image {quote(image)} left as written: {not_granted}")
     return ImageDecision("rewrite", found)

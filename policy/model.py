@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import re
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from policy import matching, reference
 from policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings, parse_duration
+from policy.quoting import quote
 from policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Source
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
     "CredentialGrant",
     "FieldError",
+    "Memo",
     "Mode",
     "OnCredentialError",
     "Policy",
@@ -44,7 +45,16 @@ ON_CREDENTIAL_ERROR: tuple[OnCredentialError, ...] = ("skip", "deny")
 # rewriting them risks a cluster that cannot restart. Not configurable.
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
 
-RESOLUTION_CACHE_SIZE = 4096
+# Memo bounds: entries, and an estimate of the bytes held (see Memo). A
+# stream of unique images, namespaces or Pod shapes empties a memo rather
+# than growing it; the workload's few hundred entries are back within one
+# admission each.
+MEMO_ENTRIES = 4096
+RESOLUTION_MEMO_BYTES = 8 << 20
+PLAN_MEMO_BYTES = 16 << 20
+DECISION_MEMO_BYTES = 1 << 20
+ENTRY_OVERHEAD = 200
+"""Bytes charged per memo entry beyond its strings: the dict slot, tuples, small objects."""
 
 # A credential becomes the Secret `mirrorgate-<name>` and the label value
 # `mirrorgate.io/credential: <name>`: a DNS label fits both.
@@ -82,6 +92,36 @@ class PolicyError(ValueError):
         super().__init__("\n".join(str(e) for e in self.errors))
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class Memo(dict[_K, _V], Generic[_K, _V]):
+    """A memo bounded by its number of entries and by the bytes they hold.
+
+    A plain dict for lookups (``get`` is the C method: this is on the
+    admission path); :meth:`remember` charges each entry an estimate of its
+    size, and empties the memo when either bound would be passed. An entry
+    costing more than a sixteenth of the byte bound is not kept at all: it
+    would evict everything else for one caller's benefit.
+    """
+
+    __slots__ = ("held", "max_bytes", "max_entries")
+
+    def __init__(self, *, max_entries: int, max_bytes: int) -> None:
+        super().__init__()
+        self.max_entries, self.max_bytes, self.held = max_entries, max_bytes, 0
+
+    def remember(self, key: _K, value: _V, cost: int) -> None:
+        if cost * 16 > self.max_bytes:
+            return
+        if len(self) >= self.max_entries or self.held + cost > self.max_bytes:
+            self.clear()
+            self.held = 0
+        self[key] = value
+        self.held += cost
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class CredentialGrant:
     """Which namespaces may receive a copy of a credential (fnmatch globs)."""
@@ -112,15 +152,19 @@ class Policy:
     # Pods repeat the same few images; resolving each string once makes the
     # steady-state cost a dictionary lookup. Bounded so that a stream of
     # unique images cannot grow it without limit.
-    _resolutions: dict[str, matching.Resolution] = dataclasses.field(
-        init=False, repr=False, default_factory=dict)
+    _resolutions: Memo[str, matching.Resolution] = dataclasses.field(
+        init=False, repr=False, default_factory=lambda: Memo(
+            max_entries=MEMO_ENTRIES, max_bytes=RESOLUTION_MEMO_BYTES))
     # Glob decisions per namespace, memoised likewise: a cluster has few.
-    _namespace_decisions: dict[str, bool] = dataclasses.field(
-        init=False, repr=False, default_factory=dict)
-    _grant_decisions: dict[tuple[str, str], bool] = dataclasses.field(
-        init=False, repr=False, default_factory=dict)
-    plans: dict[Hashable, Any] = dataclasses.field(
-        init=False, repr=False, compare=False, default_factory=dict)
+    _namespace_decisions: Memo[str, bool] = dataclasses.field(
+        init=False, repr=False, default_factory=lambda: Memo(
+            max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES))
+    _grant_decisions: Memo[tuple[str, str], bool] = dataclasses.field(
+        init=False, repr=False, default_factory=lambda: Memo(
+            max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES))
+    plans: Memo[Hashable, Any] = dataclasses.field(
+        init=False, repr=False, compare=False, default_factory=lambda: Memo(
+            max_entries=MEMO_ENTRIES, max_bytes=PLAN_MEMO_BYTES))
     """Plans by Pod shape, kept by :func:`policy.planner.plan` for this policy's lifetime."""
 
     def __post_init__(self) -> None:
@@ -139,8 +183,15 @@ class Policy:
         """What this policy does with ``image``, namespace aside (memoised)."""
         found = self._resolutions.get(image)
         if found is None:
+            if len(image) > reference.REFERENCE_LENGTH_MAX:
+                # Cannot be valid: answered without parsing or memoising it.
+                return matching.Resolution(
+                    image=image, outcome="invalid",
+                    error=f"{len(image)} characters is longer than any valid reference "
+                          f"(at most {reference.REFERENCE_LENGTH_MAX})")
             found = self._resolve(image)
-            self._remember(self._resolutions, image, found)
+            # The image, the rewritten image and the parsed parts: three copies.
+            self._resolutions.remember(image, found, 3 * len(image) + 3 * ENTRY_OVERHEAD)
         return found
 
     def _resolve(self, image: str) -> matching.Resolution:
@@ -188,7 +239,7 @@ class Policy:
         if found is None:
             pattern = self._excluded_namespace
             found = pattern is not None and pattern.fullmatch(namespace) is not None
-            self._remember(self._namespace_decisions, namespace, found)
+            self._namespace_decisions.remember(namespace, found, len(namespace) + ENTRY_OVERHEAD)
         return found
 
     def is_granted(self, credential: str, namespace: str) -> bool:
@@ -198,17 +249,8 @@ class Policy:
         if found is None:
             pattern = self._grant_patterns.get(credential)
             found = pattern is not None and pattern.fullmatch(namespace) is not None
-            self._remember(self._grant_decisions, key, found)
+            self._grant_decisions.remember(key, found, len(namespace) + ENTRY_OVERHEAD)
         return found
-
-    def remember_plan(self, key: Hashable, value: object) -> None:
-        self._remember(self.plans, key, value)
-
-    @staticmethod
-    def _remember(cache: dict[Any, Any], key: object, value: object) -> None:
-        if len(cache) >= RESOLUTION_CACHE_SIZE:
-            cache.clear()
-        cache[key] = value
 
     def not_granted(self, rule: MirrorRule, namespace: str) -> str | None:
         """Why ``rule``'s mirror is off limits in ``namespace``, or None when it is not.
@@ -220,7 +262,7 @@ class Policy:
         if credential is None or self.is_granted(credential, namespace):
             return None
         return (f"credential {credential!r} of {rule.label} is not granted to namespace "
-                f"{namespace!r}")
+                f"{quote(namespace)}")
 
 
 def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:
@@ -232,10 +274,7 @@ def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:
 
 
 def _quote(value: object) -> str:
-    try:
-        return json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):
-        return repr(value)
+    return quote(value, json_style=True)
 
 
 class _Collector:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Collection, Mapping
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, cast
 
+from policy import reference
 from policy.decision import (
     MIRROR_POD_ANNOTATION,
     SKIP_LABEL,
@@ -25,7 +26,8 @@ from policy.decision import (
     exempt_pod,
 )
 from policy.health import HEALTHY, Health
-from policy.model import Policy
+from policy.model import ENTRY_OVERHEAD, Policy
+from policy.quoting import quote
 
 __all__ = [
     "CONTAINER_FIELDS",
@@ -49,6 +51,9 @@ CONTAINER_FIELDS: tuple[ContainerField, ...] = ("containers", "initContainers",
 
 ORIGINAL_IMAGES_ANNOTATION = "mirrorgate.io/original-images"
 PULL_SECRET_PREFIX = "mirrorgate-"  # noqa: S105 - a name prefix, not a secret
+# Container names are DNS labels (RFC 1123); admission sees a Pod before the
+# API server validates it, so a longer one can still arrive here.
+CONTAINER_NAME_LENGTH_MAX = 63
 
 
 def pull_secret_name(credential: str) -> str:
@@ -68,11 +73,29 @@ class ImageSite:
     index: int
     name: str
     image: str
+    unique: bool = True
+    """No other container of the same list has this name."""
 
     @property
     def key(self) -> str:
-        """The container's key in the original-images annotation."""
-        return f"{self.field}/{self.name}"
+        """The container's key in the original-images annotation.
+
+        ``containers/<name>``; when the name appears more than once in its
+        list (a Pod the API server refuses later, but which admission sees
+        first), every such container is ``containers[<index>]/<name>``, so
+        that each original is kept. Names are DNS labels, so neither form
+        can be mistaken for the other.
+        """
+        if self.unique:
+            return f"{self.field}/{self.name}"
+        return f"{self.field}[{self.index}]/{self.name}"
+
+    @property
+    def shown(self) -> str:
+        """The key for messages: a name beyond any valid one is quoted as a bounded prefix."""
+        if len(self.name) <= CONTAINER_NAME_LENGTH_MAX:
+            return self.key
+        return f"{self.field}/{quote(self.name)}"
 
     @property
     def pointer(self) -> str:
@@ -115,7 +138,7 @@ def audit_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
 
     ``health`` appends the mirror's health, where probes have established it.
     """
-    line = (f"mirrorgate audit: {rewrite.site.key} would use {rewrite.new_image} "
+    line = (f"mirrorgate audit: {rewrite.site.shown} would use {rewrite.new_image} "
             f"(was {rewrite.site.image})")
     return f"{line}; health: {rewrite.health}" if health else line
 
@@ -146,27 +169,48 @@ def _sites(spec: Mapping[str, object],
         if not isinstance(containers, list):
             warnings.append(f"spec.{field} is not a list; left as written")
             continue
-        for index, container in enumerate(containers):
-            # Exact-type tests first: decoded JSON is dicts and strs, and this
-            # loop runs for every container of every Pod.
-            if type(container) is dict:
-                name, image = container.get("name"), container.get("image")
-                if type(name) is str and name and type(image) is str:
-                    sites.append(ImageSite(field, index, name, image))
-                    continue
-            if not isinstance(container, Mapping):
-                warnings.append(f"spec.{field}[{index}] is not a mapping; left as written")
-                continue
-            name, image = container.get("name"), container.get("image")
-            if not isinstance(name, str) or not name:
-                warnings.append(f"spec.{field}[{index}] has no name; left as written")
-            elif image is None:
-                continue  # the API server reports a missing image itself
-            elif not isinstance(image, str):
-                warnings.append(f"{field}/{name}: image is not a string; left as written")
-            else:
-                sites.append(ImageSite(field, index, name, image))
+        first = len(sites)
+        _find_sites(field, containers, sites, warnings)
+        if len(sites) - first > 1:
+            _mark_repeated_names(sites[first:])
     return sites, warnings
+
+
+def _mark_repeated_names(sites: list[ImageSite]) -> None:
+    names = [site.name for site in sites]
+    if len(set(names)) == len(names):
+        return
+    seen: dict[str, int] = {}
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+    for site in sites:
+        site.unique = seen[site.name] == 1
+
+
+def _find_sites(field: ContainerField, containers: list[object], sites: list[ImageSite],
+                warnings: list[str]) -> None:
+    for index, container in enumerate(containers):
+        # Exact-type tests first: decoded JSON is dicts and strs, and this
+        # loop runs for every container of every Pod.
+        if type(container) is dict:
+            name, image = container.get("name"), container.get("image")
+            if type(name) is str and name and type(image) is str:
+                sites.append(ImageSite(field, index, name, image))
+                continue
+        if not isinstance(container, Mapping):
+            warnings.append(f"spec.{field}[{index}] is not a mapping; left as written")
+            continue
+        name, image = container.get("name"), container.get("image")
+        if not isinstance(name, str) or not name:
+            warnings.append(f"spec.{field}[{index}] has no name; left as written")
+        elif image is None:
+            continue  # the API server reports a missing image itself
+        elif not isinstance(image, str):
+            where = f"{field}/{name}" if len(name) <= CONTAINER_NAME_LENGTH_MAX \
+                else f"{field}/{quote(name)}"
+            warnings.append(f"{where}: image is not a string; left as written")
+        else:
+            sites.append(ImageSite(field, index, name, image))
 
 
 def _existing_originals(annotations: Mapping[str, object]) -> dict[str, str] | None:
@@ -188,7 +232,10 @@ def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
         return set()
     if not isinstance(secrets, list):
         return None
-    return {str(s.get("name")) for s in secrets if type(s) is dict or isinstance(s, Mapping)}
+    # Only string names can be ours; anything else (even an object nested a
+    # thousand deep) is left for the API server's validation to refuse.
+    return {name for s in secrets if type(s) is dict or isinstance(s, Mapping)
+            if isinstance(name := s.get("name"), str)}
 
 
 def _refusal(credential: str, *, unavailable: Mapping[str, str], attached: set[str],
@@ -202,12 +249,23 @@ def _refusal(credential: str, *, unavailable: Mapping[str, str], attached: set[s
     return None
 
 
-def _shape(pod: Mapping[str, object], namespace: str) -> tuple[object, ...] | None:
+ShapeKey = tuple[object, ...]
+# What _shape puts in its key, position by position.
+_KeyParts = tuple[str, "str | None", bool, "str | None", "tuple[str | None, ...] | None",
+                  "tuple[tuple[str, str], ...] | None", "tuple[tuple[str, str], ...] | None",
+                  "tuple[tuple[str, str], ...] | None"]
+
+
+def _shape(pod: Mapping[str, object], namespace: str) -> ShapeKey | None:
     """Everything a CREATE plan depends on, as a hashable key; None for unusual Pods.
 
     The replicas of a workload differ in name and uid but not in this: their
-    plans are computed once and then looked up. Anything not plain JSON of
-    the expected shape returns None and is planned in full.
+    plans are computed once and then looked up. The key has one position per
+    input, and each container list is a tuple of ``(name, image)`` pairs of
+    its own, so two Pods share a key only when they are equal in everything
+    the plan reads: no name or image can shift into another field's place.
+    Anything not plain JSON of the expected shape returns None and is planned
+    in full.
     """
     metadata = pod.get("metadata")
     spec = pod.get("spec")
@@ -229,24 +287,44 @@ def _shape(pod: Mapping[str, object], namespace: str) -> tuple[object, ...] | No
     # Only plain strings go into the key: anything else may not even be hashable.
     if not all(v is None or type(v) is str for v in (skip, originals, *(secrets or ()))):
         return None
-    key: list[object] = [namespace, skip, MIRROR_POD_ANNOTATION in annotations, originals,
-                         secrets]
+    lists: list[tuple[tuple[str, str], ...] | None] = []
     for field in CONTAINER_FIELDS:
         containers = spec.get(field)
         if containers is None:
+            lists.append(None)
             continue
         if type(containers) is not list:
             return None
-        key.append(field)
+        pairs: list[tuple[str, str]] = []
         for container in containers:
             if type(container) is not dict:
                 return None
             name, image = container.get("name"), container.get("image")
             if type(name) is not str or not name or type(image) is not str:
                 return None
-            key.append(name)
-            key.append(image)
-    return tuple(key)
+            pairs.append((name, image))
+        lists.append(tuple(pairs))
+    return (namespace, skip, MIRROR_POD_ANNOTATION in annotations, originals, secrets, *lists)
+
+
+def _memo_cost(key: ShapeKey, found: RewritePlan) -> int | None:
+    """The bytes a plan memo entry holds, or None when the Pod cannot be valid.
+
+    Computed only for a new shape. A name longer than a DNS label or an image
+    longer than any reference cannot be valid: such Pods are planned, never
+    kept. The plan's sites and originals share the key's strings; its
+    warnings quote bounded prefixes.
+    """
+    namespace, _, _, originals, secrets, *lists = cast("_KeyParts", key)
+    size = len(namespace) + len(originals or "") + ENTRY_OVERHEAD
+    size += sum(len(s or "") for s in secrets or ())
+    for pairs in lists:
+        for name, image in pairs or ():
+            if len(name) > CONTAINER_NAME_LENGTH_MAX or \
+                    len(image) > reference.REFERENCE_LENGTH_MAX:
+                return None
+            size += len(name) + len(image) + ENTRY_OVERHEAD
+    return size + sum(map(len, found.warnings))
 
 
 def plan(
@@ -284,7 +362,9 @@ def plan(
                 found = _plan(pod, namespace=namespace, policy=policy, fields=fields,
                               frozen=frozen, can_add_pull_secrets=True, can_annotate=True,
                               unavailable=None)
-                policy.remember_plan(key, found)
+                cost = _memo_cost(key, found)
+                if cost is not None:
+                    policy.plans.remember(key, found, cost)
             return found
     return _plan(pod, namespace=namespace, policy=policy, fields=fields, frozen=frozen,
                  can_add_pull_secrets=can_add_pull_secrets, can_annotate=can_annotate,
@@ -333,7 +413,7 @@ def _plan(
         decision = decide_image(site.image, namespace=namespace, policy=policy)
         outcomes[key] = decision.outcome
         if decision.warning is not None:
-            warnings.append(f"{key}: {decision.warning}")
+            warnings.append(f"{site.shown}: {decision.warning}")
         rule = decision.resolution.rule
         if decision.outcome not in ("rewrite", "already-mirrored") or rule is None \
                 or decision.warning is not None:
@@ -350,7 +430,7 @@ def _plan(
                 outcomes[key] = "credential-unavailable"
                 what = "is on a mirror but" if decision.outcome == "already-mirrored" \
                     else "left as written:"
-                warnings.append(f"{key}: image {site.image!r} {what} {reason}")
+                warnings.append(f"{site.shown}: image {quote(site.image)} {what} {reason}")
                 continue
         status = "up"
         if health and decision.outcome == "rewrite":
@@ -358,12 +438,12 @@ def _plan(
             if problem is not None:
                 if rule.on_mirror_down == "fallback":
                     outcomes[key] = "mirror-unhealthy"
-                    warnings.append(f"{key}: image {site.image!r} left as written: {problem} "
-                                    "(onMirrorDown: fallback)")
+                    warnings.append(f"{site.shown}: image {quote(site.image)} left as written: "
+                                    f"{problem} (onMirrorDown: fallback)")
                     fallbacks += 1
                     continue
-                warnings.append(f"{key}: image {site.image!r} rewritten although {problem} "
-                                "(onMirrorDown: keep)")
+                warnings.append(f"{site.shown}: image {quote(site.image)} rewritten although "
+                                f"{problem} (onMirrorDown: keep)")
                 status = problem
         if credential is not None:
             needed.add(credential)

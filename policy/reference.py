@@ -36,8 +36,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from policy.quoting import quote
+
 __all__ = [
     "DEFAULT_DOMAIN",
+    "REFERENCE_LENGTH_MAX",
     "ImageReference",
     "InvalidReferenceError",
     "is_valid_domain",
@@ -51,6 +54,20 @@ OFFICIAL_REPO_PREFIX = "library/"
 LOCALHOST = "localhost"
 # Since distribution/reference aaca75e (2024) only the path is length-checked.
 NAME_TOTAL_LENGTH_MAX = 255
+
+# The longest reference any runtime can pull. The grammar bounds the path
+# (255), the tag (128 after its first character: 128 in all) and, through
+# the supported digest algorithms, the digest (sha512: 7 + 128); it does not
+# bound the domain, but a host that is looked up cannot be longer than a DNS
+# name (253 characters, RFC 1035 2.3.4; a bracketed IPv6 literal is shorter)
+# and a port has at most 5 digits. Anything longer is answered "invalid"
+# without being parsed, memoised or quoted whole.
+HOST_LENGTH_MAX = 253
+PORT_LENGTH_MAX = 5
+TAG_LENGTH_MAX = 128
+DIGEST_LENGTH_MAX = len("sha512:") + 128
+REFERENCE_LENGTH_MAX = (HOST_LENGTH_MAX + 1 + PORT_LENGTH_MAX + 1 + NAME_TOTAL_LENGTH_MAX
+                        + 1 + TAG_LENGTH_MAX + 1 + DIGEST_LENGTH_MAX)
 
 _ALPHANUMERIC = r"[a-z0-9]+"
 _SEPARATOR = r"(?:[._]|__|[-]+)"
@@ -86,7 +103,7 @@ class InvalidReferenceError(ValueError):
     """
 
     def __init__(self, reference: str, reason: str, code: str) -> None:
-        super().__init__(f"invalid image reference {reference!r}: {reason}")
+        super().__init__(f"invalid image reference {quote(reference)}: {reason}")
         self.reference = reference
         self.reason = reason
         self.code = code
@@ -142,7 +159,7 @@ def _check_digest(reference: str, digest: str) -> None:
         raise _reject(reference, "invalid digest format", "digest.ErrDigestInvalidFormat")
     length = _DIGEST_HEX_LENGTH.get(algorithm)
     if length is None:
-        raise _reject(reference, f"unsupported digest algorithm {algorithm!r}",
+        raise _reject(reference, f"unsupported digest algorithm {quote(algorithm)}",
                       "digest.ErrDigestUnsupported")
     if len(encoded) != length:
         raise _reject(reference, f"invalid {algorithm} digest length",

@@ -8,6 +8,7 @@ generated Secret is missing or stale.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -22,6 +23,10 @@ __all__ = ["Decision", "PullSecrets", "admit"]
 Mode = Literal["enforce", "audit"]
 Outcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
 EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
+# A namespace name is a DNS label (RFC 1123). The API server sends only
+# names of namespaces that exist; anything else is not a review from it.
+NAMESPACE_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+POD_NAME_LOG_LIMIT = 253
 
 
 class PullSecrets(Protocol):
@@ -60,7 +65,8 @@ def _pod_name(obj: Mapping[str, Any]) -> str:
     if not isinstance(metadata, Mapping):
         return ""
     name = metadata.get("name") or metadata.get("generateName") or ""
-    return name if isinstance(name, str) else ""
+    # For the log line: a Pod reaches admission before its name is validated.
+    return policy.prefix(name, limit=POD_NAME_LOG_LIMIT) if isinstance(name, str) else ""
 
 
 def _is_pod(request: review.AdmissionRequest) -> bool:
@@ -121,6 +127,9 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
     if not isinstance(namespace, str) or not namespace:
         raise BadReview("neither request.namespace nor the Pod's metadata.namespace is set",
                         uid=rev.uid, api_version=rev.api_version)
+    if NAMESPACE_RE.fullmatch(namespace) is None:
+        raise BadReview(f"namespace {policy.quote(namespace, limit=64)} is not a namespace name",
+                        uid=rev.uid, api_version=rev.api_version)
     name = _pod_name(obj)
 
     plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
@@ -156,7 +165,7 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
 
     warnings = plan.warnings
     if ephemeral:
-        warnings += tuple(f"mirrorgate: {r.site.key} uses {r.new_image} (was {r.site.image})"
+        warnings += tuple(f"mirrorgate: {r.site.shown} uses {r.new_image} (was {r.site.image})"
                           for r in plan.rewrites)
     operations = patch.build_patch(obj, plan)
     # The rewrites are in the patch itself, which the API server's audit log

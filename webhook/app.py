@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+import policy
 from policy import HEALTHY, Health
 from webhook import admission, logs, review
 from webhook.logs import logger
@@ -95,8 +96,8 @@ class AdmissionEndpoint:
             elif name == b"content-length":
                 declared = value
         if not _content_type_ok(content_type):
-            raise review.BadReview(f"Content-Type is {content_type or 'missing'!r}; "
-                                   "expected application/json")
+            shown = policy.quote(content_type, limit=64) if content_type else "'missing'"
+            raise review.BadReview(f"Content-Type is {shown}; expected application/json")
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             raise review.BadReview(f"request body of {declared.decode()} bytes exceeds the "
                                    f"{MAX_BODY_BYTES}-byte limit")

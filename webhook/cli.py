@@ -20,6 +20,7 @@ import yaml
 
 from webhook import offline, policyfile
 from webhook.credentials import StoreError
+from webhook.limits import Limits
 from webhook.policyfile import ConfigError
 from webhook.version import VERSION
 
@@ -125,7 +126,11 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         reconcile_interval=args.reconcile_interval,
         tls_secret=args.tls_secret, service=args.service,
         webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
-        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name),
+        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name), limits=Limits(
+            max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
+            max_headers=args.max_headers, header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
+            max_buffered_bytes=args.max_buffered_bytes),
         health_probes=args.health_probes))
     return EXIT_OK
 
@@ -293,6 +298,26 @@ def _store_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, 
                         help="file holding the store key (default: $MIRRORGATE_STORE_KEY)")
 
 
+def _limit_arguments(group: argparse._ArgumentGroup) -> None:
+    defaults = Limits()
+    for flag, kind, metavar, text in (
+            ("--max-connections", int, "N", "open connections, TLS handshakes included; over "
+             "it, the least recently active connection not being answered is closed"),
+            ("--max-header-bytes", int, "BYTES", "request line and header fields (431 beyond)"),
+            ("--max-headers", int, "N", "header fields per request (431 beyond)"),
+            ("--header-timeout", float, "SECONDS", "from accept (TLS handshake included), or "
+             "from a request's first byte, to the end of its head"),
+            ("--body-timeout", float, "SECONDS", "from the end of a request's head to the end "
+             "of its body"),
+            ("--idle-timeout", float, "SECONDS", "how long a keep-alive connection may wait "
+             "for its next request"),
+            ("--max-buffered-bytes", int, "BYTES", "request-body bytes held at once across all "
+             "connections; over it, the longest-running body reads are closed")):
+        dest = flag[2:].replace("-", "_")
+        group.add_argument(flag, type=kind, default=getattr(defaults, dest), metavar=metavar,
+                           help=f"{text} (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mirrorgate", description=(
         "Rewrite Pod images to authenticated registry mirrors at admission, "
@@ -411,6 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--reconcile-interval", type=float, default=30.0, metavar="SECONDS",
                          help="how often the leader re-asserts every generated pull secret, "
                               "bringing back deleted ones (default: %(default)s)")
+    _limit_arguments(serve.add_argument_group(
+        "limits", "what any client may make the server hold (see the README's Security section)"))
     serve.set_defaults(run=cmd_serve)
 
     cred_commands = _group(commands, "credentials",

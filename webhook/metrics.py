@@ -113,6 +113,14 @@ class Metrics:
         self.certificate_reloads = prom.Counter(
             "mirrorgate_certificate_reloads", "Serving certificates loaded from disk.",
             ["result"], registry=r)
+        self.connections_dropped = prom.Counter(
+            "mirrorgate_connections_dropped",
+            "Connections the server closed or refused under its limits, by reason "
+            "(header-timeout, body-timeout, evicted, refused, body-budget, header-limit, "
+            "bad-request, handshake-failed).", ["reason"], registry=r)
+        self.open_connections = prom.Gauge(
+            "mirrorgate_open_connections", "Open client connections, TLS handshakes included.",
+            registry=r)
 
         # The series alerts watch exist from the start, at 0: increase() and
         # rate() cannot see the first event of a series that appears with it.

@@ -15,6 +15,8 @@ from typing import Any, Literal, NamedTuple, TypedDict
 
 import orjson
 
+from policy import quote
+
 __all__ = [
     "AdmissionRequest",
     "AdmissionResponse",
@@ -27,6 +29,9 @@ __all__ = [
 ]
 
 SUPPORTED_VERSIONS = ("admission.k8s.io/v1",)
+# The API server's uids are UUIDs (36 characters). A longer one is not from
+# an API server, and is neither echoed nor logged.
+UID_LENGTH_MAX = 128
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -116,7 +121,7 @@ def _describe(value: object) -> str:
 def _show(value: object) -> str:
     """A short, safe rendering for messages: never a whole object, which could be a Pod."""
     if isinstance(value, str):
-        return orjson.dumps(value[:64] + ("…" if len(value) > 64 else "")).decode()
+        return quote(value, limit=64, json_style=True)
     return _describe(value)
 
 
@@ -135,6 +140,9 @@ def decode(body: bytes) -> Review:
     request = document.get("request")
     uid = request.get("uid") if isinstance(request, dict) else None
     uid = uid if isinstance(uid, str) else ""
+    if len(uid) > UID_LENGTH_MAX:
+        raise BadReview(f"request.uid is {len(uid)} characters; a uid has at most "
+                        f"{UID_LENGTH_MAX}")
     api_version = document.get("apiVersion")
     if document.get("kind") != "AdmissionReview":
         raise BadReview(f"kind is {_show(document.get('kind'))}; expected \"AdmissionReview\"",

@@ -8,6 +8,13 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
   make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
   kustomize       session  Path of the pinned kustomize binary
   promtool        session  Path of the pinned promtool binary
+  installed       session  Installed: mirrorgate serving `control_plane`, registered
+
+Node fixtures (need `@pytest.mark.node`, which implies `e2e`; started only when used):
+  node_cluster    session  Node: a separate cluster with a real kubelet, containerd,
+                           controller-manager and scheduler (see tests/e2e/node.py)
+  node_installed  session  Installed: mirrorgate serving the node cluster, with the
+                           policy of `node_policy` (granted namespaces: `granted-*`)
 
 A missing binary skips these tests loudly, or fails them when MIRRORGATE_REQUIRE_E2E=1
 or CI is set (as `make test` and CI do), naming the command that provides it.
@@ -16,6 +23,7 @@ or CI is set (as `make test` and CI do), naming the command that provides it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -30,6 +38,7 @@ from tests.e2e import mirrorgate as mg
 from tests.e2e.binaries import MissingBinaryError, built_binary
 from tests.e2e.controlplane import ControlPlane, start_control_plane
 from tests.e2e.kube import create_namespace, namespace_name
+from tests.e2e.node import Node, start_node
 from tests.e2e.registry import RegistryStack, start_registry_stack
 
 MakeNamespace = Callable[..., str]
@@ -40,6 +49,7 @@ E2E_FIXTURES = frozenset(
     {"control_plane", "registry", "own_registry", "make_namespace", "namespace", "kustomize",
      "promtool", "installed"}
 )
+NODE_FIXTURES = frozenset({"node_cluster", "node_installed"})
 _TIMINGS = pytest.StashKey[dict[str, float]]()
 _SKIPS = pytest.StashKey[list[str]]()
 
@@ -74,26 +84,33 @@ def _start(config: pytest.Config, start: Callable[[Path], _T], workdir: Path) ->
     _missing(config, missing)
 
 
-def _uses_e2e_fixture(item: pytest.Item) -> bool:
+def _uses_fixture(item: pytest.Item, fixtures: frozenset[str]) -> bool:
     if _HERE not in item.path.parents:
         return False  # these fixtures exist only under tests/e2e/
     callspec = getattr(item, "callspec", None)
     parametrized = set(callspec.params) if callspec is not None else set()
     # A parametrize argument shadows a fixture of the same name (e.g. `namespace`).
-    return bool(E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())) - parametrized)
+    return bool(fixtures.intersection(getattr(item, "fixturenames", ())) - parametrized)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `node` must imply `e2e` by then
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse tests that use an e2e fixture without the `e2e` marker (so -m works)."""
-    unmarked = [
-        item.nodeid
-        for item in items
-        if _uses_e2e_fixture(item) and item.get_closest_marker("e2e") is None
-    ]
-    if unmarked:
-        raise pytest.UsageError(
-            "these tests use e2e fixtures but lack @pytest.mark.e2e: " + ", ".join(unmarked)
-        )
+    """Refuse e2e (node) fixtures without the `e2e` (`node`) marker, so -m works.
+
+    `node` implies `e2e`: `-m e2e` runs the node tests too, `-m "not e2e"` none.
+    """
+    for item in items:
+        if item.get_closest_marker("node") is not None and item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.e2e)
+    # The node self-test starts a node of its own: first, before any session node runs.
+    items.sort(key=lambda item: item.get_closest_marker("node_selftest") is None)
+    for fixtures, marker in ((E2E_FIXTURES | NODE_FIXTURES, "e2e"), (NODE_FIXTURES, "node")):
+        unmarked = [item.nodeid for item in items
+                    if _uses_fixture(item, fixtures) and item.get_closest_marker(marker) is None]
+        if unmarked:
+            raise pytest.UsageError(
+                f"these tests use {marker} fixtures but lack @pytest.mark.{marker}: "
+                + ", ".join(unmarked))
 
 
 @pytest.fixture(scope="session")
@@ -187,14 +204,16 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed:
         funcargs = getattr(item, "funcargs", {})
-        for name, title in (("control_plane", "control plane"), ("registry", "registries")):
+        for name, title in (("control_plane", "control plane"), ("registry", "registries"),
+                            ("node_cluster", "node")):
             component = funcargs.get(name)
-            if isinstance(component, ControlPlane | RegistryStack):
+            if isinstance(component, ControlPlane | RegistryStack | Node):
                 report.sections.append((f"{title} logs (tail)", component.describe()))
-        installed = funcargs.get("installed")
-        if isinstance(installed, Installed):
-            report.sections.append(("mirrorgate log (tail)",
-                                    installed.server.process.describe_failure(40)))
+        for name in ("installed", "node_installed"):
+            installed = funcargs.get(name)
+            if isinstance(installed, Installed):
+                report.sections.append((f"{name}: mirrorgate log (tail)",
+                                        installed.server.process.describe_failure(40)))
     return report
 
 
@@ -260,16 +279,15 @@ class Installed:
     control_plane: ControlPlane
 
 
-@pytest.fixture(scope="session")
-def installed(control_plane: ControlPlane, registry: RegistryStack, kustomize: Path,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    """The session's mirrorgate: kubernetes credential store, RBAC of manifests/base."""
+@contextlib.contextmanager
+def install_mirrorgate(control_plane: ControlPlane, registry: RegistryStack, kustomize: Path,
+                       workdir: Path, policy: str) -> Iterator[Installed]:
+    """mirrorgate with the kubernetes credential store and the RBAC of manifests/base."""
     with control_plane.api_client() as api:
         mg.install_base(api, kustomize)
         central_credential(api, registry)
         # A short reconcile interval: a deleted copy is re-asserted within it.
-        server = mg.start_mirrorgate(tmp_path_factory.mktemp("mirrorgate"), control_plane,
-                                     policy=e2e_policy(registry),
+        server = mg.start_mirrorgate(workdir, control_plane, policy=policy,
                                      args=["--store", "kubernetes", "--reconcile-interval",
                                            str(RECONCILE_INTERVAL)],
                                      redact=[registry.password])
@@ -281,3 +299,55 @@ def installed(control_plane: ControlPlane, registry: RegistryStack, kustomize: P
         finally:
             mg.unregister(api, "mirrorgate")
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def installed(control_plane: ControlPlane, registry: RegistryStack, kustomize: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    """The session's mirrorgate: kubernetes credential store, RBAC of manifests/base."""
+    with install_mirrorgate(control_plane, registry, kustomize,
+                            tmp_path_factory.mktemp("mirrorgate"), e2e_policy(registry)) as found:
+        yield found
+
+
+GRANTED_PREFIX = "granted-"
+
+
+def node_policy(registry: RegistryStack) -> str:
+    """The node cluster's policy: the mirror's credential only for `granted-*` namespaces."""
+    return (f"mode: enforce\n"
+            f"mirrors:\n"
+            f"  - source: {registry.upstream_host}\n"
+            f"    mirror: {registry.host}\n"
+            f"    credential: {CREDENTIAL}\n"
+            f"credentials:\n"
+            f"  {CREDENTIAL}: {{namespaces: ['{GRANTED_PREFIX}*']}}\n")
+
+
+@pytest.fixture(scope="session")
+def node_cluster(request: pytest.FixtureRequest, registry: RegistryStack,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """A one-node cluster of its own (kubelet, containerd, controllers), under the machine lock.
+
+    Its teardown fails the session if the host is left changed (sysctls,
+    iptables chains, cgroups, mounts, network namespaces, fixed paths).
+    """
+    node = _start(request.config, lambda workdir: start_node(workdir, registry),
+                  tmp_path_factory.mktemp("node"))
+    request.config.stash.setdefault(_TIMINGS, {}).update(
+        {**{f"node_{k}": v for k, v in node.control_plane.timings.items()},
+         **{f"node_{k}": v for k, v in node.timings.items()}})
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="session")
+def node_installed(node_cluster: Node, kustomize: Path,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    """mirrorgate registered with the node cluster's API server (policy: `node_policy`)."""
+    with install_mirrorgate(node_cluster.control_plane, node_cluster.registry, kustomize,
+                            tmp_path_factory.mktemp("node-mirrorgate"),
+                            node_policy(node_cluster.registry)) as found:
+        yield found

@@ -163,11 +163,13 @@ def _kubeconfig(url: str, ca_pem: bytes, admin: KeyPair, *, user: str = ADMIN_US
     return json.dumps(config, indent=2).encode()
 
 
-def start_control_plane(workdir: Path, *, apiserver_args: Sequence[str] = ()) -> ControlPlane:
+def start_control_plane(workdir: Path, *, apiserver_args: Sequence[str] = (),
+                        ca: CertificateAuthority | None = None) -> ControlPlane:
     """Start etcd then kube-apiserver, wait for /readyz; on any error stop both and raise.
 
     ``apiserver_args`` are appended to kube-apiserver's flags (the benchmarks
-    add an audit log).
+    add an audit log). ``ca`` is the cluster CA to use, for a caller that must
+    issue certificates named in those flags (the node's kubelet client).
     """
     etcd_bin = built_binary("etcd")
     apiserver_bin = built_binary("kube-apiserver")
@@ -175,7 +177,7 @@ def start_control_plane(workdir: Path, *, apiserver_args: Sequence[str] = ()) ->
 
     # One CA for serving and client certificates: the client CA is what makes
     # `system:masters` in the admin certificate mean cluster-admin.
-    ca = CertificateAuthority.generate(common_name="mirrorgate e2e cluster CA")
+    ca = ca or CertificateAuthority.generate(common_name="mirrorgate e2e cluster CA")
     ca_path = _write(workdir / "ca.crt", ca.cert_pem)
     serving = ca.issue_serving(
         dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],

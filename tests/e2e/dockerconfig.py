@@ -1,4 +1,12 @@
-"""Read credentials out of a `.dockerconfigjson` the way kubelet does, but stricter."""
+"""Read credentials out of a `.dockerconfigjson` the way kubelet does, but stricter.
+
+Where a real kubelet can pull, it is the judge instead (tests/e2e/test_node.py:
+the kubelet picks the generated Secret for the rewritten image). This
+re-implementation stays only where no node is involved: the registry
+harness's self-tests (test_harness.py) and the file credential store's
+Secret, made by a mirrorgate serving the node-less `control_plane`
+(test_pull_secrets.py); `encode` also builds the Secrets the tests hand out.
+"""
 
 from __future__ import annotations
 

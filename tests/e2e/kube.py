@@ -25,15 +25,20 @@ def create_namespace(api: k8s.ApiClient, name: str, labels: Mapping[str, str] | 
 
     With no controller-manager nothing creates `default`, and the ServiceAccount
     admission plugin (which runs before the webhooks, as in production) rejects
-    every Pod in a namespace without it.
+    every Pod in a namespace without it. Where a controller-manager runs (the
+    node cluster) it may create `default` first, which is just as good.
     """
     core = k8s.CoreV1Api(api)
     core.create_namespace(
         k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name, labels=dict(labels or {})))
     )
-    core.create_namespaced_service_account(
-        name, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="default"))
-    )
+    try:
+        core.create_namespaced_service_account(
+            name, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="default"))
+        )
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
     return name
 
 

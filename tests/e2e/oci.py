@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
 import json
 import tarfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -33,24 +35,46 @@ class OciImage:
         return sha256_digest(self.manifest)
 
 
-def build_image(text: str = "hello from upstream\n") -> OciImage:
-    """One gzip'ed tar layer holding /hello.txt; same text, same digest, every run."""
+@functools.lru_cache(maxsize=8)
+def _layer(files: tuple[tuple[str, tuple[bytes, int]], ...]) -> tuple[bytes, bytes]:
+    """(uncompressed tar, gzip'ed tar) holding `files` ((path, (content, mode)), ...).
+
+    Cached: images that share a binary (and differ by their config) compress it once.
+    """
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        payload = text.encode()
-        info = tarfile.TarInfo("hello.txt")
-        # Fixed metadata: a varying mtime or owner would change the digest per run.
-        info.size, info.mtime, info.mode, info.uid, info.gid = len(payload), 0, 0o644, 0, 0
-        tar.addfile(info, io.BytesIO(payload))
+        for path, (payload, mode) in files:
+            info = tarfile.TarInfo(path)
+            # Fixed metadata: a varying mtime or owner would change the digest per run.
+            info.size, info.mtime, info.mode, info.uid, info.gid = len(payload), 0, mode, 0, 0
+            tar.addfile(info, io.BytesIO(payload))
     layer_tar = raw.getvalue()
     # gzip with mtime=0 for the same reason: the header would otherwise carry the clock.
-    layer = gzip.compress(layer_tar, compresslevel=9, mtime=0)
+    return layer_tar, gzip.compress(layer_tar, compresslevel=9, mtime=0)
+
+
+def build_image(text: str = "hello from upstream\n", *,
+                files: Mapping[str, tuple[bytes, int]] | None = None,
+                command: Sequence[str] = ("/bin/cat", "/hello.txt"),
+                env: Mapping[str, str] | None = None) -> OciImage:
+    """A one-layer image; same arguments, same digest, every run.
+
+    By default the layer holds /hello.txt with `text`; `files` replaces it
+    (e.g. a static binary, mode 0o755) and `command`/`env` go to the config,
+    so images that share a binary still differ by their `env`.
+    """
+    if files is None:
+        files = {"hello.txt": (text.encode(), 0o644)}
+    layer_tar, layer = _layer(tuple(sorted(files.items())))
+    image_config: dict[str, object] = {"Cmd": list(command)}
+    if env:
+        image_config["Env"] = [f"{key}={value}" for key, value in sorted(env.items())]
     config = _canonical(
         {
             "architecture": "amd64",
             "os": "linux",
             "created": "1970-01-01T00:00:00Z",
-            "config": {"Cmd": ["/bin/cat", "/hello.txt"]},
+            "config": image_config,
             "rootfs": {"type": "layers", "diff_ids": [sha256_digest(layer_tar)]},
             "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "mirrorgate e2e"}],
         }

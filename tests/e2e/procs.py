@@ -124,6 +124,15 @@ class ManagedProcess:
             text = text.replace(secret, "***")
         return text
 
+    def log_text(self) -> str:
+        """The whole log so far, with known secrets replaced by ***."""
+        if not self._log.closed:
+            self._log.flush()
+        text = self.log_path.read_text(errors="replace")
+        for secret in self._redact:
+            text = text.replace(secret, "***")
+        return text
+
     def describe_failure(self, lines: int = 40) -> str:
         """A block for failure messages: what happened plus the log tail."""
         state = self.exited() or f"{self.name} still running (pid {self.pid})"

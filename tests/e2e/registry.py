@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import secrets
 import ssl
 from collections.abc import Mapping
@@ -38,6 +39,24 @@ TAG = "1.0"
 # cost 12 costs ~200 ms per request on a 2-core machine (cost 5: ~5 ms).
 BCRYPT_COST = 5
 READY_TIMEOUT = 30.0
+
+
+# distribution's combined access log: `… "GET /v2/x/manifests/1 HTTP/1.1" 401 156 "" "agent"`.
+_ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) \S+ '
+                     r'"[^"]*" "(?P<agent>[^"]*)"')
+
+
+@dataclass(frozen=True)
+class Access:
+    """One request a registry answered, from its access log."""
+
+    method: str
+    path: str
+    status: int
+    agent: str
+
+    def is_for(self, repository: str) -> bool:
+        return self.path.startswith(f"/v2/{repository}/")
 
 
 def htpasswd_line(username: str, password: str) -> str:
@@ -127,6 +146,16 @@ class RegistryStack:
         credentials = dockerconfig.credentials_for(dockerconfigjson, host, name)
         with RegistryClient(host, ca_file=str(self.ca_path), credentials=credentials) as client:
             return client.pull(name, reference)
+
+    def access_log(self, registry: str) -> list[Access]:
+        """Every request `registry` ("mirror" or "upstream") has answered so far."""
+        return [Access(m["method"], m["path"], int(m["status"]), m["agent"])
+                for m in _ACCESS.finditer(self.log_text(registry))]
+
+    def log_text(self, registry: str) -> str:
+        """The whole log of `registry` ("mirror" or "upstream"), credentials redacted."""
+        (proc,) = [p for p in self.processes if p.name == f"registry-{registry}"]
+        return proc.log_text()
 
     def describe(self, lines: int = 30) -> str:
         """Log tails of both registries, credentials redacted, for failure reports."""

@@ -192,13 +192,17 @@ def test_ephemeral_container_is_rewritten_and_recorded(
         [c["image"] for c in created["spec"]["containers"]]
 
 
-def test_generated_secret_authenticates_against_the_mirror(
+def test_generated_secret_is_a_dockerconfigjson_for_the_mirror(
         installed: Installed, make_namespace: MakeNamespace) -> None:
-    """The generated .dockerconfigjson pulls the rewritten image with the upstream's digest."""
+    """The generated Secret's shape: one `auths` entry for the mirror, labelled as ours.
+
+    That the real kubelet picks it for the rewritten image and the mirror
+    accepts it is shown on the node (tests/e2e/test_node.py, scenario 2).
+    """
     registry = installed.registry
     with installed.control_plane.api_client() as api:
         namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
-        created, _ = create(api, namespace, pod(installed))
+        create(api, namespace, pod(installed))
         secret = k8s.CoreV1Api(api).read_namespaced_secret(SECRET, namespace)
     assert secret.type == "kubernetes.io/dockerconfigjson"
     assert secret.metadata is not None
@@ -207,15 +211,4 @@ def test_generated_secret_authenticates_against_the_mirror(
                                       "mirrorgate.io/credential": CREDENTIAL}
     config = json.loads(base64.b64decode(secret.data[".dockerconfigjson"]))
     assert list(config["auths"]) == [registry.host]
-    assert set(config["auths"][registry.host]) == {"username", "password", "auth"}
-    image = created["spec"]["containers"][0]["image"]
-    assert registry.pull(image, config) == registry.digest
-    from tests.e2e.registry_client import RegistryHTTPError
-
-    wrong = registry.dockerconfigjson(password="not-the-password")
-    with pytest.raises(RegistryHTTPError) as refused:
-        registry.pull(image, wrong)
-    assert refused.value.status == 401
-    with pytest.raises(RegistryHTTPError) as anonymous:
-        registry.pull(image, {"auths": {}})
-    assert anonymous.value.status == 401
+    assert config == registry.dockerconfigjson()  # username, password and a matching auth

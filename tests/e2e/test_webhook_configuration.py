@@ -167,7 +167,7 @@ def test_overlay_is_accepted_by_server_side_dry_run(installed: Installed, kustom
     objects = mg.render(kustomize, overlay)
     kinds = {o["kind"] for o in objects}
     assert {"Deployment", "MutatingWebhookConfiguration", "ClusterRole", "Service",
-            "PodDisruptionBudget", "ConfigMap"} <= kinds
+            "PodDisruptionBudget", "ConfigMap", "NetworkPolicy"} <= kinds
     with installed.control_plane.api_client() as api:
         if overlay.endswith("cert-manager"):
             _cert_manager_crds(api)

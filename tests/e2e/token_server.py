@@ -93,7 +93,7 @@ def _parse_scope(scope: str) -> dict[str, Any] | None:
 
 
 class TokenServer:
-    """Serves GET /token over TLS on a loopback port until `stop()`."""
+    """Serves GET and POST /token over TLS on a loopback port until `stop()`."""
 
     def __init__(
         self,
@@ -156,24 +156,18 @@ def _make_handler(signer: TokenSigner, users: dict[str, str]) -> type[BaseHTTPRe
                 return None
             return name
 
-        def do_GET(self) -> None:
-            url = urlparse(self.path)
-            if url.path != "/token":
-                self._send(404, {"error": "not found"})
-                return
-            user = self._user()
-            if user is None:
-                self._send(
-                    401,
-                    {"errors": [{"code": "UNAUTHORIZED", "message": "bad credentials"}]},
-                    {"WWW-Authenticate": 'Basic realm="token"'},
-                )
-                return
-            query = parse_qs(url.query)
+        def _refuse(self) -> None:
+            self._send(
+                401,
+                {"errors": [{"code": "UNAUTHORIZED", "message": "bad credentials"}]},
+                {"WWW-Authenticate": 'Basic realm="token"'},
+            )
+
+        def _issue(self, user: str, service: str, scopes: list[str]) -> None:
             # Every known user gets every action asked for: authorization is not
             # what these tests are about, authentication across the proxy is.
-            access = [a for s in query.get("scope", []) if (a := _parse_scope(s)) is not None]
-            token = signer.token(user, query.get("service", [""])[0], access)
+            access = [a for s in scopes if (a := _parse_scope(s)) is not None]
+            token = signer.token(user, service, access)
             issued = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             self._send(
                 200,
@@ -184,6 +178,39 @@ def _make_handler(signer: TokenSigner, users: dict[str, str]) -> type[BaseHTTPRe
                     "issued_at": issued,
                 },
             )
+
+        def do_GET(self) -> None:
+            url = urlparse(self.path)
+            if url.path != "/token":
+                self._send(404, {"error": "not found"})
+                return
+            user = self._user()
+            if user is None:
+                self._refuse()
+                return
+            query = parse_qs(url.query)
+            self._issue(user, query.get("service", [""])[0], query.get("scope", []))
+
+        def do_POST(self) -> None:
+            """The OAuth2 password grant, which containerd tries before GET when it has a password.
+
+            Form fields: grant_type=password, username, password, service, and
+            scope (space-separated), as Docker's token specification has them.
+            """
+            if urlparse(self.path).path != "/token":
+                self._send(404, {"error": "not found"})
+                return
+            length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
+            form = parse_qs(self.rfile.read(length).decode(errors="replace"))
+            name = form.get("username", [""])[0]
+            password = form.get("password", [""])[0]
+            expected = users.get(name)
+            if form.get("grant_type") != ["password"] or expected is None \
+                    or not hmac.compare_digest(expected, password):
+                self._refuse()
+                return
+            scopes = [s for value in form.get("scope", []) for s in value.split()]
+            self._issue(name, form.get("service", [""])[0], scopes)
 
         def log_message(self, format: str, *args: Any) -> None:
             # Silent: the default writes every request to pytest's captured stderr.

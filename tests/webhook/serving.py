@@ -22,6 +22,7 @@ import uvicorn
 
 from certs import KeyPair
 from webhook import admission, server
+from webhook.limits import Limits
 
 TIMEOUT = 5.0
 _T = TypeVar("_T")
@@ -59,7 +60,8 @@ def write_pair(directory: Path, pair: KeyPair) -> tuple[Path, Path]:
 
 @contextlib.contextmanager
 def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float = 0.1,
-          secrets: admission.PullSecrets | None = None) -> Iterator[Running]:
+          secrets: admission.PullSecrets | None = None,
+          limits: Limits | None = None) -> Iterator[Running]:
     """Run ``webhook.server`` on a free loopback port until the block exits.
 
     Health probes are off: these policies name mirrors that do not exist, and
@@ -70,7 +72,8 @@ def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float
     write_atomically(policy_file, policy.encode())
     built = server.build(server.Settings(
         policy=str(policy_file), tls_cert=str(cert), tls_key=str(key), host="127.0.0.1",
-        port=0, reload_interval=reload_interval, health_probes=False), secrets=secrets)
+        port=0, reload_interval=reload_interval, limits=limits or Limits(),
+        health_probes=False), secrets=secrets)
     instance = uvicorn.Server(server.uvicorn_config(built))
     failures: list[BaseException] = []
 
@@ -151,16 +154,22 @@ def http_get(tls: ssl.SSLSocket, path: str, *, keep_alive: bool = True) -> bytes
     connection = "keep-alive" if keep_alive else "close"
     tls.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: {connection}\r\n\r\n"
                 .encode())
+    head, body = read_response(tls)
+    return head + b"\r\n\r\n" + body
+
+
+def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One response with a Content-Length from ``sock``: (head, body)."""
     data = b""
     while b"\r\n\r\n" not in data:
-        chunk = tls.recv(65536)
+        chunk = sock.recv(65536)
         assert chunk, f"connection closed mid-response: {data!r}"
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
                   if line.lower().startswith(b"content-length:"))
     while len(body) < length:
-        chunk = tls.recv(65536)
+        chunk = sock.recv(65536)
         assert chunk, "connection closed mid-body"
         body += chunk
-    return head + b"\r\n\r\n" + body
+    return head, body

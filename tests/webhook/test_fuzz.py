@@ -58,8 +58,8 @@ def check(harness: Harness, raw: bytes, endpoint: str = "/mutate") -> dict[str, 
         ops = patch_ops(result)
         if ops:
             # A patch the API server cannot apply fails the Pod's creation.
-            # Decoded afresh, so patched in place: a copy of thousands-deep
-            # nesting would overflow the test's own recursion limit.
+            # Applied in place to a fresh decoding: a copy would recurse
+            # through objects nested thousands deep.
             obj = orjson.loads(raw)["request"]["object"]
             jsonpatch.apply_patch(obj, ops, in_place=True)
     assert isinstance(result, dict)
@@ -102,6 +102,23 @@ def test_valid_reviews_patch_cleanly(fuzzed: Harness, review: dict[str, Any]) ->
     assert result["allowed"] is True
 
 
+@settings(FUZZ, max_examples=150)
+@given(length=st.sampled_from([779, 780, 781, 5_000, 300_000]),
+       unique=st.uuids(), field=st.sampled_from(["containers", "initContainers"]))
+def test_huge_and_unique_images(fuzzed: Harness, length: int, unique: object,
+                                field: str) -> None:
+    """Unique images up to and past the longest valid reference: answered, bounded, not kept."""
+    image = f"quay.io/prometheus/{unique}-"
+    image += "a" * (length - len(image))
+    result = check(fuzzed, orjson.dumps(review(pod(image, field=field))))
+    for warning in result.get("warnings", []):
+        assert len(warning) < 2_000
+    rules = fuzzed.runtime.policy.policy
+    assert rules._resolutions.held <= rules._resolutions.max_bytes
+    assert rules.plans.held <= rules.plans.max_bytes
+    assert image not in rules._resolutions or length <= 780
+
+
 def test_a_real_request_still_works_after_the_storm(fuzzed: Harness) -> None:
     """After every example above (same app), an ordinary review is answered correctly."""
     obj = pod(PROM_IMAGE)
@@ -111,3 +128,4 @@ def test_a_real_request_still_works_after_the_storm(fuzzed: Harness) -> None:
     page = samples(metrics)
     for endpoint in ("mutate", "audit"):
         assert value(page, "mirrorgate_errors_total", endpoint=endpoint, reason="internal") == 0
+

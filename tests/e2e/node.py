@@ -1,0 +1,530 @@
+"""A real Kubernetes node for the e2e suite: containerd + runc + CNI, kubelet, and the
+controllers that turn a Deployment into running Pods.
+
+    etcd + kube-apiserver (controlplane.py, with flags to reach the kubelet)
+      kube-controller-manager, kube-scheduler        (pinned by build.sh)
+      kubelet  --CRI-->  containerd --> runc          (Debian's containerd and runc)
+                         CNI bridge + host-local      (Debian's containernetworking-plugins)
+
+The cluster is its own, separate from the `control_plane` fixture's: there
+Pods must stay Pending and namespaces are never finalised, and the other
+tests rely on that. The node is called `localhost`: the kubelet refuses a
+loopback node IP, so the API server reaches it by the Hostname address,
+which resolves to 127.0.0.1, where the kubelet listens. Pods get addresses on
+a bridge in network namespaces this node's runtime creates; the API server
+reaches them there (pods/proxy).
+
+The sandbox (pause) image is built by the suite, pushed to the loopback
+upstream and pre-pulled into containerd with `ctr` and the upstream's
+credentials before the kubelet starts: the kubelet's pull secrets never apply
+to the sandbox image, and the upstream serves nothing anonymously.
+
+Settings that matter are written into the configuration files with the reason
+beside each (`containerd.toml`, `kubelet.yaml` in the node's directory); what
+the node changes on the host is recorded before it starts and undone after it
+stops (`nodehost.py`), under a machine-wide lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from kubernetes import client as k8s
+
+from certs.authority import CertificateAuthority
+from tests.e2e.binaries import MissingBinaryError, built_binary
+from tests.e2e.controlplane import ControlPlane, start_control_plane
+from tests.e2e.nodehost import BRIDGE, HostState, machine_lock
+from tests.e2e.procs import ManagedProcess, free_port, stop_all, wait_until
+from tests.e2e.registry import RegistryStack
+from tests.e2e.testimages import PAUSE_REPOSITORY, PAUSE_TAG, pause_image, push_upstream
+
+NODE_NAME = "localhost"
+NODE_USER = f"system:node:{NODE_NAME}"
+POD_SUBNET = "10.244.0.0/24"
+CNI_BIN_DIR = Path("/usr/lib/cni")
+NODE_READY_TIMEOUT = 180.0
+DRAIN_TIMEOUT = 90.0
+# Debian's packages, installed by tests/e2e/deps.sh.
+HOST_BINARIES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc"}
+
+
+def host_binary(name: str) -> Path:
+    for directory in ("/usr/bin", "/usr/sbin", "/bin", "/sbin"):
+        candidate = Path(directory) / name
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise MissingBinaryError(name, "in /usr/bin or /usr/sbin",
+                             f"make e2e-deps  (or: apt-get install {HOST_BINARIES[name]})")
+
+
+def _require_cni() -> None:
+    for plugin in ("bridge", "host-local", "loopback"):
+        if not os.access(CNI_BIN_DIR / plugin, os.X_OK):
+            raise MissingBinaryError(f"CNI plugin {plugin}", str(CNI_BIN_DIR / plugin),
+                                     "make e2e-deps  (or: apt-get install "
+                                     "containernetworking-plugins)")
+
+
+def containerd_config(workdir: Path, *, socket: Path, sandbox_image: str,
+                      hosts_dir: Path, cni_conf_dir: Path) -> str:
+    return f"""\
+# containerd for the mirrorgate e2e node (containerd 1.6, config version 2).
+version = 2
+# Everything containerd keeps under the suite's own directory, so a run
+# leaves nothing in /var/lib/containerd or /run/containerd's defaults.
+root = "{workdir}/root"
+state = "{workdir}/state"
+
+[grpc]
+  address = "{socket}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  # Default /opt/containerd: keep it under the suite's directory too.
+  path = "{workdir}/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  # Built by the suite and pre-pulled with ctr: no public registry is reachable,
+  # and the kubelet's pull secrets never apply to the sandbox image.
+  sandbox_image = "{sandbox_image}"
+  # Required on this VM: root lacks CAP_SYS_RESOURCE, so runc cannot lower the
+  # sandbox's oom_score_adj to -998, and without this every Pod fails with
+  # "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  # Streaming (exec, attach, port-forward) on loopback only.
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # The kubelet's cgroupDriver is cgroupfs (no systemd here); both must agree.
+        SystemdCgroup = false
+        # runc's state under the suite's directory, not /run/containerd/runc.
+        Root = "{workdir}/runc"
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    # Debian's containernetworking-plugins install here, not in /opt/cni/bin.
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{cni_conf_dir}"
+
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    # hosts.toml per registry: the loopback registries' CA, and for one
+    # scenario the file `mirrorgate export containerd` writes. Re-read on every pull.
+    config_path = "{hosts_dir}"
+"""
+
+
+def cni_config(ipam_dir: Path) -> str:
+    return json.dumps({
+        "cniVersion": "0.4.0",
+        "name": "mirrorgate-e2e",
+        "plugins": [{
+            "type": "bridge",
+            "bridge": BRIDGE,
+            # The bridge gets the subnet's first address, so the host (the API
+            # server) routes to Pods by their own addresses.
+            "isGateway": True,
+            # No NAT: Pods talk to nothing beyond this host.
+            "ipMasq": False,
+            "hairpinMode": True,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]],
+                     # Default /var/lib/cni/networks: keep leases in the suite's directory.
+                     "dataDir": str(ipam_dir)},
+        }],
+    }, indent=2)
+
+
+def kubelet_config(workdir: Path, *, socket: Path, port: int, healthz_port: int,
+                   client_ca: Path) -> str:
+    return f"""\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This VM has cgroup v1 (hybrid layout), deprecated in 1.37: true would refuse to start.
+failCgroupV1: false
+# No systemd manages cgroups here; containerd's runc is set to cgroupfs as well.
+cgroupDriver: cgroupfs
+# The VM may have swap; the test Pods do not care.
+failSwapOn: false
+containerRuntimeEndpoint: unix://{socket}
+imageServiceEndpoint: unix://{socket}
+# Serve on loopback only, on free ports: the API server reaches the kubelet as
+# Hostname "localhost" (it refuses a loopback node IP), other suites run beside us.
+address: 127.0.0.1
+port: {port}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: {healthz_port}
+# The API server calls /containerLogs with a client certificate of the cluster CA.
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: true}}
+  x509: {{clientCAFile: "{client_ca}"}}
+authorization:
+  mode: Webhook
+# With true the kubelet refuses to start here (vm.overcommit_memory, kernel.panic
+# and kernel.panic_on_oops differ); with false it sets them, and the suite
+# restores them when the node stops.
+protectKernelDefaults: false
+# Defaults are /var/log/pods and /usr/libexec/kubernetes/...: keep them in our directory.
+podLogsDir: "{workdir}/pod-logs"
+volumePluginDir: "{workdir}/volume-plugins"
+# Other suites share this disk: evict only when it is really full.
+evictionHard: {{memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}}
+# The cluster has no DNS (no CoreDNS image can be pulled); Pods use the host's resolv.conf.
+resolvConf: /etc/resolv.conf
+# KEP-2535: an image the kubelet pulled with a Secret is reused by another Pod
+# (IfNotPresent) only if that Pod has the same credentials. Beta and on by
+# default in 1.37; set explicitly because scenario 7 depends on it.
+featureGates:
+  KubeletEnsureSecretPulledImages: true
+imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages
+# The pause image is pre-pulled; nothing else may be garbage collected mid-test.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+"""
+
+
+@dataclass
+class Node:
+    """A running single-node cluster; what the `node_cluster` fixture yields.
+
+    `control_plane` is this cluster's own API server; `hosts_dir` is
+    containerd's config_path (one `<host>/hosts.toml` per registry).
+    """
+
+    control_plane: ControlPlane
+    registry: RegistryStack
+    workdir: Path
+    socket: Path
+    hosts_dir: Path
+    sandbox_image: str
+    host: HostState
+    processes: list[ManagedProcess] = field(default_factory=list, repr=False)
+    timings: dict[str, float] = field(default_factory=dict)
+    _cleanup: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+    stopped: bool = False
+
+    def describe(self, lines: int = 30) -> str:
+        return "\n\n".join(p.describe_failure(lines) for p in self.processes)
+
+    def ctr(self, *args: str, timeout: float = 120) -> str:
+        """`ctr` against this node's containerd, in the CRI's namespace."""
+        out = subprocess.run(
+            [str(host_binary("ctr")), "--address", str(self.socket), "--namespace", "k8s.io",
+             *args], capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            # Never echo the arguments: a pull carries credentials.
+            raise RuntimeError(f"ctr {args[0]} {args[1] if len(args) > 1 else ''} failed: "
+                               f"{out.stderr.strip()[-500:]}")
+        return out.stdout
+
+    def default_hosts_toml(self, host: str) -> str:
+        """The hosts.toml every loopback registry has: its address and our CA.
+
+        The `[host]` table repeats the server because containerd 1.6 rejects a
+        hosts.toml without one ("invalid `host` tree") and falls back to defaults.
+        """
+        ca = f'ca = "{self.registry.ca_path}"'
+        return (f'server = "https://{host}"\n{ca}\n\n'
+                f'[host."https://{host}"]\n'
+                f'  capabilities = ["pull", "resolve"]\n  {ca}\n')
+
+    def write_hosts_toml(self, host: str, text: str) -> None:
+        directory = self.hosts_dir / host
+        directory.mkdir(parents=True, exist_ok=True)
+        temporary = directory / ".hosts.toml.tmp"
+        temporary.write_text(text)
+        temporary.replace(directory / "hosts.toml")  # containerd re-reads it on every pull
+
+    def stop(self) -> None:
+        """Drain, stop every process by PID, undo the host changes, release the lock.
+
+        Raises if the host still differs from before the node started.
+        """
+        if self.stopped:
+            return
+        self.stopped = True
+        with self._cleanup:
+            try:
+                self._drain()
+            finally:
+                try:
+                    stop_all(self.processes)
+                finally:
+                    _kill_leftover_processes(self.socket)
+                    self.control_plane.stop()
+                    self.host.restore()
+            left = self.host.leftovers()
+            if left:
+                raise RuntimeError("the node left the host changed: " + "; ".join(left))
+
+    def _drain(self) -> None:
+        """Delete every Pod through the API and let the kubelet stop them properly.
+
+        The controllers go first so nothing recreates them; the kubelet then
+        stops the containers and sandboxes (tearing down their network) and
+        confirms each deletion. What it does not finish, `_kill_leftover_processes` does.
+        """
+        running = {p.name: p for p in self.processes if p.exited() is None}
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            if name in running:
+                running[name].stop()
+        if "kubelet" not in running or "containerd" not in running:
+            return  # a start that failed early: nothing to drain
+        with self.control_plane.api_client() as api:
+            core = k8s.CoreV1Api(api)
+            namespaces = {pod.metadata.namespace for pod in
+                          core.list_pod_for_all_namespaces().items if pod.metadata}
+            for namespace in sorted(ns for ns in namespaces if ns):
+                core.delete_collection_namespaced_pod(namespace, grace_period_seconds=1)
+
+            def gone() -> str | None:
+                left = core.list_pod_for_all_namespaces().items
+                return None if not left else f"{len(left)} Pods left"
+
+            # What is still running then is killed below anyway.
+            with contextlib.suppress(TimeoutError):
+                wait_until(gone, timeout=DRAIN_TIMEOUT, what="every Pod stopped", interval=0.5)
+        # The kubelet removes stopped sandboxes lazily; ask containerd for what is left.
+        for task in self.ctr("tasks", "list", "--quiet").split():
+            with contextlib.suppress(RuntimeError):
+                self.ctr("tasks", "kill", "--signal", "SIGKILL", task)
+
+
+def _kill_leftover_processes(socket: Path) -> None:
+    """SIGKILL, by PID, the shims of our containerd and everything in our Pods' cgroups.
+
+    containerd's shims are daemonised (not our children), and a Pod's
+    processes outlive a killed shim; both are ours by their address argument
+    or their cgroup, so nothing of another program is touched.
+    """
+    pids: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"containerd-shim" in argv[0] and str(socket).encode() in argv:
+                pids.add(int(entry.name))
+    for procs in Path("/sys/fs/cgroup").glob("*/kubepods/**/cgroup.procs"):
+        with contextlib.suppress(OSError):
+            pids.update(int(line) for line in procs.read_text().split())
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if Path(f"/proc/{pid}").exists()
+                and _state(pid) != "Z"}
+        time.sleep(0.1)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _healthz(url: str) -> str | None:
+    """None once a component's /healthz answers ok (its serving certificate is self-signed)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        response = httpx.get(url, verify=context, timeout=2, trust_env=False)
+    except httpx.HTTPError as error:
+        return f"{type(error).__name__}: {error}"
+    return None if response.status_code == 200 else f"HTTP {response.status_code}"
+
+
+def _node_ready(api: k8s.ApiClient) -> str | None:
+    try:
+        node = k8s.CoreV1Api(api).read_node(NODE_NAME)
+    except k8s.ApiException as error:
+        return f"node {NODE_NAME}: HTTP {error.status}"
+    for condition in (node.status.conditions if node.status else None) or ():
+        if condition.type == "Ready":
+            return None if condition.status == "True" else f"Ready={condition.status}: " \
+                f"{condition.message}"
+    return "no Ready condition yet"
+
+
+def _bind_nodes_group(api: k8s.ApiClient) -> None:
+    """system:nodes -> ClusterRole system:node: the kubelet's rights under RBAC alone.
+
+    The API server runs `--authorization-mode=RBAC` only (as for the rest of
+    the suite), so the Node authorizer's job is done by this binding.
+    """
+    k8s.RbacAuthorizationV1Api(api).create_cluster_role_binding(k8s.V1ClusterRoleBinding(
+        metadata=k8s.V1ObjectMeta(name="mirrorgate-e2e:nodes"),
+        role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                               name="system:node"),
+        subjects=[k8s.RbacV1Subject(kind="Group", name="system:nodes",
+                                    api_group="rbac.authorization.k8s.io")]))
+
+
+@contextlib.contextmanager
+def _stop_on_error(node: Node) -> Iterator[None]:
+    try:
+        yield
+    except BaseException as error:
+        detail = node.describe(40)
+        try:
+            node.stop()
+        except Exception as cleanup:  # report the start failure first
+            detail += f"\n\nclean-up after the failed start: {cleanup}"
+        if isinstance(error, TimeoutError | RuntimeError):
+            raise RuntimeError(f"node failed to start: {error}\n\n{detail}") from None
+        raise
+
+
+def start_node(workdir: Path, registry: RegistryStack) -> Node:
+    """Start a one-node cluster (under the machine lock); `Node.stop()` undoes it all."""
+    binaries = {name: built_binary(name)
+                for name in ("kubelet", "kube-controller-manager", "kube-scheduler")}
+    containerd = host_binary("containerd")
+    host_binary("runc")  # checked for a clear error; containerd runs it from PATH
+    host_binary("ctr")
+    _require_cni()
+    sandbox_image = push_upstream(registry, PAUSE_REPOSITORY, PAUSE_TAG, pause_image())
+
+    cleanup = contextlib.ExitStack()
+    started = time.monotonic()
+    cleanup.enter_context(machine_lock())
+    locked = time.monotonic()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        host = HostState.capture(workdir)
+        plane = _start_node_control_plane(workdir)
+    except BaseException:
+        cleanup.close()
+        raise
+    containerd_dir = workdir / "containerd"
+    node = Node(control_plane=plane, registry=registry, workdir=workdir,
+                socket=containerd_dir / "containerd.sock", hosts_dir=containerd_dir / "certs.d",
+                sandbox_image=sandbox_image, host=host, _cleanup=cleanup)
+    node.timings["node_lock_wait_s"] = locked - started
+    with _stop_on_error(node):
+        _start_containerd(node, containerd)
+        phase = time.monotonic()
+        node.ctr("images", "pull", "--hosts-dir", str(node.hosts_dir), "--user",
+                 f"{registry.upstream_username}:{registry.upstream_password}", sandbox_image)
+        node.timings["sandbox_prepull_s"] = time.monotonic() - phase
+        phase = time.monotonic()
+        kubelet = _start_kubelet(node, binaries["kubelet"])
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            _start_controller(node, name, binaries[name])
+        with plane.api_client() as api:
+            wait_until(lambda: _node_ready(api), timeout=NODE_READY_TIMEOUT,
+                       what=f"node {NODE_NAME} Ready", interval=0.25, alive=kubelet.exited)
+        node.timings["kubelet_node_ready_s"] = time.monotonic() - phase
+        node.timings["node_ready_s"] = time.monotonic() - locked
+    return node
+
+
+def _start_node_control_plane(workdir: Path) -> ControlPlane:
+    """etcd + kube-apiserver, with what the API server needs to call the kubelet."""
+    ca = CertificateAuthority.generate(common_name="mirrorgate e2e node cluster CA")
+    kubelet_client = ca.issue_client(common_name="kube-apiserver-kubelet-client",
+                                     organizations=["system:masters"])
+    pki = workdir / "pki"
+    pki.mkdir()
+    (pki / "kubelet-client.crt").write_bytes(kubelet_client.cert_pem)
+    (pki / "kubelet-client.key").write_bytes(kubelet_client.key_pem)
+    (pki / "kubelet-client.key").chmod(0o600)
+    return start_control_plane(workdir / "controlplane", ca=ca, apiserver_args=[
+        f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+        # The node's Hostname address ("localhost"), not its InternalIP: the
+        # kubelet refuses a loopback node IP, and nothing else is a target.
+        "--kubelet-preferred-address-types=Hostname",
+        # Webhook Services resolve to their endpoints' Pod addresses (no kube-proxy).
+        "--enable-aggregator-routing=true",
+    ])
+
+
+def _start_containerd(node: Node, binary: Path) -> None:
+    """The CNI configuration, a hosts.toml per loopback registry, then containerd itself."""
+    registry, containerd_dir = node.registry, node.socket.parent
+    cni_dir = node.workdir / "cni"
+    (cni_dir / "net.d").mkdir(parents=True)
+    (cni_dir / "net.d" / "10-mirrorgate-e2e.conflist").write_text(cni_config(cni_dir / "ipam"))
+    containerd_dir.mkdir()
+    for host_name in (registry.upstream_host, registry.host):
+        node.write_hosts_toml(host_name, node.default_hosts_toml(host_name))
+    config = containerd_dir / "containerd.toml"
+    config.write_text(containerd_config(containerd_dir, socket=node.socket,
+                                        sandbox_image=node.sandbox_image,
+                                        hosts_dir=node.hosts_dir, cni_conf_dir=cni_dir / "net.d"))
+    phase = time.monotonic()
+    runtime = ManagedProcess("containerd", [str(binary), "--config", str(config)],
+                             node.workdir / "containerd.log")
+    node.processes.append(runtime)
+    wait_until(lambda: None if node.socket.exists() else "no socket yet", timeout=60,
+               what="containerd socket", alive=runtime.exited)
+    wait_until(lambda: _ctr_answers(node), timeout=60, what="containerd answers",
+               alive=runtime.exited)
+    node.timings["containerd_ready_s"] = time.monotonic() - phase
+
+
+def _start_kubelet(node: Node, binary: Path) -> ManagedProcess:
+    """The kubelet as `system:node:localhost`; it registers the node itself."""
+    plane = node.control_plane
+    with plane.api_client() as api:
+        _bind_nodes_group(api)
+    kubelet_dir = node.workdir / "kubelet"
+    kubelet_dir.mkdir()
+    kubelet_yaml = node.workdir / "kubelet.yaml"
+    kubelet_yaml.write_text(kubelet_config(
+        kubelet_dir, socket=node.socket, port=free_port(), healthz_port=free_port(),
+        client_ca=plane.ca_path))
+    kubeconfig = plane.kubeconfig_for(NODE_USER, ["system:nodes"])
+    kubelet = ManagedProcess("kubelet", [
+        str(binary), f"--config={kubelet_yaml}", f"--kubeconfig={kubeconfig}",
+        f"--root-dir={kubelet_dir / 'root'}", f"--cert-dir={kubelet_dir / 'pki'}",
+        f"--hostname-override={NODE_NAME}", "--v=2"], node.workdir / "kubelet.log")
+    node.processes.append(kubelet)
+    return kubelet
+
+
+def _start_controller(node: Node, name: str, binary: Path) -> None:
+    """kube-controller-manager or kube-scheduler as cluster admin; waits for its /healthz."""
+    plane, port = node.control_plane, free_port()
+    admin = plane.kubeconfig
+    extra = [f"--service-account-private-key-file={plane.workdir / 'sa.key'}",
+             # Publishes kube-root-ca.crt, which every Pod's token volume mounts.
+             f"--root-ca-file={plane.ca_path}"] if name == "kube-controller-manager" else []
+    proc = ManagedProcess(name, [
+        str(binary), f"--kubeconfig={admin}",
+        f"--authentication-kubeconfig={admin}", f"--authorization-kubeconfig={admin}",
+        # Their /healthz is all we call; no front-proxy CA to look up.
+        "--authentication-skip-lookup=true",
+        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
+        *extra], node.workdir / f"{name}.log")
+    node.processes.append(proc)
+    node.timings[f"{name.removeprefix('kube-').replace('-', '_')}_ready_s"] = wait_until(
+        lambda: _healthz(f"https://127.0.0.1:{port}/healthz"),
+        timeout=NODE_READY_TIMEOUT, what=f"{name} /healthz", alive=proc.exited)
+
+
+def _ctr_answers(node: Node) -> str | None:
+    try:
+        node.ctr("version", timeout=10)
+    except (RuntimeError, subprocess.TimeoutExpired) as error:
+        return str(error)
+    return None

@@ -1,0 +1,390 @@
+"""mirrorgate on a real node: the kubelet and containerd pull through the authenticated mirror.
+
+Scenarios of issue #11, each on the node cluster (tests/e2e/node.py): a real
+kubelet picks the pull secret for each image by the image's own host, and
+a real containerd pulls, so what the registries' access logs show is what a
+production node would do. `containerd` in a registry's log is the node;
+`Go-http-client` in the upstream's log is the mirror filling its cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+import policy
+from tests.e2e import nodepods
+from tests.e2e.conftest import (
+    CREDENTIAL,
+    GRANTED_PREFIX,
+    Installed,
+    central_credential,
+    node_policy,
+)
+from tests.e2e.dockerconfig import Credentials
+from tests.e2e.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.node import Node
+from tests.e2e.nodepods import Workload, push_workload
+from tests.e2e.procs import wait_until
+from tests.e2e.registry import Access, RegistryStack, htpasswd_line
+from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
+
+pytestmark = [pytest.mark.e2e, pytest.mark.node]
+
+SECRET = policy.pull_secret_name(CREDENTIAL)
+ENFORCE = {"mirrorgate.io/mode": "enforce"}
+AUDIT = {"mirrorgate.io/mode": "audit"}
+CONTAINERD = "containerd/"
+MIRROR_FILLING = "Go-http-client"
+ROTATION_LIMIT = 30.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_namespace(api: k8s.ApiClient, hint: str, labels: dict[str, str] | None = None, *,
+                   granted: bool) -> str:
+    """A fresh namespace; `granted` ones match the node policy's grant (`granted-*`)."""
+    name = namespace_name(hint)
+    return create_namespace(api, f"{GRANTED_PREFIX}{name}" if granted else name, labels)
+
+
+def create(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod) -> tuple[dict[str, Any],
+                                                                          list[str]]:
+    created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(namespace,
+                                                                                  body)
+    stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
+    return stored, warning_messages(headers)
+
+
+def by_node(log: list[Access], workload: Workload, *, agent: str = CONTAINERD) -> list[Access]:
+    """The requests for `workload`'s repository that came from `agent`."""
+    return [a for a in log if a.is_for(workload.repository) and a.agent.startswith(agent)]
+
+
+def manifest_statuses(log: list[Access]) -> set[int]:
+    return {a.status for a in log if "/manifests/" in a.path}
+
+
+def mirror_image(registry: RegistryStack, workload: Workload) -> str:
+    return f"{registry.host}/{workload.repository}:{workload.tag}"
+
+
+@contextlib.contextmanager
+def exported_hosts_toml(node: Node, tmp_path: Path) -> Iterator[str]:
+    """containerd configured with what `mirrorgate export containerd` writes for the upstream.
+
+    The written file is used as is, plus our test CA (`ca = …`, for the
+    server and for the mirror host); the usual file is put back afterwards.
+    """
+    registry = node.registry
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(node_policy(registry))
+    out = tmp_path / "export"
+    subprocess.run([sys.executable, "-m", "webhook.cli", "export", "containerd", "--policy",
+                    str(policy_file), "--out", str(out)], check=True, cwd=REPO,
+                   capture_output=True, timeout=60)
+    exported = (out / registry.upstream_host / "hosts.toml").read_text()
+    ca = f'ca = "{registry.ca_path}"'
+    lines = []
+    for line in exported.splitlines():
+        lines.append(line)
+        if line.startswith("server = "):
+            lines.append(ca)
+        elif line.startswith("[host."):
+            lines.append(f"  {ca}")
+    text = "\n".join(lines) + "\n"
+    node.write_hosts_toml(registry.upstream_host, text)
+    try:
+        yield exported
+    finally:
+        node.write_hosts_toml(registry.upstream_host,
+                              node.default_hosts_toml(registry.upstream_host))
+
+
+def test_api_server_reaches_kubelet_and_pods(node_cluster: Node) -> None:
+    """Pod logs through the API (from the kubelet); a Pod by its own address (pods/proxy)."""
+    registry = node_cluster.registry
+    workload = push_workload(registry, "node/reachable")
+    with node_cluster.control_plane.api_client() as api:
+        namespace = make_namespace(api, "reachable", granted=False)
+        secret = nodepods.upstream_pull_secret(api, namespace, registry)
+        create(api, namespace, nodepods.pod("web", [nodepods.container(
+            "web", workload.image, listen=True)], pull_secrets=[secret]))
+        stored = nodepods.wait_running(api, namespace, "web")
+        assert nodepods.log(api, namespace, "web").strip() == workload.greeting
+        # The API server proxies to the Pod's own address on the bridge.
+        answer = k8s.CoreV1Api(api).connect_get_namespaced_pod_proxy_with_path(
+            "web:8080", namespace, "")
+    assert stored["status"]["podIP"].startswith("10.244.0.")
+    assert answer.strip() == workload.greeting
+
+
+def test_1_without_mirrorgate_the_kubelet_gives_the_mirror_no_credential(
+        node_cluster: Node, tmp_path: Path) -> None:
+    """The seeds' problem: a node-level mirror never sees the Pod's secret for it.
+
+    containerd sends the upstream's pulls to the mirror (the exported
+    hosts.toml); the Pod carries the mirror's own credential. The kubelet
+    picks credentials by the image's host, the upstream, finds none, and
+    hands containerd none: the mirror answers 401 for a request without
+    credentials. containerd then falls back to the upstream itself, which
+    also requires credentials the Pod does not have: the pull fails.
+    """
+    registry = node_cluster.registry
+    workload = push_workload(registry, "node/seeds-problem")
+    with node_cluster.control_plane.api_client() as api, \
+            exported_hosts_toml(node_cluster, tmp_path) as exported:
+        namespace = make_namespace(api, "seeds", granted=False)  # no mirrorgate label
+        mirror_secret = nodepods.create_pull_secret(
+            api, namespace, "mirror-pull", registry.host, registry.username, registry.password)
+        create(api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)],
+                                            pull_secrets=[mirror_secret]))
+        message = nodepods.wait_pull_failure(api, namespace, "app", "app")
+    assert f'[host."https://{registry.host}' in exported
+    assert "password" not in exported.lower()
+    mirror = by_node(registry.access_log("mirror"), workload)
+    upstream = by_node(registry.access_log("upstream"), workload)
+    # The mirror was asked first (for the upstream's name: ?ns=), only ever without credentials.
+    assert manifest_statuses(mirror) == {401}
+    assert all(f"ns={registry.upstream_host.replace(':', '%3A')}" in a.path for a in mirror)
+    refusals = [line for line in registry.log_text("mirror").splitlines()
+                if f"vars.name={workload.repository} " in line and "error authorizing" in line]
+    # "invalid authorization credential" is distribution's word for none at all (a
+    # wrong one is "authentication failure").
+    assert refusals
+    assert all("invalid authorization credential" in r for r in refusals), refusals
+    # Then the upstream itself, anonymously: its token server refuses, 401 again.
+    assert manifest_statuses(upstream) == {401}
+    assert "401" in message or "unauthorized" in message.lower(), message
+
+
+def test_2_enforce_deployment_pulls_through_the_mirror(node_installed: Installed) -> None:
+    """Deployment → controller-manager → mirrorgate → the kubelet pulls via the mirror."""
+    registry = node_installed.registry
+    workload = push_workload(registry, "node/deployment")
+    labels = {"app": "hello"}
+    with node_installed.control_plane.api_client() as api:
+        namespace = make_namespace(api, "deployment", ENFORCE, granted=True)
+        k8s.AppsV1Api(api).create_namespaced_deployment(namespace, k8s.V1Deployment(
+            metadata=k8s.V1ObjectMeta(name="hello"),
+            spec=k8s.V1DeploymentSpec(
+                replicas=2, selector=k8s.V1LabelSelector(match_labels=labels),
+                template=k8s.V1PodTemplateSpec(
+                    metadata=k8s.V1ObjectMeta(labels=labels),
+                    spec=nodepods.pod("x", [nodepods.container("hello", workload.image)]).spec))))
+        core = k8s.CoreV1Api(api)
+
+        def two_pods() -> str | None:
+            found = core.list_namespaced_pod(namespace, label_selector="app=hello").items
+            return None if len(found) == 2 else f"{len(found)} Pods"
+
+        wait_until(two_pods, timeout=60, what="the Deployment's 2 Pods", interval=0.2)
+        names = sorted(str(p.metadata.name) for p in core.list_namespaced_pod(
+            namespace, label_selector="app=hello").items if p.metadata)
+        pods = [nodepods.wait_running(api, namespace, name) for name in names]
+        logs = [nodepods.log(api, namespace, name) for name in names]
+        template = api.sanitize_for_serialization(
+            k8s.AppsV1Api(api).read_namespaced_deployment("hello", namespace))
+    for stored in pods:
+        assert stored["spec"]["containers"][0]["image"] == mirror_image(registry, workload)
+        assert stored["spec"]["imagePullSecrets"] == [{"name": SECRET}]
+    assert [line.strip() for line in logs] == [workload.greeting] * 2
+    # Only Pods are mutated, never their templates.
+    assert template["spec"]["template"]["spec"]["containers"][0]["image"] == workload.image
+    mirror = by_node(registry.access_log("mirror"), workload)
+    # containerd's first request carries no credential (401), then it authenticates (200)
+    # as the mirror's only htpasswd user: the credential's.
+    htpasswd = (registry.workdir / "mirror.htpasswd").read_text().splitlines()
+    assert [line.partition(":")[0] for line in htpasswd] == [registry.username]
+    assert 200 in manifest_statuses(mirror)
+    assert any("/blobs/" in a.path and a.status == 200 for a in mirror)
+    filling = by_node(registry.access_log("upstream"), workload, agent=MIRROR_FILLING)
+    assert 200 in manifest_statuses(filling)
+    assert any("/blobs/" in a.path and a.status == 200 for a in filling)
+    assert by_node(registry.access_log("upstream"), workload) == []  # the node never went there
+
+
+def test_3_init_and_ephemeral_containers_pull_through_the_mirror(
+        node_installed: Installed) -> None:
+    """An initContainer, and a `kubectl debug` container added later, both rewritten and run."""
+    registry = node_installed.registry
+    init, app, debug = (push_workload(registry, f"node/{kind}") for kind in
+                        ("init", "app", "debug"))
+    with node_installed.control_plane.api_client() as api:
+        namespace = make_namespace(api, "containers", ENFORCE, granted=True)
+        create(api, namespace, nodepods.pod(
+            "app", [nodepods.container("app", app.image)],
+            init_containers=[nodepods.container("init", init.image, once=True)]))
+        nodepods.wait_running(api, namespace, "app")
+        # What `kubectl debug -it app --image=…` sends: the ephemeralcontainers subresource.
+        k8s.CoreV1Api(api).patch_namespaced_pod_ephemeralcontainers("app", namespace, {
+            "spec": {"ephemeralContainers": [{"name": "debug", "image": debug.image,
+                                              "targetContainerName": "app"}]}})
+
+        def debug_running() -> str | None:
+            stored = nodepods.read(api, namespace, "app")
+            for status in stored["status"].get("ephemeralContainerStatuses", []):
+                if "running" in status.get("state", {}):
+                    return None
+            return nodepods.describe(stored)
+
+        wait_until(debug_running, timeout=nodepods.RUNNING_TIMEOUT,
+                   what="the ephemeral container running", interval=0.2)
+        stored = nodepods.read(api, namespace, "app")
+        logs = {name: nodepods.log(api, namespace, "app", name).strip()
+                for name in ("init", "app", "debug")}
+    spec = stored["spec"]
+    assert spec["initContainers"][0]["image"] == mirror_image(registry, init)
+    assert spec["containers"][0]["image"] == mirror_image(registry, app)
+    assert spec["ephemeralContainers"][0]["image"] == mirror_image(registry, debug)
+    assert logs == {"init": init.greeting, "app": app.greeting, "debug": debug.greeting}
+    mirror = registry.access_log("mirror")
+    for workload in (init, app, debug):
+        assert 200 in manifest_statuses(by_node(mirror, workload)), workload.repository
+
+
+@contextlib.contextmanager
+def mirror_password(registry: RegistryStack, password: str) -> Iterator[None]:
+    """The mirror's htpasswd holds `password` for its user; the original is put back after."""
+    htpasswd = registry.workdir / "mirror.htpasswd"
+    original = htpasswd.read_text()
+
+    def write(text: str) -> None:
+        htpasswd.write_text(text)
+        # The registry re-reads the file when its mtime changes: make sure it does.
+        stamp = time.time() + secrets.randbelow(1000) / 1000 + 1
+        os.utime(htpasswd, (stamp, stamp))
+
+    write(htpasswd_line(registry.username, password) + "\n")
+    try:
+        yield
+    finally:
+        write(original)
+
+
+def mirror_answers(registry: RegistryStack, password: str) -> int:
+    """The status the mirror gives a manifest request with `password` (200 or 401)."""
+    try:
+        with RegistryClient(registry.host, ca_file=str(registry.ca_path),
+                            credentials=Credentials(registry.username, password)) as client:
+            client.pull(registry.repository, registry.tag)
+    except RegistryHTTPError as error:
+        return error.status
+    return 200
+
+
+def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
+        node_installed: Installed) -> None:
+    """The mirror's password changes and the central credential with it: a new Pod pulls."""
+    registry = node_installed.registry
+    workload = push_workload(registry, "node/rotation")
+    new_password = f"rotated-{secrets.token_urlsafe(12)}"
+    with node_installed.control_plane.api_client() as api, \
+            mirror_password(registry, new_password):
+        namespace = make_namespace(api, "rotation", ENFORCE, granted=True)
+        wait_until(lambda: None if mirror_answers(registry, registry.password) == 401
+                   else "old password still accepted", timeout=10,
+                   what="the mirror refusing the old password")
+        try:
+            started = time.monotonic()
+            central_credential(api, registry, password=new_password)
+            create(api, namespace, nodepods.pod("app", [nodepods.container("app",
+                                                                           workload.image)]))
+            nodepods.wait_running(api, namespace, "app", timeout=ROTATION_LIMIT)
+            seconds = time.monotonic() - started
+            line = nodepods.log(api, namespace, "app").strip()
+            old_status = mirror_answers(registry, registry.password)
+            new_status = mirror_answers(registry, new_password)
+        finally:
+            central_credential(api, registry)
+    print(f"\nFIGURE node_rotation_to_running_seconds={seconds:.2f}")
+    assert line == workload.greeting
+    assert (old_status, new_status) == (401, 200)
+    assert 200 in manifest_statuses(by_node(registry.access_log("mirror"), workload))
+
+
+def runs_untouched_from_the_upstream(installed: Installed, repository: str,
+                                     labels: dict[str, str], *,
+                                     granted: bool) -> tuple[Workload, dict[str, Any], list[str]]:
+    """A Pod with the user's own upstream Secret runs as written, pulled from the upstream.
+
+    Returns the workload, the Pod as created, and the client's warnings.
+    """
+    registry = installed.registry
+    workload = push_workload(registry, repository)
+    with installed.control_plane.api_client() as api:
+        namespace = make_namespace(api, repository.rpartition("/")[2], labels, granted=granted)
+        secret = nodepods.upstream_pull_secret(api, namespace, registry)
+        created, warnings = create(api, namespace, nodepods.pod(
+            "app", [nodepods.container("app", workload.image)], pull_secrets=[secret]))
+        nodepods.wait_running(api, namespace, "app")
+        line = nodepods.log(api, namespace, "app").strip()
+    assert created["spec"]["containers"][0]["image"] == workload.image
+    assert created["spec"]["imagePullSecrets"] == [{"name": secret}]
+    assert policy.ORIGINAL_IMAGES_ANNOTATION not in (created["metadata"].get("annotations") or {})
+    assert line == workload.greeting
+    assert 200 in manifest_statuses(by_node(registry.access_log("upstream"), workload))
+    assert by_node(registry.access_log("mirror"), workload) == []
+    return workload, created, warnings
+
+
+def test_5_audit_mode_runs_the_original_image_and_names_the_rewrite(
+        node_installed: Installed) -> None:
+    """audit: the Pod runs from the upstream, untouched; the warning names the mirror image."""
+    workload, _, warnings = runs_untouched_from_the_upstream(node_installed, "node/audit", AUDIT,
+                                                             granted=True)
+    mirrored = mirror_image(node_installed.registry, workload)
+    assert any(mirrored in w and workload.image in w for w in warnings), warnings
+
+
+def test_6_namespace_without_the_grant_pulls_from_the_upstream(
+        node_installed: Installed) -> None:
+    """enforce, but not granted the credential: images stay as written, pulled upstream."""
+    _, _, warnings = runs_untouched_from_the_upstream(node_installed, "node/no-grant", ENFORCE,
+                                                      granted=False)
+    assert any(CREDENTIAL in w for w in warnings), warnings
+
+
+def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Installed) -> None:
+    """KubeletEnsureSecretPulledImages (beta in 1.37, enabled): no reuse without the grant.
+
+    A granted namespace pulls the image through the mirror with mirrorgate's
+    Secret. A Pod in a namespace without the grant names the same mirror image
+    with IfNotPresent: the node has it, but the kubelet re-checks credentials,
+    finds none, pulls anonymously, and the mirror refuses. A second granted
+    namespace (its own copy of the same credential) starts from the cache.
+    """
+    registry = node_installed.registry
+    workload = push_workload(registry, "node/ensure-pulled")
+    image = mirror_image(registry, workload)
+    with node_installed.control_plane.api_client() as api:
+        granted = make_namespace(api, "ensure-granted", ENFORCE, granted=True)
+        create(api, granted, nodepods.pod("first", [nodepods.container("app", workload.image)]))
+        nodepods.wait_running(api, granted, "first")
+        before = len(by_node(registry.access_log("mirror"), workload))
+
+        other = make_namespace(api, "ensure-other", ENFORCE, granted=False)
+        stored, warnings = create(api, other, nodepods.pod(
+            "reuse", [nodepods.container("app", image, pull_policy="IfNotPresent")]))
+        message = nodepods.wait_pull_failure(api, other, "reuse", "app")
+
+        second = make_namespace(api, "ensure-granted-2", ENFORCE, granted=True)
+        create(api, second, nodepods.pod("again", [nodepods.container("app", workload.image)]))
+        nodepods.wait_running(api, second, "again")
+    assert stored["spec"]["containers"][0]["image"] == image
+    assert not stored["spec"].get("imagePullSecrets")
+    assert any(CREDENTIAL in w for w in warnings), warnings
+    assert "401" in message or "unauthorized" in message.lower(), message
+    # After the first pull the mirror only refused: `reuse` asked without credentials,
+    # `again` started from the node's copy, its credential being the same.
+    after = by_node(registry.access_log("mirror"), workload)[before:]
+    assert manifest_statuses(after) == {401}

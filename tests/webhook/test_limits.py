@@ -1,0 +1,290 @@
+"""The real HTTPS server under abuse: header floods, slow and idle clients, too many connections.
+
+Real sockets against the real server on loopback, with short timeouts so
+that every case takes well under a second of waiting. Each asserts what the
+server did (the answer, the closed socket, the metric naming the reason) and
+that an ordinary admission is still answered afterwards. Before issue 10
+every one of these connections stayed open, and every flood was accepted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from certs import CertificateAuthority, KeyPair
+from tests.webhook import policies, serving
+from tests.webhook.fakes import RecordingPullSecrets
+from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, pod, review
+from tests.webhook.scrape import samples
+from webhook.limits import Limits
+
+LIMITS = Limits(max_connections=20, max_header_bytes=8 * 1024, max_headers=40,
+                header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6,
+                max_buffered_bytes=1 << 20)
+GRACE = 5.0
+"""Longest wait for the server to act on a limit (timeouts are swept a few times a second)."""
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory,
+            serving_pair: KeyPair) -> Iterator[serving.Running]:
+    with serving.serve(tmp_path_factory.mktemp("limited"), pair=serving_pair,
+                       policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
+                       limits=LIMITS) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory: pytest.TempPathFactory,
+            serving_pair: KeyPair) -> Iterator[serving.Running]:
+    """The same limits with long timeouts: only the connection and byte limits act."""
+    slow = dataclasses.replace(LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60)
+    with serving.serve(tmp_path_factory.mktemp("patient"), pair=serving_pair,
+                       policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
+                       limits=slow) as running:
+        yield running
+
+
+@pytest.fixture
+def context(ca: CertificateAuthority) -> ssl.SSLContext:
+    return serving.client_context(ca.cert_pem)
+
+
+def dropped(running: serving.Running) -> dict[str, float]:
+    """mirrorgate_connections_dropped_total by reason, read from /metrics."""
+    payload, _ = running.server.runtime.metrics.render()
+    return {dict(labels)["reason"]: value for (name, labels), value
+            in samples(payload.decode()).items() if name == "mirrorgate_connections_dropped_total"}
+
+
+def open_connections(running: serving.Running) -> int:
+    table = running.server.connections
+    assert table is not None
+    return len(table.open)
+
+
+def tls(running: serving.Running, context: ssl.SSLContext) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", running.port), timeout=GRACE)
+    return context.wrap_socket(raw, server_hostname="localhost")
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes (fails if it stays open past GRACE)."""
+    sock.settimeout(GRACE)
+    data = b""
+    with contextlib.suppress(ConnectionResetError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def closes_within_grace(sock: socket.socket) -> float:
+    started = time.monotonic()
+    read_until_closed(sock)
+    return time.monotonic() - started
+
+
+def admission_works(running: serving.Running, context: ssl.SSLContext) -> None:
+    obj = pod(PROM_IMAGE)
+    body = orjson.dumps(review(obj))
+    with tls(running, context) as sock:
+        sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        head, answer = serving.read_response(sock)
+    assert head.startswith(b"HTTP/1.1 200")
+    patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
+    assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
+
+
+def test_fifty_thousand_headers_are_refused(limited: serving.Running,
+                                            context: ssl.SSLContext) -> None:
+    before = dropped(limited).get("header-limit", 0)
+    with tls(limited, context) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        with contextlib.suppress(OSError):  # the server may close while we still send
+            sock.sendall(b"X-A: b\r\n" * 50_000 + b"\r\n")
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert dropped(limited)["header-limit"] > before
+    admission_works(limited, context)
+
+
+def test_forty_one_small_headers_are_refused_by_count(limited: serving.Running,
+                                                      context: ssl.SSLContext) -> None:
+    with tls(limited, context) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 40 + b"\r\n")
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert answer.endswith(b"more than 40 header fields")
+
+
+def test_a_megabyte_content_type_is_refused(limited: serving.Running,
+                                            context: ssl.SSLContext) -> None:
+    with tls(limited, context) as sock:
+        with contextlib.suppress(OSError):
+            sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         + b"a" * (1 << 20) + b"\r\n\r\n")
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert b"request head exceeds the 8192-byte limit" in answer
+
+
+def test_a_head_of_exactly_the_limit_is_served(limited: serving.Running,
+                                               context: ssl.SSLContext) -> None:
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: "
+    # Counted: the URL and each header's name and value (here /healthz, host x, x-pad ...).
+    pad = LIMITS.max_header_bytes - len("/healthz") - len("hostx") - len("x-pad")
+    with tls(limited, context) as sock:
+        sock.sendall(head + b"p" * pad + b"\r\n\r\n")
+        status, body = serving.read_response(sock)
+    assert status.startswith(b"HTTP/1.1 200")
+    assert body == b"ok\n"
+
+
+def test_a_client_that_never_speaks_is_closed(limited: serving.Running,
+                                              context: ssl.SSLContext) -> None:
+    """After its handshake, nothing: closed at the header timeout."""
+    before = dropped(limited).get("header-timeout", 0)
+    with tls(limited, context) as sock:
+        assert closes_within_grace(sock) < GRACE
+    assert dropped(limited)["header-timeout"] > before
+
+
+def test_a_client_that_never_starts_tls_is_closed(limited: serving.Running) -> None:
+    def counted() -> float:
+        page = dropped(limited)
+        return page.get("handshake-failed", 0) + page.get("header-timeout", 0)
+
+    before = counted()
+    with socket.create_connection(("127.0.0.1", limited.port), timeout=GRACE) as raw:
+        assert closes_within_grace(raw) < GRACE
+    serving.wait_for(lambda: counted() > before or None, what="the drop to be counted")
+
+
+def test_a_head_sent_a_byte_at_a_time_is_closed(limited: serving.Running,
+                                                context: ssl.SSLContext) -> None:
+    """Slowloris: every byte in time for any per-read timeout, the head never done."""
+    with tls(limited, context) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        started = time.monotonic()
+        with contextlib.suppress(OSError):
+            while time.monotonic() - started < GRACE:
+                sock.sendall(b"X")
+                time.sleep(0.05)
+        answer = read_until_closed(sock)
+    assert answer == b""
+    assert time.monotonic() - started < GRACE
+
+
+def test_a_body_that_stalls_is_closed(limited: serving.Running,
+                                      context: ssl.SSLContext) -> None:
+    before = dropped(limited).get("body-timeout", 0)
+    with tls(limited, context) as sock:
+        sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"apiVersion\":")
+        assert closes_within_grace(sock) < GRACE
+    assert dropped(limited)["body-timeout"] > before
+    admission_works(limited, context)
+
+
+def test_an_idle_keep_alive_connection_is_closed(limited: serving.Running,
+                                                 context: ssl.SSLContext) -> None:
+    with tls(limited, context) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _ = serving.read_response(sock)
+        assert status.startswith(b"HTTP/1.1 200")
+        assert closes_within_grace(sock) < GRACE
+
+
+def test_idle_clients_never_lock_out_a_new_connection(patient: serving.Running,
+                                                      context: ssl.SSLContext) -> None:
+    """Twice the connection limit held idle: each newcomer takes the oldest one's place."""
+    before = dropped(patient).get("evicted", 0)
+    idle = [tls(patient, context) for _ in range(2 * LIMITS.max_connections)]
+    try:
+        assert open_connections(patient) <= LIMITS.max_connections
+        admission_works(patient, context)
+        assert dropped(patient)["evicted"] - before >= LIMITS.max_connections
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_stalled_bodies_over_the_budget_make_room_for_a_new_request(
+        patient: serving.Running, context: ssl.SSLContext) -> None:
+    """Bodies that stop short hold bytes; past the budget the oldest readers are closed."""
+    before = dropped(patient).get("body-budget", 0)
+    chunk = b"x" * (LIMITS.max_buffered_bytes // 3)
+    stalled = []
+    try:
+        for _ in range(5):
+            sock = tls(patient, context)
+            sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                         b"\r\nContent-Length: 4000000\r\n\r\n" + chunk)
+            stalled.append(sock)
+        admission_works(patient, context)
+        serving.wait_for(lambda: dropped(patient).get("body-budget", 0) > before or None,
+                         what="the body budget to close a stalled reader")
+        table = patient.server.connections
+        assert table is not None
+        assert table.buffered <= LIMITS.max_buffered_bytes
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_a_client_hello_split_in_two_is_served(limited: serving.Running,
+                                               context: ssl.SSLContext) -> None:
+    """The first bytes reach the TLS layer however they are cut (the acceptor keeps none)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        client.do_handshake()
+    hello = outgoing.read()
+    with socket.create_connection(("127.0.0.1", limited.port), timeout=GRACE) as raw:
+        raw.sendall(hello[:7])
+        time.sleep(0.1)
+        raw.sendall(hello[7:])
+        while True:
+            try:
+                client.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if data := outgoing.read():
+                    raw.sendall(data)
+                received = raw.recv(65536)
+                assert received, "closed during the handshake"
+                incoming.write(received)
+        raw.sendall(outgoing.read())
+        client.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        raw.sendall(outgoing.read())
+        answer = b""
+        while b"ok\n" not in answer:
+            try:
+                answer += client.read(65536)
+            except ssl.SSLWantReadError:
+                incoming.write(raw.recv(65536))
+    assert answer.startswith(b"HTTP/1.1 200")
+
+
+def test_limits_must_be_positive(tmp_path: Path, serving_pair: KeyPair) -> None:
+    from webhook import policyfile, server
+
+    cert, key = serving.write_pair(tmp_path, serving_pair)
+    (tmp_path / "policy.yaml").write_text(policies.POLICY)
+    built = server.build(server.Settings(
+        policy=str(tmp_path / "policy.yaml"), tls_cert=str(cert), tls_key=str(key),
+        limits=Limits(max_connections=0, idle_timeout=-1)))
+    with pytest.raises(policyfile.ConfigError,
+                       match="--max-connections must be positive, got 0; --idle-timeout must "
+                             "be positive, got -1"):
+        server.uvicorn_config(built)

@@ -1,0 +1,379 @@
+"""Bounded connections: how many, how big their request heads, how long they may dawdle.
+
+uvicorn's httptools protocol has no limit on connections, header size or
+header count, no header-read or body-read timeout, and starts its keep-alive
+timer only after a first response, so a client that connects and says
+nothing is kept forever. Everything a client can make the server hold is
+bounded here, around uvicorn's own protocol:
+
+- :class:`TlsAcceptor`, one per accepted TCP connection, enters the
+  connection in the :class:`ConnectionTable` at once, before the TLS
+  handshake (a client that never starts TLS holds memory too), and upgrades
+  it with ``loop.start_tls`` within the header timeout.
+- :class:`LimitedHttpProtocol` is uvicorn's httptools protocol plus the
+  header limits (HTTP 431), the milestones the table orders connections by,
+  and the count of request-body bytes held.
+- :class:`ConnectionTable` holds every open connection, least recently
+  active first. A sweep closes connections whose request head or body is
+  late; a new connection over the limit, or a body over the byte budget,
+  closes the least recently active connection that is not being answered.
+  Idle clients therefore never lock the API server out: its next connection
+  takes the place of the longest-idle one (an idle keep-alive connection of
+  its own included, which it simply opens again).
+
+Idle keep-alive connections are closed by uvicorn's own keep-alive timer,
+set to the idle timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import resource
+import ssl
+from collections.abc import Callable, Coroutine
+from typing import Any, cast
+
+import httptools
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from webhook.limits import Limits
+from webhook.policyfile import ConfigError
+
+__all__ = ["ConnectionTable", "LimitedHttpProtocol", "TlsAcceptor", "protocol_factory",
+           "raise_file_limit"]
+
+EARLY_BYTES_MAX = 1 << 20
+"""Bytes held for a connection between its handshake and its hand-over to uvicorn."""
+SHUTDOWN_TIMEOUT = 2.0
+"""Seconds a closing TLS connection waits for the peer's close_notify (asyncio's default: 30)."""
+
+
+class State(enum.IntEnum):
+    NEW = 0
+    """Accepted; TLS handshake or the first request's first byte still to come."""
+    HEAD = 1
+    """Reading a request line and headers."""
+    BODY = 2
+    """Reading a request body."""
+    BUSY = 3
+    """The request is complete and being answered: never closed by the table."""
+    IDLE = 4
+    """Answered; waiting for the next request (uvicorn's keep-alive timer runs)."""
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing a request the limits refuse."""
+
+
+class LimitedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits of a :class:`ConnectionTable`."""
+
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None, *,
+                 table: ConnectionTable) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.table = table
+        self.state = State.NEW
+        self.since = self.loop.time()
+        """When the current state began (accept, first byte, end of head, end of answer)."""
+        self.raw: asyncio.Transport | None = None
+        """The TCP transport, until TLS replaces it as ``transport``."""
+        self.head_bytes = 0
+        self.chunk = 0
+        """Bytes of the read being parsed."""
+        self.buffered = 0
+        """Request-body bytes received and not yet answered."""
+        self.refusal: tuple[int, str] | None = None
+        self.early: list[bytes] = []
+        """Bytes TLS delivered between the end of the handshake and :meth:`connection_made`."""
+
+    # -- the table's view ---------------------------------------------------
+
+    def _enter(self, state: State) -> None:
+        self.state, self.since = state, self.loop.time()
+        try:  # noqa: SIM105 - contextlib.suppress costs more, three times per request
+            self.table.open.move_to_end(self)
+        except KeyError:
+            pass  # already dropped by the table
+
+    def close_for(self, reason: str) -> None:
+        """Drop the connection at once (no TLS close_notify): a timeout or an eviction."""
+        transport = self.transport or self.raw
+        if transport is not None:
+            transport.abort()
+        self.table.release(self, reason)
+
+    # -- parsing, with the limits --------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        early, self.early = self.early, []
+        for data in early:
+            self.data_received(data)
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport is None:
+            # The TLS protocol passes on a request as soon as its handshake
+            # is done, a loop iteration before start_tls returns its transport.
+            self.early.append(data)
+            if sum(map(len, self.early)) > EARLY_BYTES_MAX:
+                self.close_for("header-limit")
+            return
+        self._unset_keepalive_if_required()
+        self.chunk = len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # no upgrades here (WebSockets are off): answered as a plain request
+        except httptools.HttpParserError:
+            # Our refusals are raised from parser callbacks and arrive wrapped.
+            status, message = self.refusal or (400, "Invalid HTTP request received.")
+            self._reply_and_close(status, message)
+            return
+        if self.state is State.HEAD:
+            # A head still incomplete after this chunk: what it has taken so far.
+            self.head_bytes += self.chunk
+            if self.head_bytes > self.table.limits.max_header_bytes:
+                self._reply_and_close(431, "request head exceeds the "
+                                           f"{self.table.limits.max_header_bytes}-byte limit")
+
+    def _reply_and_close(self, status: int, message: str) -> None:
+        payload = message.encode("ascii")
+        self.transport.write(b"".join((
+            STATUS_LINE[status], b"content-type: text/plain; charset=utf-8\r\n",
+            b"content-length: ", str(len(payload)).encode("ascii"), b"\r\n",
+            b"connection: close\r\n\r\n", payload)))
+        self.transport.close()
+        self.table.release(self, "header-limit" if status == 431 else "bad-request")
+
+    def _refuse(self, status: int, message: str) -> None:
+        self.refusal = (status, message)
+        raise _Refused(message)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.head_bytes = 0
+        self._enter(State.HEAD)
+
+    def on_headers_complete(self) -> None:
+        limits = self.table.limits
+        if len(self.headers) > limits.max_headers:
+            self._refuse(431, f"more than {limits.max_headers} header fields")
+        # Counted exactly only when the bytes read so far could hold a head
+        # over the limit (a head and its body usually arrive in one read).
+        if self.head_bytes + self.chunk > limits.max_header_bytes and len(self.url) + sum(
+                len(name) + len(value) for name, value in self.headers) > limits.max_header_bytes:
+            self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
+        self._enter(State.BODY)
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        size = len(body)
+        self.buffered += size
+        self.table.buffered += size
+        super().on_body(body)
+        if self.table.buffered > self.table.limits.max_buffered_bytes:
+            self.table.relieve(self)
+
+    def on_message_complete(self) -> None:
+        self.state = State.BUSY  # no deadline and no eviction while we answer
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)
+        self.table.unbuffer(self)
+        super().on_response_complete()
+        if not pipelined:
+            self._enter(State.IDLE)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is None:
+            # TLS reports a handshake that never completed (timed out, refused,
+            # or the client left) before start_tls returns to the acceptor.
+            self.table.release(self, "handshake-failed")
+            return
+        super().connection_lost(exc)
+        self.table.release(self, "closed")
+
+
+class ConnectionTable:
+    """Every open connection, least recently active first, and the limits they live under."""
+
+    def __init__(self, limits: Limits, *,
+                 on_close: Callable[[str], None] = lambda reason: None) -> None:
+        self.limits = limits
+        self.open: collections.OrderedDict[LimitedHttpProtocol, None] = \
+            collections.OrderedDict()
+        self.buffered = 0
+        self.on_close = on_close
+        """Called with the reason whenever the table drops a connection (for metrics)."""
+        self._sweep_every = min(1.0, limits.header_timeout / 4, limits.body_timeout / 4)
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def admit(self, connection: LimitedHttpProtocol) -> bool:
+        """Enter a new connection, closing the least recently active one to make room."""
+        if len(self.open) >= self.limits.max_connections and not self._evict(connection):
+            self.on_close("refused")
+            return False
+        self.open[connection] = None
+        if self._sweeper is None:
+            self._sweeper = connection.loop.call_later(self._sweep_every, self._sweep,
+                                                       connection.loop)
+        return True
+
+    def unbuffer(self, connection: LimitedHttpProtocol) -> None:
+        self.buffered -= connection.buffered
+        connection.buffered = 0
+
+    def release(self, connection: LimitedHttpProtocol, reason: str) -> None:
+        """Forget a connection (again: a no-op); count why, unless the client closed it."""
+        if connection not in self.open:
+            return
+        del self.open[connection]
+        self.unbuffer(connection)
+        if reason != "closed":
+            self.on_close(reason)
+
+    def _evict(self, newcomer: LimitedHttpProtocol, *,
+               states: tuple[State, ...] = (State.NEW, State.HEAD, State.BODY, State.IDLE),
+               reason: str = "evicted") -> bool:
+        for connection in self.open:
+            if connection is not newcomer and connection.state in states:
+                connection.close_for(reason)
+                return True
+        return False
+
+    def relieve(self, reader: LimitedHttpProtocol) -> None:
+        """Over the body budget: close the longest-running body reads, ``reader``'s last."""
+        while self.buffered > self.limits.max_buffered_bytes:
+            if not self._evict(reader, states=(State.BODY,), reason="body-budget"):
+                reader.close_for("body-budget")
+                return
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close connections whose head or body is late (every second or so)."""
+        self._sweeper = None
+        now = loop.time()
+        limits = self.limits
+        shortest = min(limits.header_timeout, limits.body_timeout)
+        late: list[tuple[LimitedHttpProtocol, str]] = []
+        for connection in self.open:  # oldest milestone first
+            waited = now - connection.since
+            if waited <= shortest:
+                break  # everyone after this one has waited less
+            state = connection.state
+            if state in (State.NEW, State.HEAD) and waited > limits.header_timeout:
+                late.append((connection, "header-timeout"))
+            elif state is State.BODY and waited > limits.body_timeout:
+                late.append((connection, "body-timeout"))
+        for connection, reason in late:
+            connection.close_for(reason)
+        if self.open:
+            self._sweeper = loop.call_later(self._sweep_every, self._sweep, loop)
+
+    def close_all(self) -> None:
+        for connection in list(self.open):
+            connection.close_for("shutdown")
+
+
+class TlsAcceptor(asyncio.Protocol):
+    """One accepted TCP connection: entered in the table, then upgraded to TLS.
+
+    Created by :func:`protocol_factory` in place of uvicorn's protocol, so the
+    server itself listens without TLS and each connection is counted (and can
+    be closed) from its first moment, not only once its handshake is done.
+    """
+
+    def __init__(self, http: LimitedHttpProtocol, context: ssl.SSLContext) -> None:
+        self.http, self.context = http, context
+        self.task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCP transport is an asyncio.Transport in all but its base classes.
+        raw = cast("asyncio.Transport", transport)
+        http = self.http
+        http.raw = raw
+        if not http.table.admit(http):
+            raw.abort()
+            return
+        upgrade = http.loop.start_tls(
+            raw, http, self.context, server_side=True,
+            ssl_handshake_timeout=http.table.limits.header_timeout,
+            ssl_shutdown_timeout=SHUTDOWN_TIMEOUT)
+        # start_tls's first step runs here and now, not in a task's first step:
+        # uvloop starts reading the moment this method returns, and the
+        # client's first bytes must reach the TLS protocol that this step
+        # installs on the transport (it holds them until its handshake
+        # starts), not this protocol, which would drop them.
+        pending = upgrade.send(None)
+        self.task = http.loop.create_task(self._handshake(upgrade, pending))
+
+    async def _handshake(self, upgrade: Coroutine[Any, Any, asyncio.Transport | None],
+                         pending: object) -> None:
+        """Drive the rest of ``start_tls``, then hand the TLS transport to uvicorn."""
+        http = self.http
+        try:
+            while True:
+                if isinstance(pending, asyncio.Future):
+                    try:
+                        await asyncio.wait((pending,))
+                    except asyncio.CancelledError:
+                        pending = upgrade.throw(asyncio.CancelledError())
+                        continue
+                else:
+                    await asyncio.sleep(0)
+                pending = upgrade.send(None)
+        except StopIteration as done:
+            tls = done.value
+        except BaseException as error:  # the handshake failed, timed out or was cancelled
+            if http.raw is not None:
+                http.raw.abort()
+            http.table.release(http, "handshake-failed")
+            if isinstance(error, asyncio.CancelledError):
+                raise
+            return
+        if tls is None or tls.is_closing():  # closed by the table during the handshake
+            http.table.release(http, "closed")
+            return
+        http.connection_made(tls)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # Only if the transport closes before start_tls takes it over.
+        self.http.table.release(self.http, "closed")
+
+
+def protocol_factory(table: ConnectionTable,
+                     context: ssl.SSLContext) -> Callable[..., asyncio.Protocol]:
+    """What uvicorn calls per accepted connection (its ``http_protocol_class``)."""
+
+    def accept(config: Config, server_state: ServerState, app_state: dict[str, Any],
+               _loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+        http = LimitedHttpProtocol(config, server_state, app_state, _loop, table=table)
+        return TlsAcceptor(http, context)
+
+    return accept
+
+
+FILE_RESERVE = 256
+"""File descriptors kept beyond the connections: policy, certificates, the API client, logs."""
+
+
+def raise_file_limit(max_connections: int) -> None:
+    """Raise the soft open-file limit to fit ``max_connections``, as Go programs do at start.
+
+    Container runtimes often start processes with a soft limit of 1,024; a
+    server that cannot accept a socket cannot close the idle one it would
+    replace either.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = max_connections + FILE_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise ConfigError(f"--max-connections {max_connections} needs {needed} open files; "
+                          f"the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
