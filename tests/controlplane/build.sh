@@ -17,6 +17,8 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.2}"
 # promtool checks and unit-tests the alerting rules of manifests/overlays/monitoring.
 PROMTOOL_VERSION="${PROMTOOL_VERSION:-v0.316.0}"
+# The chart in manifests/helm is linted, rendered and installed with this one.
+HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 CACHE="${MIRRORGATE_CACHE:-$HOME/.cache/mirrorgate}"
 BIN="$CACHE/bin"
 
@@ -29,6 +31,7 @@ if [[ "${1:-}" == "--path" ]]; then
     etcd) echo "$BIN/etcd-$ETCD_VERSION" ;;
     kustomize) echo "$BIN/kustomize-$KUSTOMIZE_VERSION" ;;
     promtool) echo "$BIN/promtool-$PROMTOOL_VERSION" ;;
+    helm) echo "$BIN/helm-$HELM_VERSION" ;;
     *) echo "unknown target ${2:-}" >&2; exit 2 ;;
   esac
   exit 0
@@ -87,6 +90,7 @@ for t in "${targets[@]}"; do
     kustomize) build_module_cmd kustomize "$KUSTOMIZE_VERSION" sigs.k8s.io/kustomize/kustomize/v5 sigs.k8s.io/kustomize/kustomize/v5 ;;
     # Prometheus tags its Go module v0.3xx.y for release 3.xx.y.
     promtool) build_module_cmd promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus github.com/prometheus/prometheus/cmd/promtool ;;
+    helm) build_module_cmd helm "$HELM_VERSION" helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
 done

@@ -8,6 +8,9 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
   make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
   kustomize       session  Path of the pinned kustomize binary
   promtool        session  Path of the pinned promtool binary
+  helm            session  Path of the pinned helm binary
+  own_control_plane module a control plane of the test module's own (for installs that
+                           need the cluster-scoped names the session's mirrorgate holds)
   installed       session  Installed: mirrorgate serving `control_plane`, registered
 
 Node fixtures (need `@pytest.mark.node`, which implies `e2e`; started only when used):
@@ -47,10 +50,11 @@ _T = TypeVar("_T")
 _HERE = Path(__file__).resolve().parent
 E2E_FIXTURES = frozenset(
     {"control_plane", "registry", "own_registry", "make_namespace", "namespace", "kustomize",
-     "promtool", "installed"}
+     "promtool", "installed", "helm", "own_control_plane"}
 )
 NODE_FIXTURES = frozenset({"node_cluster", "node_installed"})
 _TIMINGS = pytest.StashKey[dict[str, float]]()
+_FIGURES = pytest.StashKey[dict[str, str]]()
 _SKIPS = pytest.StashKey[list[str]]()
 
 
@@ -153,6 +157,18 @@ def own_registry(
         stack.stop()
 
 
+@pytest.fixture(scope="module")
+def own_control_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """A second etcd + kube-apiserver, for one test module only."""
+    plane = _start(request.config, start_control_plane, tmp_path_factory.mktemp("own-plane"))
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
 def _built(request: pytest.FixtureRequest, name: str) -> Path:
     try:
         return built_binary(name)
@@ -171,6 +187,18 @@ def kustomize(request: pytest.FixtureRequest) -> Path:
 def promtool(request: pytest.FixtureRequest) -> Path:
     """Path of the pinned promtool binary built by tests/controlplane/build.sh."""
     return _built(request, "promtool")
+
+
+@pytest.fixture(scope="session")
+def e2e_figures(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Figures a test measured, printed in the run's summary ("e2e figures")."""
+    return request.config.stash.setdefault(_FIGURES, {})
+
+
+@pytest.fixture(scope="session")
+def helm(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned helm binary built by tests/controlplane/build.sh."""
+    return _built(request, "helm")
 
 
 @pytest.fixture
@@ -225,6 +253,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("e2e start-up timings")
         for key, seconds in sorted(timings.items()):
             terminalreporter.line(f"{key:32} {seconds:7.3f} s")
+    figures = config.stash.get(_FIGURES, {})
+    if figures:
+        terminalreporter.section("e2e figures")
+        for key, value in figures.items():
+            terminalreporter.line(f"{key}: {value}")
     for reason in config.stash.get(_SKIPS, []):
         terminalreporter.section("E2E SKIPPED", yellow=True, bold=True)
         terminalreporter.line(reason, yellow=True, bold=True)

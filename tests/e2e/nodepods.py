@@ -167,3 +167,27 @@ def events(api: k8s.ApiClient, namespace: str, name: str) -> list[str]:
     found.sort(key=lambda e: e.last_timestamp or e.event_time or 0)
     return [f"{e.reason}: {e.message}" for e in found]
 
+
+
+def run_deployment(api: k8s.ApiClient, namespace: str, workload: Workload,
+                   replicas: int = 2) -> tuple[list[dict[str, Any]], list[str]]:
+    """A Deployment `hello` of `workload`: waits for its Pods to run; returns them
+    as stored, and each one's log (the controllers make the Pods, not the test)."""
+    labels = {"app": "hello"}
+    k8s.AppsV1Api(api).create_namespaced_deployment(namespace, k8s.V1Deployment(
+        metadata=k8s.V1ObjectMeta(name="hello"),
+        spec=k8s.V1DeploymentSpec(
+            replicas=replicas, selector=k8s.V1LabelSelector(match_labels=labels),
+            template=k8s.V1PodTemplateSpec(
+                metadata=k8s.V1ObjectMeta(labels=labels),
+                spec=pod("x", [container("hello", workload.image)]).spec))))
+    core = k8s.CoreV1Api(api)
+
+    def names() -> list[str]:
+        return sorted(str(p.metadata.name) for p in core.list_namespaced_pod(
+            namespace, label_selector="app=hello").items if p.metadata)
+
+    wait_until(lambda: None if len(names()) == replicas else f"{len(names())} Pods",
+               timeout=60, what=f"the Deployment's {replicas} Pods", interval=0.2)
+    pods = [wait_running(api, namespace, name) for name in names()]
+    return pods, [log(api, namespace, name) for name in names()]

@@ -171,27 +171,9 @@ def test_2_enforce_deployment_pulls_through_the_mirror(node_installed: Installed
     """Deployment → controller-manager → mirrorgate → the kubelet pulls via the mirror."""
     registry = node_installed.registry
     workload = push_workload(registry, "node/deployment")
-    labels = {"app": "hello"}
     with node_installed.control_plane.api_client() as api:
         namespace = make_namespace(api, "deployment", ENFORCE, granted=True)
-        k8s.AppsV1Api(api).create_namespaced_deployment(namespace, k8s.V1Deployment(
-            metadata=k8s.V1ObjectMeta(name="hello"),
-            spec=k8s.V1DeploymentSpec(
-                replicas=2, selector=k8s.V1LabelSelector(match_labels=labels),
-                template=k8s.V1PodTemplateSpec(
-                    metadata=k8s.V1ObjectMeta(labels=labels),
-                    spec=nodepods.pod("x", [nodepods.container("hello", workload.image)]).spec))))
-        core = k8s.CoreV1Api(api)
-
-        def two_pods() -> str | None:
-            found = core.list_namespaced_pod(namespace, label_selector="app=hello").items
-            return None if len(found) == 2 else f"{len(found)} Pods"
-
-        wait_until(two_pods, timeout=60, what="the Deployment's 2 Pods", interval=0.2)
-        names = sorted(str(p.metadata.name) for p in core.list_namespaced_pod(
-            namespace, label_selector="app=hello").items if p.metadata)
-        pods = [nodepods.wait_running(api, namespace, name) for name in names]
-        logs = [nodepods.log(api, namespace, name) for name in names]
+        pods, logs = nodepods.run_deployment(api, namespace, workload)
         template = api.sanitize_for_serialization(
             k8s.AppsV1Api(api).read_namespaced_deployment("hello", namespace))
     for stored in pods:

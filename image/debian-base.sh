@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds a Python base image from Debian's packages with mmdebstrap, for
+# machines that reach no registry of base images (this one, its CI). The
+# packages come from this machine's own apt sources, so no mirror is named
+# here. Prints the image's name; reuses it when the script and the sources
+# have not changed (the name carries their hash).
+#
+#   image/debian-base.sh            # build or reuse; prints localhost/mirrorgate-base:bookworm-<hash>
+set -euo pipefail
+self="$(readlink -f "$0")"
+
+SUITE=bookworm   # Debian 12: Python 3.11, the version the project supports and the official base carries
+# python3-venv: the build stage makes the virtualenv with ensurepip, as on the
+# official base. Nothing else: no apt, no shell beyond the Essential set.
+PACKAGES=python3,python3-venv
+
+sources=()
+for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+  [[ -s "$f" ]] && sources+=("$f")
+done
+((${#sources[@]})) || { echo "debian-base.sh: no apt sources on this machine" >&2; exit 2; }
+
+key="$(cat "$self" "${sources[@]}" | sha256sum | cut -c1-12)"
+name="localhost/mirrorgate-base:$SUITE-$key"
+if bash "$(dirname "$self")/podman.sh" image exists "$name"; then echo "$name"; exit 0; fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+echo "debian-base.sh: building $name with mmdebstrap (about a minute)" >&2
+# Only the sources that serve this suite: the machine may list others (a
+# vendor's repository) that mean nothing inside the image.
+mirrors=()
+for f in "${sources[@]}"; do
+  grep -q "$SUITE" "$f" && mirrors+=("$f")
+done
+# essential + python3: a smaller root than minbase (no apt, no package
+# database beyond dpkg's). Documentation and translations are left out.
+mmdebstrap --quiet --variant=essential --include="$PACKAGES" \
+  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+  --dpkgopt='path-exclude=/usr/share/info/*' \
+  "$SUITE" "$work/root.tar" "${mirrors[@]}" >&2
+bash "$(dirname "$self")/podman.sh" import --quiet \
+  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  --change 'CMD ["python3"]' \
+  "$work/root.tar" "$name" >/dev/null
+echo "$name"

@@ -1,0 +1,174 @@
+"""The real image, built with podman and run as the Deployment runs it: read-only
+root filesystem, non-root user (the `image` marker; part of `make test`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import time
+import tomllib
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from packaging.markers import Marker
+from packaging.utils import canonicalize_name
+
+from tests.e2e.procs import free_port
+from tests.image.podman import REPO_ROOT, RUN_AS, ULIMITS, build, podman, run
+from tests.webhook.reviews import patch_ops, pod, response_of, review
+
+pytestmark = pytest.mark.image
+
+UID = int(RUN_AS.split(":")[0])
+LOCK = REPO_ROOT / "image" / "requirements.lock"
+VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+POLICY = """\
+mode: enforce
+mirrors:
+  - source: docker.io
+    mirror: mirror.image-test.example/hub
+"""
+
+
+def test_runs_as_the_deployment_user_on_a_read_only_root(image: str) -> None:
+    """The image's user is the Deployment's, and the CLI works with nothing writable."""
+    user = podman("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip()
+    assert user == RUN_AS
+    labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", image).stdout)
+    assert labels["org.opencontainers.image.version"] == VERSION
+    done = run(image, "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: mirrorgate")
+
+
+def test_nothing_in_the_image_is_writable_by_its_user(image: str) -> None:
+    """Even without --read-only, the virtualenv and the system are root's: a
+    compromised server cannot change its own code."""
+    probe = ("import os\n"
+             "for top in ('/opt/mirrorgate', '/usr', '/etc'):\n"
+             "    for d, dirs, files in os.walk(top):\n"
+             "        for p in [d, *(os.path.join(d, f) for f in files)]:\n"
+             "            if not os.path.islink(p) and os.access(p, os.W_OK): print(p)\n")
+    done = podman("run", "--rm", "--user", RUN_AS, "--network=none", *ULIMITS,
+                  "--entrypoint", "python3", image, "-c", probe)
+    assert done.stdout == ""
+
+
+def test_holds_exactly_the_locked_distributions_and_no_installer(image: str) -> None:
+    """What the image runs is what image/requirements.lock pins (setuptools and
+    pip removed after the build), plus mirrorgate itself."""
+    listing = ("import importlib.metadata as m, json\n"
+               "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
+    done = run(image, "-c", listing, options=["--entrypoint", "python3"])
+    assert done.returncode == 0, done.stderr
+    installed = {canonicalize_name(k): v for k, v in json.loads(done.stdout).items()}
+    assert installed == {**_locked_for_linux(), "mirrorgate": VERSION}
+
+
+def test_serves_admission_on_a_read_only_root(image: str, tmp_path: Path) -> None:
+    """`mirrorgate certs generate` and `serve` from the image, as user 65532 with a
+    read-only root: /readyz answers and a Pod is rewritten over real HTTPS."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    os.chown(certs, UID, UID)
+    made = run(image, "certs", "generate", "--service", "mirrorgate", "--namespace",
+               "mirrorgate", "--ip", "127.0.0.1", "--out", "/certs",
+               options=["-v", f"{certs}:/certs"])
+    assert made.returncode == 0, made.stderr
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    port = free_port()
+    name = f"mirrorgate-image-test-{uuid.uuid4().hex[:8]}"
+    # Host networking on loopback only: no bridge, no firewall rules touched.
+    podman("run", "--detach", "--name", name, "--read-only", "--user", RUN_AS,
+           "--network=host", *ULIMITS, "-v", f"{certs}:/certs:ro",
+           "-v", f"{policy}:/etc/mirrorgate/policy.yaml:ro", image,
+           "serve", "--policy=/etc/mirrorgate/policy.yaml", "--tls-cert=/certs/tls.crt",
+           "--tls-key=/certs/tls.key", "--host=127.0.0.1", f"--port={port}")
+    try:
+        with httpx.Client(base_url=f"https://127.0.0.1:{port}",
+                          verify=ssl.create_default_context(cafile=certs / "ca.crt"),
+                          timeout=5) as client:
+            _wait_ready(client, name)
+            answer = client.post("/mutate", json=review(pod("nginx:1.27")))
+        assert answer.status_code == 200
+        ops = patch_ops(response_of(answer.json()))
+        assert {"op": "replace", "path": "/spec/containers/0/image",
+                "value": "mirror.image-test.example/hub/library/nginx:1.27"} in ops
+    finally:
+        podman("rm", "--force", "--time=5", name, check=False)
+
+
+def test_build_context_is_only_what_the_image_needs(tmp_path: Path) -> None:
+    """.containerignore keeps virtualenvs, keys, certificates, caches and git out
+    of the context: a probe build copies the whole context and lists it."""
+    context = tmp_path / "context"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True,
+                             capture_output=True, text=True).stdout.split("\0")
+    for rel in filter(None, tracked):
+        if (REPO_ROOT / rel).is_file():
+            (context / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / rel, context / rel)
+    planted = [".venv/bin/python", "dev-certs/ca.key", "dev-certs/tls.crt", "tls.key",
+               "webhook/server.pem", "certs/leaked.key", ".env", ".git/config",
+               ".pytest_cache/v/cache", ".mypy_cache/x.json", "policy/__pycache__/x.pyc",
+               "build/lib/x.py", "mirrorgate.egg-info/PKG-INFO"]
+    for rel in planted:
+        (context / rel).parent.mkdir(parents=True, exist_ok=True)
+        (context / rel).write_text("must not reach the image\n")
+    probe = tmp_path / "Probe.Containerfile"
+    probe.write_text(f"FROM {build('debian-base.sh')}\nCOPY . /ctx\n")
+    tag = f"localhost/mirrorgate-context-probe:{uuid.uuid4().hex[:8]}"
+    podman("build", "--quiet", "--tag", tag, "--file", str(probe), str(context), timeout=300)
+    try:
+        listed = podman("run", "--rm", "--network=none", "--user", RUN_AS, *ULIMITS, tag,
+                        "find", "/ctx", "-type", "f").stdout.split()
+    finally:
+        podman("rmi", "--force", tag, check=False)
+    sent = {path.removeprefix("/ctx/") for path in listed}
+    expected = {"pyproject.toml", "README.md", "LICENSE", "tools/build_backend.py",
+                "image/requirements.lock"} | {
+        rel for rel in tracked
+        if rel.endswith(".py") and rel.split("/")[0] in ("policy", "webhook", "certs")}
+    assert sent == expected
+    assert not sent.intersection(planted)
+
+
+def _locked_for_linux() -> dict[str, str]:
+    """name → version of every lock entry whose marker holds on Linux CPython,
+    except the build backend the Containerfile removes after building."""
+    locked: dict[str, str] = {}
+    for line in LOCK.read_text().splitlines():
+        if not line or line[0] in "# " or "==" not in line:
+            continue
+        requirement, _, marker = line.rstrip(" \\").partition(";")
+        name, _, version = requirement.strip().partition("==")
+        if marker.strip() and not Marker(marker.strip()).evaluate(
+                {"sys_platform": "linux", "platform_python_implementation": "CPython",
+                 "implementation_name": "cpython", "platform_system": "Linux",
+                 "os_name": "posix", "python_version": "3.11"}):
+            continue
+        locked[canonicalize_name(name)] = version
+    del locked["setuptools"]
+    return locked
+
+
+def _wait_ready(client: httpx.Client, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if client.get("/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        state = podman("inspect", "--format", "{{.State.Status}}", name, check=False).stdout
+        if state.strip() != "running" or time.monotonic() > deadline:
+            logs = podman("logs", name, check=False)
+            raise AssertionError(f"serve in the image not ready ({state.strip()}): "
+                                 f"{logs.stdout}{logs.stderr}")
+        time.sleep(0.2)
