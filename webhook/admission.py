@@ -167,11 +167,11 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
     if ephemeral:
         warnings += tuple(f"mirrorgate: {r.site.shown} uses {r.new_image} (was {r.site.image})"
                           for r in plan.rewrites)
-    operations = patch.build_patch(obj, plan)
+    encoded = patch.encoded_patch(obj, plan)
     # The rewrites are in the patch itself, which the API server's audit log
     # records at RequestResponse level; audit annotations are for audit mode.
     return Decision(
-        review.patched(rev, operations, warnings=warnings,
+        review.patched(rev, encoded, warnings=warnings,
                        audit_annotations=_audit_annotations(plan) if ephemeral else None),
-        mode, "patched" if operations else "allowed", namespace, name, len(plan.rewrites),
+        mode, "patched" if encoded else "allowed", namespace, name, len(plan.rewrites),
         len(warnings), unrewritten, plan)

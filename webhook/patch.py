@@ -8,14 +8,18 @@ because ``add`` into a missing object fails the whole patch.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict, TypeGuard
 
 import orjson
 
 import policy
+from policy.model import ENTRY_OVERHEAD, MEMO_ENTRIES, Memo
 
-__all__ = ["Operation", "annotation_value", "build_patch", "escape"]
+__all__ = ["Operation", "annotation_value", "build_patch", "encoded_patch", "escape"]
+
+ENCODED_MEMO_BYTES = 8 << 20
 
 
 class Operation(TypedDict):
@@ -41,19 +45,43 @@ def annotation_value(originals: Mapping[str, str]) -> str:
 _ANNOTATION_POINTER = f"/metadata/annotations/{escape(policy.ORIGINAL_IMAGES_ANNOTATION)}"
 
 
+# Where a patch attaches to a Pod, the only things it reads of the Pod
+# beyond the plan: does the annotations object exist (else its parent, or
+# metadata itself, is added whole), and does spec.imagePullSecrets (else the
+# list is added whole).
+Anchors = tuple[Literal["metadata", "annotations", "annotation"], bool]
+
+
+def _anchors(pod: Mapping[str, Any], plan: policy.RewritePlan) -> Anchors:
+    secrets_listed = bool(plan.pull_secrets) and isinstance(
+        pod["spec"].get("imagePullSecrets"), list)  # a plan with secrets had a spec
+    if plan.original_images is None:
+        return "annotation", secrets_listed
+    metadata = pod.get("metadata")
+    if not _is_mapping(metadata):
+        return "metadata", secrets_listed
+    if not _is_mapping(metadata.get("annotations")):
+        return "annotations", secrets_listed
+    return "annotation", secrets_listed
+
+
 def build_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> list[Operation]:
     """The operations that apply ``plan`` to ``pod`` (empty when nothing changes)."""
+    return _operations(plan, _anchors(pod, plan))
+
+
+def _operations(plan: policy.RewritePlan, anchors: Anchors) -> list[Operation]:
+    annotation, secrets_listed = anchors
     ops: list[Operation] = [
         {"op": "replace", "path": r.site.pointer, "value": r.new_image} for r in plan.rewrites]
 
     if plan.original_images is not None:
-        metadata = pod.get("metadata")
         key = policy.ORIGINAL_IMAGES_ANNOTATION
         value = annotation_value(plan.original_images)
-        if not _is_mapping(metadata):
+        if annotation == "metadata":
             ops.append({"op": "add", "path": "/metadata",
                         "value": {"annotations": {key: value}}})
-        elif not _is_mapping(metadata.get("annotations")):
+        elif annotation == "annotations":
             ops.append({"op": "add", "path": "/metadata/annotations",
                         "value": {key: value}})
         else:
@@ -61,11 +89,40 @@ def build_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> list[Operat
             ops.append({"op": "add", "path": _ANNOTATION_POINTER, "value": value})
 
     if plan.pull_secrets:
-        existing = pod["spec"].get("imagePullSecrets")  # a plan with secrets had a spec
-        if not isinstance(existing, list):
+        if not secrets_listed:
             ops.append({"op": "add", "path": "/spec/imagePullSecrets",
                         "value": [{"name": name} for name in plan.pull_secrets]})
         else:
             ops.extend({"op": "add", "path": "/spec/imagePullSecrets/-", "value": {"name": name}}
                        for name in plan.pull_secrets)
     return ops
+
+
+# By plan identity and anchors. Each entry holds its plan, so no other plan
+# can take that identity while the entry lives; and it is charged for it.
+_encoded: Memo[tuple[int, Anchors], tuple[policy.RewritePlan, str]] = Memo(
+    max_entries=MEMO_ENTRIES, max_bytes=ENCODED_MEMO_BYTES)
+
+
+def encoded_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> str | None:
+    """:func:`build_patch` as an AdmissionResponse carries it (base64 of its JSON); None if empty.
+
+    Memoised: the Pods of one shape share their plan (:func:`policy.plan`),
+    and so, at equal anchors, their patch; building and encoding it again
+    for every replica cost more than the rest of the planning.
+    """
+    anchors = _anchors(pod, plan)
+    key = (id(plan), anchors)
+    found = _encoded.get(key)
+    if found is not None and found[0] is plan:
+        return found[1]
+    operations = _operations(plan, anchors)
+    if not operations:
+        return None
+    encoded = base64.b64encode(orjson.dumps(operations)).decode("ascii")
+    # The patch, and the plan kept alive with it: its strings are fewer than
+    # the patch's (which quotes every new and original image), its warnings
+    # are bounded prefixes, and each image's outcome costs an entry's overhead.
+    _encoded.remember(key, (plan, encoded), 2 * len(encoded) + sum(map(len, plan.warnings))
+                      + ENTRY_OVERHEAD * (1 + len(plan.outcomes)))
+    return encoded

@@ -9,7 +9,6 @@ Two error channels, as the API server sees them: a malformed webhook call
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, TypedDict
 
@@ -182,13 +181,12 @@ def allowed(review: Review, *, warnings: Sequence[str] = (),
     return _review(review, _with_extras({"allowed": True}, warnings, audit_annotations))
 
 
-def patched(review: Review, operations: Sequence[Mapping[str, Any]], *,
-            warnings: Sequence[str] = (),
+def patched(review: Review, patch: str | None, *, warnings: Sequence[str] = (),
             audit_annotations: Mapping[str, str] | None = None) -> AdmissionReview:
-    """Admit the object with a JSON Patch (none when ``operations`` is empty)."""
+    """Admit the object with a JSON Patch, base64-encoded (``webhook.patch``), or none."""
     response: AdmissionResponse = {"allowed": True}
-    if operations:
-        response["patch"] = base64.b64encode(orjson.dumps(operations)).decode("ascii")
+    if patch is not None:
+        response["patch"] = patch
         response["patchType"] = "JSONPatch"
     return _review(review, _with_extras(response, warnings, audit_annotations))
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import jsonpatch
+import orjson
 import pytest
 
 import policy
@@ -126,3 +128,31 @@ def test_patch_does_not_mutate_pod() -> None:
     before = repr(pod)
     patch.build_patch(pod, PLAN)
     assert repr(pod) == before
+
+
+def _decoded(encoded: str | None) -> list[dict[str, Any]]:
+    return [] if encoded is None else orjson.loads(base64.b64decode(encoded))
+
+
+@pytest.mark.parametrize("metadata", [None, {"generateName": "p-"}, {"annotations": {"x": "y"}}])
+@pytest.mark.parametrize("secrets", [None, [{"name": "regcred"}]])
+def test_encoded_patch_is_the_built_patch_for_each_pod(metadata: Any, secrets: Any) -> None:
+    """One plan shared by Pods that differ in where the patch attaches: each gets its own."""
+    pod = _pod(metadata, secrets)
+    for _ in range(2):  # the second answer comes from the memo
+        assert _decoded(patch.encoded_patch(pod, PLAN)) == patch.build_patch(pod, PLAN)
+
+
+def test_encoded_patch_of_an_empty_plan_is_none() -> None:
+    assert patch.encoded_patch(_pod(), policy.RewritePlan(warnings=("w",))) is None
+
+
+def test_encoded_patch_never_answers_for_another_plan() -> None:
+    """Plans made and dropped one after another (ids reused) each get their own patch."""
+    for index in range(50):
+        site = policy.ImageSite(field="containers", index=1, name="b", image="nginx")
+        plan = policy.RewritePlan(rewrites=(policy.ImageRewrite(
+            site=site, new_image=f"m.example/hub/library/nginx:{index}", rule_label="r"),))
+        assert _decoded(patch.encoded_patch(_pod(), plan)) == [
+            {"op": "replace", "path": "/spec/containers/1/image",
+             "value": f"m.example/hub/library/nginx:{index}"}]
