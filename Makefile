@@ -73,7 +73,7 @@ bench-abuse: install
 	$(PY) -m bench.abuse_bench
 	$(PY) -m bench.figures
 
-# Health probing on against off, with a real TLS mirror on loopback (1 to 4 minutes).
+# Health probing on against off, with a real TLS mirror on loopback (about a minute).
 bench-health: install e2e-deps
 	$(PY) -m bench.health_bench
 	$(PY) -m bench.figures
