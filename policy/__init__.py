@@ -5,6 +5,7 @@ or the network (an import-linter contract in pyproject.toml checks it).
 """
 
 from policy.decision import OUTCOMES, ImageDecision, PodExemption, decide_image, exempt_pod
+from policy.health import HEALTHY, Health, HealthSettings
 from policy.matching import Outcome, Resolution
 from policy.model import FieldError, Mode, OnCredentialError, Policy, PolicyError, load
 from policy.planner import (
@@ -28,6 +29,7 @@ from policy.rules import Mirror, MirrorRule, Source
 
 __all__ = [
     "CONTAINER_FIELDS",
+    "HEALTHY",
     "MIRROR_POD_ANNOTATION",
     "ORIGINAL_IMAGES_ANNOTATION",
     "OUTCOMES",
@@ -35,6 +37,8 @@ __all__ = [
     "SKIP_LABEL",
     "ContainerField",
     "FieldError",
+    "Health",
+    "HealthSettings",
     "ImageDecision",
     "ImageReference",
     "ImageRewrite",
