@@ -174,7 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         port = server_bench.free_port()
         server = server_bench.start("mirrorgate", [
             str(pathlib.Path(sys.executable).parent / "mirrorgate"), "serve",
-            "--policy", str(workdir / "policy.yaml"), *tls_args, "--port", str(port)],
+            "--policy", str(workdir / "policy.yaml"), *tls_args, "--port", str(port),
+            # Its mirrors are fictional; bench.health_bench measures probing.
+            "--no-health-probes"],
             port, workdir, context)
         pid = server.process.pid
         try:

@@ -75,6 +75,18 @@ mirrorgate changes; the node does the same work for both. A third series,
 the baseline again in the same rounds, is the run's noise floor: a
 difference smaller than that is not a finding. With fewer than 100 Pods a
 p99 is the largest sample."""),
+    ("health", """\
+**Health probing**: two `mirrorgate serve` processes on the same policy, one
+probing a real TLS mirror on loopback every second (ten times the default
+rate), the other with `--no-health-probes`; alternating rounds, server CPU per
+admission, target ≤ 1.05×. The mirror's access log counts every request
+mirrorgate sent it while the probing server was being measured, warm-ups
+included (its probes carry the user agent `mirrorgate-health`), against the
+probe rounds that time allows and the admissions answered: no admission makes
+a network call.
+`tests/webhook/test_health.py` shows the same with an audit hook: no socket
+connect or name lookup while admissions are decided under healthy, down and
+failing states."""),
 )
 
 

@@ -5,6 +5,7 @@ or the network (an import-linter contract in pyproject.toml checks it).
 """
 
 from policy.decision import OUTCOMES, ImageDecision, PodExemption, decide_image, exempt_pod
+from policy.health import HEALTHY, Health, HealthSettings
 from policy.matching import Outcome, Resolution
 from policy.model import (
     CredentialGrant,
@@ -36,6 +37,7 @@ from policy.rules import Mirror, MirrorRule, Source
 
 __all__ = [
     "CONTAINER_FIELDS",
+    "HEALTHY",
     "MIRROR_POD_ANNOTATION",
     "ORIGINAL_IMAGES_ANNOTATION",
     "OUTCOMES",
@@ -44,6 +46,8 @@ __all__ = [
     "ContainerField",
     "CredentialGrant",
     "FieldError",
+    "Health",
+    "HealthSettings",
     "ImageDecision",
     "ImageReference",
     "ImageRewrite",

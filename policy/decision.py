@@ -22,8 +22,10 @@ Outcomes, first the Pod's, then each image's:
 
 Admission alone adds ``credential-unavailable``: the pull secret the rewrite
 needs could not be made (API down, RBAC, a Secret mirrorgate does not own) or
-cannot be attached in this operation. It depends on the cluster, so the
-offline tools never report it.
+cannot be attached in this operation; and ``mirror-unhealthy``: the rule's
+mirror is down or its credential cannot log in, and the rule says
+``onMirrorDown: fallback``. They depend on the cluster and on the probes, so
+the offline tools never report them.
 """
 
 from __future__ import annotations
@@ -47,10 +49,10 @@ __all__ = [
 ]
 
 Outcome = Literal["excluded", "skipped", "invalid", "no-rule", "already-mirrored",
-                  "not-granted", "rewrite", "credential-unavailable"]
+                  "not-granted", "rewrite", "credential-unavailable", "mirror-unhealthy"]
 OUTCOMES: tuple[Outcome, ...] = ("excluded", "skipped", "invalid", "no-rule",
                                  "already-mirrored", "not-granted", "rewrite",
-                                 "credential-unavailable")
+                                 "credential-unavailable", "mirror-unhealthy")
 
 SKIP_LABEL = "mirrorgate.io/skip"
 # Static pods are owned by the kubelet's manifest files; the API object is a

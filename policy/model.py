@@ -20,8 +20,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from policy import matching, reference
+from policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings, parse_duration
 from policy.quoting import quote
-from policy.rules import Mirror, MirrorRule, Source
+from policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Source
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
@@ -61,8 +62,13 @@ CREDENTIAL_NAME_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCI
 # Namespace globs: DNS-label characters plus the fnmatch wildcards.
 _NAMESPACE_GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}", re.ASCII)
 
-_TOP_LEVEL_KEYS = ("mode", "onCredentialError", "mirrors", "exclude", "credentials")
-_RULE_KEYS = ("source", "mirror", "credential")
+_TOP_LEVEL_KEYS = ("mode", "onCredentialError", "health", "mirrors", "exclude", "credentials")
+_RULE_KEYS = ("source", "mirror", "credential", "onMirrorDown", "caFile")
+_HEALTH_KEYS = ("interval", "timeout", "failureThreshold", "successThreshold")
+# Probing more often than this is load on the mirror without news; less often
+# than this leaves an outage unnoticed for too long to be worth the name.
+MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
+MAX_THRESHOLD = 100
 _EXCLUDE_KEYS = ("images", "namespaces")
 _GRANT_KEYS = ("namespaces", "registry", "provider")
 # A provider is named as in the kubelet's CredentialProviderConfig: a file
@@ -151,6 +157,7 @@ class Policy:
     exclude_namespaces: tuple[str, ...]
     grants: Mapping[str, CredentialGrant]
     on_credential_error: OnCredentialError = "skip"
+    health: HealthSettings = DEFAULT_HEALTH_SETTINGS
 
     # Derived once, so that matching an image or a namespace costs the same
     # whatever the number of rules and globs.
@@ -429,6 +436,53 @@ def _parse_image_globs(value: object, path: str, errors: _Collector) -> tuple[st
     return globs
 
 
+def _parse_health(value: object, errors: _Collector) -> HealthSettings:
+    """The ``health`` block, defaults filled in; durations are strings like ``10s``."""
+    block = errors.mapping(value, "health", _HEALTH_KEYS)
+    seconds: dict[str, float] = {}
+    for key in ("interval", "timeout"):
+        default = getattr(DEFAULT_HEALTH_SETTINGS, key)
+        raw = block.get(key)
+        parsed = parse_duration(raw) if isinstance(raw, str) else None
+        if raw is not None and parsed is None:
+            errors.add(f"health.{key}", f"{_quote(raw)} is not a duration (write it like 10s, "
+                                        "500ms or 1m30s)")
+        seconds[key] = default if parsed is None else parsed
+    interval, timeout = seconds["interval"], seconds["timeout"]
+    interval_ok = MIN_INTERVAL <= interval <= MAX_INTERVAL
+    if not interval_ok:
+        errors.add("health.interval", f"{_quote(block.get('interval'))} is outside "
+                                      f"{MIN_INTERVAL:g}s to {MAX_INTERVAL:g}s")
+    if timeout <= 0:
+        errors.add("health.timeout", f"{_quote(block.get('timeout'))} must be more than 0s")
+    elif interval_ok and timeout > interval:
+        # Probes of one round would still be running when the next one starts.
+        errors.add("health.timeout", f"{_quote(block.get('timeout', '2s'))} is longer than "
+                                     f"health.interval ({interval:g}s)")
+    thresholds: dict[str, int] = {}
+    for key, field in (("failureThreshold", "failure_threshold"),
+                       ("successThreshold", "success_threshold")):
+        raw = block.get(key, getattr(DEFAULT_HEALTH_SETTINGS, field))
+        if type(raw) is not int or not 1 <= raw <= MAX_THRESHOLD:
+            errors.add(f"health.{key}", f"{_quote(raw)} is not a whole number from 1 to "
+                                        f"{MAX_THRESHOLD}")
+            raw = getattr(DEFAULT_HEALTH_SETTINGS, field)
+        thresholds[field] = raw
+    return HealthSettings(interval=interval, timeout=timeout, **thresholds)
+
+
+def _check_mirror_ca_files(rules: Sequence[MirrorRule], errors: _Collector) -> None:
+    """Mirrors are probed per host, so the rules on one host must trust the same CA."""
+    first: dict[str, MirrorRule] = {}
+    for rule in rules:
+        other = first.setdefault(rule.mirror.host, rule)
+        if other.ca_file != rule.ca_file:
+            errors.add(f"{rule.label}.caFile",
+                       f"{_quote(rule.ca_file)} differs from {other.label}.caFile "
+                       f"({_quote(other.ca_file)}) on the same mirror host "
+                       f"{_quote(rule.mirror.host)}")
+
+
 def _check_nested_mirrors(rules: Sequence[MirrorRule], errors: _Collector) -> None:
     """A mirror under another mirror's prefix makes images of two rules collide.
 
@@ -527,6 +581,15 @@ def load(document: object) -> Policy:
                 errors.add(f"{where}.credential", f"credential {_quote(credential)} is for "
                            f"{_quote(str(grants[credential].registry))}, which does not cover "
                            f"the mirror {_quote(str(mirror))}: the kubelet would not send it")
+        on_down = rule.get("onMirrorDown", "fallback")
+        if on_down not in ON_MIRROR_DOWN:
+            errors.add(f"{where}.onMirrorDown",
+                       f"{_quote(on_down)} is not one of: {', '.join(ON_MIRROR_DOWN)}")
+        ca_file = rule.get("caFile")
+        if ca_file is not None and (not isinstance(ca_file, str) or not ca_file):
+            errors.add(f"{where}.caFile", f"must be the path of a PEM CA bundle, got "
+                                          f"{_quote(ca_file)}")
+            ca_file = None
         if source is not None and source in seen_sources:
             written = rule["source"]
             same = "" if written == str(source) else f" (as {_quote(str(source))})"
@@ -541,9 +604,12 @@ def load(document: object) -> Policy:
             continue
         seen_sources[source] = i
         seen_mirrors[mirror] = i
-        rules.append(MirrorRule(index=i, source=source, mirror=mirror, credential=credential))
+        rules.append(MirrorRule(index=i, source=source, mirror=mirror, credential=credential,
+                                on_mirror_down=cast("OnMirrorDown", on_down), ca_file=ca_file))
 
     _check_nested_mirrors(rules, errors)
+    _check_mirror_ca_files(rules, errors)
+    health = _parse_health(top.get("health"), errors)
 
     exclude = errors.mapping(top.get("exclude"), "exclude", _EXCLUDE_KEYS)
     exclude_images = _parse_image_globs(exclude.get("images"), "exclude.images", errors)
@@ -559,4 +625,5 @@ def load(document: object) -> Policy:
         exclude_namespaces=exclude_namespaces,
         grants=grants,
         on_credential_error=cast("OnCredentialError", on_error),
+        health=health,
     )

@@ -25,6 +25,7 @@ from policy.decision import (
     decide_image,
     exempt_pod,
 )
+from policy.health import HEALTHY, Health
 from policy.model import ENTRY_OVERHEAD, Policy
 from policy.quoting import quote
 
@@ -109,6 +110,8 @@ class ImageRewrite(NamedTuple):
     new_image: str
     rule_label: str
     """The rule that decided it, as ``mirrors[N]``."""
+    health: str = "up"
+    """``up``, or the health problem its rule's ``onMirrorDown: keep`` rewrote it through."""
 
 
 class RewritePlan(NamedTuple):
@@ -126,12 +129,18 @@ class RewritePlan(NamedTuple):
     """Why the whole Pod was left alone, if it was."""
     outcomes: Mapping[str, Outcome] = {}  # shared by every plan: read-only, like the plan
     """Each image's outcome by site key (see :mod:`policy.decision`)."""
+    fallbacks: int = 0
+    """Images left as written because their mirror or credential is unhealthy."""
 
 
-def audit_line(rewrite: ImageRewrite) -> str:
-    """The one-line report of a rewrite that audit mode does not make."""
-    return (f"mirrorgate audit: {rewrite.site.shown} would use {rewrite.new_image} "
+def audit_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
+    """The one-line report of a rewrite that audit mode does not make.
+
+    ``health`` appends the mirror's health, where probes have established it.
+    """
+    line = (f"mirrorgate audit: {rewrite.site.shown} would use {rewrite.new_image} "
             f"(was {rewrite.site.image})")
+    return f"{line}; health: {rewrite.health}" if health else line
 
 
 def _mapping(value: object) -> Mapping[str, object]:
@@ -325,6 +334,7 @@ def plan(
         can_add_pull_secrets: bool = True,
         can_annotate: bool = True,
         unavailable: Mapping[str, str] | None = None,
+        health: Health = HEALTHY,
 ) -> RewritePlan:
     """Plan the rewrites for ``pod`` in ``namespace``.
 
@@ -335,13 +345,16 @@ def plan(
     (then ``original_images`` stays None). ``unavailable`` maps credentials
     whose pull secret could not be ensured to the reason: their images stay
     as written, because a Pod must never point at a mirror it cannot
-    authenticate to.
+    authenticate to. ``health`` holds the mirrors that are down and the
+    credentials that cannot log in: images under their rules stay as written
+    with a warning naming the mirror (``onMirrorDown: fallback``) or are
+    rewritten anyway (``keep``).
 
     The result is shared between Pods of the same shape: treat it, and its
     ``original_images``, as read-only.
     """
     if fields is CONTAINER_FIELDS and not frozen and can_add_pull_secrets and can_annotate \
-            and not unavailable:
+            and not unavailable and not health:
         key = _shape(pod, namespace)
         if key is not None:
             found: RewritePlan | None = policy.plans.get(key)
@@ -355,13 +368,14 @@ def plan(
             return found
     return _plan(pod, namespace=namespace, policy=policy, fields=fields, frozen=frozen,
                  can_add_pull_secrets=can_add_pull_secrets, can_annotate=can_annotate,
-                 unavailable=unavailable)
+                 unavailable=unavailable, health=health)
 
 
 def _plan(
         pod: Mapping[str, object], *, namespace: str, policy: Policy,
         fields: Collection[ContainerField], frozen: Collection[str],
         can_add_pull_secrets: bool, can_annotate: bool, unavailable: Mapping[str, str] | None,
+        health: Health = HEALTHY,
 ) -> RewritePlan:
     """The plan itself, computed in full (see :func:`plan`)."""
     metadata = _mapping(pod.get("metadata"))
@@ -391,6 +405,7 @@ def _plan(
     refusals: dict[str, str | None] = {}
     needed: set[str] = set()
     new_originals: dict[str, str] = {}
+    fallbacks = 0
     for site in sites:
         key = site.key
         if frozen and key in frozen:
@@ -417,19 +432,33 @@ def _plan(
                     else "left as written:"
                 warnings.append(f"{site.shown}: image {quote(site.image)} {what} {reason}")
                 continue
+        status = "up"
+        if health and decision.outcome == "rewrite":
+            problem = health.problem(rule)
+            if problem is not None:
+                if rule.on_mirror_down == "fallback":
+                    outcomes[key] = "mirror-unhealthy"
+                    warnings.append(f"{site.shown}: image {quote(site.image)} left as written: "
+                                    f"{problem} (onMirrorDown: fallback)")
+                    fallbacks += 1
+                    continue
+                warnings.append(f"{site.shown}: image {quote(site.image)} rewritten although "
+                                f"{problem} (onMirrorDown: keep)")
+                status = problem
+        if credential is not None:
             needed.add(credential)
         if decision.outcome == "already-mirrored":
             continue
         new_image = decision.resolution.new_image
         assert new_image is not None
-        rewrites.append(ImageRewrite(site, new_image, rule.label))
+        rewrites.append(ImageRewrite(site, new_image, rule.label, status))
         if can_annotate and key not in originals:
             new_originals[key] = site.image
 
     if not needed:
         return RewritePlan(tuple(rewrites), (), (),
                            {**originals, **new_originals} if new_originals else None,
-                           tuple(warnings), outcomes=outcomes)
+                           tuple(warnings), outcomes=outcomes, fallbacks=fallbacks)
     credentials = tuple(sorted(needed))
     return RewritePlan(
         rewrites=tuple(rewrites),
@@ -439,4 +468,5 @@ def _plan(
         original_images={**originals, **new_originals} if new_originals else None,
         warnings=tuple(warnings),
         outcomes=outcomes,
+        fallbacks=fallbacks,
     )

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
-__all__ = ["Mirror", "MirrorRule", "Source"]
+__all__ = ["ON_MIRROR_DOWN", "Mirror", "MirrorRule", "OnMirrorDown", "Source"]
+
+OnMirrorDown = Literal["fallback", "keep"]
+ON_MIRROR_DOWN: tuple[OnMirrorDown, ...] = ("fallback", "keep")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,6 +46,11 @@ class MirrorRule:
     source: Source
     mirror: Mirror
     credential: str | None
+    on_mirror_down: OnMirrorDown = "fallback"
+    """While the mirror is down or the credential cannot log in: leave images as
+    written (``fallback``) or rewrite them anyway (``keep``, for air-gapped clusters)."""
+    ca_file: str | None = None
+    """A CA bundle (path) the health probe trusts for this mirror instead of the system's."""
 
     @property
     def label(self) -> str:

@@ -46,6 +46,7 @@ def test_the_reference_lists_exactly_the_fields_the_loader_accepts() -> None:
     expected = {*model._TOP_LEVEL_KEYS,
                 *(f"mirrors[].{key}" for key in model._RULE_KEYS),
                 *(f"exclude.{key}" for key in model._EXCLUDE_KEYS),
+                *(f"health.{key}" for key in model._HEALTH_KEYS),
                 *(f"credentials.<name>.{key}" for key in model._GRANT_KEYS)}
     assert set(reference_rows()) == expected
 
@@ -57,6 +58,16 @@ DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
     "onCredentialError": ({}, lambda p: p.on_credential_error),
     "mirrors": ({}, lambda p: list(p.rules)),
     "mirrors[].credential": ({"mirrors": [RULE]}, lambda p: p.rules[0].credential),
+    "mirrors[].onMirrorDown": ({"mirrors": [RULE]}, lambda p: p.rules[0].on_mirror_down),
+    "mirrors[].caFile": ({"mirrors": [RULE]}, lambda p: p.rules[0].ca_file),
+    "health": ({}, lambda p: {"interval": f"{p.health.interval:g}s",
+                              "timeout": f"{p.health.timeout:g}s",
+                              "failureThreshold": p.health.failure_threshold,
+                              "successThreshold": p.health.success_threshold}),
+    "health.interval": ({}, lambda p: f"{p.health.interval:g}s"),
+    "health.timeout": ({}, lambda p: f"{p.health.timeout:g}s"),
+    "health.failureThreshold": ({}, lambda p: p.health.failure_threshold),
+    "health.successThreshold": ({}, lambda p: p.health.success_threshold),
     "exclude": ({}, lambda p: {} if not (p.exclude_images or p.exclude_namespaces) else None),
     "exclude.images": ({}, lambda p: list(p.exclude_images)),
     "exclude.namespaces": ({}, lambda p: list(p.exclude_namespaces)),

@@ -74,20 +74,23 @@ def _is_pod(request: review.AdmissionRequest) -> bool:
     return kind.get("group") == "" and kind.get("kind") == "Pod"
 
 
-def _audit_annotations(plan: policy.RewritePlan) -> dict[str, str]:
+def _audit_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dict[str, str]:
+    """The rewrites for the API server's audit log; ``health`` adds each mirror's health."""
     # The API server prefixes each key with the webhook's name.
     if not plan.rewrites:
         return {}
     return {"rewrites": orjson.dumps(
         {r.site.key: {"from": r.site.image, "to": r.new_image, "rule": r.rule_label}
+         | ({"health": r.health} if health else {})
          for r in plan.rewrites}).decode()}
 
 
 def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: str,
-          rules: policy.Policy, ephemeral: bool,
+          rules: policy.Policy, ephemeral: bool, health: policy.Health,
           unavailable: Mapping[str, str] | None = None) -> policy.RewritePlan:
     if not ephemeral:
-        return policy.plan(obj, namespace=namespace, policy=rules, unavailable=unavailable)
+        return policy.plan(obj, namespace=namespace, policy=rules, unavailable=unavailable,
+                           health=health)
     # An ephemeral-container update may only add containers, and the API
     # server ignores any other change, imagePullSecrets and annotations
     # included: the record of an original goes to the user as a warning and
@@ -97,12 +100,16 @@ def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: s
         old, fields=EPHEMERAL)[0]} if isinstance(old, dict) else set()
     return policy.plan(obj, namespace=namespace, policy=rules, fields=EPHEMERAL,
                        frozen=frozen, can_add_pull_secrets=False, can_annotate=False,
-                       unavailable=unavailable)
+                       unavailable=unavailable, health=health)
 
 
 async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
-                secrets: PullSecrets) -> Decision:
-    """Decide on one review. Raises :class:`BadReview` for malformed requests only."""
+                secrets: PullSecrets, health: policy.Health = policy.HEALTHY) -> Decision:
+    """Decide on one review. Raises :class:`BadReview` for malformed requests only.
+
+    ``health`` is the probes' last conclusion, passed in: deciding never waits
+    for the network.
+    """
     request = rev.request
     operation, subresource = request["operation"], request.get("subResource", "")
     ephemeral = operation == "UPDATE" and subresource == "ephemeralcontainers"
@@ -125,15 +132,16 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                         uid=rev.uid, api_version=rev.api_version)
     name = _pod_name(obj)
 
-    plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral)
+    plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
+                 health=health)
     if plan.skipped is not None:
         return Decision(review.allowed(rev, warnings=plan.warnings), mode, "skipped",
                         namespace, name, 0, len(plan.warnings), plan=plan)
 
     if mode == "audit":
-        lines = [*plan.warnings, *(policy.audit_line(r) for r in plan.rewrites)]
+        lines = [*plan.warnings, *(policy.audit_line(r, health=True) for r in plan.rewrites)]
         return Decision(review.allowed(rev, warnings=lines,
-                                       audit_annotations=_audit_annotations(plan)),
+                                       audit_annotations=_audit_annotations(plan, health=True)),
                         mode, "allowed", namespace, name, len(plan.rewrites), len(lines),
                         plan=plan)
 
@@ -152,7 +160,7 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                     mode, "denied", namespace, name, plan=plan)
             before = len(plan.rewrites)
             plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
-                         unavailable=failures)
+                         health=health, unavailable=failures)
             unrewritten = before - len(plan.rewrites)
 
     warnings = plan.warnings

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 import policy
+from policy import HEALTHY, Health
 from webhook import admission, logs, review
 from webhook.logs import logger
 from webhook.metrics import Metrics
@@ -45,6 +46,10 @@ class Runtime:
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
     readiness: dict[str, Callable[[], str | None]] = dataclasses.field(default_factory=dict)
     """Named checks: each returns None when ready, else why not."""
+    advisories: list[Callable[[], Mapping[str, str]]] = dataclasses.field(default_factory=list)
+    """Problems /readyz lists without turning unready: the webhook fails open on them."""
+    health: Health = HEALTHY
+    """The mirrors and credentials the background probes found unhealthy; replaced whole."""
 
     audit_only: bool = False
     """Every endpoint only reports (the audit overlay's safe first install)."""
@@ -120,7 +125,7 @@ class AdmissionEndpoint:
         try:
             rev = review.decode(await self._body(scope, receive))
             decision = await admission.admit(rev, rules=loaded.policy, mode=mode,
-                                             secrets=runtime.secrets)
+                                             secrets=runtime.secrets, health=runtime.health)
         except review.BadReview as error:
             runtime.metrics.errors.labels(endpoint, "bad-request").inc()
             logger.warning("bad admission request", extra={"fields": {
@@ -178,9 +183,12 @@ def create_app(runtime: Runtime) -> Starlette:
                 why = f"check failed: {type(error).__name__}"
             if why is not None:
                 problems[name] = why
-        body = {"ready": not problems, "version": VERSION, "policy": runtime.policy.version,
+        ready = not problems
+        for advisory in runtime.advisories:
+            problems.update(advisory())
+        body = {"ready": ready, "version": VERSION, "policy": runtime.policy.version,
                 "mode": runtime.policy.policy.mode, "problems": problems}
-        return _json(body, status=503 if problems else 200)
+        return _json(body, status=200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
         payload, content_type = runtime.metrics.render()

@@ -75,8 +75,9 @@ lists are sorted, and new keys may be added within version 1::
               "new_image": "harbor.corp.example/dockerhub-proxy/library/nginx:1.27",
               "rule": "mirrors[0]",              # the deciding rule, or null
               "credential": "harbor-pull",       # that rule's credential, or null
-              "reason": null                     # why, for not-granted / invalid / on-mirror
-            }
+              "reason": null,                    # why, for not-granted / invalid / on-mirror
+              "health": "up"                     # rewrite only: "up" or why the mirror cannot
+            }                                    # be used now (null: --no-health)
           ]
         }
       ]
@@ -125,6 +126,8 @@ class Verdict:
     rule: str | None = None
     credential: str | None = None
     reason: str | None = None
+    health: str | None = None
+    """For ``rewrite``: ``up``, or why the mirror cannot be used now (None: not probed)."""
 
 
 # Version 1 of the JSON names two of admission's outcomes as it always has.
@@ -271,7 +274,7 @@ def _namespace_json(ns: NamespaceReport) -> dict[str, Any]:
             {"image": image, "outcome": t.verdict.outcome, "pods": t.pods,
              "containers": t.containers, "new_image": t.verdict.new_image,
              "rule": t.verdict.rule, "credential": t.verdict.credential,
-             "reason": t.verdict.reason}
+             "reason": t.verdict.reason, "health": t.verdict.health}
             for image, t in ns.rows()],
     }
 
@@ -326,9 +329,12 @@ def _namespace_lines(ns: NamespaceReport) -> Iterator[str]:
                 # With several credentials on one mirror host, which one a
                 # rewritten image gets is part of the answer.
                 yield f"{DETAIL_INDENT}  with credential {verdict.credential}"
-        if verdict.reason is not None:
-            # Reasons wrap at 80 columns; image names never do (they are copied).
-            for line in textwrap.wrap(f"({verdict.reason})", width=80 - len(DETAIL_INDENT),
+        for note in (verdict.reason, None if verdict.health is None
+                     else f"health: {verdict.health}"):
+            if note is None:
+                continue
+            # Notes wrap at 80 columns; image names never do (they are copied).
+            for line in textwrap.wrap(f"({note})", width=80 - len(DETAIL_INDENT),
                                       break_long_words=False, break_on_hyphens=False):
                 yield DETAIL_INDENT + line
 
@@ -467,6 +473,20 @@ def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
     return report
 
 
+def add_health(report: Report, rules: policy.Policy) -> None:
+    """Probe, once each, the mirrors of the planned rewrites; note their health beside them."""
+    from webhook import health
+
+    by_label = {rule.label: rule for rule in rules.rules}
+    tallies = [t for ns in report.namespaces.values() for t in ns.images.values()
+               if t.verdict.outcome == "rewrite" and t.verdict.rule in by_label]
+    hosts = sorted({by_label[str(t.verdict.rule)].mirror.host for t in tallies})
+    found = health.probe_mirrors(rules, hosts)
+    for tally in tallies:
+        tally.verdict = dataclasses.replace(
+            tally.verdict, health=found.status(by_label[str(tally.verdict.rule)]))
+
+
 def _add_pods(report: Report, kube: Kube, path: str, scope: str, rules: policy.Policy,
               progress: Progress) -> None:
     from webhook import kube as kubeapi
@@ -510,6 +530,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                        fail_on=args.fail_on)
     finally:
         kube.close()
+    if args.health:
+        add_health(report, rules)
     if args.output == "json":
         print(json.dumps(report.to_json(), indent=2), file=out)
     else:
@@ -540,6 +562,9 @@ def add_parser(commands: argparse._SubParsersAction[Any],
     scope.add_argument("-n", "--namespace", dest="namespaces", action="extend", nargs="+",
                        metavar="NS", help="only these namespaces (repeatable)")
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument("--no-health", dest="health", action="store_false",
+                        help="do not probe the mirrors of planned rewrites (by default each "
+                             "is probed once, GET /v2/, and its health shown beside them)")
     parser.add_argument("--fail-on", choices=tuple(FAIL_ON),
                         help="exit 1 if any container is unmirrored (not on a mirror, "
                              "excluded ones aside) or, with 'rewrites', would be rewritten")

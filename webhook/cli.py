@@ -102,7 +102,17 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
           f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
           f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
           file=out)
-    return EXIT_OK
+    if args.store_file is None:
+        return EXIT_OK
+    from webhook import health
+    from webhook.credentials import filestore
+
+    problems = health.credential_problems(
+        rules, filestore.read_store(args.store_file, _store_key(args)).credentials)
+    for name, why in sorted(problems.items()):
+        # The same words the server logs and lists in /readyz.
+        print(f"  credential {name}: {why} ({args.store_file})", file=out)
+    return EXIT_FINDINGS if problems else EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -124,7 +134,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
             max_headers=args.max_headers, header_timeout=args.header_timeout,
             body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
-            max_buffered_bytes=args.max_buffered_bytes)))
+            max_buffered_bytes=args.max_buffered_bytes),
+        health_probes=args.health_probes))
     return EXIT_OK
 
 
@@ -400,8 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
     check = policy_commands.add_parser(
         "check", help="validate a policy file",
         description="Validate a policy file and list every error with its field path. "
-                    "Exit 1 when it is invalid.")
+                    "Exit 1 when it is invalid, or when --store is given and a credential the "
+                    "policy uses is missing from it or is for another host than its mirror.")
     check.add_argument("file", metavar="FILE")
+    check.add_argument("--store", dest="store_file", metavar="FILE",
+                       help="also check the policy's credentials against this encrypted "
+                            "credential store (offline)")
+    check.add_argument("--key-file", metavar="FILE",
+                       help="file holding the store key (default: $MIRRORGATE_STORE_KEY)")
     check.set_defaults(run=cmd_policy_check)
 
     serve = commands.add_parser(
@@ -423,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(default: %(default)s)")
     admission.add_argument("--log-level", default="info",
                            choices=("debug", "info", "warning", "error"))
+    admission.add_argument("--no-health-probes", dest="health_probes", action="store_false",
+                           help="do not probe mirrors and credential logins (every mirror "
+                                "counts as up); the store is still checked against the policy")
 
     tls = serve.add_argument_group(
         "certificates", "either files (--tls-cert, --tls-key) or a Secret (--tls-secret)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import prometheus_client as prom
 from prometheus_client.core import (
@@ -44,6 +44,7 @@ class _AdmissionCounts(Collector):
     def __init__(self) -> None:
         self.admissions: dict[tuple[str, str, str], int] = {}
         self.rewritten = self.would_rewrite = self.unrewritten = self.warnings = 0
+        self.fallbacks = 0
         self.latency: dict[str, list[int]] = {}
         self.latency_sum: dict[str, float] = {}
 
@@ -62,6 +63,9 @@ class _AdmissionCounts(Collector):
                 ("mirrorgate_images_left_unmirrored", self.unrewritten,
                  "Images admitted as written because their pull secret could not be ensured; "
                  "alert on this."),
+                ("mirrorgate_images_left_for_health", self.fallbacks,
+                 "Images admitted as written because their mirror was down or its credential "
+                 "could not log in (onMirrorDown: fallback)."),
                 ("mirrorgate_warnings", self.warnings, "Warnings returned to clients.")):
             yield CounterMetricFamily(name, text, value=value)
         latency = HistogramMetricFamily(
@@ -105,6 +109,13 @@ class Metrics:
             "mirrorgate_credential_expiry_timestamp_seconds",
             "When the login in the store for a provider credential expires (Unix time).",
             ["credential"], registry=r)
+        self.mirror_up = prom.Gauge(
+            "mirrorgate_mirror_up", "1 while the rule's mirror answers its /v2/ probe, else 0.",
+            ["mirror"], registry=r)
+        self.credential_valid = prom.Gauge(
+            "mirrorgate_credential_valid",
+            "1 while the credential logs in to its mirror, else 0 (also when it is missing "
+            "from the store or is for another registry).", ["credential"], registry=r)
         self.certificate_expiry = prom.Gauge(
             "mirrorgate_certificate_expiry_timestamp_seconds",
             "When the serving certificate in use expires (Unix time).", registry=r)
@@ -142,6 +153,9 @@ class Metrics:
                 counts.rewritten += decision.rewrites
         counts.warnings += decision.warnings
         counts.unrewritten += decision.unrewritten
+        plan = decision.plan
+        if plan is not None and plan.fallbacks and decision.mode == "enforce":
+            counts.fallbacks += plan.fallbacks
         buckets = counts.latency.get(endpoint)
         if buckets is None:
             buckets = counts.latency[endpoint] = [0] * (len(LATENCY_BUCKETS) + 1)
@@ -158,6 +172,15 @@ class Metrics:
     def set_policy(self, version: str, mode: str) -> None:
         self.policy.clear()
         self.policy.labels(version, mode).set(1)
+
+    def set_health(self, *, mirror_up: Mapping[str, bool],
+                   credential_valid: Mapping[str, bool]) -> None:
+        """The health gauges, exactly these series (a reload may have dropped some)."""
+        for gauge, values in ((self.mirror_up, mirror_up),
+                              (self.credential_valid, credential_valid)):
+            gauge.clear()
+            for label, ok in values.items():
+                gauge.labels(label).set(1 if ok else 0)
 
     def render(self) -> tuple[bytes, str]:
         return prom.generate_latest(self.registry), prom.CONTENT_TYPE_LATEST

@@ -10,7 +10,7 @@ import os
 import signal
 import socket
 import tempfile
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -23,6 +23,7 @@ from webhook import (
     admission,
     app,
     connections,
+    health,
     kube,
     leader,
     logs,
@@ -99,6 +100,9 @@ class Settings:
     """Treat every endpoint as /audit, whatever the policy's mode."""
     limits: Limits = dataclasses.field(default_factory=Limits)
     """Connections, request heads, read timeouts and buffered bodies (see webhook.connections)."""
+    health_probes: bool = True
+    """Probe mirrors and credential logins in the background; off, every mirror counts as up
+    (the credential store is still checked against the policy)."""
 
 
 class StandalonePullSecrets:
@@ -165,14 +169,15 @@ def _self_managed_certificates(settings: Settings, client: kube.Kube | None,
 
 
 def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runtime,
-                 background: Background) -> admission.PullSecrets:
-    """The credential store and the pull-secret provisioner the settings ask for."""
+                 background: Background,
+                 ) -> tuple[admission.PullSecrets, credentials.CredentialStore | None]:
+    """The pull-secret provisioner and the credential store the settings ask for."""
     kind = settings.store or ("kubernetes" if client else "file" if settings.store_file
                               else "none")
     namespace = settings.namespace or kube.own_namespace()
     store: credentials.CredentialStore
     if kind == "none":
-        return StandalonePullSecrets()
+        return StandalonePullSecrets(), None
     if kind == "file":
         if settings.store_file is None:
             raise policyfile.ConfigError("--store file needs --store-file FILE")
@@ -203,7 +208,7 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
                                      "leader publishes their logins there for every replica")
     store = scoped.ScopedStore(store, lambda: runtime.policy.policy.grants)
     if client is None:
-        return StandalonePullSecrets()
+        return StandalonePullSecrets(), store
     try:
         key = fingerprints.load_or_create_key(client, namespace)
     except kube.KubeError as error:
@@ -232,7 +237,29 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
         background.starts.append(refresher.start)
         background.stops.insert(0, refresher.stop)
         runtime.on_policy_change.append(refresher.trigger)
-    return provisioner
+    return provisioner, store
+
+
+def _health(settings: Settings, store: credentials.CredentialStore | None,
+            runtime: app.Runtime, background: Background) -> None:
+    """The background probes, publishing into the runtime what admission reads."""
+
+    def snapshot() -> Mapping[str, credentials.Credential] | None:
+        assert store is not None
+        return store.snapshot() if store.problem() is None else None
+
+    def publish(value: policy.Health) -> None:
+        runtime.health = value  # one reference swap: admission reads it without a lock
+
+    monitor = health.HealthMonitor(
+        rules=lambda: runtime.policy.policy, credentials=snapshot if store else None,
+        publish=publish, metrics=runtime.metrics, probe=settings.health_probes)
+    runtime.advisories.append(monitor.problems)
+    runtime.on_policy_change.append(monitor.trigger)
+    if store is not None:
+        store.subscribe(monitor.trigger)
+    background.starts.append(monitor.start)
+    background.stops.append(monitor.stop)
 
 
 def _provider_source(settings: Settings, rules: policy.Policy) -> provider.ProviderSource | None:
@@ -276,7 +303,11 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     # runtime comes first and receives it just after.
     runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets(),
                           audit_only=settings.audit_only)
-    runtime.secrets = secrets or _credentials(settings, client, runtime, background)
+    store: credentials.CredentialStore | None = None
+    if secrets is None:
+        secrets, store = _credentials(settings, client, runtime, background)
+    runtime.secrets = secrets
+    _health(settings, store, runtime, background)
     if settings.tls_secret is not None:
         runtime.readiness["certificate-upkeep"] = lambda: manager.problem
 

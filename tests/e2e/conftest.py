@@ -4,6 +4,7 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
   control_plane   session  ControlPlane: .url .kubeconfig .ca_pem .ca_path .api_client()
   registry        session  RegistryStack: .host .username .password .ca_path .digest
                            .upstream_image .mirror_image .pull(image, dockerconfigjson)
+  own_registry    module   another RegistryStack, for tests that stop and restart its mirror
   make_namespace  function make_namespace(labels=None) -> name; `namespace` is an alias
   kustomize       session  Path of the pinned kustomize binary
   promtool        session  Path of the pinned promtool binary
@@ -48,8 +49,8 @@ _T = TypeVar("_T")
 
 _HERE = Path(__file__).resolve().parent
 E2E_FIXTURES = frozenset(
-    {"control_plane", "registry", "make_namespace", "namespace", "kustomize", "promtool",
-     "installed", "helm", "own_control_plane"}
+    {"control_plane", "registry", "own_registry", "make_namespace", "namespace", "kustomize",
+     "promtool", "installed", "helm", "own_control_plane"}
 )
 NODE_FIXTURES = frozenset({"node_cluster", "node_installed"})
 _TIMINGS = pytest.StashKey[dict[str, float]]()
@@ -138,6 +139,18 @@ def registry(
     request.config.stash.setdefault(_TIMINGS, {}).update(
         {f"registry_{k}": v for k, v in stack.timings.items()}
     )
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="module")
+def own_registry(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RegistryStack]:
+    """A registry stack of the test module's own, whose mirror it may stop and restart."""
+    stack = _start(request.config, start_registry_stack, tmp_path_factory.mktemp("own-registry"))
     try:
         yield stack
     finally:
@@ -270,9 +283,12 @@ def e2e_policy(registry: RegistryStack, *, extra: str = "") -> str:
 
 
 def central_credential(api: k8s.ApiClient, registry: RegistryStack, *, name: str = CREDENTIAL,
-                       password: str | None = None) -> None:
-    """What `kubectl create secret docker-registry NAME ... -n mirrorgate` makes (or updates)."""
-    payload = json.dumps(registry.dockerconfigjson(password=password)).encode()
+                       password: str | None = None, host: str | None = None) -> None:
+    """What `kubectl create secret docker-registry NAME ... -n mirrorgate` makes (or updates).
+
+    ``host`` is the `--docker-server` (default: the registry's mirror).
+    """
+    payload = json.dumps(registry.dockerconfigjson(password=password, host=host)).encode()
     body = k8s.V1Secret(
         metadata=k8s.V1ObjectMeta(name=name, namespace=mg.NAMESPACE),
         type="kubernetes.io/dockerconfigjson",

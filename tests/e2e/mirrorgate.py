@@ -93,8 +93,13 @@ def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
                      groups: Sequence[str] = SERVICE_ACCOUNT_GROUPS,
                      kubeconfig: Path | None = None, args: Sequence[str] = (),
                      env: Mapping[str, str] | None = None, redact: Sequence[str] = (),
-                     ready: bool = True, tls_secret: str | None = None) -> Mirrorgate:
+                     ready: bool = True, tls_secret: str | None = None,
+                     health_probes: bool = False) -> Mirrorgate:
     """Start `mirrorgate serve`; with `tls_secret`, it manages its own certificates.
+
+    Health probes are off unless asked for: the suite's policies name mirrors
+    that do not exist (mirror.e2e.example), and tests reach nothing beyond
+    loopback.
 
     In that mode the CA is the server's own, unknown until it has written the
     Secret: readiness is then checked without verification, and the caller
@@ -114,7 +119,7 @@ def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
     argv = [sys.executable, "-m", "webhook.cli", "serve", "--policy", str(policy_path),
             *tls_args, "--host", "127.0.0.1", "--port", str(port), "--reload-interval", "0.2",
             "--kubeconfig", str(kubeconfig or plane.kubeconfig_for(user, groups)),
-            "--namespace", NAMESPACE, *args]
+            "--namespace", NAMESPACE, *([] if health_probes else ["--no-health-probes"]), *args]
     process = ManagedProcess("mirrorgate", argv, workdir / "mirrorgate.log", env=env,
                              cwd=REPO, redact=redact)
     own_ca = b"" if tls_secret else (workdir / "tls" / certs.CA_CERT).read_bytes()

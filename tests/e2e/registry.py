@@ -127,11 +127,11 @@ class RegistryStack:
         return f"{self.host}/{self.repository}:{self.tag}"
 
     def dockerconfigjson(
-        self, username: str | None = None, password: str | None = None
+        self, username: str | None = None, password: str | None = None, host: str | None = None
     ) -> dict[str, Any]:
         """A correct `.dockerconfigjson` for the mirror (override a field to break it)."""
         return dockerconfig.encode(
-            self.host,
+            self.host if host is None else host,
             self.username if username is None else username,
             self.password if password is None else password,
         )
@@ -200,9 +200,57 @@ def _registry_config(
     return path
 
 
+def _start_registry(stack: RegistryStack, name: str, config: Path, host: str,
+                    redact: list[str]) -> ManagedProcess:
+    """Start one registry of the stack and wait until its /v2/ answers 401."""
+    # Go reads SSL_CERT_FILE on Linux: the mirror trusts our CA for the upstream
+    # and the token realm without touching the system trust store.
+    env = {"SSL_CERT_FILE": str(stack.ca_path)} if name == "mirror" else {}
+    proc = ManagedProcess(
+        f"registry-{name}",
+        [str(docker_registry()), "serve", str(config)],
+        # Appended to, so that a restarted mirror keeps the log of its first life.
+        stack.workdir / f"{name}-{len(stack.processes)}.log",
+        env=env,
+        redact=redact,
+    )
+    stack.processes.append(proc)
+    try:
+        stack.timings[f"{name}_ready_s"] = wait_until(
+            functools.partial(_ready_401, f"https://{host}/v2/", stack.ca_path),
+            timeout=READY_TIMEOUT,
+            what=f"registry {name} at https://{host}/v2/",
+            alive=proc.exited,
+        )
+    except (TimeoutError, RuntimeError) as exc:
+        raise RuntimeError(f"{exc}\n{proc.describe_failure()}") from None
+    return proc
+
+
+def stop_mirror(stack: RegistryStack) -> None:
+    """Stop the mirror (the upstream keeps running); `start_mirror` brings it back."""
+    mirrors = [p for p in stack.processes if p.name == "registry-mirror" and p.exited() is None]
+    for proc in mirrors:
+        proc.stop()
+
+
+def start_mirror(stack: RegistryStack) -> None:
+    """Start the mirror again on the same address, data and htpasswd file."""
+    _start_registry(stack, "mirror", stack.workdir / "mirror.yml", stack.host,
+                    [stack.upstream_password, stack.password])
+
+
+def set_mirror_password(stack: RegistryStack, password: str) -> None:
+    """Change the mirror user's password at the mirror only (re-read on its next request)."""
+    htpasswd = stack.workdir / "mirror.htpasswd"
+    temporary = htpasswd.with_suffix(".tmp")
+    temporary.write_text(htpasswd_line(stack.username, password) + "\n")
+    temporary.replace(htpasswd)  # a new mtime: the registry reloads it
+
+
 def start_registry_stack(workdir: Path) -> RegistryStack:
     """Start token server, upstream and mirror; seed the upstream; stop all on any error."""
-    binary = docker_registry()
+    docker_registry()  # fail early, naming the package, when it is missing
     workdir.mkdir(parents=True, exist_ok=True)
     ca = CertificateAuthority.generate(common_name="mirrorgate e2e registry CA")
     serving = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
@@ -278,29 +326,8 @@ def start_registry_stack(workdir: Path) -> RegistryStack:
                 "password": upstream_password,
             },
         )
-        for name, config, host, env in (
-            ("upstream", upstream_config, upstream_host, {}),
-            # Go reads SSL_CERT_FILE on Linux: the mirror trusts our CA for the upstream
-            # and the token realm without touching the system trust store.
-            ("mirror", mirror_config, mirror_host, {"SSL_CERT_FILE": str(ca_path)}),
-        ):
-            proc = ManagedProcess(
-                f"registry-{name}",
-                [str(binary), "serve", str(config)],
-                workdir / f"{name}.log",
-                env=env,
-                redact=redact,
-            )
-            stack.processes.append(proc)
-            try:
-                stack.timings[f"{name}_ready_s"] = wait_until(
-                    functools.partial(_ready_401, f"https://{host}/v2/", ca_path),
-                    timeout=READY_TIMEOUT,
-                    what=f"registry {name} at https://{host}/v2/",
-                    alive=proc.exited,
-                )
-            except (TimeoutError, RuntimeError) as exc:
-                raise RuntimeError(f"{exc}\n{proc.describe_failure()}") from None
+        _start_registry(stack, "upstream", upstream_config, upstream_host, redact)
+        _start_registry(stack, "mirror", mirror_config, mirror_host, redact)
 
         with RegistryClient(
             upstream_host,

@@ -87,6 +87,11 @@ def _kustomization(workdir: Path, node: Node, relay_port: int) -> Path:
         {"op": "add", "path": "/spec/template/spec/containers/0/env",
          "value": [{"name": "KUBERNETES_SERVICE_HOST", "value": API_NAME},
                    {"name": "KUBERNETES_SERVICE_PORT", "value": str(relay_port)}]},
+        # The mirror listens on the host's loopback, where the kubelet pulls from
+        # but a Pod cannot reach: probed from the Pod it would be down, and every
+        # image would fall back to the upstream.
+        {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+         "value": "--no-health-probes"},
     ]
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",

@@ -409,7 +409,9 @@ def test_central_credential_deleted_removes_its_copies(
         namespaces = [make_namespace(ENFORCE) for _ in range(2)]
         try:
             rewrite_policy(installed.server, with_gone)
-            central_credential(api, registry, name=GONE, password=password)
+            # For the host of its mirror: one for another host would count as broken.
+            central_credential(api, registry, name=GONE, password=password,
+                               host=GONE_MIRROR.partition("/")[0])
 
             def provisioned(namespace: str) -> Callable[[], str | None]:
                 def check() -> str | None:
@@ -425,6 +427,8 @@ def test_central_credential_deleted_removes_its_copies(
                            interval=0.2)
                 assert read_secret(api, namespace, GONE_SECRET) is not None
                 assert read_secret(api, namespace, SECRET) is not None
+            verdicts = len(entries_with(installed.server, "credential cannot serve its mirror",
+                                        credential=GONE, reason="not in the credential store"))
             since = time.monotonic()
             core.delete_namespaced_secret(GONE, mg.NAMESPACE)
             for namespace in namespaces:
@@ -433,6 +437,11 @@ def test_central_credential_deleted_removes_its_copies(
                            interval=0.05)
             seconds = elapsed(since)
             kept = [read_secret(api, namespace, SECRET) for namespace in namespaces]
+            # The store's change reaches the health check too: wait for its verdict.
+            wait_until(lambda: None if len(entries_with(
+                installed.server, "credential cannot serve its mirror", credential=GONE,
+                reason="not in the credential store")) > verdicts else "no verdict yet",
+                timeout=CONVERGE, what="the health verdict on e2e-gone", interval=0.1)
             created, warnings = create_pod(api, registry, evidence, namespaces[0],
                                            {**body, "metadata": {"name": "after"}})
         finally:
@@ -450,8 +459,9 @@ def test_central_credential_deleted_removes_its_copies(
             "the credential is no longer in the store"
     assert created["spec"]["containers"][1]["image"] == GONE_IMAGE
     assert created["spec"]["containers"][0]["image"] == registry.mirror_image
-    assert any(GONE_SECRET in w and f"credential '{GONE}' is not in the credential store" in w
-               for w in warnings), warnings
+    assert f"containers/extra0: image '{GONE_IMAGE}' left as written: credential '{GONE}' of " \
+           f"mirrors[2] cannot log in to mirror {GONE_MIRROR}: not in the credential store " \
+           "(onMirrorDown: fallback)" in warnings, warnings
 
 
 def _deny(text: str) -> str:

@@ -89,7 +89,9 @@ def test_serves_admission_on_a_read_only_root(image: str, tmp_path: Path) -> Non
            "--network=host", *ULIMITS, "-v", f"{certs}:/certs:ro",
            "-v", f"{policy}:/etc/mirrorgate/policy.yaml:ro", image,
            "serve", "--policy=/etc/mirrorgate/policy.yaml", "--tls-cert=/certs/tls.crt",
-           "--tls-key=/certs/tls.key", "--host=127.0.0.1", f"--port={port}")
+           "--tls-key=/certs/tls.key", "--host=127.0.0.1", f"--port={port}",
+           # The policy's mirror is fictional, and tests reach nothing beyond loopback.
+           "--no-health-probes")
     try:
         with httpx.Client(base_url=f"https://127.0.0.1:{port}",
                           verify=ssl.create_default_context(cafile=certs / "ca.crt"),

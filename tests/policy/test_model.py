@@ -131,7 +131,7 @@ SCHEME = f"{HOST_MSG}: write it without a scheme such as https://"
 BAD_HOST = f"{HOST_MSG}: the host must be letters, digits, '-' and '.', then an optional :port"
 CRED_MSG = "is not a valid credential name (lower-case letters, digits and '-', at most 63 " \
            "characters)"
-TOP_FIELDS = "mode, onCredentialError, mirrors, exclude, credentials"
+TOP_FIELDS = "mode, onCredentialError, health, mirrors, exclude, credentials"
 
 INVALID = [
     pytest.param(None, [("", "the policy is empty")], id="empty-document"),
@@ -165,7 +165,8 @@ INVALID = [
                  id="rule-empty"),
     pytest.param({"mirrors": [_rule("docker.io", target="x")]},
                  [("mirrors[0].target",
-                   "unknown field (expected one of: source, mirror, credential)")],
+                   "unknown field (expected one of: source, mirror, credential, "
+                   "onMirrorDown, caFile)")],
                  id="rule-unknown-field"),
     pytest.param({"mirrors": [_rule(5)]},
                  [("mirrors[0].source", "must be a registry host or host/path, got 5")],

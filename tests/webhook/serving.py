@@ -62,13 +62,18 @@ def write_pair(directory: Path, pair: KeyPair) -> tuple[Path, Path]:
 def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float = 0.1,
           secrets: admission.PullSecrets | None = None,
           limits: Limits | None = None) -> Iterator[Running]:
-    """Run ``webhook.server`` on a free loopback port until the block exits."""
+    """Run ``webhook.server`` on a free loopback port until the block exits.
+
+    Health probes are off: these policies name mirrors that do not exist, and
+    tests reach nothing beyond loopback (tests/e2e/test_health_serve.py probes).
+    """
     cert, key = write_pair(directory, pair)
     policy_file = directory / "policy.yaml"
     write_atomically(policy_file, policy.encode())
     built = server.build(server.Settings(
         policy=str(policy_file), tls_cert=str(cert), tls_key=str(key), host="127.0.0.1",
-        port=0, reload_interval=reload_interval, limits=limits or Limits()), secrets=secrets)
+        port=0, reload_interval=reload_interval, limits=limits or Limits(),
+        health_probes=False), secrets=secrets)
     instance = uvicorn.Server(server.uvicorn_config(built))
     failures: list[BaseException] = []
 

@@ -258,9 +258,11 @@ def assert_audit_response(response: dict[str, Any]) -> None:
         assert container in warning
         assert new_image in warning
     plan = json.loads(response["auditAnnotations"]["rewrites"])
-    assert plan == {
-        "containers/c0": {"from": HUB_IMAGE, "to": HUB_MIRRORED, "rule": "mirrors[0]"},
-        "containers/c1": {"from": PROM_IMAGE, "to": PROM_MIRRORED, "rule": "mirrors[1]"},
+    assert plan == {  # health: no probe has found a problem
+        "containers/c0": {"from": HUB_IMAGE, "to": HUB_MIRRORED, "rule": "mirrors[0]",
+                          "health": "up"},
+        "containers/c1": {"from": PROM_IMAGE, "to": PROM_MIRRORED, "rule": "mirrors[1]",
+                          "health": "up"},
     }
 
 

@@ -1,0 +1,85 @@
+"""Mirror and credential health as values: the probe settings, and what the probes concluded.
+
+The probing itself is I/O and lives in ``webhook.health``; admission only
+ever sees a :class:`Health` value, read from memory, and the planner decides
+with it like with any other input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from policy.rules import MirrorRule
+
+__all__ = ["DEFAULT_HEALTH_SETTINGS", "HEALTHY", "Health", "HealthSettings", "parse_duration"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Go's time.ParseDuration, restricted to the units a probe schedule needs:
+# "10s", "500ms", "1m30s", "1.5s".
+_DURATION_RE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h))+", re.ASCII)
+_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)", re.ASCII)
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in ``text`` (``10s``, ``500ms``, ``1m30s``), or None when it is not a duration."""
+    if not _DURATION_RE.fullmatch(text):
+        return None
+    return sum(float(number) * _UNITS[unit] for number, unit in _PART_RE.findall(text))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """The policy's ``health`` block: how often and how patiently mirrors are probed."""
+
+    interval: float = 10.0
+    """Seconds from the start of one probe round to the start of the next."""
+    timeout: float = 2.0
+    """Seconds one probe may take, connection and answer included."""
+    failure_threshold: int = 3
+    """Consecutive failed probes that mark a mirror down (or a credential invalid)."""
+    success_threshold: int = 1
+    """Consecutive good probes that mark it up (or valid) again."""
+
+
+DEFAULT_HEALTH_SETTINGS = HealthSettings()
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Health:
+    """What the probes last concluded: only the problems, each with why.
+
+    Empty (and false) when every mirror is up and every credential logs in,
+    which is the steady state; admission then plans exactly as without it.
+    """
+
+    down: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY)
+    """Mirror hosts (``host[:port]``) that are down, with the reason."""
+    failing: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY)
+    """Credentials that cannot log in to their mirror (or are misconfigured), with the reason."""
+
+    def __bool__(self) -> bool:
+        return bool(self.down or self.failing)
+
+    def problem(self, rule: MirrorRule) -> str | None:
+        """Why ``rule``'s mirror cannot be used right now, naming the mirror; None when it can."""
+        reason = self.down.get(rule.mirror.host)
+        if reason is not None:
+            return f"mirror {rule.mirror} of {rule.label} is down: {reason}"
+        if rule.credential is not None:
+            reason = self.failing.get(rule.credential)
+            if reason is not None:
+                return (f"credential {rule.credential!r} of {rule.label} cannot log in to "
+                        f"mirror {rule.mirror}: {reason}")
+        return None
+
+    def status(self, rule: MirrorRule) -> str:
+        """``up``, or the problem: what the audit reports next to a planned rewrite."""
+        return self.problem(rule) or "up"
+
+
+HEALTHY = Health()

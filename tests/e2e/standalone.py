@@ -1,0 +1,126 @@
+"""`mirrorgate serve` on its own (no cluster), as a real process, and a client for it.
+
+For the health tests: the server probes a real registry on loopback, and the
+tests read what it concluded from /mutate, /metrics, /readyz and its log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import ssl
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+import certs
+from tests.e2e.procs import ManagedProcess, free_port, wait_until
+from tests.webhook import reviews, scrape
+from webhook.credentials import filestore
+from webhook.credentials.store import Credential
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass
+class Standalone:
+    url: str
+    process: ManagedProcess
+    client: httpx.Client
+    policy_path: Path
+
+    def stop(self) -> None:
+        self.client.close()
+        self.process.stop()
+
+    def admit(self, *images: str, namespace: str = "default") -> dict[str, Any]:
+        """The AdmissionResponse of /mutate for a Pod with ``images``."""
+        body = reviews.review(reviews.pod(*images), namespace=namespace)
+        answer = self.client.post("/mutate", content=orjson.dumps(body),
+                                  headers={"content-type": "application/json"})
+        assert answer.status_code == 200, answer.text
+        response: dict[str, Any] = answer.json()["response"]
+        return response
+
+    def images_after(self, *images: str) -> tuple[list[str], list[str]]:
+        """The Pod's images once admitted, and the warnings."""
+        response = self.admit(*images)
+        obj = reviews.apply(reviews.pod(*images), reviews.patch_ops(response))
+        return [c["image"] for c in obj["spec"]["containers"]], response.get("warnings", [])
+
+    def metrics(self) -> scrape.Samples:
+        return scrape.samples(self.client.get("/metrics").text)
+
+    def gauge(self, name: str, **labels: str) -> float | None:
+        return self.metrics().get((name, frozenset(labels.items())))
+
+    def readyz(self) -> tuple[int, dict[str, Any]]:
+        response = self.client.get("/readyz")
+        body: dict[str, Any] = response.json()
+        return response.status_code, body
+
+    def log(self) -> list[dict[str, Any]]:
+        """Every JSON log line so far."""
+        self.process.log_tail(1)  # flushes our side of the file
+        lines = []
+        for line in self.process.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                lines.append(json.loads(line))
+        return lines
+
+    def log_messages(self, message: str) -> list[dict[str, Any]]:
+        return [entry for entry in self.log() if entry.get("msg") == message]
+
+
+def write_store(directory: Path, credentials: Sequence[Credential]) -> list[str]:
+    """An encrypted file store holding ``credentials``; the serve flags that read it."""
+    key = filestore.generate_key()
+    key_file = directory / "store.key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    store = directory / "store.json"
+    filestore.write_store(str(store), filestore.load_key(key_file=str(key_file), environ={}),
+                          filestore.StoreContents(credentials={}).replaced(
+                              {c.name: c for c in credentials}))
+    return ["--store", "file", "--store-file", str(store), "--key-file", str(key_file)]
+
+
+def start_standalone(workdir: Path, *, policy: str, args: Sequence[str] = (),
+                     env: Mapping[str, str] | None = None,
+                     redact: Sequence[str] = ()) -> Standalone:
+    """`mirrorgate serve` with generated certificates on a free loopback port, until ready."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    certs.generate_bundle(service="mirrorgate", namespace="mirrorgate", out=workdir / "tls",
+                          dns=["localhost"], ips=["127.0.0.1"])
+    policy_path = workdir / "policy.yaml"
+    policy_path.write_text(policy)
+    port = free_port()
+    argv = [sys.executable, "-m", "webhook.cli", "serve", "--policy", str(policy_path),
+            "--tls-cert", str(workdir / "tls" / certs.TLS_CERT),
+            "--tls-key", str(workdir / "tls" / certs.TLS_KEY),
+            "--host", "127.0.0.1", "--port", str(port), "--reload-interval", "0.2", *args]
+    # The server's own environment only: SSL_CERT_FILE is what these tests vary.
+    process = ManagedProcess("mirrorgate", argv, workdir / "mirrorgate.log",
+                             env=env, cwd=REPO, redact=redact)
+    client = httpx.Client(base_url=f"https://127.0.0.1:{port}", timeout=10, trust_env=False,
+                          verify=ssl.create_default_context(
+                              cafile=str(workdir / "tls" / certs.CA_CERT)))
+    server = Standalone(url=f"https://127.0.0.1:{port}", process=process, client=client,
+                        policy_path=policy_path)
+
+    def answered() -> str | None:
+        try:
+            return None if client.get("/healthz").status_code == 200 else "not 200"
+        except httpx.HTTPError as error:
+            return type(error).__name__
+
+    try:
+        wait_until(answered, timeout=30, what="mirrorgate serve", alive=process.exited)
+    except BaseException:
+        server.stop()
+        raise
+    return server

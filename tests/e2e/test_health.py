@@ -1,0 +1,252 @@
+"""Mirror and credential health end to end: the real API server, a real mirror stopped and started.
+
+A mirrorgate of this module's own (kubernetes credential store, probes on)
+is registered for namespaces carrying a suite label of its own, in front of
+a registry stack of its own (``own_registry``), so stopping that mirror and
+changing its password disturbs no other test.
+
+The Pods are created for real, not as dry runs: they are what a node would
+run. No kubelet runs in the suite yet; when the node harness lands, the
+assertion "on the node they pull from the upstream and run" goes where the
+comments marked ``(node)`` are: a wait for the Pod that ``Scenario.create``
+returned to be Running with the image it was admitted with (its namespace
+and the mirror stay as they are; only the node is new).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+import policy
+from tests.e2e import mirrorgate as mg
+from tests.e2e.conftest import Installed, central_credential
+from tests.e2e.fixtures_secrets import (
+    MODE_LABEL,
+    SUITE_LABEL,
+    metric,
+    metrics_text,
+    own_configuration,
+    rewrite_policy,
+)
+from tests.e2e.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.procs import wait_until
+from tests.e2e.registry import RegistryStack, set_mirror_password, start_mirror, stop_mirror
+from webhook import cli
+
+pytestmark = pytest.mark.e2e
+
+CREDENTIAL = "health-mirror"
+INTERVAL, TIMEOUT, FAILURES, SUCCESSES = 0.3, 0.25, 2, 1
+DOWN_BOUND = FAILURES * INTERVAL + TIMEOUT
+UP_BOUND = SUCCESSES * INTERVAL + TIMEOUT
+PATIENCE = 10 * DOWN_BOUND + 15  # generous: a shared machine, and the API server in the loop
+
+
+def _policy(stack: RegistryStack, on_mirror_down: str = "fallback") -> str:
+    return (f"health: {{interval: {int(INTERVAL * 1000)}ms, timeout: {int(TIMEOUT * 1000)}ms, "
+            f"failureThreshold: {FAILURES}, successThreshold: {SUCCESSES}}}\n"
+            f"mirrors:\n"
+            f"  - source: {stack.upstream_host}\n"
+            f"    mirror: {stack.host}\n"
+            f"    credential: {CREDENTIAL}\n"
+            f"    onMirrorDown: {on_mirror_down}\n"
+            f"credentials:\n  {CREDENTIAL}: {{namespaces: ['*']}}\n")
+
+
+class Scenario:
+    """This module's mirrorgate, its registration, and a namespace it serves."""
+
+    def __init__(self, api: k8s.ApiClient, server: mg.Mirrorgate, stack: RegistryStack,
+                 namespace: str) -> None:
+        self.api, self.server, self.stack, self.namespace = api, server, stack, namespace
+
+    def create(self, *, dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
+        """A Pod of the upstream's image, which the policy sends to the mirror."""
+        body = k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(generate_name="health-"),
+            spec=k8s.V1PodSpec(containers=[
+                k8s.V1Container(name="app", image=self.stack.upstream_image)]))
+        created, _, headers = k8s.CoreV1Api(self.api).create_namespaced_pod_with_http_info(
+            self.namespace, body, dry_run="All" if dry_run else None)
+        stored: dict[str, Any] = self.api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
+        return stored, warning_messages(headers)
+
+    def app_image(self) -> str:
+        return str(self.create(dry_run=True)[0]["spec"]["containers"][0]["image"])
+
+    def gauge(self, name: str, **labels: str) -> float:
+        return metric(metrics_text(self.server), name, **labels)
+
+    def wait_gauge(self, name: str, value: float, **labels: str) -> None:
+        def check() -> str | None:
+            found = self.gauge(name, **labels)
+            return None if found == value else f"{name}{labels} = {found}"
+        wait_until(check, timeout=PATIENCE, what=f"{name} {value}", interval=0.1,
+                   alive=self.server.process.exited)
+
+
+@pytest.fixture(scope="module")
+def scenario(installed: Installed, own_registry: RegistryStack,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    stack = own_registry
+    suite = f"health-{secrets.token_hex(4)}"
+    with installed.control_plane.api_client() as api:
+        central_credential(api, stack, name=CREDENTIAL)
+        server = mg.start_mirrorgate(
+            tmp_path_factory.mktemp("health"), installed.control_plane, policy=_policy(stack),
+            args=["--store", "kubernetes"], env={"SSL_CERT_FILE": str(stack.ca_path)},
+            redact=[stack.password], health_probes=True)
+        name = f"mirrorgate-e2e-{suite}"
+        try:
+            mg.register(api, own_configuration(installed.configuration), server, name=name,
+                        namespace_label=(SUITE_LABEL, suite), failure_policy="Fail")
+            # Opted in (the server makes pull secrets only in enforce namespaces) and
+            # ours by the suite label; the session's webhook also sees it, but its
+            # policy covers none of this module's images.
+            namespace = create_namespace(api, namespace_name("health"),
+                                         {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
+            running = Scenario(api, server, stack, namespace)
+            wait_until(lambda: None if running.app_image() == stack.mirror_image else "not yet",
+                       timeout=PATIENCE, what="webhook in force, mirror up", interval=0.2)
+            yield running
+        finally:
+            mg.unregister(api, name)
+            server.stop()
+
+
+def test_mirror_stopped_then_restarted(scenario: Scenario) -> None:
+    """Down: new Pods keep the upstream image (fallback); restarted: rewrites resume."""
+    stack = scenario.stack
+    created, warnings = scenario.create()
+    assert [c["image"] for c in created["spec"]["containers"]] == [stack.mirror_image]
+    assert created["spec"]["imagePullSecrets"] == [
+        {"name": policy.pull_secret_name(CREDENTIAL)}]
+    assert warnings == []
+
+    stop_mirror(stack)
+    try:
+        seconds = wait_until(
+            lambda: None if scenario.app_image() == stack.upstream_image else "still rewritten",
+            timeout=PATIENCE, what="fallback to the upstream", interval=0.1)
+        print(f"fallback after {seconds:.2f} s (contract: {DOWN_BOUND:.2f} s)")
+        created, warnings = scenario.create()
+        # (node) this Pod pulls from the upstream and runs.
+        assert [c["image"] for c in created["spec"]["containers"]] == [stack.upstream_image]
+        assert "imagePullSecrets" not in created["spec"]  # the down mirror's credential: unused
+        (warning,) = warnings
+        assert warning.startswith(
+            f"containers/app: image '{stack.upstream_image}' left as written: mirror "
+            f"{stack.host} of mirrors[0] is down: ")
+        assert warning.endswith("(onMirrorDown: fallback)")
+        assert scenario.gauge("mirrorgate_mirror_up", mirror=stack.host) == 0.0
+        assert scenario.gauge("mirrorgate_images_left_for_health_total") >= 1.0
+    finally:
+        start_mirror(stack)
+    seconds = wait_until(
+        lambda: None if scenario.app_image() == stack.mirror_image else "still as written",
+        timeout=PATIENCE, what="rewrites resume", interval=0.1)
+    print(f"rewrites resumed after {seconds:.2f} s (contract: {UP_BOUND:.2f} s)")
+    created, warnings = scenario.create()
+    # (node) this Pod pulls through the mirror again, with its pull secret.
+    assert created["spec"]["containers"][0]["image"] == stack.mirror_image
+    assert warnings == []
+    scenario.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=stack.host)
+
+
+def test_password_changed_at_the_mirror_only(scenario: Scenario) -> None:
+    """credential_valid drops to 0; the credential's images stay as written, with a warning."""
+    stack = scenario.stack
+    scenario.wait_gauge("mirrorgate_credential_valid", 1.0, credential=CREDENTIAL)
+    set_mirror_password(stack, secrets.token_urlsafe(18))
+    try:
+        scenario.wait_gauge("mirrorgate_credential_valid", 0.0, credential=CREDENTIAL)
+        created, warnings = scenario.create()
+        assert [c["image"] for c in created["spec"]["containers"]] == [stack.upstream_image]
+        assert warnings == [
+            f"containers/app: image '{stack.upstream_image}' left as written: credential "
+            f"'{CREDENTIAL}' of mirrors[0] cannot log in to mirror {stack.host}: login refused "
+            "by /v2/ (HTTP 401) (onMirrorDown: fallback)"]
+        assert scenario.gauge("mirrorgate_mirror_up", mirror=stack.host) == 1.0
+    finally:
+        set_mirror_password(stack, stack.password)
+    scenario.wait_gauge("mirrorgate_credential_valid", 1.0, credential=CREDENTIAL)
+    assert scenario.app_image() == stack.mirror_image
+    assert stack.password not in Path(scenario.server.process.log_path).read_text()
+
+
+def test_keep_rewrites_while_the_mirror_is_down(scenario: Scenario) -> None:
+    """onMirrorDown: keep (air-gapped clusters): rewrites and pull secrets go on, with a warning."""
+    stack = scenario.stack
+    rewrite_policy(scenario.server, _policy(stack, "keep"))
+    stop_mirror(stack)
+    try:
+        scenario.wait_gauge("mirrorgate_mirror_up", 0.0, mirror=stack.host)
+        created, warnings = scenario.create()
+        assert [c["image"] for c in created["spec"]["containers"]] == [stack.mirror_image]
+        assert created["spec"]["imagePullSecrets"] == [
+            {"name": policy.pull_secret_name(CREDENTIAL)}]
+        (warning,) = warnings
+        assert warning.startswith(
+            f"containers/app: image '{stack.upstream_image}' rewritten although mirror "
+            f"{stack.host} of mirrors[0] is down: ")
+    finally:
+        start_mirror(stack)
+        rewrite_policy(scenario.server, _policy(stack))
+    scenario.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=stack.host)
+
+
+def test_audit_command_shows_health_beside_each_planned_rewrite(
+        scenario: Scenario, installed: Installed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mirrorgate audit` probes the mirrors of planned rewrites once and shows their health."""
+    stack = scenario.stack
+    # A namespace no webhook serves: its Pod keeps the upstream image, which the
+    # audit then plans to rewrite.
+    namespace = create_namespace(scenario.api, namespace_name("health-audit"))
+    k8s.CoreV1Api(scenario.api).create_namespaced_pod(namespace, k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="written"),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="app",
+                                                       image=stack.upstream_image)])))
+    monkeypatch.setenv("SSL_CERT_FILE", str(stack.ca_path))  # the command's own trust store
+
+    def audit(*extra: str) -> dict[str, Any]:
+        out = io.StringIO()
+        code = cli.main(["audit", "--policy", str(scenario.server.policy_path), "--kubeconfig",
+                         str(installed.control_plane.kubeconfig), "-n", namespace, "-o", "json",
+                         *extra], out=out, err=io.StringIO())
+        assert code == 0
+        (report,) = json.loads(out.getvalue())["namespaces"]
+        (image,) = report["images"]
+        return dict(image)
+
+    assert audit()["outcome"] == "rewrite"
+    assert audit()["health"] == "up"
+    assert audit("--no-health")["health"] is None
+    table = io.StringIO()
+    cli.main(["audit", "--policy", str(scenario.server.policy_path), "--kubeconfig",
+              str(installed.control_plane.kubeconfig), "-n", namespace], out=table,
+             err=io.StringIO())
+    assert f"→ {stack.mirror_image}\n" in table.getvalue()
+    assert "(health: up)\n" in table.getvalue()
+    stop_mirror(stack)
+    try:
+        found = audit()
+    finally:
+        start_mirror(stack)
+    assert found["outcome"] == "rewrite"
+    assert found["health"].startswith(f"mirror {stack.host} of mirrors[0] is down: ")
+
+
+def test_readyz_stays_ready_and_lists_nothing_when_healthy(scenario: Scenario) -> None:
+    with scenario.server.client() as http:
+        response = http.get("/readyz")
+    assert response.status_code == 200
+    problems = response.json()["problems"]
+    assert not [k for k in problems if k.startswith(("mirror ", "credential "))], problems

@@ -1,0 +1,320 @@
+"""The background health of mirrors and credentials, published to admission as a value.
+
+A thread probes, once per ``health.interval`` (start to start), every mirror
+host the policy names (``GET /v2/``) and, where the host is up, logs in with
+every credential the policy uses on it. Consecutive results move each
+target between up and down by the policy's thresholds; the first result for
+a target decides at once. Whenever the conclusion changes, a new
+:class:`policy.Health` is handed to ``publish``: admission reads that value
+from memory and never waits for a probe.
+
+Configuration problems need no probing and count at once: a policy
+credential missing from the store, or for another registry host than its
+mirror's, is reported and treated like a credential that cannot log in.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import ssl
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from types import MappingProxyType
+
+import policy
+from webhook import probes
+from webhook.credentials.store import Credential
+from webhook.logs import logger
+from webhook.metrics import Metrics
+
+__all__ = ["HealthMonitor", "credential_problems", "probe_mirrors"]
+
+MAX_PROBE_THREADS = 8
+
+
+def _registry_host(registry: str) -> str:
+    return registry.partition("/")[0].lower()
+
+
+def credential_problems(rules: policy.Policy,
+                        credentials: Mapping[str, Credential]) -> dict[str, str]:
+    """Policy credentials that cannot serve their rules, by name, with why.
+
+    Missing from the store, or for a registry host other than the mirror
+    host of a rule that uses it: the generated pull secret would not
+    authenticate the kubelet to the mirror.
+    """
+    problems: dict[str, str] = {}
+    for rule in rules.rules:
+        name = rule.credential
+        if name is None or name in problems:
+            continue
+        credential = credentials.get(name)
+        if credential is None:
+            problems[name] = "not in the credential store"
+        elif _registry_host(credential.registry) != rule.mirror.host.lower():
+            problems[name] = (f"is for registry {_registry_host(credential.registry)!r}, not "
+                              f"{rule.mirror.host!r}, the mirror host of {rule.label}")
+    return problems
+
+
+def probe_mirrors(rules: policy.Policy, hosts: Collection[str]) -> policy.Health:
+    """One probe of each mirror host in ``hosts``, at once: for commands, not for the server."""
+    ca_files = {rule.mirror.host: rule.ca_file for rule in rules.rules}
+
+    def probe(host: str) -> probes.Answer:
+        try:
+            context = probes.tls_context(ca_files.get(host))
+        except ValueError as error:
+            return probes.Answer(False, str(error))
+        return probes.check_mirror(host, context=context, timeout=rules.health.timeout)
+
+    with concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, min(MAX_PROBE_THREADS, len(hosts)))) as pool:
+        answers = dict(zip(hosts, pool.map(probe, hosts), strict=True))
+    return policy.Health(down={host: a.reason for host, a in answers.items() if not a.ok})
+
+
+@dataclasses.dataclass
+class _Track:
+    """One target's state between probes: up (True), down (False) or not yet known (None)."""
+
+    up: bool | None = None
+    streak: int = 0
+    """Consecutive results that disagree with ``up``."""
+    reason: str = ""
+
+    def observe(self, ok: bool, reason: str, settings: policy.HealthSettings) -> bool:
+        """Count one result; True when it changes ``up``."""
+        if ok == self.up:
+            self.streak = 0
+            if not ok:
+                self.reason = reason
+            return False
+        self.streak += 1
+        needed = settings.success_threshold if ok else settings.failure_threshold
+        if self.up is None or self.streak >= needed:
+            self.up, self.streak, self.reason = ok, 0, reason
+            return True
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Targets:
+    """What one policy and one store snapshot ask to be probed."""
+
+    hosts: Mapping[str, str | None]
+    """Mirror host → its caFile."""
+    logins: Mapping[str, tuple[str, str]]
+    """Credential → (mirror host, a repository under the mirror's path to scope a token to)."""
+    misconfigured: Mapping[str, str]
+    mirrors: Mapping[str, str]
+    """Each rule's mirror as written → its host (the gauge's label)."""
+
+
+def _targets(rules: policy.Policy, credentials: Mapping[str, Credential]) -> _Targets:
+    hosts: dict[str, str | None] = {}
+    logins: dict[str, tuple[str, str]] = {}
+    for rule in rules.rules:
+        hosts.setdefault(rule.mirror.host, rule.ca_file)
+        if rule.credential is not None and rule.credential not in logins:
+            path = rule.mirror.path
+            logins[rule.credential] = (rule.mirror.host,
+                                       f"{path}/mirrorgate-health" if path else
+                                       "mirrorgate-health")
+    misconfigured = credential_problems(rules, credentials)
+    for name in misconfigured:
+        logins.pop(name, None)
+    return _Targets(hosts=hosts, logins=logins, misconfigured=misconfigured,
+                    mirrors={str(r.mirror): r.mirror.host for r in rules.rules})
+
+
+class HealthMonitor:
+    """Probes in a thread of its own; ``publish`` receives every new health value.
+
+    ``credentials`` is the store's current snapshot, or None while the store
+    cannot be read (not synced yet): credentials then keep their last state.
+    Without a store at all (``credentials`` None), no credential is checked.
+    ``probe`` false checks the configuration only and makes no network call.
+    """
+
+    def __init__(self, *, rules: Callable[[], policy.Policy],
+                 credentials: Callable[[], Mapping[str, Credential] | None] | None,
+                 publish: Callable[[policy.Health], None], metrics: Metrics,
+                 probe: bool = True) -> None:
+        self._rules, self._credentials = rules, credentials
+        self._publish, self._metrics, self._probe = publish, metrics, probe
+        self._hosts: dict[str, _Track] = {}
+        self._logins: dict[str, _Track] = {}
+        self._misconfigured: Mapping[str, str] = {}
+        self._health = policy.HEALTHY
+        self._contexts: dict[str | None, tuple[int, ssl.SSLContext]] = {}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=MAX_PROBE_THREADS, thread_name_prefix="mirrorgate-probe")
+
+    @property
+    def health(self) -> policy.Health:
+        return self._health
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mirrorgate-health", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def trigger(self) -> None:
+        """Probe now (the policy or the store changed) rather than at the next interval."""
+        self._wake.set()
+
+    def problems(self) -> Mapping[str, str]:
+        """What /readyz lists: down mirrors and credentials that cannot serve, with why."""
+        health = self._health  # one value, replaced whole by the probe thread
+        return {**{f"mirror {host}": f"down: {why}" for host, why in sorted(health.down.items())},
+                **{f"credential {name}": why for name, why in sorted(health.failing.items())}}
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            settings = self._rules().health
+            try:
+                self.probe_round()
+            except Exception:  # a bug of ours must not end probing for the process's life
+                logger.exception("health probe round failed", extra={"fields": {}})
+            # Start to start, so that an outage is seen within
+            # failureThreshold × interval + timeout, however long a round took.
+            self._wake.wait(max(0.0, started + settings.interval - time.monotonic()))
+            self._wake.clear()
+
+    def probe_round(self) -> None:
+        """Probe every target once, then publish what changed (also callable directly)."""
+        rules = self._rules()
+        settings = rules.health
+        snapshot = self._credentials() if self._credentials is not None else None
+        targets = _targets(rules, snapshot or {})
+        if snapshot is None:
+            # No store (nothing to check), or one not readable yet (credentials
+            # keep the state they had): no login, no verdict on the configuration.
+            known = self._misconfigured if self._credentials is not None else {}
+            targets = dataclasses.replace(targets, logins={}, misconfigured=known)
+        self._forget(targets, logins=snapshot is not None or self._credentials is None)
+        self._note_misconfigured(targets.misconfigured)
+        if self._probe:
+            self._probe_targets(targets, snapshot, settings)
+        self._conclude(targets)
+
+    def _probe_targets(self, targets: _Targets, snapshot: Mapping[str, Credential] | None,
+                       settings: policy.HealthSettings) -> None:
+        """Every mirror at once, then every login on a mirror that is up, at once.
+
+        A round takes about two timeouts however many targets there are (up
+        to the pool's size), so rounds keep to their interval.
+        """
+        contexts: dict[str, ssl.SSLContext] = {}
+        mirrors: dict[str, concurrent.futures.Future[probes.Answer]] = {}
+        for host, ca_file in targets.hosts.items():
+            try:
+                contexts[host] = self._context(ca_file)
+            except ValueError as error:
+                self._observe(self._hosts, host, "mirror", False, str(error), settings)
+                continue
+            mirrors[host] = self._pool.submit(probes.check_mirror, host,
+                                              context=contexts[host], timeout=settings.timeout)
+        up = set()
+        for host, future in mirrors.items():
+            answer = future.result()
+            self._observe(self._hosts, host, "mirror", answer.ok, answer.reason, settings)
+            if answer.ok:
+                up.add(host)
+        logins = {name: self._pool.submit(
+                      probes.check_login, host, credential.username, credential.password,
+                      repository=repository, context=contexts[host], timeout=settings.timeout)
+                  for name, (host, repository) in targets.logins.items()
+                  if host in up and snapshot is not None
+                  and (credential := snapshot.get(name)) is not None}
+        for name, login_future in logins.items():
+            login = login_future.result()
+            if login.verdict != "unknown":  # no answer says nothing of the credential
+                self._observe(self._logins, name, "credential", login.verdict == "valid",
+                              login.reason, settings)
+
+    def _context(self, ca_file: str | None) -> ssl.SSLContext:
+        """A TLS context per CA file, made again when the file changes.
+
+        Loading a trust store costs milliseconds of CPU: not once per probe.
+        The system store (or ``SSL_CERT_FILE``) is fixed for the process's life.
+        """
+        try:
+            stamp = os.stat(ca_file).st_mtime_ns if ca_file is not None else 0
+        except OSError as error:
+            raise ValueError(f"cannot read caFile {ca_file!r}: {error.strerror}") from None
+        found = self._contexts.get(ca_file)
+        if found is None or found[0] != stamp:
+            found = self._contexts[ca_file] = (stamp, probes.tls_context(ca_file))
+        return found[1]
+
+    def _observe(self, tracks: dict[str, _Track], name: str, kind: str, ok: bool, reason: str,
+                 settings: policy.HealthSettings) -> None:
+        track = tracks.setdefault(name, _Track())
+        first = track.up is None
+        if not track.observe(ok, reason, settings):
+            return
+        if first and ok:
+            return  # up from the start is not news
+        words = {("mirror", True): "mirror up", ("mirror", False): "mirror down",
+                 ("credential", True): "credential logs in",
+                 ("credential", False): "credential cannot log in"}[(kind, ok)]
+        fields = {kind: name, "reason": reason}
+        if ok:
+            logger.info(words, extra={"fields": fields})
+        else:
+            logger.warning(words, extra={"fields": fields})
+
+    def _note_misconfigured(self, misconfigured: Mapping[str, str]) -> None:
+        for name, why in misconfigured.items():
+            if self._misconfigured.get(name) != why:
+                logger.warning("credential cannot serve its mirror",
+                               extra={"fields": {"credential": name, "reason": why}})
+        for name in self._misconfigured.keys() - misconfigured.keys():
+            logger.info("credential configuration fixed", extra={"fields": {"credential": name}})
+        self._misconfigured = dict(misconfigured)
+
+    def _forget(self, targets: _Targets, *, logins: bool) -> None:
+        """Drop targets the policy no longer names (after a reload)."""
+        pairs: list[tuple[dict[str, _Track], Collection[str]]] = [
+            (self._hosts, targets.hosts.keys())]
+        if logins:
+            pairs.append((self._logins, targets.logins.keys()))
+        for tracks, keep in pairs:
+            for name in tracks.keys() - keep:
+                del tracks[name]
+        ca_files = set(targets.hosts.values())
+        for ca_file in self._contexts.keys() - ca_files:
+            del self._contexts[ca_file]
+
+    def _conclude(self, targets: _Targets) -> None:
+        down = {host: t.reason for host, t in self._hosts.items() if t.up is False}
+        failing = {name: t.reason for name, t in self._logins.items() if t.up is False}
+        failing.update(targets.misconfigured)
+        # Only targets probed at least once: a gauge that says 1 must have been seen up.
+        up = {mirror: self._hosts[host].up is True for mirror, host in targets.mirrors.items()
+              if host in self._hosts and self._hosts[host].up is not None}
+        valid = {name: t.up is True for name, t in self._logins.items() if t.up is not None}
+        valid.update(dict.fromkeys(targets.misconfigured, False))
+        self._metrics.set_health(mirror_up=up, credential_valid=valid)
+        # All well is always the one HEALTHY value, whatever came before.
+        health = policy.Health(down=MappingProxyType(down), failing=MappingProxyType(
+            failing)) if down or failing else policy.HEALTHY
+        if (health.down, health.failing) != (self._health.down, self._health.failing):
+            self._health = health
+            self._publish(health)
