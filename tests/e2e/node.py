@@ -232,13 +232,15 @@ class Node:
                                f"{out.stderr.strip()[-500:]}")
         return out.stdout
 
-    def default_hosts_toml(self, host: str) -> str:
+    def default_hosts_toml(self, host: str, ca_path: Path | None = None) -> str:
         """The hosts.toml every loopback registry has: its address and our CA.
 
-        The `[host]` table repeats the server because containerd 1.6 rejects a
-        hosts.toml without one ("invalid `host` tree") and falls back to defaults.
+        `ca_path` is the registry's CA if it is not the session registry's (a
+        stack of a test module's own). The `[host]` table repeats the server
+        because containerd 1.6 rejects a hosts.toml without one ("invalid
+        `host` tree") and falls back to defaults.
         """
-        ca = f'ca = "{self.registry.ca_path}"'
+        ca = f'ca = "{ca_path or self.registry.ca_path}"'
         return (f'server = "https://{host}"\n{ca}\n\n'
                 f'[host."https://{host}"]\n'
                 f'  capabilities = ["pull", "resolve"]\n  {ca}\n')

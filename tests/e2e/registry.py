@@ -153,9 +153,14 @@ class RegistryStack:
                 for m in _ACCESS.finditer(self.log_text(registry))]
 
     def log_text(self, registry: str) -> str:
-        """The whole log of `registry` ("mirror" or "upstream"), credentials redacted."""
-        (proc,) = [p for p in self.processes if p.name == f"registry-{registry}"]
-        return proc.log_text()
+        """The whole log of `registry` ("mirror" or "upstream"), credentials redacted.
+
+        A mirror stopped and started again (`start_mirror`) has a process, and
+        a log, per start: their logs in order.
+        """
+        found = [p for p in self.processes if p.name == f"registry-{registry}"]
+        assert found, f"no registry-{registry} process"
+        return "".join(p.log_text() for p in found)
 
     def describe(self, lines: int = 30) -> str:
         """Log tails of both registries, credentials redacted, for failure reports."""

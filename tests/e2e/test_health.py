@@ -5,19 +5,21 @@ is registered for namespaces carrying a suite label of its own, in front of
 a registry stack of its own (``own_registry``), so stopping that mirror and
 changing its password disturbs no other test.
 
-The Pods are created for real, not as dry runs: they are what a node would
-run. No kubelet runs in the suite yet; when the node harness lands, the
-assertion "on the node they pull from the upstream and run" goes where the
-comments marked ``(node)`` are: a wait for the Pod that ``Scenario.create``
-returned to be Running with the image it was admitted with (its namespace
-and the mirror stay as they are; only the node is new).
+The Pods are created for real, not as dry runs. The same scenarios run
+again on the node cluster (``node``-marked tests, tests/e2e/node.py): there a
+real kubelet and containerd pull each Pod's image, so "left as written"
+means the Pod pulls from the upstream and runs, and "rewritten" means it
+pulls through the mirror, or, with ``keep`` and the mirror down, fails to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import secrets
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from kubernetes import client as k8s
 
 import policy
 from tests.e2e import mirrorgate as mg
+from tests.e2e import nodepods
 from tests.e2e.conftest import Installed, central_credential
 from tests.e2e.fixtures_secrets import (
     MODE_LABEL,
@@ -37,8 +40,11 @@ from tests.e2e.fixtures_secrets import (
     rewrite_policy,
 )
 from tests.e2e.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.node import Node
+from tests.e2e.nodepods import Workload, push_workload
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import RegistryStack, set_mirror_password, start_mirror, stop_mirror
+from tests.e2e.test_node import by_node, manifest_statuses
 from webhook import cli
 
 pytestmark = pytest.mark.e2e
@@ -68,9 +74,10 @@ class Scenario:
                  namespace: str) -> None:
         self.api, self.server, self.stack, self.namespace = api, server, stack, namespace
 
-    def create(self, *, dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
-        """A Pod of the upstream's image, which the policy sends to the mirror."""
-        body = k8s.V1Pod(
+    def create(self, body: k8s.V1Pod | None = None, *,
+               dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
+        """Create `body`, by default a Pod of the upstream image (the policy's to rewrite)."""
+        body = body or k8s.V1Pod(
             metadata=k8s.V1ObjectMeta(generate_name="health-"),
             spec=k8s.V1PodSpec(containers=[
                 k8s.V1Container(name="app", image=self.stack.upstream_image)]))
@@ -93,15 +100,14 @@ class Scenario:
                    alive=self.server.process.exited)
 
 
-@pytest.fixture(scope="module")
-def scenario(installed: Installed, own_registry: RegistryStack,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
-    stack = own_registry
+@contextlib.contextmanager
+def serving(installed: Installed, stack: RegistryStack, workdir: Path) -> Iterator[Scenario]:
+    """A mirrorgate with probes on, registered with `installed`'s API server for a namespace."""
     suite = f"health-{secrets.token_hex(4)}"
     with installed.control_plane.api_client() as api:
         central_credential(api, stack, name=CREDENTIAL)
         server = mg.start_mirrorgate(
-            tmp_path_factory.mktemp("health"), installed.control_plane, policy=_policy(stack),
+            workdir, installed.control_plane, policy=_policy(stack),
             args=["--store", "kubernetes"], env={"SSL_CERT_FILE": str(stack.ca_path)},
             redact=[stack.password], health_probes=True)
         name = f"mirrorgate-e2e-{suite}"
@@ -115,11 +121,23 @@ def scenario(installed: Installed, own_registry: RegistryStack,
                                          {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
             running = Scenario(api, server, stack, namespace)
             wait_until(lambda: None if running.app_image() == stack.mirror_image else "not yet",
-                       timeout=PATIENCE, what="webhook in force, mirror up", interval=0.2)
+                       timeout=PATIENCE, what="webhook in force", interval=0.2)
+            # Probed healthy, not merely unprobed yet (which also rewrites): the first
+            # result decides at once, so a mirror stopped before it is "down" at once
+            # and the failureThreshold path would go unmeasured.
+            running.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=stack.host)
+            running.wait_gauge("mirrorgate_credential_valid", 1.0, credential=CREDENTIAL)
             yield running
         finally:
             mg.unregister(api, name)
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def scenario(installed: Installed, own_registry: RegistryStack,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    with serving(installed, own_registry, tmp_path_factory.mktemp("health")) as running:
+        yield running
 
 
 def test_mirror_stopped_then_restarted(scenario: Scenario) -> None:
@@ -131,14 +149,13 @@ def test_mirror_stopped_then_restarted(scenario: Scenario) -> None:
         {"name": policy.pull_secret_name(CREDENTIAL)}]
     assert warnings == []
 
-    stop_mirror(stack)
+    began, stopping = timed_stop(stack)
     try:
-        seconds = wait_until(
-            lambda: None if scenario.app_image() == stack.upstream_image else "still rewritten",
-            timeout=PATIENCE, what="fallback to the upstream", interval=0.1)
-        print(f"fallback after {seconds:.2f} s (contract: {DOWN_BOUND:.2f} s)")
+        wait_admitted_as(scenario, stack.upstream_image, "fallback to the upstream")
+        print(f"fallback {time.monotonic() - began:.2f} s after the mirror began stopping "
+              f"(stopping took {stopping:.2f} s; contract: {DOWN_BOUND:.2f} s)")
         created, warnings = scenario.create()
-        # (node) this Pod pulls from the upstream and runs.
+        # On the node this Pod pulls from the upstream and runs (test_node_mirror_*).
         assert [c["image"] for c in created["spec"]["containers"]] == [stack.upstream_image]
         assert "imagePullSecrets" not in created["spec"]  # the down mirror's credential: unused
         (warning,) = warnings
@@ -155,7 +172,7 @@ def test_mirror_stopped_then_restarted(scenario: Scenario) -> None:
         timeout=PATIENCE, what="rewrites resume", interval=0.1)
     print(f"rewrites resumed after {seconds:.2f} s (contract: {UP_BOUND:.2f} s)")
     created, warnings = scenario.create()
-    # (node) this Pod pulls through the mirror again, with its pull secret.
+    # On the node this Pod pulls through the mirror again (test_node_mirror_*).
     assert created["spec"]["containers"][0]["image"] == stack.mirror_image
     assert warnings == []
     scenario.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=stack.host)
@@ -250,3 +267,147 @@ def test_readyz_stays_ready_and_lists_nothing_when_healthy(scenario: Scenario) -
     assert response.status_code == 200
     problems = response.json()["problems"]
     assert not [k for k in problems if k.startswith(("mirror ", "credential "))], problems
+
+
+# On the node cluster: the same contract, with the kubelet and containerd pulling.
+
+NODE = pytest.mark.node
+
+
+@pytest.fixture(scope="module")
+def node_scenario(node_cluster: Node, node_installed: Installed, own_registry: RegistryStack,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    """This module's mirrorgate serving the node cluster; containerd trusts its registries."""
+    stack = own_registry
+    hosts = (stack.upstream_host, stack.host)
+    for host in hosts:
+        node_cluster.write_hosts_toml(host, node_cluster.default_hosts_toml(host, stack.ca_path))
+    try:
+        with serving(node_installed, stack, tmp_path_factory.mktemp("node-health")) as running:
+            # The user's own Secret for the upstream: what a Pod left as written pulls with.
+            nodepods.upstream_pull_secret(running.api, running.namespace, stack)
+            yield running
+    finally:  # these ports may serve another stack, with another CA, later in the session
+        for host in hosts:
+            shutil.rmtree(node_cluster.hosts_dir / host)
+
+
+def node_pod(scenario: Scenario, hint: str) -> tuple[Workload, str, dict[str, Any], list[str]]:
+    """A fresh workload on the upstream and a Pod of it (with the upstream Secret), created.
+
+    Returns the workload, the Pod's name, the Pod as admitted, and the warnings.
+    """
+    workload = push_workload(scenario.stack, f"health/{hint}-{secrets.token_hex(3)}")
+    name = f"{hint}-{secrets.token_hex(3)}"
+    created, warnings = scenario.create(nodepods.pod(
+        name, [nodepods.container("app", workload.image)],
+        pull_secrets=[nodepods.UPSTREAM_SECRET]))
+    return workload, name, created, warnings
+
+
+def runs(scenario: Scenario, name: str, workload: Workload) -> float:
+    """Wait for the Pod to run and print its workload's line; returns the seconds it took."""
+    started = time.monotonic()
+    nodepods.wait_running(scenario.api, scenario.namespace, name)
+    assert nodepods.log(scenario.api, scenario.namespace, name).strip() == workload.greeting
+    return time.monotonic() - started
+
+
+def wait_admitted_as(scenario: Scenario, image: str, what: str) -> float:
+    return wait_until(lambda: None if scenario.app_image() == image else f"not {image}",
+                      timeout=PATIENCE, what=what, interval=0.1)
+
+
+def timed_stop(stack: RegistryStack) -> tuple[float, float]:
+    """Stop the mirror; returns when it began stopping (monotonic) and how long it took."""
+    began = time.monotonic()
+    stop_mirror(stack)
+    return began, time.monotonic() - began
+
+
+@NODE
+def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_mirror(
+        node_scenario: Scenario) -> None:
+    """Down: a new Pod is left as written and the node pulls it from the upstream and runs it.
+
+    Restarted: rewrites resume, and a new Pod pulls through the mirror and runs.
+    """
+    scenario, stack = node_scenario, node_scenario.stack
+    began, stopping = timed_stop(stack)
+    try:
+        wait_admitted_as(scenario, stack.upstream_image, "fallback to the upstream")
+        print(f"\nnode: fallback {time.monotonic() - began:.2f} s after the mirror began "
+              f"stopping (stopping took {stopping:.2f} s; contract: {DOWN_BOUND:.2f} s)")
+        down, name, created, warnings = node_pod(scenario, "down")
+        assert created["spec"]["containers"][0]["image"] == down.image
+        assert created["spec"]["imagePullSecrets"] == [{"name": nodepods.UPSTREAM_SECRET}]
+        (warning,) = warnings
+        assert warning.startswith(f"containers/app: image '{down.image}' left as written: "
+                                  f"mirror {stack.host} of mirrors[0] is down: ")
+        seconds = runs(scenario, name, down)
+        print(f"node: Pod left as written running after {seconds:.2f} s")
+    finally:
+        start_mirror(stack)
+    assert 200 in manifest_statuses(by_node(stack.access_log("upstream"), down))
+    assert by_node(stack.access_log("mirror"), down) == []  # the mirror was down throughout
+
+    seconds = wait_admitted_as(scenario, stack.mirror_image, "rewrites resume")
+    print(f"node: rewrites resumed after {seconds:.2f} s (contract: {UP_BOUND:.2f} s)")
+    up, name, created, warnings = node_pod(scenario, "up")
+    assert created["spec"]["containers"][0]["image"] == f"{stack.host}/{up.repository}:{up.tag}"
+    assert {"name": policy.pull_secret_name(CREDENTIAL)} in created["spec"]["imagePullSecrets"]
+    assert warnings == []
+    seconds = runs(scenario, name, up)
+    print(f"node: rewritten Pod running after {seconds:.2f} s")
+    assert 200 in manifest_statuses(by_node(stack.access_log("mirror"), up))
+    assert by_node(stack.access_log("upstream"), up) == []  # the node went to the mirror only
+
+
+@NODE
+def test_node_password_changed_at_the_mirror_pod_runs_from_upstream(
+        node_scenario: Scenario) -> None:
+    """credential_valid 0: the Pod is left as written, with a warning, and runs from upstream."""
+    scenario, stack = node_scenario, node_scenario.stack
+    scenario.wait_gauge("mirrorgate_credential_valid", 1.0, credential=CREDENTIAL)
+    set_mirror_password(stack, secrets.token_urlsafe(18))
+    try:
+        scenario.wait_gauge("mirrorgate_credential_valid", 0.0, credential=CREDENTIAL)
+        workload, name, created, warnings = node_pod(scenario, "password")
+        assert created["spec"]["containers"][0]["image"] == workload.image
+        assert warnings == [
+            f"containers/app: image '{workload.image}' left as written: credential "
+            f"'{CREDENTIAL}' of mirrors[0] cannot log in to mirror {stack.host}: login refused "
+            "by /v2/ (HTTP 401) (onMirrorDown: fallback)"]
+        assert scenario.gauge("mirrorgate_mirror_up", mirror=stack.host) == 1.0
+        seconds = runs(scenario, name, workload)
+        print(f"\nnode: Pod left as written (credential invalid) running after {seconds:.2f} s")
+    finally:
+        set_mirror_password(stack, stack.password)
+    assert 200 in manifest_statuses(by_node(stack.access_log("upstream"), workload))
+    assert by_node(stack.access_log("mirror"), workload) == []
+    scenario.wait_gauge("mirrorgate_credential_valid", 1.0, credential=CREDENTIAL)
+
+
+@NODE
+def test_node_keep_rewrites_while_the_mirror_is_down_and_the_pull_fails(
+        node_scenario: Scenario) -> None:
+    """keep: the Pod names the down mirror, so the node cannot pull it (what keep means)."""
+    scenario, stack = node_scenario, node_scenario.stack
+    rewrite_policy(scenario.server, _policy(stack, "keep"))
+    stop_mirror(stack)
+    try:
+        scenario.wait_gauge("mirrorgate_mirror_up", 0.0, mirror=stack.host)
+        workload, name, created, warnings = node_pod(scenario, "keep")
+        mirrored = f"{stack.host}/{workload.repository}:{workload.tag}"
+        assert created["spec"]["containers"][0]["image"] == mirrored
+        (warning,) = warnings
+        assert warning.startswith(f"containers/app: image '{workload.image}' rewritten "
+                                  f"although mirror {stack.host} of mirrors[0] is down: ")
+        message = nodepods.wait_pull_failure(scenario.api, scenario.namespace, name, "app")
+        print(f"\nnode: keep, mirror down: pull failed: {message[:200]}")
+    finally:
+        start_mirror(stack)
+        rewrite_policy(scenario.server, _policy(stack))
+    assert stack.host in message, message
+    assert by_node(stack.access_log("upstream"), workload) == []  # no fallback on the node
+    scenario.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=stack.host)

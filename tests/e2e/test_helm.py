@@ -73,9 +73,61 @@ def test_chart_renders_what_the_overlay_renders(helm: Path, kustomize: Path, hom
         assert charted[key] == obj, key
 
 
+MONITORING_FILES = ("prometheusrule.yaml", "dashboard.json")
+
+
+def test_chart_monitoring_renders_what_the_monitoring_overlay_renders(
+        helm: Path, kustomize: Path, home: Path) -> None:
+    """monitoring.enabled adds the monitoring overlay's objects, field by field, and changes
+    nothing else; off (the default), none of them is rendered."""
+    plain = _keyed(h.without_helm_labels(h.template(helm, home)))
+    charted = _keyed(h.without_helm_labels(h.template(helm, home,
+                                                      {"monitoring.enabled": "true"})))
+    assert {key: charted[key] for key in plain} == plain
+    added = {key: obj for key, obj in charted.items() if key not in plain}
+    kustomized = _keyed(mg.render(kustomize, "overlays/monitoring"))
+    assert sorted(added) == sorted(kustomized) == [
+        ("ConfigMap", "mirrorgate-dashboard"), ("PrometheusRule", "mirrorgate"),
+        ("ServiceMonitor", "mirrorgate")]
+    for key, obj in kustomized.items():
+        assert added[key] == obj, key
+    (endpoint,) = added[("ServiceMonitor", "mirrorgate")]["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    alerts = {rule["alert"] for group in added[("PrometheusRule", "mirrorgate")]["spec"]["groups"]
+              for rule in group["rules"]}
+    assert {"MirrorgateMirrorDown", "MirrorgateCredentialInvalid"} <= alerts
+
+
+def test_chart_monitoring_follows_the_release_namespace_and_labels(helm: Path,
+                                                                   home: Path) -> None:
+    """In another namespace the scrape follows it; monitoring.labels reach all three objects."""
+    objects = h.template(helm, home, {"monitoring.enabled": "true",
+                                      "monitoring.labels.release": "prometheus"},
+                         namespace="observed")
+    added = {o["kind"]: o for o in objects if o["metadata"]["name"] in (
+        "mirrorgate", "mirrorgate-dashboard") and o["kind"] in (
+        "ServiceMonitor", "PrometheusRule", "ConfigMap")}
+    assert sorted(added) == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
+    for obj in added.values():
+        assert obj["metadata"]["namespace"] == "observed"
+        assert obj["metadata"]["labels"]["release"] == "prometheus"
+    monitor = added["ServiceMonitor"]["spec"]
+    assert monitor["namespaceSelector"]["matchNames"] == ["observed"]
+    assert monitor["endpoints"][0]["tlsConfig"]["serverName"] == "mirrorgate.observed.svc"
+
+
+@pytest.mark.parametrize("name", MONITORING_FILES)
+def test_chart_monitoring_files_are_the_overlays(name: str) -> None:
+    """Helm reads no file outside the chart: its copies must equal the overlay's, byte for byte."""
+    overlay = mg.REPO / "manifests" / "overlays" / "monitoring" / name
+    assert (h.CHART / "files" / name).read_bytes() == overlay.read_bytes(), (
+        f"cp {overlay.relative_to(mg.REPO)} {h.CHART.relative_to(mg.REPO)}/files/")
+
+
 def test_every_chart_object_carries_helms_labels(helm: Path, home: Path) -> None:
     """The labels stripped above are really there (the comparison is not vacuous)."""
-    for obj in h.template(helm, home, {**CREDENTIAL_VALUES, "certificates.mode": "cert-manager"}):
+    for obj in h.template(helm, home, {**CREDENTIAL_VALUES, "certificates.mode": "cert-manager",
+                                       "monitoring.enabled": "true"}):
         assert set(obj["metadata"]["labels"]) >= h.HELM_LABELS, obj["metadata"]["name"]
 
 
@@ -83,7 +135,9 @@ def test_every_chart_object_carries_helms_labels(helm: Path, home: Path) -> None
     {}, {"mode": "enforce", "failurePolicy": "Fail", "replicas": "1"},
     {"certificates.mode": "cert-manager", **CREDENTIAL_VALUES},
     {"excludedNamespaces[0]": "shop", "image.digest": "sha256:" + "a" * 64},
-], ids=["defaults", "enforce-fail-one-replica", "cert-manager-credentials", "excluded-digest"])
+    {"monitoring.enabled": "true", "monitoring.labels.release": "prometheus"},
+], ids=["defaults", "enforce-fail-one-replica", "cert-manager-credentials", "excluded-digest",
+        "monitoring"])
 def test_lint_is_clean(helm: Path, home: Path, values: dict[str, str]) -> None:
     done = h.run(helm, "lint", "--strict", str(h.CHART), *h.set_args(values), home=home)
     assert "0 chart(s) failed" in done.stdout
@@ -100,6 +154,8 @@ def test_lint_is_clean(helm: Path, home: Path, values: dict[str, str]) -> None:
     ({"credentials.harbor-pull.registry": "h.example"}, "at '/credentials/harbor-pull'"),
     ({"excludedNamespaces[0]": "Not_A_Namespace"}, "at '/excludedNamespaces/0'"),
     ({"replica": "2"}, "'replica'"),
+    ({"monitoring.enabled": "yes"}, "at '/monitoring/enabled'"),
+    ({"monitoring.interval": "30 seconds"}, "at '/monitoring/interval'"),
 ])
 def test_bad_values_are_refused_naming_the_field(helm: Path, home: Path,
                                                  values: dict[str, str], named: str) -> None:

@@ -1,8 +1,10 @@
 """manifests/overlays/monitoring: the alerts and the dashboard against a real /metrics scrape.
 
 The real server (uvicorn, TLS, the production wiring) answers a few
-admissions and is scraped; every series the alerts are fed is one that
-scrape really holds, with the target labels the ServiceMonitor's scrape adds
+admissions and is scraped, and so is a `mirrorgate serve` process with its
+health probes on against a real loopback mirror (the health gauges exist only
+once a probe has run); every series the alerts are fed is one those scrapes
+really hold, with the target labels the ServiceMonitor's scrape adds
 (``honorLabels: true``: mirrorgate's own ``endpoint`` label wins). promtool
 is built from its Go module by tests/controlplane/build.sh.
 
@@ -27,6 +29,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from certs import CertificateAuthority
+from tests.e2e.procs import wait_until
+from tests.e2e.registry import RegistryStack
+from tests.e2e.standalone import start_standalone, write_store
+from tests.e2e.test_health_serve import LOGIN, PATIENCE, credential, health_policy
 from tests.webhook import policies
 from tests.webhook.reviews import PROM_IMAGE, pod, review
 from tests.webhook.serving import client_context, serve
@@ -47,8 +53,28 @@ class Sample(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def scrape(tmp_path_factory: pytest.TempPathFactory) -> list[Sample]:
-    """Every sample of the real server's /metrics after a few admissions."""
+def health_scrape(own_registry: RegistryStack,
+                  tmp_path_factory: pytest.TempPathFactory) -> list[Sample]:
+    """/metrics of `mirrorgate serve` once its probes found the mirror up and the login valid."""
+    workdir = tmp_path_factory.mktemp("health-scrape")
+    running = start_standalone(
+        workdir, policy=health_policy(own_registry),
+        args=write_store(workdir, [credential(own_registry)]),
+        env={"SSL_CERT_FILE": str(own_registry.ca_path)}, redact=[own_registry.password])
+    try:
+        wait_until(lambda: None if running.gauge("mirrorgate_credential_valid",
+                                                 credential=LOGIN) == 1.0 else "not yet",
+                   timeout=PATIENCE, what="the first probes", interval=0.1)
+        page = running.metrics()
+    finally:
+        running.stop()
+    return [Sample(name, dict(labels)) for name, labels in page]
+
+
+@pytest.fixture(scope="module")
+def scrape(tmp_path_factory: pytest.TempPathFactory,
+           health_scrape: list[Sample]) -> list[Sample]:
+    """Every sample of the real server's /metrics after a few admissions, and the health ones."""
     ca = CertificateAuthority.generate()
     pair = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
     directory = tmp_path_factory.mktemp("scrape")
@@ -60,7 +86,7 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> list[Sample]:
         page = client.get("/metrics")
     assert page.status_code == 200
     return [Sample(s.name, dict(s.labels)) for family in text_string_to_metric_families(page.text)
-            for s in family.samples]
+            for s in family.samples] + health_scrape
 
 
 def exported(scrape: list[Sample], name: str, **labels: str) -> dict[str, str]:
@@ -130,9 +156,11 @@ class Case(NamedTuple):
     """Labels picking the scraped series to feed."""
     by: tuple[str, ...]
     """The labels the alert keeps (besides alertname and severity)."""
+    values: str = "0x10 1x40"
+    """promtool's series: by default nothing for 10 minutes, then one event (0 to 1)."""
 
 
-EVENT = "0x10 1x40"  # nothing for 10 minutes, then one event: the counter goes 0 to 1
+DOWN = "1x10 0x20 1x20"  # a gauge: 1, then 0 from minute 11 to 30, then 1 again
 CASES = [
     Case("MirrorgateWebhookErrors", "mirrorgate_errors_total",
          {"endpoint": "mutate", "reason": "internal"}, ("namespace", "job", "endpoint", "reason")),
@@ -144,6 +172,12 @@ CASES = [
          {"action": "failed"}, ("namespace", "job")),
     Case("MirrorgatePolicyRejected", "mirrorgate_policy_reload_failures_total", {},
          ("namespace", "job")),
+    Case("MirrorgateImagesLeftForHealth", "mirrorgate_images_left_for_health_total", {},
+         ("namespace", "job")),
+    Case("MirrorgateMirrorDown", "mirrorgate_mirror_up", {}, ("namespace", "job", "mirror"),
+         DOWN),
+    Case("MirrorgateCredentialInvalid", "mirrorgate_credential_valid", {"credential": LOGIN},
+         ("namespace", "job", "credential"), DOWN),
 ]
 
 
@@ -160,7 +194,7 @@ def test_promtool_fires_each_alert_on_real_series(
     checks: list[dict[str, Any]] = []
     for case in CASES:
         labels = exported(scrape, case.name, **case.labels)
-        inputs.append({"series": series(case.name, labels), "values": EVENT})
+        inputs.append({"series": series(case.name, labels), "values": case.values})
         firing = {"alertname": case.alert, "severity": severity[case.alert],
                   **{key: labels[key] for key in case.by}}
         checks += [{"eval_time": "5m", "alertname": case.alert, "exp_alerts": []},

@@ -27,3 +27,12 @@ deadlock a cluster), then the user's. */}}
 {{- define "mirrorgate.excludedNamespaces" -}}
 {{- concat (list "kube-system" .Release.Namespace) .Values.excludedNamespaces | uniq | toJson -}}
 {{- end }}
+
+{{/* Labels of the monitoring objects: the usual ones, and those Prometheus
+and Grafana select by (monitoring.labels, e.g. release: prometheus). */}}
+{{- define "mirrorgate.monitoringLabels" -}}
+{{ include "mirrorgate.labels" . }}
+{{- with .Values.monitoring.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
