@@ -7,7 +7,15 @@ or the network (an import-linter contract in pyproject.toml checks it).
 from policy.decision import OUTCOMES, ImageDecision, PodExemption, decide_image, exempt_pod
 from policy.health import HEALTHY, Health, HealthSettings
 from policy.matching import Outcome, Resolution
-from policy.model import FieldError, Mode, OnCredentialError, Policy, PolicyError, load
+from policy.model import (
+    CredentialGrant,
+    FieldError,
+    Mode,
+    OnCredentialError,
+    Policy,
+    PolicyError,
+    load,
+)
 from policy.planner import (
     CONTAINER_FIELDS,
     MIRROR_POD_ANNOTATION,
@@ -36,6 +44,7 @@ __all__ = [
     "PULL_SECRET_PREFIX",
     "SKIP_LABEL",
     "ContainerField",
+    "CredentialGrant",
     "FieldError",
     "Health",
     "HealthSettings",

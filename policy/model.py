@@ -70,7 +70,10 @@ _HEALTH_KEYS = ("interval", "timeout", "failureThreshold", "successThreshold")
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
 MAX_THRESHOLD = 100
 _EXCLUDE_KEYS = ("images", "namespaces")
-_GRANT_KEYS = ("namespaces",)
+_GRANT_KEYS = ("namespaces", "registry", "provider")
+# A provider is named as in the kubelet's CredentialProviderConfig: a file
+# name in the plugin directory.
+_PROVIDER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -128,6 +131,20 @@ class CredentialGrant:
 
     name: str
     namespaces: tuple[str, ...]
+    registry: Mirror | None = None
+    """The scope of the login, ``host[:port][/path]``: the key of the generated
+    ``.dockerconfigjson`` (the kubelet sends the most specific key that covers
+    an image). None: the store entry's own key."""
+    provider: str | None = None
+    """A kubelet credential-provider plugin that issues this login; None: the store."""
+
+    def covers(self, mirror: Mirror) -> bool:
+        """Whether images under ``mirror`` fall under this credential's scope."""
+        scope = self.registry
+        if scope is None:
+            return True
+        return scope.host == mirror.host and (
+            not scope.path or f"{mirror.path}/".startswith(f"{scope.path}/"))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -506,6 +523,7 @@ def load(document: object) -> Policy:
                    f"{_quote(on_error)} is not one of: {', '.join(ON_CREDENTIAL_ERROR)}")
 
     grants: dict[str, CredentialGrant] = {}
+    seen_registries: dict[Mirror, str] = {}
     grants_doc = errors.mapping(top.get("credentials"), "credentials", None)
     for name, grant_doc in grants_doc.items():
         where = f"credentials.{name}"
@@ -517,7 +535,23 @@ def load(document: object) -> Policy:
         namespaces = _parse_namespace_globs(grant.get("namespaces"), f"{where}.namespaces", errors)
         if grant.get("namespaces") == []:
             errors.add(f"{where}.namespaces", "is empty: the credential would reach no namespace")
-        grants[name] = CredentialGrant(name=name, namespaces=namespaces)
+        registry = _parse_mirror(grant["registry"], f"{where}.registry", errors) \
+            if grant.get("registry") is not None else None
+        if registry is not None and registry in seen_registries:
+            # The kubelet keeps one login per key: the second would silently win.
+            errors.add(f"{where}.registry", f"{_quote(str(registry))} is already the registry of "
+                       f"credentials.{seen_registries[registry]}; give each credential its own "
+                       "host or path")
+        elif registry is not None:
+            seen_registries[registry] = name
+        provider = grant.get("provider")
+        if provider is not None and not (isinstance(provider, str)
+                                         and _PROVIDER_NAME_RE.fullmatch(provider)):
+            errors.add(f"{where}.provider", f"{_quote(provider)} is not a valid provider name "
+                       "(a file name in --credential-provider-bin-dir)")
+            provider = None
+        grants[name] = CredentialGrant(name=name, namespaces=namespaces, registry=registry,
+                                       provider=provider)
 
     rules: list[MirrorRule] = []
     seen_sources: dict[Source, int] = {}
@@ -542,6 +576,11 @@ def load(document: object) -> Policy:
             if credential is not None and credential not in grants:
                 errors.add(f"{where}.credential", f"{_quote(credential)} is not granted to any "
                            f"namespace: add credentials.{credential}.namespaces")
+            elif (credential is not None and mirror is not None
+                  and not grants[credential].covers(mirror)):
+                errors.add(f"{where}.credential", f"credential {_quote(credential)} is for "
+                           f"{_quote(str(grants[credential].registry))}, which does not cover "
+                           f"the mirror {_quote(str(mirror))}: the kubelet would not send it")
         on_down = rule.get("onMirrorDown", "fallback")
         if on_down not in ON_MIRROR_DOWN:
             errors.add(f"{where}.onMirrorDown",

@@ -72,6 +72,10 @@ DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
     "exclude.images": ({}, lambda p: list(p.exclude_images)),
     "exclude.namespaces": ({}, lambda p: list(p.exclude_namespaces)),
     "credentials": ({}, lambda p: dict(p.grants)),
+    "credentials.<name>.registry": ({"credentials": {"a": {"namespaces": ["*"]}}},
+                                    lambda p: p.grants["a"].registry),
+    "credentials.<name>.provider": ({"credentials": {"a": {"namespaces": ["*"]}}},
+                                    lambda p: p.grants["a"].provider),
 }
 
 

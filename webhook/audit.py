@@ -325,6 +325,10 @@ def _namespace_lines(ns: NamespaceReport) -> Iterator[str]:
         yield f"  {_n(tally.pods):>{COUNT_WIDTH}}  {verdict.outcome:<{OUTCOME_WIDTH}}  {image}"
         if verdict.new_image is not None:
             yield f"{DETAIL_INDENT}→ {verdict.new_image}"
+            if verdict.credential is not None:
+                # With several credentials on one mirror host, which one a
+                # rewritten image gets is part of the answer.
+                yield f"{DETAIL_INDENT}  with credential {verdict.credential}"
         for note in (verdict.reason, None if verdict.health is None
                      else f"health: {verdict.health}"):
             if note is None:

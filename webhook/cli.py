@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import yaml
 
 from webhook import offline, policyfile
-from webhook.credentials import StoreError
+from webhook.credentials.store import StoreError
 from webhook.limits import Limits
 from webhook.policyfile import ConfigError
 from webhook.version import VERSION
@@ -104,7 +104,8 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
           file=out)
     if args.store_file is None:
         return EXIT_OK
-    from webhook import filestore, health
+    from webhook import health
+    from webhook.credentials import filestore
 
     problems = health.credential_problems(
         rules, filestore.read_store(args.store_file, _store_key(args)).credentials)
@@ -124,6 +125,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         store=args.store, store_file=args.store_file, store_key_file=args.key_file,
         credential_deadline=args.credential_deadline, audit_only=args.audit_only,
         reconcile_interval=args.reconcile_interval,
+        credential_provider_config=args.credential_provider_config,
+        credential_provider_bin_dir=args.credential_provider_bin_dir,
+        credential_provider_timeout=args.credential_provider_timeout,
         tls_secret=args.tls_secret, service=args.service,
         webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
         tls_dir=args.tls_dir, tls_names=tuple(args.tls_name), limits=Limits(
@@ -138,15 +142,15 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _store_key(args: argparse.Namespace) -> bytes:
     import os
 
-    from webhook import filestore
+    from webhook.credentials import filestore
 
     return filestore.load_key(key_file=args.key_file, environ=os.environ)
 
 
 def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from policy.model import CREDENTIAL_NAME_RE, mirror_problem
-    from webhook import filestore
-    from webhook.credentials import Credential
+    from webhook.credentials import filestore
+    from webhook.credentials.store import Credential
 
     if not CREDENTIAL_NAME_RE.fullmatch(args.name):
         raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
@@ -177,7 +181,7 @@ def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
 
 
 def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from webhook import filestore
+    from webhook.credentials import filestore
 
     entries = filestore.read_store(args.store_file, _store_key(args)).credentials
     print(f"{'NAME':<24} {'REGISTRY':<40} USERNAME", file=out)
@@ -187,7 +191,7 @@ def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
 
 
 def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from webhook import filestore
+    from webhook.credentials import filestore
 
     key = _store_key(args)
     contents = filestore.read_store(args.store_file, key)
@@ -200,10 +204,31 @@ def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -
     return EXIT_OK
 
 
+def cmd_credentials_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from webhook import kube
+    from webhook.credentials import check
+
+    rules = policyfile.read_policy(args.policy).policy if args.policy else None
+    sources = check.Sources(
+        store=args.store, store_file=args.store_file, key=lambda: _store_key(args),
+        kube=lambda: kube.Kube.connect(kubeconfig=args.kubeconfig, context=args.context),
+        namespace=args.namespace or kube.own_namespace(),
+        provider_config=args.credential_provider_config,
+        provider_bin_dir=args.credential_provider_bin_dir,
+        provider_timeout=args.credential_provider_timeout)
+    try:
+        resolved = check.check(args.name, args.image, rules=rules, sources=sources)
+    except check.CheckFailed as error:
+        print(f"mirrorgate: {error}", file=err)
+        return EXIT_FINDINGS
+    print(offline.dumps_json(resolved), file=out)
+    return EXIT_OK
+
+
 def cmd_credentials_generate_key(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
 
-    from webhook import filestore
+    from webhook.credentials import filestore
 
     key = filestore.generate_key()
     if args.out == "-":
@@ -296,6 +321,29 @@ def _store_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, 
                         help="the encrypted credential store file")
     parser.add_argument("--key-file", metavar="FILE",
                         help="file holding the store key (default: $MIRRORGATE_STORE_KEY)")
+
+
+def _source_arguments(group: argparse._ArgumentGroup | argparse.ArgumentParser, *,
+                      stores: tuple[str, ...]) -> None:
+    """Where credentials come from: the same options for `serve` and `credentials check`."""
+    group.add_argument("--kubeconfig", metavar="FILE",
+                       help="kubeconfig for the cluster (default: the in-cluster service "
+                            "account when in a Pod, else standalone: no pull secrets)")
+    group.add_argument("--context", help="kubeconfig context")
+    group.add_argument("--namespace", help="mirrorgate's own namespace (credential Secrets, "
+                       "the Lease; default: the Pod's namespace, else 'mirrorgate')")
+    group.add_argument("--store", choices=stores,
+                       help="credential store (default: kubernetes with a cluster, file "
+                            "with --store-file, else none)")
+    _store_arguments(group, required=False)
+    group.add_argument("--credential-provider-config", metavar="FILE",
+                       help="the kubelet's CredentialProviderConfig, for policy credentials "
+                            "with a provider")
+    group.add_argument("--credential-provider-bin-dir", metavar="DIR",
+                       help="where the credential-provider plugins are")
+    group.add_argument("--credential-provider-timeout", type=float, default=10.0,
+                       metavar="SECONDS", help="a plugin running longer is killed "
+                                               "(default: %(default)s)")
 
 
 def _limit_arguments(group: argparse._ArgumentGroup) -> None:
@@ -420,16 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: %(default)s)")
 
     cluster = serve.add_argument_group("cluster and credentials")
-    cluster.add_argument("--kubeconfig", metavar="FILE",
-                         help="kubeconfig for the cluster (default: the in-cluster service "
-                              "account when in a Pod, else standalone: no pull secrets)")
-    cluster.add_argument("--context", help="kubeconfig context")
-    cluster.add_argument("--namespace", help="mirrorgate's own namespace (credential Secrets, "
-                         "the Lease; default: the Pod's namespace, else 'mirrorgate')")
-    cluster.add_argument("--store", choices=("kubernetes", "file", "none"),
-                         help="credential store (default: kubernetes with a cluster, file "
-                              "with --store-file, else none)")
-    _store_arguments(cluster, required=False)
+    _source_arguments(cluster, stores=("kubernetes", "file", "none"))
     cluster.add_argument("--credential-deadline", type=float, default=2.0, metavar="SECONDS",
                          help="longest time admission spends making pull secrets "
                               "(default: %(default)s)")
@@ -441,7 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=cmd_serve)
 
     cred_commands = _group(commands, "credentials",
-                           "manage the encrypted file credential store")
+                           "the encrypted file credential store; check any credential")
     add = cred_commands.add_parser(
         "add", help="add or replace a credential (password from stdin)",
         description="Add or replace credential NAME: a login for the mirror REGISTRY "
@@ -460,6 +499,19 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("name", metavar="NAME")
     _store_arguments(remove, required=True)
     remove.set_defaults(run=cmd_credentials_remove)
+    checking = cred_commands.add_parser(
+        "check", help="resolve a credential through its source, as serve would",
+        description="Resolve credential NAME for IMAGE through its source (the Kubernetes "
+                    "store, the file store, or its provider plugin when the policy names one) "
+                    "and print {credential, source, registry, username, expires} as JSON; "
+                    "never the password. Exit 1 when the source gives no usable login.")
+    checking.add_argument("name", metavar="NAME")
+    checking.add_argument("--image", required=True, metavar="IMAGE",
+                          help="an image under the mirror that uses the credential")
+    checking.add_argument("--policy", metavar="FILE",
+                          help="the policy (a credential's provider and registry scope)")
+    _source_arguments(checking, stores=("kubernetes", "file"))
+    checking.set_defaults(run=cmd_credentials_check)
     keygen = cred_commands.add_parser(
         "generate-key", help="make a new store key",
         description="Print a new random 32-byte store key (base64), or write it to FILE with "

@@ -26,7 +26,7 @@ from types import MappingProxyType
 
 import policy
 from webhook import probes
-from webhook.credentials import Credential
+from webhook.credentials.store import Credential
 from webhook.logs import logger
 from webhook.metrics import Metrics
 

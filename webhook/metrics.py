@@ -10,6 +10,7 @@ library's types as usual.
 from __future__ import annotations
 
 import bisect
+import datetime
 from collections.abc import Iterator, Mapping
 
 import prometheus_client as prom
@@ -100,6 +101,14 @@ class Metrics:
             "mirrorgate_pull_secret_writes",
             "Generated pull secrets created, updated, deleted, or failed to ensure.",
             ["action"], registry=r)
+        self.credential_refreshes = prom.Counter(
+            "mirrorgate_credential_refreshes",
+            "Logins asked of credential-provider plugins, by credential and outcome "
+            "(refreshed, failed).", ["credential", "outcome"], registry=r)
+        self.credential_expiry = prom.Gauge(
+            "mirrorgate_credential_expiry_timestamp_seconds",
+            "When the login in the store for a provider credential expires (Unix time).",
+            ["credential"], registry=r)
         self.mirror_up = prom.Gauge(
             "mirrorgate_mirror_up", "1 while the rule's mirror answers its /v2/ probe, else 0.",
             ["mirror"], registry=r)
@@ -153,6 +162,12 @@ class Metrics:
             counts.latency_sum[endpoint] = 0.0
         buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         counts.latency_sum[endpoint] += seconds
+
+    def credential_refreshed(self, credential: str, outcome: str,
+                             expires: datetime.datetime | None) -> None:
+        self.credential_refreshes.labels(credential, outcome).inc()
+        if expires is not None:
+            self.credential_expiry.labels(credential).set(expires.timestamp())
 
     def set_policy(self, version: str, mode: str) -> None:
         self.policy.clear()

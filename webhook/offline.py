@@ -158,7 +158,8 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
     """
     explained: dict[str, Any] = {
         "image": image, "valid": True, "error": None, "reference": None, "outcome": None,
-        "reason": None, "rule": None, "result": None, "credential": None, "warning": None,
+        "reason": None, "rule": None, "result": None, "credential": None,
+        "credentialRegistry": None, "warning": None,
     }
     try:
         ref = policy.parse_normalized(image)
@@ -183,6 +184,10 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
         explained.update(rule={"index": rule.index, "source": str(rule.source),
                                "mirror": str(rule.mirror)},
                          credential=rule.credential)
+        grant = rules.grants.get(rule.credential) if rule.credential is not None else None
+        if grant is not None and grant.registry is not None:
+            # The key of the generated .dockerconfigjson; null: the store entry's own.
+            explained["credentialRegistry"] = str(grant.registry)
     if decision.outcome == "rewrite":
         explained["result"] = decision.resolution.new_image
     return explained

@@ -23,24 +23,30 @@ from webhook import (
     admission,
     app,
     connections,
-    credentials,
-    filestore,
-    fingerprints,
     health,
     kube,
-    kubestore,
     leader,
     logs,
     policyfile,
-    pullsecrets,
     selfcerts,
     tls,
     watch,
 )
+from webhook.credentials import (
+    filestore,
+    fingerprints,
+    kubestore,
+    provider,
+    providerconfig,
+    pullsecrets,
+    scoped,
+)
+from webhook.credentials import refresher as refresher_
+from webhook.credentials import store as credentials
+from webhook.credentials.records import Records
 from webhook.limits import Limits
 from webhook.logs import logger
 from webhook.optin import NamespaceOptIn
-from webhook.records import Records
 from webhook.version import VERSION
 
 __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
@@ -85,6 +91,11 @@ class Settings:
     credential_deadline: float = 2.0
     """Seconds admission may spend making pull secrets; keep well inside timeoutSeconds."""
     reconcile_interval: float = 30.0
+    credential_provider_config: str | None = None
+    """The kubelet's CredentialProviderConfig file, for credentials with a ``provider``."""
+    credential_provider_bin_dir: str | None = None
+    credential_provider_timeout: float = 10.0
+    """Seconds a plugin may run before it is killed."""
     audit_only: bool = False
     """Treat every endpoint as /audit, whatever the policy's mode."""
     limits: Limits = dataclasses.field(default_factory=Limits)
@@ -190,6 +201,12 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
     else:
         raise policyfile.ConfigError(f"--store {kind!r}: expected kubernetes, file or none")
     runtime.readiness["credential-store"] = store.problem
+    providers = _provider_source(settings, runtime.policy.policy)
+    central = store
+    if providers is not None and not isinstance(central, kubestore.KubernetesCredentialStore):
+        raise policyfile.ConfigError("credentials with a provider need --store kubernetes: the "
+                                     "leader publishes their logins there for every replica")
+    store = scoped.ScopedStore(store, lambda: runtime.policy.policy.grants)
     if client is None:
         return StandalonePullSecrets(), store
     try:
@@ -212,6 +229,14 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
                           reconciler.start]
     background.stops += [reconciler.stop, elector.stop, provisioner.stop, optin.informer.stop]
     runtime.on_policy_change.append(reconciler.trigger)
+    if providers is not None:
+        assert isinstance(central, kubestore.KubernetesCredentialStore)
+        refresher = refresher_.ProviderRefresher(
+            providers, client, store=central, rules=lambda: runtime.policy.policy,
+            is_leader=elector.is_leader, observe=runtime.metrics.credential_refreshed)
+        background.starts.append(refresher.start)
+        background.stops.insert(0, refresher.stop)
+        runtime.on_policy_change.append(refresher.trigger)
     return provisioner, store
 
 
@@ -235,6 +260,30 @@ def _health(settings: Settings, store: credentials.CredentialStore | None,
         store.subscribe(monitor.trigger)
     background.starts.append(monitor.start)
     background.stops.append(monitor.stop)
+
+
+def _provider_source(settings: Settings, rules: policy.Policy) -> provider.ProviderSource | None:
+    """The plugins for the policy's provider credentials; None when it names none."""
+    wanted = {name: grant.provider for name, grant in rules.grants.items() if grant.provider}
+    if settings.credential_provider_config is None:
+        if wanted:
+            raise policyfile.ConfigError(
+                f"credentials.{min(wanted)}.provider: needs --credential-provider-config and "
+                "--credential-provider-bin-dir")
+        return None
+    if settings.credential_provider_bin_dir is None:
+        raise policyfile.ConfigError("--credential-provider-config needs "
+                                     "--credential-provider-bin-dir")
+    try:
+        config = providerconfig.load(settings.credential_provider_config)
+    except providerconfig.ProviderConfigError as error:
+        raise policyfile.ConfigError(str(error)) from None
+    problems = providerconfig.policy_problems(config, rules,
+                                              source=settings.credential_provider_config)
+    if problems:
+        raise policyfile.ConfigError("; ".join(problems))
+    return provider.ProviderSource(config, settings.credential_provider_bin_dir,
+                                   timeout=settings.credential_provider_timeout)
 
 
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:

@@ -20,8 +20,8 @@ import orjson
 import certs
 from tests.e2e.procs import ManagedProcess, free_port, wait_until
 from tests.webhook import reviews, scrape
-from webhook import filestore
-from webhook.credentials import Credential
+from webhook.credentials import filestore
+from webhook.credentials.store import Credential
 
 REPO = Path(__file__).resolve().parents[2]
 

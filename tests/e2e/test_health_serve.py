@@ -28,7 +28,7 @@ from tests.e2e.registry import (
 )
 from tests.e2e.standalone import Standalone, start_standalone, write_store
 from webhook import probes
-from webhook.credentials import Credential
+from webhook.credentials.store import Credential
 
 pytestmark = pytest.mark.e2e
 

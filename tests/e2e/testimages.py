@@ -33,9 +33,10 @@ def _cache_dir() -> Path:
     return Path(out.stdout.strip())
 
 
-def go_binary(name: str) -> bytes:
-    """The static binary of `images/<name>`, built on first use and cached by source hash."""
-    source = (SOURCES / name / "main.go").read_bytes()
+def go_binary(name: str, *, sources: Path = SOURCES) -> bytes:
+    """The static binary of `<sources>/<name>` (default: `images/<name>`), built on first use
+    and cached by source hash."""
+    source = (sources / name / "main.go").read_bytes()
     env = {**os.environ, **_GO_ENV}
     version = subprocess.run(["go", "version"], check=True, capture_output=True, env=env,
                              timeout=60).stdout

@@ -16,7 +16,8 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -92,8 +93,50 @@ def _parse_scope(scope: str) -> dict[str, Any] | None:
     return {"type": kind, "name": name, "actions": [a for a in actions.split(",") if a]}
 
 
+@dataclass(frozen=True)
+class Robot:
+    """A pull-only robot of one project, as Harbor has: its secret only mints passwords.
+
+    A robot logs in to the registry with a short-lived password minted by
+    `GET /robot-token?ttl=N` (Basic auth with its secret), never with the secret
+    itself, and its tokens grant access to `project/...` repositories only.
+    """
+
+    secret: str = field(repr=False)
+    project: str
+
+
+class RobotPasswords:
+    """Minted passwords: `<expiry>.<nonce>.<hmac>`, checked without keeping any state."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._key = os.urandom(32)
+        self._clock = clock
+
+    def _mac(self, robot: str, expiry: int, nonce: str) -> str:
+        return hmac.new(self._key, f"{robot}|{expiry}|{nonce}".encode(), "sha256").hexdigest()
+
+    def mint(self, robot: str, ttl: int) -> str:
+        expiry, nonce = int(self._clock()) + ttl, os.urandom(6).hex()
+        return f"{expiry}.{nonce}.{self._mac(robot, expiry, nonce)}"
+
+    def valid(self, robot: str, password: str) -> bool:
+        expiry, _, rest = password.partition(".")
+        nonce, _, mac = rest.partition(".")
+        if not expiry.isdigit() or int(expiry) <= self._clock():
+            return False
+        return hmac.compare_digest(mac, self._mac(robot, int(expiry), nonce))
+
+
+def _robot_access(robot: Robot, access: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Only repositories of the robot's own project; pull at most."""
+    return [{**a, "actions": [x for x in a["actions"] if x == "pull"]} for a in access
+            if a["type"] == "repository" and a["name"].startswith(robot.project + "/")]
+
+
 class TokenServer:
-    """Serves GET and POST /token over TLS on a loopback port until `stop()`."""
+    """Serves GET and POST /token (and GET /robot-token) over TLS on a loopback port until
+    `stop()`."""
 
     def __init__(
         self,
@@ -102,9 +145,15 @@ class TokenServer:
         tls_cert: Path,
         tls_key: Path,
         signer: TokenSigner,
+        robots: Mapping[str, Robot] | None = None,
     ) -> None:
         self.signer = signer
-        handler = _make_handler(signer, dict(users))
+        self.robots = dict(robots or {})
+        """Mutable until requests arrive: tests add robots before using them."""
+        self.passwords = RobotPasswords()
+        self.minted = 0
+        """How many robot passwords were minted (the tests count refreshes by it)."""
+        handler = _make_handler(signer, dict(users), self)
         # Port 0: the kernel picks the port while the socket is bound, so no race.
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
@@ -127,7 +176,8 @@ class TokenServer:
         self._server.server_close()
 
 
-def _make_handler(signer: TokenSigner, users: dict[str, str]) -> type[BaseHTTPRequestHandler]:
+def _make_handler(signer: TokenSigner, users: dict[str, str],
+                  server: TokenServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "e2e-token-server"
 
@@ -143,7 +193,7 @@ def _make_handler(signer: TokenSigner, users: dict[str, str]) -> type[BaseHTTPRe
             self.end_headers()
             self.wfile.write(data)
 
-        def _user(self) -> str | None:
+        def _basic(self) -> tuple[str, str] | None:
             scheme, _, value = self.headers.get("Authorization", "").partition(" ")
             if scheme.lower() != "basic":
                 return None
@@ -151,10 +201,28 @@ def _make_handler(signer: TokenSigner, users: dict[str, str]) -> type[BaseHTTPRe
                 name, _, password = base64.b64decode(value, validate=True).decode().partition(":")
             except (binascii.Error, UnicodeDecodeError):
                 return None
+            return name, password
+
+        def _mint(self, url: Any) -> None:
+            login = self._basic()
+            robot = server.robots.get(login[0]) if login else None
+            if login is None or robot is None or not hmac.compare_digest(robot.secret, login[1]):
+                self._send(401, {"error": "bad robot secret"})
+                return
+            ttl = int(parse_qs(url.query).get("ttl", ["60"])[0])
+            server.minted += 1
+            self._send(200, {"password": server.passwords.mint(login[0], ttl), "expires_in": ttl})
+
+        def _known(self, name: str, password: str) -> bool:
+            """A user's own password, or a robot's minted one that has not expired."""
+            if name in server.robots:
+                return server.passwords.valid(name, password)
             expected = users.get(name)
-            if expected is None or not hmac.compare_digest(expected, password):
-                return None
-            return name
+            return expected is not None and hmac.compare_digest(expected, password)
+
+        def _user(self) -> str | None:
+            login = self._basic()
+            return login[0] if login is not None and self._known(*login) else None
 
         def _refuse(self) -> None:
             self._send(
@@ -167,6 +235,8 @@ def _make_handler(signer: TokenSigner, users: dict[str, str]) -> type[BaseHTTPRe
             # Every known user gets every action asked for: authorization is not
             # what these tests are about, authentication across the proxy is.
             access = [a for s in scopes if (a := _parse_scope(s)) is not None]
+            if user in server.robots:
+                access = _robot_access(server.robots[user], access)
             token = signer.token(user, service, access)
             issued = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             self._send(
@@ -181,6 +251,9 @@ def _make_handler(signer: TokenSigner, users: dict[str, str]) -> type[BaseHTTPRe
 
         def do_GET(self) -> None:
             url = urlparse(self.path)
+            if url.path == "/robot-token":
+                self._mint(url)
+                return
             if url.path != "/token":
                 self._send(404, {"error": "not found"})
                 return
@@ -204,9 +277,7 @@ def _make_handler(signer: TokenSigner, users: dict[str, str]) -> type[BaseHTTPRe
             form = parse_qs(self.rfile.read(length).decode(errors="replace"))
             name = form.get("username", [""])[0]
             password = form.get("password", [""])[0]
-            expected = users.get(name)
-            if form.get("grant_type") != ["password"] or expected is None \
-                    or not hmac.compare_digest(expected, password):
+            if form.get("grant_type") != ["password"] or not self._known(name, password):
                 self._refuse()
                 return
             scopes = [s for value in form.get("scope", []) for s in value.split()]

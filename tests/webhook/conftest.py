@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from certs import CertificateAuthority, KeyPair
+from tests.e2e.providers import RobotIssuer, start_issuer
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.harness import Harness, make_harness
@@ -67,3 +68,12 @@ def https_server(tmp_path_factory: pytest.TempPathFactory,
     with serving.serve(directory, pair=serving_pair, policy=policies.POLICY,
                        secrets=RecordingPullSecrets(stale=False)) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RobotIssuer]:
+    """The test token server with robot-a (project team-a), for the provider plugin tests."""
+    issuer = start_issuer(tmp_path_factory.mktemp("issuer"))
+    issuer.add_robot("robot-a", "team-a")
+    yield issuer
+    issuer.server.stop()

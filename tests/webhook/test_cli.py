@@ -35,7 +35,7 @@ from webhook import cli
 REPOSITORY = Path(__file__).resolve().parents[2]
 REFERENCE_KEYS = {"domain", "path", "tag", "digest", "name", "normalized"}
 EXPLAIN_KEYS = {"image", "valid", "error", "reference", "outcome", "reason", "rule", "result",
-                "credential", "warning"}
+                "credential", "credentialRegistry", "warning"}
 
 
 @dataclasses.dataclass
@@ -309,7 +309,7 @@ def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> Non
                       "digest": None, "name": "docker.io/library/nginx",
                       "normalized": "docker.io/library/nginx"},
         "outcome": None, "reason": None, "rule": None, "result": None, "credential": None,
-        "warning": None}
+        "credentialRegistry": None, "warning": None}
 
 
 def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
@@ -354,7 +354,7 @@ def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
     assert invalid == {
         "image": "Nginx", "valid": False, "error": "repository name must be lowercase",
         "reference": None, "outcome": "invalid", "reason": "repository name must be lowercase",
-        "rule": None, "result": "Nginx", "credential": None,
+        "rule": None, "result": "Nginx", "credential": None, "credentialRegistry": None,
         "warning": "image 'Nginx' left as written: repository name must be lowercase"}
     assert valid["valid"] is True
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from webhook import cli, filestore
-from webhook.credentials import Credential, StoreError, from_dockerconfigjson
+from webhook import cli
+from webhook.credentials import filestore
+from webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
 
 PASSWORD = "p@ss:w/rd-7f3a9c"  # a canary: it must never show anywhere but the payload
 CREDENTIAL = Credential(name="harbor-pull", registry="harbor.corp.example",
@@ -42,6 +43,12 @@ def test_dockerconfigjson_holds_one_login_with_auth() -> None:
         id="kubectl-url-key"),
     pytest.param({"auths": {"127.0.0.1:5002": {"auth": base64.b64encode(b"u:p:q").decode()}}},
                  ("127.0.0.1:5002", "u", "p:q"), id="auth-only"),
+    pytest.param({"auths": {"harbor.corp.example:8443/team-a": {
+        "username": "u", "password": "p"}}}, ("harbor.corp.example:8443/team-a", "u", "p"),
+        id="path-scoped-key"),
+    pytest.param({"auths": {"https://harbor.corp.example/team-a/": {
+        "username": "u", "password": "p"}}}, ("harbor.corp.example/team-a", "u", "p"),
+        id="path-scoped-url-key"),
 ])
 def test_reads_what_kubectl_and_docker_write(payload: dict[str, Any],
                                               expected: tuple[str, str, str]) -> None:

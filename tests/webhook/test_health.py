@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 import policy
 from tests.webhook import policies, reviews, scrape
 from tests.webhook.harness import make_harness
-from webhook import cli, filestore, health
-from webhook.credentials import Credential
+from webhook import cli, health
+from webhook.credentials import filestore
+from webhook.credentials.store import Credential
 from webhook.metrics import Metrics
 
 SETTINGS = policy.HealthSettings(interval=1.0, timeout=0.5, failure_threshold=3,

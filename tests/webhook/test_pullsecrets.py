@@ -25,11 +25,11 @@ from hypothesis import strategies as st
 import policy
 from tests.webhook.fakes import Behaviour, ScriptedKube, stored
 from webhook import kube
-from webhook.credentials import Credential
-from webhook.fingerprints import Fingerprints
+from webhook.credentials.fingerprints import Fingerprints
+from webhook.credentials.pullsecrets import PullSecretProvisioner, Reconciler
+from webhook.credentials.records import Records
+from webhook.credentials.store import Credential
 from webhook.optin import NamespaceOptIn
-from webhook.pullsecrets import PullSecretProvisioner, Reconciler
-from webhook.records import Records
 
 PASSWORD = "p@ss:w/rd-91c2"
 CREDENTIAL = Credential(name="harbor-pull", registry="harbor.corp.example",

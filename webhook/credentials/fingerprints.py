@@ -19,8 +19,8 @@ import secrets
 from typing import Any
 
 from webhook import kube
-from webhook.credentials import Credential
-from webhook.kubestore import MANAGED_BY_LABEL
+from webhook.credentials.kubestore import MANAGED_BY_LABEL
+from webhook.credentials.store import Credential
 
 __all__ = ["KEY_SECRET", "Fingerprints", "load_or_create_key"]
 

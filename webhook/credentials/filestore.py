@@ -41,7 +41,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 import certs
-from webhook.credentials import Credential, StoreError
+from webhook.credentials.store import Credential, StoreError
 
 __all__ = ["KEY_ENV", "FileCredentialStore", "StoreContents", "generate_key", "load_key",
            "read_store", "write_store"]
@@ -184,7 +184,7 @@ def write_store(path: str, key: bytes, contents: StoreContents) -> None:
 
 
 class FileCredentialStore:
-    """A :class:`~webhook.credentials.CredentialStore` over an encrypted file.
+    """A :class:`~webhook.credentials.store.CredentialStore` over an encrypted file.
 
     ``reload()`` (called by the server's file watcher) swaps in the new
     contents, or keeps the last good ones and reports the problem.

@@ -3,8 +3,8 @@
 For a Pod that needs credential C in namespace N, the Secret ``mirrorgate-C``
 in N holds only C's registry login. mirrorgate may create, update and delete
 Secrets but read none outside its own namespace, so what it knows of its
-copies is its own record of them (:mod:`webhook.records`): the uid of each
-copy and the keyed fingerprint (:mod:`webhook.fingerprints`) of what it wrote.
+copies is its own record of them (:mod:`webhook.credentials.records`): the uid of each
+copy and the keyed fingerprint (:mod:`webhook.credentials.fingerprints`) of what it wrote.
 
 Admission asks :meth:`PullSecretProvisioner.missing` (memory only) and calls
 :meth:`~PullSecretProvisioner.ensure` only for the few copies that are absent
@@ -34,12 +34,13 @@ from typing import Any
 
 import policy
 from webhook import kube
-from webhook.credentials import Credential, CredentialStore
-from webhook.fingerprints import Fingerprints
-from webhook.kubestore import MANAGED_BY_LABEL
+from webhook.credentials.fingerprints import Fingerprints
+from webhook.credentials.kubestore import MANAGED_BY_LABEL
+from webhook.credentials.loop import WakeableLoop
+from webhook.credentials.records import Record, Records
+from webhook.credentials.store import Credential, CredentialStore
 from webhook.logs import logger
 from webhook.optin import ENFORCE, MODE_LABEL, OPTED_IN_MODES, NamespaceOptIn
-from webhook.records import Record, Records
 
 __all__ = ["CREDENTIAL_LABEL", "PullSecretProvisioner", "Reconciler"]
 
@@ -156,7 +157,7 @@ class PullSecretProvisioner:
 
     def _current(self, namespace: str, credential: str) -> bool:
         wanted = self.store.snapshot().get(credential)
-        return wanted is not None and self.records.holds(
+        return wanted is not None and not wanted.expired() and self.records.holds(
             namespace, policy.pull_secret_name(credential), self.fingerprints.of(wanted))
 
     def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
@@ -208,6 +209,12 @@ class PullSecretProvisioner:
         credential = self.store.snapshot().get(name)
         if credential is None:
             raise EnsureError(f"credential {name!r} is not in the credential store")
+        if credential.expired():
+            # Kept in the store (its copies stay until it is renewed), but a
+            # Pod is never pointed at a mirror with a login known to be dead.
+            assert credential.expires is not None
+            raise EnsureError(f"credential {name!r} expired at "
+                              f"{credential.expires.isoformat(timespec='seconds')}")
         secret = policy.pull_secret_name(name)
         lock = self._lock(namespace, secret)
         if not lock.acquire(timeout=deadline.left()):
@@ -362,33 +369,21 @@ class PullSecretProvisioner:
                 raise EnsureError(str(error)) from None
 
 
-class Reconciler:
+class Reconciler(WakeableLoop):
     """Rotation, healing and clean-up of every generated Secret, run by the Lease holder only."""
 
     def __init__(self, provisioner: PullSecretProvisioner, client: kube.Kube, *,
                  rules: Callable[[], policy.Policy], is_leader: Callable[[], bool],
                  interval: float = 30.0) -> None:
+        super().__init__("reconciler")
         self.provisioner = provisioner
         self.client = client
         self.rules = rules
         self.is_leader = is_leader
         self.interval = interval
         """Seconds between passes; every periodic pass re-asserts every copy (the heal bound)."""
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
         provisioner.store.subscribe(self.trigger)
         provisioner.optin.subscribe(self.trigger)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
-    def trigger(self) -> None:
-        self._wake.set()
 
     def _ready(self) -> bool:
         return self.is_leader() and self.provisioner.optin.informer.synced.is_set() \

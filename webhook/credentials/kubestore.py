@@ -10,20 +10,36 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import datetime
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook import kube
-from webhook.credentials import Credential, StoreError, from_dockerconfigjson
+from webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
 from webhook.informer import Informer
 from webhook.logs import logger
 
-__all__ = ["MANAGED_BY_SELECTOR", "KubernetesCredentialStore"]
+__all__ = ["EXPIRES_ANNOTATION", "MANAGED_BY_SELECTOR", "KubernetesCredentialStore",
+           "credential_from_secret", "parse_expiry"]
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}=mirrorgate"
+EXPIRES_ANNOTATION = "mirrorgate.io/expires"
+"""RFC 3339: when a short-lived login stops working (written by the provider refresher)."""
+
+
+def parse_expiry(text: str, *, where: str) -> datetime.datetime:
+    """An RFC 3339 time with its offset; StoreError naming ``where`` otherwise."""
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise StoreError(f"{where}: {text[:40]!r} is not an RFC 3339 time with an offset")
+    return moment
 
 
 class KubernetesCredentialStore:
@@ -75,12 +91,27 @@ class KubernetesCredentialStore:
         for (_, name), secret in list(self.informer.items.items()):
             if secret.get("type") != DOCKERCONFIGJSON:
                 continue
-            where = f"Secret {self.namespace}/{name}"
             try:
-                payload = base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""),
-                                           validate=True)
-                credentials[name] = from_dockerconfigjson(name, payload, where=where)
-            except (StoreError, binascii.Error, ValueError) as error:
-                invalid[name] = str(error) if isinstance(error, StoreError) \
-                    else f"{where}: .dockerconfigjson is not base64"
+                credentials[name] = credential_from_secret(secret, self.namespace, name)
+            except StoreError as error:
+                invalid[name] = str(error)
         return credentials, invalid
+
+
+def credential_from_secret(secret: dict[str, Any], namespace: str, name: str) -> Credential:
+    """The login of one credential-store Secret; StoreError names the Secret and the problem."""
+    where = f"Secret {namespace}/{name}"
+    if secret.get("type") != DOCKERCONFIGJSON:
+        raise StoreError(f"{where} is not of type {DOCKERCONFIGJSON}")
+    try:
+        payload = base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""),
+                                   validate=True)
+    except (binascii.Error, ValueError):
+        raise StoreError(f"{where}: .dockerconfigjson is not base64") from None
+    credential = from_dockerconfigjson(name, payload, where=where)
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    expires = annotations.get(EXPIRES_ANNOTATION)
+    if isinstance(expires, str):
+        credential = dataclasses.replace(credential, expires=parse_expiry(
+            expires, where=f"{where}: annotation {EXPIRES_ANNOTATION}"))
+    return credential

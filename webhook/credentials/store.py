@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import orjson
 
-__all__ = ["Credential", "CredentialStore", "StoreError", "from_dockerconfigjson"]
+__all__ = ["Credential", "CredentialStore", "StoreError", "from_dockerconfigjson", "rfc3339"]
+
+
+def rfc3339(moment: datetime.datetime) -> str:
+    """``2026-11-30T20:30:00Z``: how expiry times are written and shown."""
+    return moment.astimezone(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 class StoreError(Exception):
@@ -31,9 +37,18 @@ class Credential:
     """The key in ``.dockerconfigjson``: the mirror's ``host[:port]`` (a path may follow)."""
     username: str
     password: str = dataclasses.field(repr=False)
+    expires: datetime.datetime | None = None
+    """When a short-lived login stops working (timezone-aware); None: not known to expire."""
+    issued: datetime.datetime | None = dataclasses.field(default=None, compare=False)
+    """When a short-lived login was issued (its lifetime is ``expires - issued``)."""
 
     def __str__(self) -> str:
         return f"credential {self.name!r} for {self.registry} (user {self.username!r})"
+
+    def expired(self, now: datetime.datetime | None = None) -> bool:
+        if self.expires is None:
+            return False
+        return (now or datetime.datetime.now(datetime.UTC)) >= self.expires
 
     def dockerconfigjson(self) -> bytes:
         """The ``.dockerconfigjson`` holding this login only.

@@ -20,8 +20,8 @@ import dataclasses
 from typing import Any
 
 from webhook import kube
+from webhook.credentials.kubestore import MANAGED_BY_LABEL
 from webhook.informer import Informer
-from webhook.kubestore import MANAGED_BY_LABEL
 
 __all__ = ["RECORD_LABEL", "Record", "Records"]
 

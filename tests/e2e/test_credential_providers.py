@@ -1,0 +1,415 @@
+"""Path-scoped credentials and short-lived logins from a real provider plugin, on the real API.
+
+The registry's token server has two robots, each allowed to pull only its own
+project (`team-a/...`, `team-b/...`) on one registry host, with passwords that
+live 15 s. A mirrorgate server of this module's own (its own namespace, so
+that it holds its own Lease and is the leader that refreshes) gets their
+logins from the real Go test plugin, configured with the kubelet's
+CredentialProviderConfig. Pods in one namespace use both projects; each pull
+secret is keyed by its project's path; each robot pulls its own project and
+not the other's (checked with the registry client: the node harness adds the
+kubelet's own pull separately). Pods keep being admitted with working logins
+across several refreshes, and a plugin that fails, hangs or answers garbage
+leaves the last good login in place until it expires, after which
+onCredentialError decides (skip, then deny).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import datetime
+import json
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.e2e import mirrorgate as mg
+from tests.e2e.conftest import DOCKERHUB_MIRROR, Installed
+from tests.e2e.dockerconfig import credentials_for
+from tests.e2e.fixtures_secrets import (
+    MODE_LABEL,
+    SUITE_LABEL,
+    as_dict,
+    entries_with,
+    metric,
+    metrics_text,
+    own_configuration,
+    pod_dict,
+    read_secret,
+    rewrite_policy,
+    secret_config,
+    wait_log,
+)
+from tests.e2e.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.procs import wait_until
+from tests.e2e.providers import RobotIssuer, start_issuer
+from tests.e2e.registry import RegistryStack
+from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
+
+pytestmark = pytest.mark.e2e
+
+TTL = 15
+"""Seconds a minted robot password lives (and the responses' cacheDuration)."""
+TEAMS = ("team-a", "team-b")
+REPOSITORY, TAG = "hello", "1.0"
+NGINX = "docker.io/library/nginx:1.27"
+
+
+def source(team: str) -> str:
+    return f"{team}.e2e.example"
+
+
+@dataclass
+class Setup:
+    installed: Installed
+    server: mg.Mirrorgate
+    own_namespace: str
+    namespace: str
+    issuer: RobotIssuer
+    fault_files: dict[str, Path]
+    policy: str
+    robots: dict[str, str]
+    """The robot of each project (its username at the registry)."""
+
+    @property
+    def registry(self) -> RegistryStack:
+        return self.installed.registry
+
+    def mirrored(self, team: str) -> str:
+        return f"{self.registry.upstream_host}/{team}/{REPOSITORY}:{TAG}"
+
+
+def _policy(registry: RegistryStack, on_error: str) -> str:
+    up = registry.upstream_host
+    return json.dumps({
+        "mode": "enforce", "onCredentialError": on_error,
+        "mirrors": [
+            *({"source": source(t), "mirror": f"{up}/{t}", "credential": t} for t in TEAMS),
+            {"source": "docker.io", "mirror": DOCKERHUB_MIRROR},
+        ],
+        "credentials": {t: {"namespaces": ["*"], "registry": f"{up}/{t}",
+                            "provider": f"{t}-provider"} for t in TEAMS},
+    }, indent=2)
+
+
+def _own_roles(api: k8s.ApiClient, kustomize: Path, namespace: str) -> None:
+    """manifests/base's Roles and RoleBindings, in this server's own namespace."""
+    rbac = k8s.RbacAuthorizationV1Api(api)
+    for obj in mg.render(kustomize, "base"):
+        if obj["kind"] not in ("Role", "RoleBinding"):
+            continue
+        body: Any = copy.deepcopy(obj)  # the client takes plain dicts at run time
+        body["metadata"]["namespace"] = namespace
+        if obj["kind"] == "Role":
+            rbac.create_namespaced_role(namespace, body)
+        else:
+            rbac.create_namespaced_role_binding(namespace, body)
+
+
+def _push_projects(registry: RegistryStack) -> None:
+    upstream = RegistryClient(registry.upstream_host, ca_file=str(registry.ca_path),
+                              credentials=credentials_for(
+                                  {"auths": {registry.upstream_host: {
+                                      "username": registry.upstream_username,
+                                      "password": registry.upstream_password}}},
+                                  registry.upstream_host))
+    with upstream as client:
+        for team in TEAMS:
+            assert client.push(f"{team}/{REPOSITORY}", TAG, registry.image) == registry.digest
+
+
+@contextlib.contextmanager
+def provider_setup(installed: Installed, kustomize: Path, workdir: Path) -> Iterator[Setup]:
+    """A mirrorgate of its own for `installed`'s cluster, with two project robots' plugins."""
+    registry, plane = installed.registry, installed.control_plane
+    assert registry.token_server is not None
+    issuer = start_issuer(workdir, server=registry.token_server, ca_path=registry.ca_path)
+    fault_files = {}
+    providers = []
+    robots = {t: f"robot-{t}-{secrets.token_hex(2)}" for t in TEAMS}  # one set per setup
+    for team in TEAMS:
+        issuer.add_robot(robots[team], team)
+        fault_files[team] = workdir / f"{team}.fault"
+        providers.append(issuer.provider(
+            f"{team}-provider", robots[team], match_images=[registry.upstream_host],
+            default_cache_duration="1h",  # the response's cacheDuration wins
+            args=["--ttl", str(TTL), "--cache-duration", f"{TTL}s",
+                  "--fault-file", str(fault_files[team])]))
+    config = issuer.write_config(workdir / "credential-providers.json", *providers)
+    suite = f"prov-{secrets.token_hex(3)}"
+    policy = _policy(registry, "skip")
+    configuration = f"mirrorgate-e2e-{suite}"
+    with plane.api_client() as api:
+        own = create_namespace(api, f"mg-providers-{secrets.token_hex(3)}")
+        _own_roles(api, kustomize, own)
+        server = mg.start_mirrorgate(
+            workdir / "mirrorgate", plane, policy=policy,
+            args=["--store", "kubernetes", "--namespace", own, "--reconcile-interval", "5",
+                  "--credential-provider-config", str(config),
+                  "--credential-provider-bin-dir", str(issuer.bin_dir),
+                  "--credential-provider-timeout", "2"])
+        try:
+            mg.register(api, own_configuration(installed.configuration), server,
+                        name=configuration, namespace_label=(SUITE_LABEL, suite),
+                        failure_policy="Fail")
+            namespace = create_namespace(api, namespace_name("providers"),
+                                         {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
+            yield Setup(installed=installed, server=server, own_namespace=own,
+                        namespace=namespace, issuer=issuer, fault_files=fault_files,
+                        policy=policy, robots=robots)
+        finally:
+            mg.unregister(api, configuration)
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def setup(installed: Installed, kustomize: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    _push_projects(installed.registry)
+    with provider_setup(installed, kustomize, tmp_path_factory.mktemp("providers")) as found:
+        yield found
+
+
+def published_login(api: k8s.ApiClient, setup: Setup, team: str) -> dict[str, Any] | None:
+    return read_secret(api, setup.own_namespace, team)
+
+
+def password_of(secret: Mapping[str, Any]) -> str:
+    [entry] = secret_config(secret)["auths"].values()
+    return str(entry["password"])
+
+
+def create_pod(api: k8s.ApiClient, namespace: str, images: list[str]) -> tuple[dict[str, Any],
+                                                                            list[str]]:
+    name = f"p-{secrets.token_hex(3)}"
+    body = pod_dict(name, images[0], extra_images=images[1:])
+    created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(
+        namespace, body)  # type: ignore[arg-type]
+    return as_dict(api, created), warning_messages(headers)
+
+
+def pull_secrets_config(api: k8s.ApiClient, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The union of the Pod's pull secrets' auths, as the kubelet's keyring sees them."""
+    auths: dict[str, Any] = {}
+    for ref in pod["spec"].get("imagePullSecrets") or []:
+        secret = read_secret(api, pod["metadata"]["namespace"], ref["name"])
+        assert secret is not None, ref
+        auths.update(secret_config(secret)["auths"])
+    return {"auths": auths}
+
+
+def wait_published(api: k8s.ApiClient, setup: Setup, team: str,
+                    not_password: str | None = None) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
+
+    def ready() -> str | None:
+        secret = published_login(api, setup, team)
+        if secret is None:
+            return f"no published login for {team}"
+        if not_password is not None and password_of(secret) == not_password:
+            return f"{team}: not refreshed yet"
+        found[:] = [secret]
+        return None
+
+    wait_until(ready, timeout=3 * TTL, what=f"a published login for {team}", interval=0.25)
+    return found[0]
+
+
+def test_two_projects_on_one_host_each_pull_only_their_own_across_refreshes(
+        setup: Setup) -> None:
+    registry = setup.registry
+    up = registry.upstream_host
+    seen: dict[str, list[str]] = {t: [] for t in TEAMS}
+    with setup.installed.control_plane.api_client() as api:
+        for team in TEAMS:
+            wait_published(api, setup, team)
+        for _ in range(3):
+            published = {t: password_of(wait_published(api, setup, t)) for t in TEAMS}
+            pod, warnings = create_pod(api, setup.namespace,
+                                    [f"{source(t)}/{REPOSITORY}:{TAG}" for t in TEAMS])
+            assert warnings == []
+            assert [c["image"] for c in pod["spec"]["containers"]] == \
+                [setup.mirrored(t) for t in TEAMS]
+            assert [s["name"] for s in pod["spec"]["imagePullSecrets"]] == \
+                [f"mirrorgate-{t}" for t in TEAMS]
+            config = pull_secrets_config(api, pod)
+            assert sorted(config["auths"]) == [f"{up}/{t}" for t in TEAMS]
+            for team in TEAMS:
+                # The kubelet's choice: the most specific key covering the image.
+                assert registry.pull(setup.mirrored(team), config) == registry.digest
+                login = credentials_for(config, up, f"{team}/{REPOSITORY}")
+                assert login is not None
+                assert login.username == setup.robots[team]
+                seen[team].append(login.password)
+                other = TEAMS[1 - TEAMS.index(team)]
+                with RegistryClient(up, ca_file=str(registry.ca_path),
+                                    credentials=login) as robot, \
+                        pytest.raises(RegistryHTTPError) as refused:
+                    robot.pull(f"{other}/{REPOSITORY}", TAG)
+                assert refused.value.status in (401, 403)
+            for team in TEAMS:
+                wait_published(api, setup, team, not_password=published[team])
+    for team in TEAMS:
+        assert len(set(seen[team])) == 3, f"{team}: the same login in two rounds"
+    text = metrics_text(setup.server)
+    for team in TEAMS:
+        assert metric(text, "mirrorgate_credential_refreshes_total", credential=team,
+                      outcome="refreshed") >= 3
+        assert metric(text, "mirrorgate_credential_expiry_timestamp_seconds",
+                      credential=team) > time.time()
+    logs = setup.server.logs()
+    for password in (*seen["team-a"], *seen["team-b"]):
+        assert password not in logs
+        assert password not in text
+
+
+def test_a_failing_plugin_keeps_the_last_login_until_it_expires_then_skip_and_deny(
+        setup: Setup) -> None:
+    server = setup.server
+    images = [f"{source(t)}/{REPOSITORY}:{TAG}" for t in TEAMS]
+    fault = setup.fault_files["team-b"]
+    with setup.installed.control_plane.api_client() as api:
+        last = wait_published(api, setup, "team-b")
+        fault.write_text("exit")
+        failed = wait_log(server, "credential refresh failed", timeout=3 * TTL,
+                          credential="team-b")
+        assert failed["reason"] == "plugin 'team-b-provider' failed with exit status 1"
+        kept = published_login(api, setup, "team-b")
+        assert kept is not None
+        assert password_of(kept) == password_of(last)  # the last good login stays
+        assert failed["kept_until"] == kept["metadata"]["annotations"]["mirrorgate.io/expires"]
+        for why, reason in (("hang", "plugin 'team-b-provider' did not answer within 2 s and "
+                                     "was killed"),
+                            ("malformed", "plugin 'team-b-provider' did not answer with JSON")):
+            fault.write_text(why)
+            wait_log(server, "credential refresh failed", timeout=3 * TTL,
+                     credential="team-b", reason=reason)
+        expiry = datetime.datetime.fromisoformat(failed["kept_until"]).timestamp()
+        wait_until(lambda: None if time.time() > expiry + 0.5 else "not expired",
+                   timeout=3 * TTL, what="the kept login to expire", interval=0.5)
+        expired = published_login(api, setup, "team-b")
+        assert expired is not None
+        assert password_of(expired) == password_of(last)  # still there, but never attached now
+
+        pod, warnings = create_pod(api, setup.namespace, images)
+        assert [c["image"] for c in pod["spec"]["containers"]] == \
+            [setup.mirrored("team-a"), images[1]]
+        assert [s["name"] for s in pod["spec"]["imagePullSecrets"]] == ["mirrorgate-team-a"]
+        assert len(warnings) == 1
+        assert warnings[0].startswith(f"containers/extra0: image '{images[1]}' left as "
+                                      "written: pull secret 'mirrorgate-team-b' is unavailable: "
+                                      "credential 'team-b' expired at ")
+
+        rewrite_policy(server, setup.policy.replace('"skip"', '"deny"'))
+        try:
+            with pytest.raises(k8s.ApiException) as denied:
+                create_pod(api, setup.namespace, images)
+            assert denied.value.status == 403
+            assert "credential 'team-b' expired at" in str(denied.value.body)
+        finally:
+            rewrite_policy(server, setup.policy)
+            fault.unlink()
+        wait_published(api, setup, "team-b", not_password=password_of(last))
+        pod, warnings = create_pod(api, setup.namespace, images)
+        assert warnings == []
+        assert [c["image"] for c in pod["spec"]["containers"]] == \
+            [setup.mirrored(t) for t in TEAMS]
+    text = metrics_text(server)
+    assert metric(text, "mirrorgate_credential_refreshes_total", credential="team-b",
+                  outcome="failed") >= 3
+    assert entries_with(server, "credential refreshed", credential="team-b")
+
+
+def _store_secret(api: k8s.ApiClient, namespace: str, name: str, key: str, username: str,
+                  password: str) -> None:
+    """What `kubectl create secret docker-registry NAME --docker-server=KEY ...` makes."""
+    payload = json.dumps({"auths": {key: {"username": username, "password": password}}})
+    body: Any = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                 "metadata": {"name": name, "namespace": namespace},
+                 "data": {".dockerconfigjson": base64.b64encode(payload.encode()).decode()}}
+    k8s.CoreV1Api(api).create_namespaced_secret(namespace, body)
+
+
+def _check(setup: Setup, *args: str) -> subprocess.CompletedProcess[str]:
+    """`mirrorgate credentials check` as a real process, with mirrorgate's own identity."""
+    kubeconfig = setup.installed.control_plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER,
+                                                              mg.SERVICE_ACCOUNT_GROUPS)
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "credentials", "check", *args,
+         "--kubeconfig", str(kubeconfig), "--namespace", setup.own_namespace],
+        capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
+
+
+def test_store_entries_keyed_by_project_path_and_credentials_check(setup: Setup) -> None:
+    """Static store Secrets whose keys carry the project path: the store's key scopes them."""
+    registry, server = setup.registry, setup.server
+    up = registry.upstream_host
+    passwords = {t: setup.issuer.server.passwords.mint(setup.robots[t], 3600) for t in TEAMS}
+    static = json.dumps({
+        "mode": "enforce",
+        "mirrors": [{"source": f"static-{t}.e2e.example", "mirror": f"{up}/{t}",
+                     "credential": f"static-{t}"} for t in TEAMS],
+        "credentials": {f"static-{t}": {"namespaces": ["*"]} for t in TEAMS},
+    })
+    with setup.installed.control_plane.api_client() as api:
+        for team in TEAMS:
+            _store_secret(api, setup.own_namespace, f"static-{team}", f"{up}/{team}",
+                          setup.robots[team], passwords[team])
+        checked = _check(setup, "static-team-a", "--image", setup.mirrored("team-a"))
+        wrong = _check(setup, "static-team-a", "--image", setup.mirrored("team-b"))
+        provider = _check(setup, "team-b", "--image", setup.mirrored("team-b"),
+                          "--policy", str(server.policy_path), "--credential-provider-config",
+                          str(setup.issuer.bin_dir.parent / "credential-providers.json"),
+                          "--credential-provider-bin-dir", str(setup.issuer.bin_dir))
+        missing = _check(setup, "nobody", "--image", setup.mirrored("team-a"))
+        rewrite_policy(server, static)
+        try:
+            pod, warnings = create_pod(api, setup.namespace,
+                                    [f"static-{t}.e2e.example/{REPOSITORY}:{TAG}" for t in TEAMS])
+            # Read before the policy goes back: then the copies are cleaned up.
+            config = pull_secrets_config(api, pod)
+        finally:
+            rewrite_policy(server, setup.policy)
+        assert warnings == []
+        assert [c["image"] for c in pod["spec"]["containers"]] == \
+            [setup.mirrored(t) for t in TEAMS]
+    assert sorted(config["auths"]) == [f"{up}/{t}" for t in TEAMS]
+    for team in TEAMS:
+        assert registry.pull(setup.mirrored(team), config) == registry.digest
+        own = credentials_for(config, up, f"{team}/{REPOSITORY}")
+        assert own is not None
+        assert own.password == passwords[team]
+        other = TEAMS[1 - TEAMS.index(team)]
+        with RegistryClient(up, ca_file=str(registry.ca_path), credentials=own) as robot, \
+                pytest.raises(RegistryHTTPError):
+            robot.pull(f"{other}/{REPOSITORY}", TAG)
+
+    assert (checked.returncode, checked.stderr) == (0, "")
+    assert json.loads(checked.stdout) == {
+        "credential": "static-team-a", "source": "kubernetes", "registry": f"{up}/team-a",
+        "username": setup.robots["team-a"], "expires": None}
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip() == (
+        f"mirrorgate: credential 'static-team-a' is for {up}/team-a, which does not cover "
+        f"image '{setup.mirrored('team-b')}': the kubelet would not send it")
+    assert (provider.returncode, provider.stderr) == (0, "")
+    resolved = json.loads(provider.stdout)
+    assert (resolved["source"], resolved["registry"], resolved["username"]) == (
+        "provider", f"{up}/team-b", setup.robots["team-b"])
+    assert resolved["expires"].endswith("Z")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == \
+        f"mirrorgate: no Secret {setup.own_namespace}/nobody in the credential store"
+    for result in (checked, wrong, provider, missing):
+        for password in passwords.values():
+            assert password not in result.stdout + result.stderr

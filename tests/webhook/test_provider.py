@@ -1,0 +1,189 @@
+"""Logins from a real credential-provider plugin (Go, built by the suite) and a real issuer."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.providers import RobotIssuer
+from webhook.credentials import providerconfig
+from webhook.credentials.provider import ProviderError, ProviderSource
+
+IMAGE = "a.example/team-a/app:1"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_900_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recorder(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def said(records: list[logging.LogRecord]) -> list[str]:
+    """The stderr lines logged from plugins."""
+    return [getattr(r, "fields", {})["stderr"] for r in records
+            if r.getMessage() == "credential provider said"]
+
+
+@pytest.fixture
+def logged() -> Iterator[list[logging.LogRecord]]:
+    records: list[logging.LogRecord] = []
+    handler = Recorder(records)
+    log = logging.getLogger("mirrorgate")
+    log.addHandler(handler)
+    level = log.level
+    log.setLevel(logging.INFO)
+    yield records
+    log.removeHandler(handler)
+    log.setLevel(level)
+
+
+def _source(issuer: RobotIssuer, tmp_path: Path, *, args: list[str] | None = None,
+            timeout: float = 30.0, clock: Clock | None = None, **provider: Any) -> ProviderSource:
+    config = issuer.write_config(tmp_path / "config.json",
+                                 issuer.provider("test-provider", "robot-a", args=args,
+                                                 **provider))
+    return ProviderSource(providerconfig.load(config), issuer.bin_dir, timeout=timeout,
+                          clock=clock or Clock())
+
+
+def test_a_login_is_minted_with_its_lifetime(issuer: RobotIssuer, tmp_path: Path) -> None:
+    clock = Clock()
+    source = _source(issuer, tmp_path, args=["--cache-duration", "90s"], clock=clock)
+    login = source.login("team-a", "test-provider", IMAGE)
+    assert (login.name, login.registry, login.username) == ("team-a", "a.example", "robot-a")
+    assert issuer.server.passwords.valid("robot-a", login.password)
+    assert login.expires == datetime.datetime.fromtimestamp(clock.now + 90, datetime.UTC)
+    assert login.password not in repr(login)
+    assert login.password not in str(login)
+
+
+def test_the_default_cache_duration_applies_without_one_in_the_response(
+        issuer: RobotIssuer, tmp_path: Path) -> None:
+    clock = Clock()
+    source = _source(issuer, tmp_path, clock=clock, default_cache_duration="2m")
+    login = source.login("team-a", "test-provider", IMAGE)
+    assert login.expires == datetime.datetime.fromtimestamp(clock.now + 120, datetime.UTC)
+
+
+@pytest.mark.parametrize(("key_type", "other_image", "reused"), [
+    ("Image", IMAGE, True),
+    ("Image", "a.example/team-a/other:1", False),
+    ("Registry", "a.example/team-a/other:1", True),
+    ("Registry", "b.example/team-a/app:1", False),
+    ("Global", "b.example/team-a/app:1", True),
+])
+def test_responses_are_cached_by_their_cache_key_type(issuer: RobotIssuer, tmp_path: Path,
+                                                      key_type: str, other_image: str,
+                                                      reused: bool) -> None:
+    source = _source(issuer, tmp_path, args=["--cache-key-type", key_type,
+                                             "--auth-key", "*.example"])
+    first = source.login("team-a", "test-provider", IMAGE)
+    minted = issuer.server.minted
+    second = source.login("team-a", "test-provider", other_image)
+    assert (second.password == first.password) is reused
+    assert issuer.server.minted == minted + (0 if reused else 1)
+
+
+def test_a_cached_login_is_asked_for_again_after_80_percent_of_its_life(
+        issuer: RobotIssuer, tmp_path: Path) -> None:
+    clock = Clock()
+    source = _source(issuer, tmp_path, clock=clock)  # 60 s
+    first = source.login("a", "test-provider", IMAGE)
+    clock.now += 47
+    assert source.login("a", "test-provider", IMAGE).password == first.password
+    clock.now += 1  # 48 s: 80 %
+    renewed = source.login("a", "test-provider", IMAGE)
+    assert renewed.password != first.password
+    assert renewed.expires is not None
+    assert first.expires is not None
+    assert renewed.expires > first.expires
+
+
+def test_the_most_specific_auth_key_covering_the_image_is_used(issuer: RobotIssuer,
+                                                               tmp_path: Path) -> None:
+    source = _source(issuer, tmp_path, args=["--auth-key", "a.example/team-a"])
+    assert source.login("a", "test-provider", IMAGE).registry == "a.example/team-a"
+    with pytest.raises(ProviderError, match="no auth key covers image"):
+        source.login("a", "test-provider", "a.example/team-b/app:1")
+
+
+def test_the_request_carries_the_configured_api_version(issuer: RobotIssuer,
+                                                        tmp_path: Path) -> None:
+    """The plugin answers in the apiVersion it was asked in (v1beta1 here)."""
+    source = _source(issuer, tmp_path,
+                     api_version="credentialprovider.kubelet.k8s.io/v1beta1")
+    assert source.login("a", "test-provider", IMAGE).username == "robot-a"
+
+
+@pytest.mark.parametrize(("args", "provider", "message"), [
+    (["--api-version", "credentialprovider.kubelet.k8s.io/v1beta1"], {},
+     "plugin 'test-provider': apiVersion 'credentialprovider.kubelet.k8s.io/v1beta1' does not "
+     "match the configured credentialprovider.kubelet.k8s.io/v1"),
+    (["--fault", "exit"], {}, "plugin 'test-provider' failed with exit status 1"),
+    (["--fault", "malformed"], {}, "plugin 'test-provider' did not answer with JSON"),
+    ([], {"default_cache_duration": "0s"}, "the login has no lifetime"),
+    (["--cache-key-type", "Forever"], {}, "cacheKeyType 'Forever' is not one of"),
+    (["--cache-duration", "soon"], {}, "cacheDuration is not a duration"),
+])
+def test_plugin_failures_are_one_line_reasons(issuer: RobotIssuer, tmp_path: Path,
+                                              args: list[str], provider: dict[str, Any],
+                                              message: str) -> None:
+    source = _source(issuer, tmp_path, args=args, **provider)
+    with pytest.raises(ProviderError) as caught:
+        source.login("a", "test-provider", IMAGE)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_hanging_plugin_is_killed_at_the_timeout(issuer: RobotIssuer, tmp_path: Path,
+                                                   logged: list[logging.LogRecord]) -> None:
+    source = _source(issuer, tmp_path, args=["--fault", "hang"], timeout=1.0)
+    with pytest.raises(ProviderError, match="did not answer within 1 s and was killed"):
+        source.login("a", "test-provider", IMAGE)
+    assert said(logged) == ["test-credential-provider: hanging on purpose"]
+
+
+def test_a_plugin_writing_without_end_is_killed_at_the_output_limit(
+        issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord]) -> None:
+    source = _source(issuer, tmp_path, args=["--fault", "flood"])
+    with pytest.raises(ProviderError, match="wrote more than 1048576 bytes and was killed"):
+        source.login("a", "test-provider", IMAGE)
+    [stderr] = said(logged)
+    assert 0 < len(stderr) <= 8 << 10  # only the tail is kept
+
+
+def test_images_outside_match_images_and_unknown_providers(issuer: RobotIssuer,
+                                                           tmp_path: Path) -> None:
+    source = _source(issuer, tmp_path)
+    with pytest.raises(ProviderError, match="does not match provider 'test-provider'"):
+        source.login("a", "test-provider", "quay.io/team-a/app:1")
+    with pytest.raises(ProviderError, match=r"provider 'ecr' is not in the credential-provider "
+                                            r"config \(it has: test-provider\)"):
+        source.login("a", "ecr", IMAGE)
+
+
+def test_echoed_secrets_are_redacted_from_the_logged_stderr(
+        issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord]) -> None:
+    source = _source(issuer, tmp_path, args=["--fault", "echo"])
+    login = source.login("a", "test-provider", IMAGE)
+    # The provider's env values are redacted too (they may be secrets; here
+    # the robot's name is one of them).
+    assert said(logged) == ["debug: minted password [redacted] for [redacted]"]
+    for record in logged:
+        assert login.password not in record.getMessage() + repr(getattr(record, "fields", ""))

@@ -1,0 +1,307 @@
+"""Logins from the kubelet's credential-provider exec plugins.
+
+mirrorgate runs a plugin exactly as the kubelet does: the binary
+``<bin-dir>/<name>`` with the provider's ``args``, the environment plus the
+provider's ``env``, a ``CredentialProviderRequest`` for one image on standard
+input, and a ``CredentialProviderResponse`` expected on standard output, of
+the same ``apiVersion``. From the response it takes the login whose ``auth``
+key covers the image (the most specific one, as the kubelet's keyring
+tries them) and the lifetime: ``cacheDuration``, else the provider's
+``defaultCacheDuration``. Responses are cached by ``cacheKeyType``
+(``Image``, ``Registry`` or ``Global``), as the kubelet caches them, but a
+cached login is reused only in the first 80 % of its life, so that a refresh
+asks the plugin again.
+
+Bounded and quiet: a plugin that runs longer than the timeout, or writes more
+than 1 MiB, is killed (its whole session); only the last 8 KiB of its standard
+error are kept, and logged with every
+secret it might echo (the passwords it returned, the provider's ``env``
+values) replaced by ``[redacted]``. No password is in any message here.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import datetime
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from webhook.credentials.providerconfig import (
+    CredentialProvider,
+    CredentialProviderConfig,
+    image_matches,
+    parse_duration,
+)
+from webhook.credentials.store import Credential
+from webhook.logs import logger
+
+__all__ = ["REFRESH_AT", "ProviderError", "ProviderSource"]
+
+REFRESH_AT = 0.8
+"""The fraction of a login's lifetime after which it is asked for again."""
+_STDOUT_LIMIT = 1 << 20
+_STDERR_LIMIT = 8 << 10
+_CACHE_LIMIT = 1024
+_SECRETS_LIMIT = 256
+_CACHE_KEY_TYPES = ("Image", "Registry", "Global")
+# The environment of a plugin is mirrorgate's, as a plugin's is the kubelet's,
+# less what is mirrorgate's own secret.
+_PRIVATE_ENV = ("MIRRORGATE_STORE_KEY",)
+REDACTED = "[redacted]"
+
+
+class ProviderError(Exception):
+    """The plugin gave no usable login; the message says why in one line, with no secret."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Issued:
+    """One response: its logins by auth key, and when and for how long."""
+
+    logins: Mapping[str, tuple[str, str]] = dataclasses.field(repr=False)
+    issued: float
+    lifetime: float
+
+    def fresh(self, now: float) -> bool:
+        return now < self.issued + REFRESH_AT * self.lifetime
+
+    def login(self, credential: str, image: str) -> Credential | None:
+        """The login for ``image`` (the most specific key that covers it), or None."""
+        chosen = _most_specific(self.logins, image)
+        if chosen is None:
+            return None
+        username, password = self.logins[chosen]
+        issued = datetime.datetime.fromtimestamp(self.issued, datetime.UTC)
+        return Credential(name=credential, registry=chosen, username=username,
+                          password=password, issued=issued,
+                          expires=issued + datetime.timedelta(seconds=self.lifetime))
+
+
+def _registry_of(image: str) -> str:
+    return image.partition("/")[0]
+
+
+def _redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+class ProviderSource:
+    """Runs the configured plugins; thread-safe; one plugin run at a time per provider."""
+
+    def __init__(self, config: CredentialProviderConfig, bin_dir: str | Path, *,
+                 timeout: float = 10.0, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.bin_dir = Path(bin_dir)
+        self.timeout = timeout
+        self.clock = clock
+        self._cache: dict[tuple[str, str, str], _Issued] = {}
+        self._locks = {name: threading.Lock() for name in config.providers}
+        # What stderr must never show: recent passwords and the env values.
+        # Insertion-ordered and bounded: a refresh every hour for a year stays small.
+        self._secrets: dict[str, None] = {}
+
+    def __repr__(self) -> str:
+        return f"ProviderSource({sorted(self.config.providers)}, bin_dir={str(self.bin_dir)!r})"
+
+    def provider(self, name: str) -> CredentialProvider:
+        provider = self.config.providers.get(name)
+        if provider is None:
+            raise ProviderError(f"provider {name!r} is not in the credential-provider config "
+                                f"(it has: {', '.join(sorted(self.config.providers)) or 'none'})")
+        return provider
+
+    def login(self, credential: str, provider_name: str, image: str) -> Credential:
+        """A current login for ``image`` from the provider; its ``expires`` is set."""
+        provider = self.provider(provider_name)
+        if not provider.matches(image):
+            raise ProviderError(f"image {image!r} does not match provider {provider_name!r}'s "
+                                f"matchImages ({', '.join(provider.match_images)})")
+        with self._locks[provider_name]:
+            now = self.clock()
+            for key in self._cache_keys(provider_name, image):
+                cached = self._cache.get(key)
+                login = cached.login(credential, image) \
+                    if cached is not None and cached.fresh(now) else None
+                if login is not None:
+                    return login
+            login = self._run(provider, image, now).login(credential, image)
+            if login is None:
+                raise ProviderError(f"plugin {provider_name!r}: no auth key covers image "
+                                    f"{image!r}")
+            return login
+
+    @staticmethod
+    def _cache_keys(provider: str, image: str) -> list[tuple[str, str, str]]:
+        return [(provider, "Image", image), (provider, "Registry", _registry_of(image)),
+                (provider, "Global", "")]
+
+    def _run(self, provider: CredentialProvider, image: str, now: float) -> _Issued:
+        binary = self.bin_dir / provider.name
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise ProviderError(f"plugin {str(binary)!r} is not an executable file")
+        request = orjson.dumps({"apiVersion": provider.api_version,
+                                "kind": "CredentialProviderRequest", "image": image})
+        env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
+        env.update(provider.env)
+        for _, value in provider.env:
+            self._remember(value)
+        try:
+            process = subprocess.Popen([str(binary), *provider.args], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                       start_new_session=True)
+        except OSError as error:
+            raise ProviderError(f"plugin {provider.name!r} could not start: "
+                                f"{error.strerror}") from None
+        try:
+            stdout, stderr, failure = _exchange(process, request, self.timeout)
+        finally:
+            if process.poll() is None:
+                # The whole session: a plugin that is a script leaves no child
+                # behind holding the pipes open.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            for pipe in (process.stdin, process.stdout, process.stderr):
+                if pipe is not None:
+                    pipe.close()
+        try:
+            if failure == "timeout":
+                raise ProviderError(f"plugin {provider.name!r} did not answer within "
+                                    f"{self.timeout:g} s and was killed")
+            if failure == "too much":
+                raise ProviderError(f"plugin {provider.name!r} wrote more than "
+                                    f"{_STDOUT_LIMIT} bytes and was killed")
+            if process.returncode != 0:
+                raise ProviderError(f"plugin {provider.name!r} failed with exit status "
+                                    f"{process.returncode}")
+            issued = self._read(provider, image, stdout, now)
+        finally:
+            self._log_stderr(provider.name, stderr)
+        return issued
+
+    def _remember(self, secret: str) -> None:
+        self._secrets.pop(secret, None)
+        self._secrets[secret] = None
+        while len(self._secrets) > _SECRETS_LIMIT:
+            del self._secrets[next(iter(self._secrets))]
+
+    def _log_stderr(self, provider: str, stderr: bytes) -> None:
+        if not stderr.strip():
+            return
+        text = stderr.decode("utf-8", "replace").strip()
+        logger.info("credential provider said", extra={"fields": {
+            "provider": provider, "stderr": _redact(text, self._secrets)}})
+
+    def _read(self, provider: CredentialProvider, image: str, stdout: bytes,
+              now: float) -> _Issued:
+        where = f"plugin {provider.name!r}"
+        try:
+            response = orjson.loads(stdout)
+        except orjson.JSONDecodeError:
+            raise ProviderError(f"{where} did not answer with JSON") from None
+        if not isinstance(response, dict):
+            raise ProviderError(f"{where} did not answer with a JSON object")
+        if response.get("kind") != "CredentialProviderResponse":
+            raise ProviderError(f"{where}: kind is {str(response.get('kind'))[:60]!r}, not "
+                                "CredentialProviderResponse")
+        if response.get("apiVersion") != provider.api_version:
+            raise ProviderError(f"{where}: apiVersion {str(response.get('apiVersion'))[:60]!r} "
+                                f"does not match the configured {provider.api_version}")
+        key_type = response.get("cacheKeyType")
+        if key_type not in _CACHE_KEY_TYPES:
+            raise ProviderError(f"{where}: cacheKeyType {str(key_type)[:20]!r} is not one of "
+                                f"{', '.join(_CACHE_KEY_TYPES)}")
+        lifetime: float | None = provider.default_cache_duration
+        if response.get("cacheDuration") is not None:
+            lifetime = parse_duration(response["cacheDuration"])
+            if lifetime is None or lifetime < 0:
+                raise ProviderError(f"{where}: cacheDuration is not a duration")
+        if not lifetime:
+            # The kubelet would ask again at every pull; a pull secret must outlive that.
+            raise ProviderError(f"{where}: the login has no lifetime (cacheDuration and "
+                                "defaultCacheDuration are 0), so it cannot be kept in a Secret")
+        issued = _Issued(self._logins(response.get("auth"), where), now, lifetime)
+        key = {"Image": (provider.name, "Image", image),
+               "Registry": (provider.name, "Registry", _registry_of(image)),
+               "Global": (provider.name, "Global", "")}[key_type]
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = issued
+        return issued
+
+    def _logins(self, auth: object, where: str) -> dict[str, tuple[str, str]]:
+        if not isinstance(auth, dict) or not auth:
+            raise ProviderError(f"{where}: the response has no auth entries")
+        logins: dict[str, tuple[str, str]] = {}
+        for key, entry in auth.items():
+            if not isinstance(entry, dict):
+                raise ProviderError(f"{where}: auth[{str(key)[:80]!r}] is not an object")
+            username, password = entry.get("username"), entry.get("password")
+            if not (isinstance(username, str) and isinstance(password, str) and password):
+                raise ProviderError(f"{where}: auth[{str(key)[:80]!r}] has no username and "
+                                    "password")
+            self._remember(password)
+            self._remember(base64.b64encode(f"{username}:{password}".encode()).decode())
+            logins[key] = (username, password)
+        return logins
+
+
+def _exchange(process: subprocess.Popen[bytes], request: bytes,
+              timeout: float) -> tuple[bytes, bytes, str | None]:
+    """Send the request; read stdout (up to its limit) and the tail of stderr until both end.
+
+    Returns (stdout, stderr, failure): failure is "timeout" when the deadline
+    passed first, "too much" when stdout went over its limit, else None.
+    """
+    assert process.stdin is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(BrokenPipeError):  # a plugin may exit without reading
+        process.stdin.write(request)  # a few hundred bytes: the pipe takes them at once
+        process.stdin.close()
+    out, err = bytearray(), bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ, out)
+        selector.register(process.stderr, selectors.EVENT_READ, err)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bytes(out), bytes(err), "timeout"
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                key.data.extend(chunk)
+                if len(err) > _STDERR_LIMIT:
+                    del err[:-_STDERR_LIMIT]
+                if len(out) > _STDOUT_LIMIT:
+                    return bytes(out[:_STDOUT_LIMIT]), bytes(err), "too much"
+    try:
+        process.wait(max(deadline - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        return bytes(out), bytes(err), "timeout"
+    return bytes(out), bytes(err), None
+
+
+def _most_specific(logins: Mapping[str, Any], image: str) -> str | None:
+    # The kubelet's keyring tries keys in reverse lexical order: longer,
+    # more specific keys of one registry come first.
+    for key in sorted(logins, reverse=True):
+        if image_matches(key, image):
+            return key
+    return None
