@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from webhook import logs, tls
+from mirrorgate.webhook import logs, tls
 
 __all__ = ["create_app", "uvicorn_config"]
 

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-import policy
 from bench import pods, results
+from mirrorgate import policy
 
 RULE_COUNTS = (1, 10, 1000)
 POD_SIZES = (1, 5, 20)

@@ -37,11 +37,10 @@ from typing import Any
 
 import orjson
 
-import certs
-import policy
 from bench import floor_app, pods, server_bench
-from webhook import admission, logs, patch, review, server
-from webhook.admission import Decision
+from mirrorgate import certs, policy
+from mirrorgate.webhook import admission, logs, patch, review, server
+from mirrorgate.webhook.admission import Decision
 
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Message]],

@@ -64,9 +64,9 @@ from typing import Any, cast
 import orjson
 from kubernetes import client as k8s
 
-import policy
 from bench import pods, results, server_bench
 from bench.server_bench import HOST, Connection, Run, Server, http_request
+from mirrorgate import policy
 from tests.e2e import controlplane, dockerconfig
 from tests.e2e import mirrorgate as mg
 from tests.e2e.binaries import built_binary

@@ -45,8 +45,8 @@ from collections.abc import Sequence
 
 import orjson
 
-import certs
 from bench import pods, results
+from mirrorgate import certs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"  # loopback only, by design

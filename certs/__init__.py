@@ -5,9 +5,9 @@ Stands alone: only the standard library and ``cryptography``, nothing from
 use it without the server's dependencies.
 """
 
-from certs.authority import CLOCK_SKEW, CertificateAuthority, KeyPair
-from certs.bundle import generate_bundle
-from certs.files import (
+from mirrorgate.certs.authority import CLOCK_SKEW, CertificateAuthority, KeyPair
+from mirrorgate.certs.bundle import generate_bundle
+from mirrorgate.certs.files import (
     CA_CERT,
     CA_KEY,
     TLS_CERT,
@@ -17,8 +17,8 @@ from certs.files import (
     read_bundle,
     write_bundle,
 )
-from certs.names import service_dns_names, split_identities, validate_dns_name
-from certs.pem import ca_bundle_b64, certificate_expiry, subject_alternative_names
+from mirrorgate.certs.names import service_dns_names, split_identities, validate_dns_name
+from mirrorgate.certs.pem import ca_bundle_b64, certificate_expiry, subject_alternative_names
 
 __all__ = [
     "CA_CERT",

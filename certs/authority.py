@@ -34,9 +34,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from certs._clock import resolve_now, to_utc
-from certs.names import validate_dns_name
-from certs.pem import (
+from mirrorgate.certs._clock import resolve_now, to_utc
+from mirrorgate.certs.names import validate_dns_name
+from mirrorgate.certs.pem import (
     SigningKey,
     encode_certificate,
     encode_private_key,

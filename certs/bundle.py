@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from certs._clock import resolve_now
-from certs.authority import CertificateAuthority, KeyPair
-from certs.files import CA_CERT, CA_KEY, write_bundle
-from certs.names import service_dns_names
-from certs.pem import certificate_expiry
+from mirrorgate.certs._clock import resolve_now
+from mirrorgate.certs.authority import CertificateAuthority, KeyPair
+from mirrorgate.certs.files import CA_CERT, CA_KEY, write_bundle
+from mirrorgate.certs.names import service_dns_names
+from mirrorgate.certs.pem import certificate_expiry
 
 __all__ = ["generate_bundle"]
 

@@ -27,7 +27,12 @@ import secrets
 from pathlib import Path
 from typing import Final
 
-from certs.pem import load_certificate, load_certificates, load_private_key, public_keys_match
+from mirrorgate.certs.pem import (
+    load_certificate,
+    load_certificates,
+    load_private_key,
+    public_keys_match,
+)
 
 __all__ = ["CA_CERT", "CA_KEY", "TLS_CERT", "TLS_KEY", "atomic_write", "fsync_directory",
            "read_bundle", "write_bundle"]

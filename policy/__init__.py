@@ -4,10 +4,16 @@ Values in, values out: nothing here reads files, the environment, the clock
 or the network (an import-linter contract in pyproject.toml checks it).
 """
 
-from policy.decision import OUTCOMES, ImageDecision, PodExemption, decide_image, exempt_pod
-from policy.health import HEALTHY, Health, HealthSettings
-from policy.matching import Outcome, Resolution
-from policy.model import (
+from mirrorgate.policy.decision import (
+    OUTCOMES,
+    ImageDecision,
+    PodExemption,
+    decide_image,
+    exempt_pod,
+)
+from mirrorgate.policy.health import HEALTHY, Health, HealthSettings
+from mirrorgate.policy.matching import Outcome, Resolution
+from mirrorgate.policy.model import (
     CredentialGrant,
     FieldError,
     Mode,
@@ -16,7 +22,7 @@ from policy.model import (
     PolicyError,
     load,
 )
-from policy.planner import (
+from mirrorgate.policy.planner import (
     CONTAINER_FIELDS,
     MIRROR_POD_ANNOTATION,
     ORIGINAL_IMAGES_ANNOTATION,
@@ -31,9 +37,14 @@ from policy.planner import (
     plan,
     pull_secret_name,
 )
-from policy.quoting import prefix, quote
-from policy.reference import ImageReference, InvalidReferenceError, parse, parse_normalized
-from policy.rules import Mirror, MirrorRule, Source
+from mirrorgate.policy.quoting import prefix, quote
+from mirrorgate.policy.reference import (
+    ImageReference,
+    InvalidReferenceError,
+    parse,
+    parse_normalized,
+)
+from mirrorgate.policy.rules import Mirror, MirrorRule, Source
 
 __all__ = [
     "CONTAINER_FIELDS",

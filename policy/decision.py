@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
-from policy.matching import Resolution
-from policy.model import Policy
-from policy.quoting import quote
+from mirrorgate.policy.matching import Resolution
+from mirrorgate.policy.model import Policy
+from mirrorgate.policy.quoting import quote
 
 __all__ = [
     "MIRROR_POD_ANNOTATION",

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from policy.rules import MirrorRule
+from mirrorgate.policy.rules import MirrorRule
 
 __all__ = ["DEFAULT_HEALTH_SETTINGS", "HEALTHY", "Health", "HealthSettings", "parse_duration"]
 

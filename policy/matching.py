@@ -19,8 +19,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Literal
 
-from policy import reference
-from policy.rules import MirrorRule
+from mirrorgate.policy import reference
+from mirrorgate.policy.rules import MirrorRule
 
 __all__ = ["DOCKER_HUB_ALIASES", "Outcome", "Resolution", "RuleIndex", "rewritten_name"]
 

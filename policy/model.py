@@ -19,10 +19,10 @@ import re
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Generic, Literal, TypeVar, cast
 
-from policy import matching, reference
-from policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings, parse_duration
-from policy.quoting import quote
-from policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Source
+from mirrorgate.policy import matching, reference
+from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings, parse_duration
+from mirrorgate.policy.quoting import quote
+from mirrorgate.policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Source
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",

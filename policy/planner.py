@@ -17,17 +17,17 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Literal, NamedTuple, cast
 
-from policy import reference
-from policy.decision import (
+from mirrorgate.policy import reference
+from mirrorgate.policy.decision import (
     MIRROR_POD_ANNOTATION,
     SKIP_LABEL,
     Outcome,
     decide_image,
     exempt_pod,
 )
-from policy.health import HEALTHY, Health
-from policy.model import ENTRY_OVERHEAD, Policy
-from policy.quoting import quote
+from mirrorgate.policy.health import HEALTHY, Health
+from mirrorgate.policy.model import ENTRY_OVERHEAD, Policy
+from mirrorgate.policy.quoting import quote
 
 __all__ = [
     "CONTAINER_FIELDS",

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from policy.quoting import quote
+from mirrorgate.policy.quoting import quote
 
 __all__ = [
     "DEFAULT_DOMAIN",

@@ -16,12 +16,12 @@ import httpx
 import pytest
 import yaml
 
-import policy
 from bench import figures, results
-from certs import CertificateAuthority
-from policy import model
+from mirrorgate import policy
+from mirrorgate.certs import CertificateAuthority
+from mirrorgate.policy import model
+from mirrorgate.webhook import cli
 from tests.webhook.serving import client_context, serve
-from webhook import cli
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 README = (REPOSITORY / "README.md").read_text()

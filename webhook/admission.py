@@ -14,9 +14,9 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 import orjson
 
-import policy
-from webhook import patch, review
-from webhook.review import BadReview
+from mirrorgate import policy
+from mirrorgate.webhook import patch, review
+from mirrorgate.webhook.review import BadReview
 
 __all__ = ["Decision", "PullSecrets", "admit"]
 

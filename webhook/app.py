@@ -20,13 +20,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-import policy
-from policy import HEALTHY, Health
-from webhook import admission, logs, review
-from webhook.logs import logger
-from webhook.metrics import Metrics
-from webhook.policyfile import LoadedPolicy
-from webhook.version import VERSION
+from mirrorgate import policy
+from mirrorgate.policy import HEALTHY, Health
+from mirrorgate.webhook import admission, logs, review
+from mirrorgate.webhook.logs import logger
+from mirrorgate.webhook.metrics import Metrics
+from mirrorgate.webhook.policyfile import LoadedPolicy
+from mirrorgate.webhook.version import VERSION
 
 __all__ = ["MAX_BODY_BYTES", "Runtime", "create_app"]
 

@@ -93,12 +93,12 @@ import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TextIO, cast
 
-import policy
-from webhook import policyfile
-from webhook.policyfile import ConfigError
+from mirrorgate import policy
+from mirrorgate.webhook import policyfile
+from mirrorgate.webhook.policyfile import ConfigError
 
 if TYPE_CHECKING:
-    from webhook.kube import Kube, KubeError
+    from mirrorgate.webhook.kube import Kube, KubeError
 
 __all__ = ["JSON_VERSION", "OUTCOMES", "UNMIRRORED", "Report", "add_parser", "audit", "run"]
 
@@ -408,7 +408,7 @@ def _labels(item: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _cluster_namespaces(kube: Kube) -> dict[str, dict[str, str] | None]:
-    from webhook import kube as kubeapi
+    from mirrorgate.webhook import kube as kubeapi
 
     items, _ = kube.list(kubeapi.namespaces_path(), limit=PAGE_SIZE)
     return {item["metadata"]["name"]: _labels(item) for item in items}
@@ -417,7 +417,7 @@ def _cluster_namespaces(kube: Kube) -> dict[str, dict[str, str] | None]:
 def _named_namespaces(kube: Kube, names: Sequence[str],
                       err: TextIO) -> dict[str, dict[str, str] | None]:
     """Each namespace's labels; one the user may not ``get`` is reported as unknown."""
-    from webhook import kube as kubeapi
+    from mirrorgate.webhook import kube as kubeapi
 
     found: dict[str, dict[str, str] | None] = {}
     for name in names:
@@ -435,7 +435,7 @@ def _named_namespaces(kube: Kube, names: Sequence[str],
 
 
 def _explain(error: KubeError, verb: str, resource: str, where: str) -> ConfigError:
-    from webhook import kube as kubeapi
+    from mirrorgate.webhook import kube as kubeapi
 
     if isinstance(error, kubeapi.Forbidden):
         return ConfigError(f"not allowed to {verb} {resource} {where}: {error.message} "
@@ -449,7 +449,7 @@ def _explain(error: KubeError, verb: str, resource: str, where: str) -> ConfigEr
 def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
           policy_path: str, err: TextIO, fail_on: str | None = None) -> Report:
     """List the Pods (of ``namespaces``, or all) and judge every image."""
-    from webhook import kube as kubeapi
+    from mirrorgate.webhook import kube as kubeapi
 
     report = Report(policy_path=policy_path, scope=namespaces, namespaces={}, fail_on=fail_on)
     progress = Progress(err)
@@ -475,7 +475,7 @@ def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
 
 def add_health(report: Report, rules: policy.Policy) -> None:
     """Probe, once each, the mirrors of the planned rewrites; note their health beside them."""
-    from webhook import health
+    from mirrorgate.webhook import health
 
     by_label = {rule.label: rule for rule in rules.rules}
     tallies = [t for ns in report.namespaces.values() for t in ns.images.values()
@@ -489,7 +489,7 @@ def add_health(report: Report, rules: policy.Policy) -> None:
 
 def _add_pods(report: Report, kube: Kube, path: str, scope: str, rules: policy.Policy,
               progress: Progress) -> None:
-    from webhook import kube as kubeapi
+    from mirrorgate.webhook import kube as kubeapi
 
     try:
         for page in _pod_pages(kube, path):
@@ -515,7 +515,7 @@ def _namespace(report: Report, name: str, rules: policy.Policy) -> NamespaceRepo
 # --- the command -----------------------------------------------------------
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from webhook import kube as kubeapi
+    from mirrorgate.webhook import kube as kubeapi
 
     rules = policyfile.read_policy(args.policy).policy
     try:

@@ -18,11 +18,11 @@ from typing import Any, TextIO
 
 import yaml
 
-from webhook import offline, policyfile
-from webhook.credentials.store import StoreError
-from webhook.limits import Limits
-from webhook.policyfile import ConfigError
-from webhook.version import VERSION
+from mirrorgate.webhook import offline, policyfile
+from mirrorgate.webhook.credentials.store import StoreError
+from mirrorgate.webhook.limits import Limits
+from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.version import VERSION
 
 __all__ = ["main"]
 
@@ -104,8 +104,8 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
           file=out)
     if args.store_file is None:
         return EXIT_OK
-    from webhook import health
-    from webhook.credentials import filestore
+    from mirrorgate.webhook import health
+    from mirrorgate.webhook.credentials import filestore
 
     problems = health.credential_problems(
         rules, filestore.read_store(args.store_file, _store_key(args)).credentials)
@@ -116,7 +116,7 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from webhook import server  # uvicorn and the app load only for this command
+    from mirrorgate.webhook import server  # uvicorn and the app load only for this command
 
     server.serve(server.Settings(
         policy=args.policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host,
@@ -142,15 +142,15 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _store_key(args: argparse.Namespace) -> bytes:
     import os
 
-    from webhook.credentials import filestore
+    from mirrorgate.webhook.credentials import filestore
 
     return filestore.load_key(key_file=args.key_file, environ=os.environ)
 
 
 def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from policy.model import CREDENTIAL_NAME_RE, mirror_problem
-    from webhook.credentials import filestore
-    from webhook.credentials.store import Credential
+    from mirrorgate.policy.model import CREDENTIAL_NAME_RE, mirror_problem
+    from mirrorgate.webhook.credentials import filestore
+    from mirrorgate.webhook.credentials.store import Credential
 
     if not CREDENTIAL_NAME_RE.fullmatch(args.name):
         raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
@@ -181,7 +181,7 @@ def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
 
 
 def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from webhook.credentials import filestore
+    from mirrorgate.webhook.credentials import filestore
 
     entries = filestore.read_store(args.store_file, _store_key(args)).credentials
     print(f"{'NAME':<24} {'REGISTRY':<40} USERNAME", file=out)
@@ -191,7 +191,7 @@ def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
 
 
 def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from webhook.credentials import filestore
+    from mirrorgate.webhook.credentials import filestore
 
     key = _store_key(args)
     contents = filestore.read_store(args.store_file, key)
@@ -205,8 +205,8 @@ def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -
 
 
 def cmd_credentials_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from webhook import kube
-    from webhook.credentials import check
+    from mirrorgate.webhook import kube
+    from mirrorgate.webhook.credentials import check
 
     rules = policyfile.read_policy(args.policy).policy if args.policy else None
     sources = check.Sources(
@@ -228,7 +228,7 @@ def cmd_credentials_check(args: argparse.Namespace, out: TextIO, err: TextIO) ->
 def cmd_credentials_generate_key(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
 
-    from webhook.credentials import filestore
+    from mirrorgate.webhook.credentials import filestore
 
     key = filestore.generate_key()
     if args.out == "-":
@@ -248,8 +248,7 @@ def cmd_credentials_generate_key(args: argparse.Namespace, out: TextIO, err: Tex
 
 
 def cmd_certs_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import certs
-
+    from mirrorgate import certs
     directory = pathlib.Path(args.out)
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"certs generate: --out {args.out} is not a directory; --out names "
@@ -271,8 +270,8 @@ def cmd_certs_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
 
 
 def cmd_certs_inject(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import certs
-    from webhook import kube
+    from mirrorgate import certs
+    from mirrorgate.webhook import kube
 
     try:
         ca_pem = pathlib.Path(args.ca).read_bytes()
@@ -543,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument("--kubeconfig", metavar="FILE")
     inject.add_argument("--context")
     inject.set_defaults(run=cmd_certs_inject)
-    from webhook import audit, export  # commands kept in their own modules
+    from mirrorgate.webhook import audit, export  # commands kept in their own modules
 
     audit.add_parser(commands, _Parser)
     export.add_parser(commands, _Parser)

@@ -40,8 +40,8 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from webhook.limits import Limits
-from webhook.policyfile import ConfigError
+from mirrorgate.webhook.limits import Limits
+from mirrorgate.webhook.policyfile import ConfigError
 
 __all__ = ["ConnectionTable", "LimitedHttpProtocol", "TlsAcceptor", "protocol_factory",
            "raise_file_limit"]

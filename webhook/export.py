@@ -66,9 +66,9 @@ import tempfile
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-import policy
-from webhook import policyfile
-from webhook.policyfile import ConfigError
+from mirrorgate import policy
+from mirrorgate.webhook import policyfile
+from mirrorgate.webhook.policyfile import ConfigError
 
 __all__ = ["Export", "add_parser", "containerd", "cri_o"]
 

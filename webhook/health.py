@@ -24,11 +24,11 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 
-import policy
-from webhook import probes
-from webhook.credentials.store import Credential
-from webhook.logs import logger
-from webhook.metrics import Metrics
+from mirrorgate import policy
+from mirrorgate.webhook import probes
+from mirrorgate.webhook.credentials.store import Credential
+from mirrorgate.webhook.logs import logger
+from mirrorgate.webhook.metrics import Metrics
 
 __all__ = ["HealthMonitor", "credential_problems", "probe_mirrors"]
 

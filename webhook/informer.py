@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from webhook import kube
-from webhook.logs import logger
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.logs import logger
 
 __all__ = ["Informer", "Key"]
 

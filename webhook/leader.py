@@ -14,8 +14,8 @@ import socket
 import threading
 from typing import Any
 
-from webhook import kube
-from webhook.logs import logger
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.logs import logger
 
 __all__ = ["LeaderElector"]
 

@@ -20,8 +20,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from webhook.admission import Decision
-from webhook.version import VERSION
+from mirrorgate.webhook.admission import Decision
+from mirrorgate.webhook.version import VERSION
 
 __all__ = ["Metrics"]
 

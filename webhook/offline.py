@@ -16,9 +16,9 @@ from typing import Any
 import jsonpatch
 import yaml
 
-import policy
-from webhook import patch
-from webhook.policyfile import ConfigError
+from mirrorgate import policy
+from mirrorgate.webhook import patch
+from mirrorgate.webhook.policyfile import ConfigError
 
 __all__ = ["TEMPLATE_PATHS", "NothingToRewrite", "explain_image", "load_documents", "pod_of",
            "rewrite_documents"]

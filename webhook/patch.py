@@ -14,8 +14,8 @@ from typing import Any, Literal, TypedDict, TypeGuard
 
 import orjson
 
-import policy
-from policy.model import ENTRY_OVERHEAD, MEMO_ENTRIES, Memo
+from mirrorgate import policy
+from mirrorgate.policy.model import ENTRY_OVERHEAD, MEMO_ENTRIES, Memo
 
 __all__ = ["Operation", "annotation_value", "build_patch", "encoded_patch", "escape"]
 

@@ -8,7 +8,7 @@ import pathlib
 
 import yaml
 
-import policy
+from mirrorgate import policy
 
 __all__ = ["ConfigError", "LoadedPolicy", "read_policy"]
 

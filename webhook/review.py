@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple, TypedDict
 
 import orjson
 
-from policy import quote
+from mirrorgate.policy import quote
 
 __all__ = [
     "AdmissionRequest",

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import certs
-from webhook import kube
-from webhook.logs import logger
+from mirrorgate import certs
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.logs import logger
 
 __all__ = ["SelfManagedCertificates"]
 

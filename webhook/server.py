@@ -17,9 +17,8 @@ from typing import NoReturn
 import uvicorn
 from starlette.applications import Starlette
 
-import certs
-import policy
-from webhook import (
+from mirrorgate import certs, policy
+from mirrorgate.webhook import (
     admission,
     app,
     connections,
@@ -32,7 +31,7 @@ from webhook import (
     tls,
     watch,
 )
-from webhook.credentials import (
+from mirrorgate.webhook.credentials import (
     filestore,
     fingerprints,
     kubestore,
@@ -41,13 +40,13 @@ from webhook.credentials import (
     pullsecrets,
     scoped,
 )
-from webhook.credentials import refresher as refresher_
-from webhook.credentials import store as credentials
-from webhook.credentials.records import Records
-from webhook.limits import Limits
-from webhook.logs import logger
-from webhook.optin import NamespaceOptIn
-from webhook.version import VERSION
+from mirrorgate.webhook.credentials import refresher as refresher_
+from mirrorgate.webhook.credentials import store as credentials
+from mirrorgate.webhook.credentials.records import Records
+from mirrorgate.webhook.limits import Limits
+from mirrorgate.webhook.logs import logger
+from mirrorgate.webhook.optin import NamespaceOptIn
+from mirrorgate.webhook.version import VERSION
 
 __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import ssl
 
-from webhook.policyfile import ConfigError
+from mirrorgate.webhook.policyfile import ConfigError
 
 __all__ = ["CertificateReloader", "server_context"]
 

@@ -13,7 +13,7 @@ import hashlib
 import os
 from collections.abc import Callable, Sequence
 
-from webhook.logs import logger
+from mirrorgate.webhook.logs import logger
 
 __all__ = ["FileWatcher", "fingerprint"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from certs import CertificateAuthority
+from mirrorgate.certs import CertificateAuthority
 
 
 @pytest.fixture(scope="module")

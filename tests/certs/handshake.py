@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from certs import KeyPair
+from mirrorgate.certs import KeyPair
 
 _TIMEOUT = 5.0
 _PAYLOAD = b"ping"

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from certs import CLOCK_SKEW, CertificateAuthority, KeyPair, service_dns_names
+from mirrorgate.certs import CLOCK_SKEW, CertificateAuthority, KeyPair, service_dns_names
 
 _E = TypeVar("_E", bound=x509.ExtensionType)
 

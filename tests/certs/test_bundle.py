@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from certs import CertificateAuthority, generate_bundle, read_bundle
+from mirrorgate.certs import CertificateAuthority, generate_bundle, read_bundle
 from tests.certs.handshake import handshake
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from certs import CertificateAuthority, KeyPair, read_bundle, write_bundle
+from mirrorgate.certs import CertificateAuthority, KeyPair, read_bundle, write_bundle
 
 ALL_FILES = {"ca.crt", "ca.key", "tls.crt", "tls.key"}
 

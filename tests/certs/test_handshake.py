@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from certs import CertificateAuthority, KeyPair, service_dns_names
+from mirrorgate.certs import CertificateAuthority, KeyPair, service_dns_names
 from tests.certs.handshake import handshake
 
 NAMES = service_dns_names(service="mirrorgate", namespace="mirrorgate-system")

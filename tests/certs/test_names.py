@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from certs import service_dns_names, split_identities, validate_dns_name
+from mirrorgate.certs import service_dns_names, split_identities, validate_dns_name
 
 
 def test_service_dns_names_default_domain() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, timedelta
 
 import pytest
 
-from certs import CertificateAuthority, ca_bundle_b64, certificate_expiry
+from mirrorgate.certs import CertificateAuthority, ca_bundle_b64, certificate_expiry
 
 
 def test_ca_bundle_b64_decodes_back_to_pem_exactly(ca: CertificateAuthority) -> None:

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from kubernetes import client as k8s
 
-from certs.authority import CertificateAuthority, KeyPair
+from mirrorgate.certs.authority import CertificateAuthority, KeyPair
 from tests.e2e.binaries import built_binary
 from tests.e2e.procs import ManagedProcess, free_port, stop_all, wait_until
 

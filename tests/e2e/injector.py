@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-import certs
+from mirrorgate import certs
 from tests.e2e.procs import free_port
 
 SIDECAR_IMAGE = "busybox:1.36"

@@ -1,6 +1,6 @@
 """mirrorgate itself in the end-to-end suite: the real server process, registered for real.
 
-The server runs as ``python -m webhook.cli serve`` against the real API server
+The server runs as ``python -m mirrorgate.webhook.cli serve`` against the real API server
 with the identity of its ServiceAccount (a client certificate for
 ``system:serviceaccount:mirrorgate:mirrorgate``), so the RBAC from
 ``manifests/base`` is what it gets. The MutatingWebhookConfiguration is the
@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import ssl
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,7 +24,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
-import certs
+from mirrorgate import certs
+from tests.commands import MIRRORGATE
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.procs import ManagedProcess, free_port, wait_until
 
@@ -116,7 +116,7 @@ def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
     policy_path = workdir / "policy.yaml"
     policy_path.write_text(policy)
     port = free_port()
-    argv = [sys.executable, "-m", "webhook.cli", "serve", "--policy", str(policy_path),
+    argv = [*MIRRORGATE, "serve", "--policy", str(policy_path),
             *tls_args, "--host", "127.0.0.1", "--port", str(port), "--reload-interval", "0.2",
             "--kubeconfig", str(kubeconfig or plane.kubeconfig_for(user, groups)),
             "--namespace", NAMESPACE, *([] if health_probes else ["--no-health-probes"]), *args]

@@ -41,7 +41,7 @@ from pathlib import Path
 import httpx
 from kubernetes import client as k8s
 
-from certs.authority import CertificateAuthority
+from mirrorgate.certs.authority import CertificateAuthority
 from tests.e2e.binaries import MissingBinaryError, built_binary
 from tests.e2e.controlplane import ControlPlane, start_control_plane
 from tests.e2e.nodehost import BRIDGE, HostState, machine_lock

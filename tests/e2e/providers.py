@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from certs.authority import CertificateAuthority
+from mirrorgate.certs.authority import CertificateAuthority
 from tests.e2e import plugins
 from tests.e2e.token_server import Robot, TokenServer, TokenSigner
 

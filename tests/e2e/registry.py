@@ -24,7 +24,7 @@ from typing import Any
 import bcrypt
 import httpx
 
-from certs.authority import CertificateAuthority
+from mirrorgate.certs.authority import CertificateAuthority
 from tests.e2e import dockerconfig
 from tests.e2e.binaries import docker_registry
 from tests.e2e.dockerconfig import Credentials

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import ssl
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,12 @@ from typing import Any
 import httpx
 import orjson
 
-import certs
+from mirrorgate import certs
+from mirrorgate.webhook.credentials import filestore
+from mirrorgate.webhook.credentials.store import Credential
+from tests.commands import MIRRORGATE
 from tests.e2e.procs import ManagedProcess, free_port, wait_until
 from tests.webhook import reviews, scrape
-from webhook.credentials import filestore
-from webhook.credentials.store import Credential
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -99,7 +99,7 @@ def start_standalone(workdir: Path, *, policy: str, args: Sequence[str] = (),
     policy_path = workdir / "policy.yaml"
     policy_path.write_text(policy)
     port = free_port()
-    argv = [sys.executable, "-m", "webhook.cli", "serve", "--policy", str(policy_path),
+    argv = [*MIRRORGATE, "serve", "--policy", str(policy_path),
             "--tls-cert", str(workdir / "tls" / certs.TLS_CERT),
             "--tls-key", str(workdir / "tls" / certs.TLS_KEY),
             "--host", "127.0.0.1", "--port", str(port), "--reload-interval", "0.2", *args]

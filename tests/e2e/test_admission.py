@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-import policy
+from mirrorgate import policy
 from tests.e2e.conftest import CREDENTIAL, DOCKERHUB_MIRROR, Installed, MakeNamespace
 from tests.e2e.kube import warning_messages
 

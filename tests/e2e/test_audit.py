@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from mirrorgate.webhook import cli
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.kube import create_namespace
-from webhook import cli
 
 pytestmark = pytest.mark.e2e
 

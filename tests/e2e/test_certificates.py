@@ -9,7 +9,6 @@ import secrets
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +16,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-import certs
+from mirrorgate import certs
+from tests.commands import MIRRORGATE
 from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy
 from tests.e2e.procs import wait_until
@@ -214,7 +214,7 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
         mg.register(api, configuration, installed.server, name=name)
         try:
             result = subprocess.run(
-                [sys.executable, "-m", "webhook.cli", "certs", "inject", "--webhook-config", name,
+                [*MIRRORGATE, "certs", "inject", "--webhook-config", name,
                  "--ca", str(tmp_path / "ca.crt"), "--kubeconfig", str(plane.kubeconfig)],
                 capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
             assert result.returncode == 0, result.stderr
@@ -223,7 +223,7 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
             # A file that is not a PEM certificate is refused, naming it, and changes nothing.
             (tmp_path / "bad.crt").write_text("not a certificate")
             refused = subprocess.run(
-                [sys.executable, "-m", "webhook.cli", "certs", "inject", "--webhook-config", name,
+                [*MIRRORGATE, "certs", "inject", "--webhook-config", name,
                  "--ca", str(tmp_path / "bad.crt"), "--kubeconfig", str(plane.kubeconfig)],
                 capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
             assert refused.returncode == 2

@@ -23,7 +23,6 @@ import datetime
 import json
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from tests.commands import MIRRORGATE
 from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import DOCKERHUB_MIRROR, Installed
 from tests.e2e.dockerconfig import credentials_for
@@ -345,7 +345,7 @@ def _check(setup: Setup, *args: str) -> subprocess.CompletedProcess[str]:
     kubeconfig = setup.installed.control_plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER,
                                                               mg.SERVICE_ACCOUNT_GROUPS)
     return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "credentials", "check", *args,
+        [*MIRRORGATE, "credentials", "check", *args,
          "--kubeconfig", str(kubeconfig), "--namespace", setup.own_namespace],
         capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import policy
+from mirrorgate import policy
 
 pytestmark = pytest.mark.e2e
 

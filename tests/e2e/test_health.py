@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-import policy
+from mirrorgate import policy
+from mirrorgate.webhook import cli
 from tests.e2e import mirrorgate as mg
 from tests.e2e import nodepods
 from tests.e2e.conftest import Installed, central_credential
@@ -45,7 +46,6 @@ from tests.e2e.nodepods import Workload, push_workload
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import RegistryStack, set_mirror_password, start_mirror, stop_mirror
 from tests.e2e.test_node import by_node, manifest_statuses
-from webhook import cli
 
 pytestmark = pytest.mark.e2e
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from mirrorgate.webhook import probes
+from mirrorgate.webhook.credentials.store import Credential
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import (
     RegistryStack,
@@ -27,8 +29,6 @@ from tests.e2e.registry import (
     stop_mirror,
 )
 from tests.e2e.standalone import Standalone, start_standalone, write_store
-from webhook import probes
-from webhook.credentials.store import Credential
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 from kubernetes import dynamic
 from kubernetes.dynamic.resource import ResourceList
 
-import certs
+from mirrorgate import certs
 from tests.e2e import helm as h
 from tests.e2e import mirrorgate as mg
 from tests.e2e.controlplane import ControlPlane

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-import policy
+from mirrorgate import policy
 from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import CREDENTIAL, RECONCILE_INTERVAL, Installed, MakeNamespace
 from tests.e2e.fixtures_secrets import (

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from certs import CertificateAuthority
+from mirrorgate.certs import CertificateAuthority
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import RegistryStack
 from tests.e2e.standalone import start_standalone, write_store

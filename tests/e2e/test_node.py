@@ -13,7 +13,6 @@ import contextlib
 import os
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-import policy
+from mirrorgate import policy
+from tests.commands import MIRRORGATE
 from tests.e2e import nodepods
 from tests.e2e.conftest import (
     CREDENTIAL,
@@ -89,7 +89,7 @@ def exported_hosts_toml(node: Node, tmp_path: Path) -> Iterator[str]:
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(node_policy(registry))
     out = tmp_path / "export"
-    subprocess.run([sys.executable, "-m", "webhook.cli", "export", "containerd", "--policy",
+    subprocess.run([*MIRRORGATE, "export", "containerd", "--policy",
                     str(policy_file), "--out", str(out)], check=True, cwd=REPO,
                    capture_output=True, timeout=60)
     exported = (out / registry.upstream_host / "hosts.toml").read_text()

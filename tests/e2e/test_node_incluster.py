@@ -41,7 +41,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import dynamic
 
-import policy
+from mirrorgate import policy
 from tests.e2e import mirrorgate as mg
 from tests.e2e import nodepods
 from tests.e2e.conftest import (

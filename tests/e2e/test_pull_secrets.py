@@ -17,7 +17,6 @@ import contextlib
 import json
 import secrets
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,7 +27,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-import policy
+from mirrorgate import policy
+from tests.commands import MIRRORGATE
 from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import (
     CREDENTIAL,
@@ -787,7 +787,7 @@ def test_leader_releases_the_lease_on_shutdown(
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "webhook.cli", *args], input=stdin,
+    return subprocess.run([*MIRRORGATE, *args], input=stdin,
                           capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
 
 

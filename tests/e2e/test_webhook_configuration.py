@@ -14,13 +14,13 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import dynamic
 
-import policy
+from mirrorgate import policy
+from mirrorgate.webhook import patch
 from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy
 from tests.e2e.injector import SIDECAR_IMAGE, running_injector
 from tests.e2e.procs import wait_until
 from tests.e2e.test_admission import create, pod
-from webhook import patch
 
 pytestmark = pytest.mark.e2e
 

@@ -113,7 +113,10 @@ def test_build_context_is_only_what_the_image_needs(tmp_path: Path) -> None:
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True,
                              capture_output=True, text=True).stdout.split("\0")
     for rel in filter(None, tracked):
-        if (REPO_ROOT / rel).is_file():
+        if (REPO_ROOT / rel).is_symlink():  # mirrorgate/policy -> ../policy and its kin
+            (context / rel).parent.mkdir(parents=True, exist_ok=True)
+            (context / rel).symlink_to((REPO_ROOT / rel).readlink())
+        elif (REPO_ROOT / rel).is_file():
             (context / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO_ROOT / rel, context / rel)
     planted = [".venv/bin/python", "dev-certs/ca.key", "dev-certs/tls.crt", "tls.key",
@@ -136,7 +139,8 @@ def test_build_context_is_only_what_the_image_needs(tmp_path: Path) -> None:
     expected = {"pyproject.toml", "README.md", "LICENSE", "tools/build_backend.py",
                 "image/requirements.lock"} | {
         rel for rel in tracked
-        if rel.endswith(".py") and rel.split("/")[0] in ("policy", "webhook", "certs")}
+        if rel.endswith(".py") and rel.split("/")[0] in ("policy", "webhook", "certs", "mirrorgate")
+        and not (REPO_ROOT / rel).is_symlink()}
     assert sent == expected
     assert not sent.intersection(planted)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-import policy
+from mirrorgate import policy
 
 # --- image references ------------------------------------------------------
 

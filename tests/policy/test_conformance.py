@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from policy import reference
+from mirrorgate.policy import reference
 
 CORPUS_DIR = pathlib.Path(
     os.environ.get("MIRRORGATE_CONFORMANCE_DIR",
@@ -68,7 +68,7 @@ def test_agrees_with_distribution_reference(capsys: pytest.CaptureFixture[str]) 
     """Every unflagged Parse/ParseNormalizedNamed case agrees with the Go package."""
     runner = _load_runner()
     runner.adapter = _adapter(runner)  # type: ignore[attr-defined]  # the hook we plug into
-    status = runner.main(["policy.reference:parse", "--api", APIS,
+    status = runner.main(["mirrorgate.policy.reference:parse", "--api", APIS,
                           "--cases", str(CORPUS_DIR / "reference_cases.json"), "-v"])
     out = capsys.readouterr()
     assert status == 0, out.out + out.err

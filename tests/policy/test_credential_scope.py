@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import policy
-from policy.rules import Mirror
+from mirrorgate import policy
+from mirrorgate.policy.rules import Mirror
 
 HOST = "harbor.corp.example"
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import policy
-from policy.health import Health, HealthSettings, parse_duration
+from mirrorgate import policy
+from mirrorgate.policy.health import Health, HealthSettings, parse_duration
 from tests.policy import strategies
 
 HUB = "harbor.corp.example/dockerhub-proxy"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import policy
-from policy import matching, reference
-from policy.rules import Mirror, MirrorRule, Source
+from mirrorgate import policy
+from mirrorgate.policy import matching, reference
+from mirrorgate.policy.rules import Mirror, MirrorRule, Source
 
 SHA256 = "sha256:" + "0123456789abcdef" * 4
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
-import policy
-from policy import model
-from policy.rules import Mirror, MirrorRule, Source
+from mirrorgate import policy
+from mirrorgate.policy import model
+from mirrorgate.policy.rules import Mirror, MirrorRule, Source
 
 ISSUE_EXAMPLE = """
 mode: enforce

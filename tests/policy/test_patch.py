@@ -9,8 +9,8 @@ import jsonpatch
 import orjson
 import pytest
 
-import policy
-from webhook import patch
+from mirrorgate import policy
+from mirrorgate.webhook import patch
 
 KEY = policy.ORIGINAL_IMAGES_ANNOTATION
 SITE = policy.ImageSite(field="containers", index=1, name="b", image="nginx")

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import policy
-from policy import model, planner, reference
-from webhook import patch
+from mirrorgate import policy
+from mirrorgate.policy import model, planner, reference
+from mirrorgate.webhook import patch
 
 POLICY_DOCUMENT = {
     "mirrors": [{"source": "docker.io", "mirror": "mirror.corp.example/hub"},

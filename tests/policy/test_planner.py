@@ -9,8 +9,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-import policy
-from webhook import patch
+from mirrorgate import policy
+from mirrorgate.webhook import patch
 
 SHA256 = "sha256:" + "0123456789abcdef" * 4
 HUB = "harbor.corp.example/dockerhub-proxy"

@@ -9,10 +9,10 @@ from typing import Any
 import jsonpatch
 from hypothesis import HealthCheck, given, settings
 
-import policy
-from policy import planner, reference
+from mirrorgate import policy
+from mirrorgate.policy import planner, reference
+from mirrorgate.webhook import patch
 from tests.policy import strategies
-from webhook import patch
 
 PROPERTY_SETTINGS = settings(max_examples=100, deadline=None,
                              suppress_health_check=[HealthCheck.too_slow])

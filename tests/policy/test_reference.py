@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy import reference
+from mirrorgate.policy import reference
 from tests.policy import strategies
 
 SHA256 = "sha256:" + "0123456789abcdef" * 4

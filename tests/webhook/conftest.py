@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from certs import CertificateAuthority, KeyPair
+from mirrorgate.certs import CertificateAuthority, KeyPair
+from mirrorgate.webhook import logs
 from tests.e2e.providers import RobotIssuer, start_issuer
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.harness import Harness, make_harness
-from webhook import logs
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from webhook import kube
+from mirrorgate.webhook import kube
 
 
 @dataclasses.dataclass

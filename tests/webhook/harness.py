@@ -8,10 +8,10 @@ from typing import Any
 
 import orjson
 
+from mirrorgate.webhook import app, policyfile
 from tests.webhook import policies
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.testclient import TestClient
-from webhook import app, policyfile
 
 
 @dataclasses.dataclass

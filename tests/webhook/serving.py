@@ -20,9 +20,9 @@ from typing import TypeVar
 
 import uvicorn
 
-from certs import KeyPair
-from webhook import admission, server
-from webhook.limits import Limits
+from mirrorgate.certs import KeyPair
+from mirrorgate.webhook import admission, server
+from mirrorgate.webhook.limits import Limits
 
 TIMEOUT = 5.0
 _T = TypeVar("_T")

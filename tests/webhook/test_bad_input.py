@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
+from mirrorgate.webhook import app
 from tests.webhook.harness import Harness
 from tests.webhook.reviews import (
     HUB_IMAGE,
@@ -18,7 +19,6 @@ from tests.webhook.reviews import (
     pod,
     review,
 )
-from webhook import app
 
 UID = "0c5e9f3a-bad0-4000-8000-00000000abcd"
 

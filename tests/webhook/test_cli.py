@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from mirrorgate.webhook import cli
 from tests.webhook import policies
 from tests.webhook.harness import Harness
 from tests.webhook.reviews import (
@@ -30,7 +31,6 @@ from tests.webhook.reviews import (
     pod,
     review,
 )
-from webhook import cli
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 REFERENCE_KEYS = {"domain", "path", "tag", "digest", "name", "normalized"}

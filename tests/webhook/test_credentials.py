@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from webhook import cli
-from webhook.credentials import filestore
-from webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
+from mirrorgate.webhook import cli
+from mirrorgate.webhook.credentials import filestore
+from mirrorgate.webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
 
 PASSWORD = "p@ss:w/rd-7f3a9c"  # a canary: it must never show anywhere but the payload
 CREDENTIAL = Credential(name="harbor-pull", registry="harbor.corp.example",

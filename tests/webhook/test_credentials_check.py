@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from certs import CertificateAuthority
+from mirrorgate.certs import CertificateAuthority
+from mirrorgate.webhook import policyfile, server
+from mirrorgate.webhook.credentials import filestore
 from tests.e2e.providers import RobotIssuer
 from tests.webhook import serving
 from tests.webhook.test_credentials import _run
-from webhook import policyfile, server
-from webhook.credentials import filestore
 
 PASSWORD = "p@ss-check-5e1d"
 KEYS = ["credential", "source", "registry", "username", "expires"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from mirrorgate.webhook.version import VERSION
 from tests.webhook import policies
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.harness import Harness, make_harness
 from tests.webhook.reviews import HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE, pod, review
 from tests.webhook.scrape import samples, value
-from webhook.version import VERSION
 
 
 def test_healthz_is_ok(harness: Harness) -> None:

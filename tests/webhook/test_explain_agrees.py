@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import policy
+from mirrorgate import policy
+from mirrorgate.webhook import admission, cli, policyfile
+from mirrorgate.webhook import review as reviews
 from tests.webhook import policies
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import apply, patch_ops, pod, review
-from webhook import admission, cli, policyfile
-from webhook import review as reviews
 
 # The test policy with its credential granted to team-* only, and a mirror path long
 # enough that some names would pass 255 characters on it.

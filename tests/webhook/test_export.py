@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-import policy
-from webhook import cli, export, policyfile
+from mirrorgate import policy
+from mirrorgate.webhook import cli, export, policyfile
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "export"
 POLICY = GOLDEN / "policy.yaml"

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import policy
+from mirrorgate import policy
+from mirrorgate.webhook import cli, health
+from mirrorgate.webhook.credentials import filestore
+from mirrorgate.webhook.credentials.store import Credential
+from mirrorgate.webhook.metrics import Metrics
 from tests.webhook import policies, reviews, scrape
 from tests.webhook.harness import make_harness
-from webhook import cli, health
-from webhook.credentials import filestore
-from webhook.credentials.store import Credential
-from webhook.metrics import Metrics
 
 SETTINGS = policy.HealthSettings(interval=1.0, timeout=0.5, failure_threshold=3,
                                  success_threshold=2)

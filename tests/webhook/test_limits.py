@@ -20,12 +20,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from certs import CertificateAuthority, KeyPair
+from mirrorgate.certs import CertificateAuthority, KeyPair
+from mirrorgate.webhook.limits import Limits
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, pod, review
 from tests.webhook.scrape import samples
-from webhook.limits import Limits
 
 LIMITS = Limits(max_connections=20, max_header_bytes=8 * 1024, max_headers=40,
                 header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6,
@@ -277,7 +277,7 @@ def test_a_client_hello_split_in_two_is_served(limited: serving.Running,
 
 
 def test_limits_must_be_positive(tmp_path: Path, serving_pair: KeyPair) -> None:
-    from webhook import policyfile, server
+    from mirrorgate.webhook import policyfile, server
 
     cert, key = serving.write_pair(tmp_path, serving_pair)
     (tmp_path / "policy.yaml").write_text(policies.POLICY)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-import certs
-from webhook import probes
+from mirrorgate import certs
+from mirrorgate.webhook import probes
 
 Handler = Callable[[http.server.BaseHTTPRequestHandler], None]
 TIMEOUT = 2.0

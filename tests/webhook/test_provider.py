@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from mirrorgate.webhook.credentials import providerconfig
+from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
 from tests.e2e.providers import RobotIssuer
-from webhook.credentials import providerconfig
-from webhook.credentials.provider import ProviderError, ProviderSource
 
 IMAGE = "a.example/team-a/app:1"
 

@@ -9,9 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import policy
-from webhook.credentials import providerconfig
-from webhook.credentials.providerconfig import ProviderConfigError, image_matches, parse_duration
+from mirrorgate import policy
+from mirrorgate.webhook.credentials import providerconfig
+from mirrorgate.webhook.credentials.providerconfig import (
+    ProviderConfigError,
+    image_matches,
+    parse_duration,
+)
 
 ECR = {
     "name": "ecr-credential-provider",

@@ -22,14 +22,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import policy
+from mirrorgate import policy
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.credentials.fingerprints import Fingerprints
+from mirrorgate.webhook.credentials.pullsecrets import PullSecretProvisioner, Reconciler
+from mirrorgate.webhook.credentials.records import Records
+from mirrorgate.webhook.credentials.store import Credential
+from mirrorgate.webhook.optin import NamespaceOptIn
 from tests.webhook.fakes import Behaviour, ScriptedKube, stored
-from webhook import kube
-from webhook.credentials.fingerprints import Fingerprints
-from webhook.credentials.pullsecrets import PullSecretProvisioner, Reconciler
-from webhook.credentials.records import Records
-from webhook.credentials.store import Credential
-from webhook.optin import NamespaceOptIn
 
 PASSWORD = "p@ss:w/rd-91c2"
 CREDENTIAL = Credential(name="harbor-pull", registry="harbor.corp.example",

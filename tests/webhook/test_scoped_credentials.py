@@ -6,11 +6,11 @@ import json
 
 import orjson
 
-import policy
+from mirrorgate import policy
+from mirrorgate.webhook import audit, offline
+from mirrorgate.webhook.credentials.scoped import ScopedStore
+from mirrorgate.webhook.credentials.store import Credential
 from tests.webhook.test_pullsecrets import StaticStore
-from webhook import audit, offline
-from webhook.credentials.scoped import ScopedStore
-from webhook.credentials.store import Credential
 
 HOST = "harbor.corp.example"
 POLICY = policy.load({

@@ -6,7 +6,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -14,11 +13,12 @@ from typing import IO
 import orjson
 import pytest
 
-from certs import CertificateAuthority, KeyPair
+from mirrorgate.certs import CertificateAuthority, KeyPair
+from mirrorgate.webhook.version import VERSION
+from tests.commands import MIRRORGATE
 from tests.webhook import policies
 from tests.webhook.reviews import PROM_IMAGE, patch_ops, pod, review
 from tests.webhook.serving import client_context, write_pair
-from webhook.version import VERSION
 
 TIMEOUT = 60
 
@@ -27,7 +27,7 @@ def serve_command(directory: Path, pair: KeyPair, port: int) -> list[str]:
     cert, key = write_pair(directory, pair)
     policy = directory / "policy.yaml"
     policy.write_text(policies.POLICY)
-    return [sys.executable, "-m", "webhook.cli", "serve", "--policy", str(policy),
+    return [*MIRRORGATE, "serve", "--policy", str(policy),
             "--tls-cert", str(cert), "--tls-key", str(key), "--host", "127.0.0.1",
             "--port", str(port),
             # The policy's mirrors are fictional, and tests reach nothing beyond loopback.

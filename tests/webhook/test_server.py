@@ -11,7 +11,8 @@ import httpx
 import orjson
 import pytest
 
-from certs import CertificateAuthority, KeyPair
+from mirrorgate.certs import CertificateAuthority, KeyPair
+from mirrorgate.webhook import policyfile, server
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import (
@@ -25,7 +26,6 @@ from tests.webhook.reviews import (
 )
 from tests.webhook.scrape import samples, value
 from tests.webhook.testclient import TestClient
-from webhook import policyfile, server
 
 NEW_MIRROR = "mirror2.corp.example/prom"
 NEW_MIRRORED = "mirror2.corp.example/prom/prometheus:v2.53.0"

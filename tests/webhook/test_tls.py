@@ -14,8 +14,8 @@ import httpx
 import orjson
 import pytest
 
-import certs
-from certs import CertificateAuthority, KeyPair
+from mirrorgate import certs
+from mirrorgate.certs import CertificateAuthority, KeyPair
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import (

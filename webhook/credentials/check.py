@@ -14,11 +14,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import policy
-from webhook import kube
-from webhook.credentials import filestore, kubestore, providerconfig
-from webhook.credentials.provider import ProviderError, ProviderSource
-from webhook.credentials.store import Credential, StoreError, rfc3339
+from mirrorgate import policy
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.credentials import filestore, kubestore, providerconfig
+from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
+from mirrorgate.webhook.credentials.store import Credential, StoreError, rfc3339
 
 __all__ = ["CheckFailed", "Sources", "check"]
 

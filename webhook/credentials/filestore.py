@@ -40,8 +40,8 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-import certs
-from webhook.credentials.store import Credential, StoreError
+from mirrorgate import certs
+from mirrorgate.webhook.credentials.store import Credential, StoreError
 
 __all__ = ["KEY_ENV", "FileCredentialStore", "StoreContents", "generate_key", "load_key",
            "read_store", "write_store"]

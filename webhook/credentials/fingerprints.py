@@ -18,9 +18,9 @@ import hmac
 import secrets
 from typing import Any
 
-from webhook import kube
-from webhook.credentials.kubestore import MANAGED_BY_LABEL
-from webhook.credentials.store import Credential
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL
+from mirrorgate.webhook.credentials.store import Credential
 
 __all__ = ["KEY_SECRET", "Fingerprints", "load_or_create_key"]
 

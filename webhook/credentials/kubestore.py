@@ -16,10 +16,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook import kube
-from webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
-from webhook.informer import Informer
-from webhook.logs import logger
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
+from mirrorgate.webhook.informer import Informer
+from mirrorgate.webhook.logs import logger
 
 __all__ = ["EXPIRES_ANNOTATION", "MANAGED_BY_SELECTOR", "KubernetesCredentialStore",
            "credential_from_secret", "parse_expiry"]

@@ -37,14 +37,14 @@ from typing import Any
 
 import orjson
 
-from webhook.credentials.providerconfig import (
+from mirrorgate.webhook.credentials.providerconfig import (
     CredentialProvider,
     CredentialProviderConfig,
     image_matches,
     parse_duration,
 )
-from webhook.credentials.store import Credential
-from webhook.logs import logger
+from mirrorgate.webhook.credentials.store import Credential
+from mirrorgate.webhook.logs import logger
 
 __all__ = ["REFRESH_AT", "ProviderError", "ProviderSource"]
 

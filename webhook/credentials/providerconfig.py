@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-import policy
+from mirrorgate import policy
 
 __all__ = ["CredentialProvider", "CredentialProviderConfig", "ProviderConfigError",
            "image_matches", "load", "parse_duration", "policy_problems"]

@@ -32,15 +32,15 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import policy
-from webhook import kube
-from webhook.credentials.fingerprints import Fingerprints
-from webhook.credentials.kubestore import MANAGED_BY_LABEL
-from webhook.credentials.loop import WakeableLoop
-from webhook.credentials.records import Record, Records
-from webhook.credentials.store import Credential, CredentialStore
-from webhook.logs import logger
-from webhook.optin import ENFORCE, MODE_LABEL, OPTED_IN_MODES, NamespaceOptIn
+from mirrorgate import policy
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.credentials.fingerprints import Fingerprints
+from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL
+from mirrorgate.webhook.credentials.loop import WakeableLoop
+from mirrorgate.webhook.credentials.records import Record, Records
+from mirrorgate.webhook.credentials.store import Credential, CredentialStore
+from mirrorgate.webhook.logs import logger
+from mirrorgate.webhook.optin import ENFORCE, MODE_LABEL, OPTED_IN_MODES, NamespaceOptIn
 
 __all__ = ["CREDENTIAL_LABEL", "PullSecretProvisioner", "Reconciler"]
 

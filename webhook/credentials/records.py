@@ -19,9 +19,9 @@ import contextlib
 import dataclasses
 from typing import Any
 
-from webhook import kube
-from webhook.credentials.kubestore import MANAGED_BY_LABEL
-from webhook.informer import Informer
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL
+from mirrorgate.webhook.informer import Informer
 
 __all__ = ["RECORD_LABEL", "Record", "Records"]
 

@@ -22,18 +22,18 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-import policy
-from webhook import kube
-from webhook.credentials.kubestore import (
+from mirrorgate import policy
+from mirrorgate.webhook import kube
+from mirrorgate.webhook.credentials.kubestore import (
     DOCKERCONFIGJSON,
     EXPIRES_ANNOTATION,
     KubernetesCredentialStore,
     parse_expiry,
 )
-from webhook.credentials.loop import WakeableLoop
-from webhook.credentials.provider import REFRESH_AT, ProviderError, ProviderSource
-from webhook.credentials.store import Credential, StoreError, rfc3339
-from webhook.logs import logger
+from mirrorgate.webhook.credentials.loop import WakeableLoop
+from mirrorgate.webhook.credentials.provider import REFRESH_AT, ProviderError, ProviderSource
+from mirrorgate.webhook.credentials.store import Credential, StoreError, rfc3339
+from mirrorgate.webhook.logs import logger
 
 __all__ = ["ISSUED_ANNOTATION", "PROVIDER_LABEL", "ProviderRefresher", "probe_image"]
 

@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import policy
-from webhook.credentials.store import Credential, CredentialStore
+from mirrorgate import policy
+from mirrorgate.webhook.credentials.store import Credential, CredentialStore
 
 __all__ = ["ScopedStore"]
 
