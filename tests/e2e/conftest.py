@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import pytest
 from kubernetes import client as k8s
@@ -88,6 +88,30 @@ def _start(config: pytest.Config, start: Callable[[Path], _T], workdir: Path) ->
     _missing(config, missing)
 
 
+class _Component(Protocol):
+    timings: dict[str, float]
+
+    def stop(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Component)
+
+
+@contextlib.contextmanager
+def _running(config: pytest.Config, start: Callable[[Path], _C], workdir: Path,
+             timings_prefix: str | None = None) -> Iterator[_C]:
+    """Start a component (a missing binary fails or skips, see above), record its
+    start-up timings under `timings_prefix` if given, and stop it afterwards."""
+    component = _start(config, start, workdir)
+    if timings_prefix is not None:
+        config.stash.setdefault(_TIMINGS, {}).update(
+            {f"{timings_prefix}{k}": v for k, v in component.timings.items()})
+    try:
+        yield component
+    finally:
+        component.stop()
+
+
 def _uses_fixture(item: pytest.Item, fixtures: frozenset[str]) -> bool:
     if _HERE not in item.path.parents:
         return False  # these fixtures exist only under tests/e2e/
@@ -122,12 +146,9 @@ def control_plane(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
     """A real etcd + kube-apiserver (RBAC, default admission plugins) for the session."""
-    plane = _start(request.config, start_control_plane, tmp_path_factory.mktemp("controlplane"))
-    request.config.stash.setdefault(_TIMINGS, {}).update(plane.timings)
-    try:
+    with _running(request.config, start_control_plane, tmp_path_factory.mktemp("controlplane"),
+                  timings_prefix="") as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 @pytest.fixture(scope="session")
@@ -135,14 +156,9 @@ def registry(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RegistryStack]:
     """Token-auth upstream + TLS/htpasswd pull-through mirror, upstream seeded."""
-    stack = _start(request.config, start_registry_stack, tmp_path_factory.mktemp("registry"))
-    request.config.stash.setdefault(_TIMINGS, {}).update(
-        {f"registry_{k}": v for k, v in stack.timings.items()}
-    )
-    try:
+    with _running(request.config, start_registry_stack, tmp_path_factory.mktemp("registry"),
+                  timings_prefix="registry_") as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture(scope="module")
@@ -150,11 +166,9 @@ def own_registry(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RegistryStack]:
     """A registry stack of the test module's own, whose mirror it may stop and restart."""
-    stack = _start(request.config, start_registry_stack, tmp_path_factory.mktemp("own-registry"))
-    try:
+    with _running(request.config, start_registry_stack,
+                  tmp_path_factory.mktemp("own-registry")) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture(scope="module")
@@ -162,11 +176,9 @@ def own_control_plane(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
     """A second etcd + kube-apiserver, for one test module only."""
-    plane = _start(request.config, start_control_plane, tmp_path_factory.mktemp("own-plane"))
-    try:
+    with _running(request.config, start_control_plane,
+                  tmp_path_factory.mktemp("own-plane")) as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 def _built(request: pytest.FixtureRequest, name: str) -> Path:
@@ -365,15 +377,12 @@ def node_cluster(request: pytest.FixtureRequest, registry: RegistryStack,
     Its teardown fails the session if the host is left changed (sysctls,
     iptables chains, cgroups, mounts, network namespaces, fixed paths).
     """
-    node = _start(request.config, lambda workdir: start_node(workdir, registry),
-                  tmp_path_factory.mktemp("node"))
-    request.config.stash.setdefault(_TIMINGS, {}).update(
-        {**{f"node_{k}": v for k, v in node.control_plane.timings.items()},
-         **{f"node_{k}": v for k, v in node.timings.items()}})
-    try:
+    with _running(request.config, lambda workdir: start_node(workdir, registry),
+                  tmp_path_factory.mktemp("node")) as node:
+        request.config.stash.setdefault(_TIMINGS, {}).update(
+            {**{f"node_{k}": v for k, v in node.control_plane.timings.items()},
+             **{f"node_{k}": v for k, v in node.timings.items()}})
         yield node
-    finally:
-        node.stop()
 
 
 @pytest.fixture(scope="session")
