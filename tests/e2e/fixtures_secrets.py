@@ -164,6 +164,25 @@ def wait_log(server: mg.Mirrorgate, msg: str, *, timeout: float = 10,
     return found[-1]
 
 
+def logs_flushed(servers: Sequence[mg.Mirrorgate], namespace: str) -> None:
+    """Until every line each server has logged so far is in its log file.
+
+    Info lines sit in a buffer flushed once a second, so reading a log once
+    can miss a line already written. Each server gets a dry-run review (it
+    makes nothing) and its admission line is awaited: a server's lines reach
+    the file in the order written, so every earlier line is there too.
+    """
+    for server in servers:
+        marker = f"flushed-{uuid.uuid4().hex[:8]}"
+        review = admission_review(namespace, pod_dict(marker, "flush.e2e.example/marker:1",
+                                                      namespace=namespace))
+        review["request"]["dryRun"] = True
+        with server.client() as http:
+            status, body = post_review(http, review)
+        assert status == 200, body
+        wait_log(server, "admission", pod=marker)
+
+
 def bad_lines(text: str) -> list[dict[str, Any]]:
     """Error or critical lines, tracebacks, and lines that are not our JSON."""
     return [e for e in log_entries(text)

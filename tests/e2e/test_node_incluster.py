@@ -51,6 +51,7 @@ from tests.e2e.conftest import (
     central_credential,
     node_policy,
 )
+from tests.e2e.fixtures_secrets import log_entries
 from tests.e2e.kube import create_namespace, namespace_name
 from tests.e2e.node import POD_SUBNET, Node
 from tests.e2e.procs import wait_until
@@ -228,6 +229,30 @@ def test_runs_from_its_image_as_installed(in_cluster: InCluster) -> None:
     assert pdb["status"]["disruptionsAllowed"] == 1
 
 
+def _admission_logged(api: k8s.ApiClient, namespace: str,
+                      timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The in-cluster replicas' admission lines for Pods of ``namespace``, once one is logged.
+
+    A replica writes its admission line to a buffer it flushes once a second:
+    its log, read once right after the Pods run, may not hold the line yet.
+    """
+    found: list[dict[str, Any]] = []
+
+    def logged() -> str | None:
+        core = k8s.CoreV1Api(api)
+        replicas = core.list_namespaced_pod(
+            mg.NAMESPACE, label_selector="app.kubernetes.io/name=mirrorgate").items
+        found[:] = [e for p in replicas if p.metadata
+                    for e in log_entries(core.read_namespaced_pod_log(
+                        str(p.metadata.name), mg.NAMESPACE))
+                    if e.get("msg") == "admission" and e.get("namespace") == namespace]
+        return None if found else f"no admission line for {namespace} in {len(replicas)} replicas"
+
+    wait_until(logged, timeout=timeout, what=f"an in-cluster admission line for {namespace}",
+               interval=0.2)
+    return found
+
+
 def test_deployment_pulls_through_the_mirror_via_in_cluster_mirrorgate(
         in_cluster: InCluster) -> None:
     """The node's Deployment scenario, admitted by the in-cluster replicas."""
@@ -237,18 +262,14 @@ def test_deployment_pulls_through_the_mirror_via_in_cluster_mirrorgate(
         namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('in-cluster')}",
                                      {"mirrorgate.io/mode": "enforce"})
         pods, logs = nodepods.run_deployment(api, namespace, workload)
-        core = k8s.CoreV1Api(api)
-        replicas = core.list_namespaced_pod(
-            mg.NAMESPACE, label_selector="app.kubernetes.io/name=mirrorgate").items
-        served = "".join(nodepods.log(api, mg.NAMESPACE, str(p.metadata.name))
-                         for p in replicas if p.metadata)
+        answered = _admission_logged(api, namespace)
     mirrored = f"{registry.host}/{workload.repository}:{workload.tag}"
     for stored in pods:
         assert stored["spec"]["containers"][0]["image"] == mirrored
         assert stored["spec"]["imagePullSecrets"] == [
             {"name": policy.pull_secret_name(CREDENTIAL)}]
     assert [line.strip() for line in logs] == [workload.greeting] * 2
-    assert namespace in served  # the in-cluster replicas answered these admissions
+    assert answered  # the in-cluster replicas answered these admissions
 
 
 # Availability under load (issue #12, item 3): Pods created at a steady rate

@@ -57,6 +57,7 @@ from tests.e2e.fixtures_secrets import (
     lease_holder,
     list_secrets,
     log_entries,
+    logs_flushed,
     metric,
     metrics_text,
     own_configuration,
@@ -214,6 +215,34 @@ def wait_webhook_active(api: k8s.ApiClient, namespace: str) -> None:
         return None if image.startswith(DOCKERHUB_MIRROR) else f"image {image}"
 
     wait_until(active, timeout=15, what="webhook configuration in force", interval=0.2)
+
+
+def wait_namespaces_cached(server: mg.Mirrorgate, registry: RegistryStack,
+                           make_namespace: MakeNamespace) -> None:
+    """Until ``server``'s Namespace cache holds every namespace made so far.
+
+    mirrorgate makes a pull secret only where its own cache shows the opt-in
+    label; a link cut before the cache has seen a new namespace would test
+    that refusal, not the API deadline. The cache is a list plus the watch's
+    events in order, so once it shows a namespace made after the others, it
+    shows those as well: a review for a Pod in a fresh opted-in namespace is
+    posted until ``server`` answers it with the pull secret it made there.
+    """
+    later = make_namespace(ENFORCE)
+    want = {"op": "add", "path": "/spec/imagePullSecrets", "value": [{"name": SECRET}]}
+
+    def provisioned() -> str | None:
+        review = admission_review(later, pod_dict(f"warm-{secrets.token_hex(3)}",
+                                                  registry.upstream_image, namespace=later))
+        with server.client() as http:
+            status, body = post_review(http, review)
+        response = body.get("response") or {}
+        if status == 200 and want in decoded_patch(response):
+            return None
+        return f"{status}: {response.get('warnings') or response.get('status')}"
+
+    wait_until(provisioned, timeout=15, what=f"{later} in the Namespace cache", interval=0.1,
+               alive=server.process.exited)
 
 
 def session_is_leader(api: k8s.ApiClient, installed: Installed) -> None:
@@ -584,6 +613,7 @@ def test_api_hang_and_refusal_answer_within_the_deadline(
             configuration = f"mirrorgate-e2e-{suite}"
             namespace = make_namespace({SUITE_LABEL: suite, **ENFORCE})
             wait_webhook_active(api, namespace)
+            wait_namespaces_cached(server, registry, make_namespace)
 
             def attempt(label: str) -> None:
                 since = time.monotonic()
@@ -697,6 +727,7 @@ def test_two_replicas_race_to_exactly_one_secret(
         leaders = [name for name, server in servers.items()
                    if identity_pid(holder) == server.process.pid]
         assert len(leaders) == 1, (holder, {n: s.process.pid for n, s in servers.items()})
+        logs_flushed(list(servers.values()), namespace)
         claims = {name: [e["leading"] for e in entries_with(server, "leadership changed")]
                   for name, server in servers.items()}
         assert [n for n, c in claims.items() if c and c[-1]] == leaders, claims
@@ -708,7 +739,7 @@ def test_two_replicas_race_to_exactly_one_secret(
             wait_until(expect_copies(api, [namespace], SECRET, new_password),
                        timeout=CONVERGE, what="rotation with three servers", interval=0.05)
             wait_log(servers[leaders[0]], "pull secret rotated", secret=f"{namespace}/{SECRET}")
-            time.sleep(1.5)  # info lines of the other servers reach their files within 1 s
+            logs_flushed(list(servers.values()), namespace)
             rotated_by = [name for name, server in servers.items() if entries_with(
                 server, "pull secret rotated", secret=f"{namespace}/{SECRET}")]
         finally:
