@@ -215,9 +215,16 @@ def test_runs_from_its_image_as_installed(in_cluster: InCluster) -> None:
         pods = k8s.CoreV1Api(api).list_namespaced_pod(
             mg.NAMESPACE, label_selector="app.kubernetes.io/name=mirrorgate").items
         stored = [api.sanitize_for_serialization(p) for p in pods]
-        budget = k8s.PolicyV1Api(api).read_namespaced_pod_disruption_budget("mirrorgate",
-                                                                            mg.NAMESPACE)
-        pdb = api.sanitize_for_serialization(budget)
+
+        # The disruption controller updates the budget's status on its own
+        # schedule, after the replicas are Ready: wait for it, bounded.
+        def budget_counts_both() -> str | None:
+            budget = k8s.PolicyV1Api(api).read_namespaced_pod_disruption_budget(
+                "mirrorgate", mg.NAMESPACE)
+            status = api.sanitize_for_serialization(budget).get("status") or {}
+            return None if status.get("disruptionsAllowed") == 1 else f"status {status}"
+
+        wait_until(budget_counts_both, timeout=60, what="the PodDisruptionBudget's status")
     registry = in_cluster.node.registry
     assert len(stored) == 2
     for pod in stored:
@@ -226,7 +233,6 @@ def test_runs_from_its_image_as_installed(in_cluster: InCluster) -> None:
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert pod["spec"]["securityContext"]["runAsUser"] == 65532
         assert pod["status"]["phase"] == "Running"
-    assert pdb["status"]["disruptionsAllowed"] == 1
 
 
 def _admission_logged(api: k8s.ApiClient, namespace: str,
