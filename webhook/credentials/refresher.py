@@ -17,7 +17,6 @@ again every ``retry`` seconds meanwhile.
 
 from __future__ import annotations
 
-import base64
 import datetime
 from collections.abc import Callable
 from typing import Any
@@ -25,10 +24,10 @@ from typing import Any
 from mirrorgate import policy
 from mirrorgate.webhook import kube
 from mirrorgate.webhook.credentials.kubestore import (
-    DOCKERCONFIGJSON,
     EXPIRES_ANNOTATION,
     KubernetesCredentialStore,
     parse_expiry,
+    secret_from_credential,
 )
 from mirrorgate.webhook.credentials.loop import WakeableLoop
 from mirrorgate.webhook.credentials.provider import REFRESH_AT, ProviderError, ProviderSource
@@ -145,16 +144,10 @@ class ProviderRefresher(WakeableLoop):
         assert login.expires is not None
         assert login.issued is not None
         namespace = self.store.namespace
-        body: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Secret", "type": DOCKERCONFIGJSON,
-            "metadata": {
-                "name": login.name, "namespace": namespace,
-                "labels": {PROVIDER_LABEL: provider},
-                "annotations": {ISSUED_ANNOTATION: rfc3339(login.issued),
-                                EXPIRES_ANNOTATION: rfc3339(login.expires)},
-            },
-            "data": {".dockerconfigjson": base64.b64encode(login.dockerconfigjson()).decode()},
-        }
+        body = secret_from_credential(
+            login, namespace, login.name, labels={PROVIDER_LABEL: provider},
+            annotations={ISSUED_ANNOTATION: rfc3339(login.issued),
+                         EXPIRES_ANNOTATION: rfc3339(login.expires)})
         existing = self._published(login.name)
         if existing is None:
             self.client.create(kube.secrets_path(namespace), body)
