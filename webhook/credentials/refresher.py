@@ -47,6 +47,11 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+def renew_at(issued: datetime.datetime, expires: datetime.datetime) -> datetime.datetime:
+    """When a login issued at ``issued`` and expiring at ``expires`` is asked for again."""
+    return issued + (expires - issued) * REFRESH_AT
+
+
 def probe_image(rules: policy.Policy, credential: str) -> str | None:
     """The image a plugin is asked about for ``credential``: the first mirror that uses it."""
     for rule in rules.rules:
@@ -99,7 +104,7 @@ class ProviderRefresher(WakeableLoop):
             expires = parse_expiry(str(annotations.get(EXPIRES_ANNOTATION)), where=name)
         except StoreError:
             return None
-        return issued + (expires - issued) * REFRESH_AT
+        return renew_at(issued, expires)
 
     def refresh_due(self) -> float:
         """Renew every provider login that is due; seconds until the next one is."""
@@ -137,7 +142,7 @@ class ProviderRefresher(WakeableLoop):
             "credential": name, "provider": provider, "registry": login.registry,
             "expires": rfc3339(login.expires)}})
         self.observe(name, "refreshed", login.expires)
-        due = self._next[name] = login.issued + (login.expires - login.issued) * REFRESH_AT
+        due = self._next[name] = renew_at(login.issued, login.expires)
         return due
 
     def _publish(self, login: Credential, provider: str) -> None:
