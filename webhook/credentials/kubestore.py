@@ -22,7 +22,7 @@ from mirrorgate.webhook.informer import Informer
 from mirrorgate.webhook.logs import logger
 
 __all__ = ["EXPIRES_ANNOTATION", "MANAGED_BY_SELECTOR", "KubernetesCredentialStore",
-           "credential_from_secret", "parse_expiry"]
+           "credential_from_secret", "parse_expiry", "secret_from_credential"]
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -96,6 +96,19 @@ class KubernetesCredentialStore:
             except StoreError as error:
                 invalid[name] = str(error)
         return credentials, invalid
+
+
+def secret_from_credential(credential: Credential, namespace: str, name: str, *,
+                           labels: Mapping[str, str],
+                           annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The docker-registry Secret ``namespace/name`` holding ``credential``'s login only."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1", "kind": "Secret", "type": DOCKERCONFIGJSON, "metadata": metadata,
+        "data": {".dockerconfigjson": base64.b64encode(credential.dockerconfigjson()).decode()},
+    }
 
 
 def credential_from_secret(secret: dict[str, Any], namespace: str, name: str) -> Credential:

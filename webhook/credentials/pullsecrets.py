@@ -23,7 +23,6 @@ a deleted one; it runs in one replica at a time, the Lease holder.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import datetime
 import threading
@@ -35,7 +34,7 @@ from typing import Any
 from mirrorgate import policy
 from mirrorgate.webhook import kube
 from mirrorgate.webhook.credentials.fingerprints import Fingerprints
-from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL
+from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL, secret_from_credential
 from mirrorgate.webhook.credentials.loop import WakeableLoop
 from mirrorgate.webhook.credentials.records import Record, Records
 from mirrorgate.webhook.credentials.store import Credential, CredentialStore
@@ -92,14 +91,9 @@ class Deadline:
 
 
 def secret_body(namespace: str, credential: Credential) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
-        "metadata": {
-            "name": policy.pull_secret_name(credential.name), "namespace": namespace,
-            "labels": {MANAGED_BY_LABEL: "mirrorgate", CREDENTIAL_LABEL: credential.name},
-        },
-        "data": {".dockerconfigjson": base64.b64encode(credential.dockerconfigjson()).decode()},
-    }
+    return secret_from_credential(
+        credential, namespace, policy.pull_secret_name(credential.name),
+        labels={MANAGED_BY_LABEL: "mirrorgate", CREDENTIAL_LABEL: credential.name})
 
 
 def _public(error: kube.KubeError, step: str) -> str:

@@ -17,7 +17,6 @@ again every ``retry`` seconds meanwhile.
 
 from __future__ import annotations
 
-import base64
 import datetime
 from collections.abc import Callable
 from typing import Any
@@ -25,10 +24,10 @@ from typing import Any
 from mirrorgate import policy
 from mirrorgate.webhook import kube
 from mirrorgate.webhook.credentials.kubestore import (
-    DOCKERCONFIGJSON,
     EXPIRES_ANNOTATION,
     KubernetesCredentialStore,
     parse_expiry,
+    secret_from_credential,
 )
 from mirrorgate.webhook.credentials.loop import WakeableLoop
 from mirrorgate.webhook.credentials.provider import REFRESH_AT, ProviderError, ProviderSource
@@ -46,6 +45,11 @@ Observer = Callable[[str, str, "datetime.datetime | None"], Any]
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+def renew_at(issued: datetime.datetime, expires: datetime.datetime) -> datetime.datetime:
+    """When a login issued at ``issued`` and expiring at ``expires`` is asked for again."""
+    return issued + (expires - issued) * REFRESH_AT
 
 
 def probe_image(rules: policy.Policy, credential: str) -> str | None:
@@ -100,7 +104,7 @@ class ProviderRefresher(WakeableLoop):
             expires = parse_expiry(str(annotations.get(EXPIRES_ANNOTATION)), where=name)
         except StoreError:
             return None
-        return issued + (expires - issued) * REFRESH_AT
+        return renew_at(issued, expires)
 
     def refresh_due(self) -> float:
         """Renew every provider login that is due; seconds until the next one is."""
@@ -138,23 +142,17 @@ class ProviderRefresher(WakeableLoop):
             "credential": name, "provider": provider, "registry": login.registry,
             "expires": rfc3339(login.expires)}})
         self.observe(name, "refreshed", login.expires)
-        due = self._next[name] = login.issued + (login.expires - login.issued) * REFRESH_AT
+        due = self._next[name] = renew_at(login.issued, login.expires)
         return due
 
     def _publish(self, login: Credential, provider: str) -> None:
         assert login.expires is not None
         assert login.issued is not None
         namespace = self.store.namespace
-        body: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Secret", "type": DOCKERCONFIGJSON,
-            "metadata": {
-                "name": login.name, "namespace": namespace,
-                "labels": {PROVIDER_LABEL: provider},
-                "annotations": {ISSUED_ANNOTATION: rfc3339(login.issued),
-                                EXPIRES_ANNOTATION: rfc3339(login.expires)},
-            },
-            "data": {".dockerconfigjson": base64.b64encode(login.dockerconfigjson()).decode()},
-        }
+        body = secret_from_credential(
+            login, namespace, login.name, labels={PROVIDER_LABEL: provider},
+            annotations={ISSUED_ANNOTATION: rfc3339(login.issued),
+                         EXPIRES_ANNOTATION: rfc3339(login.expires)})
         existing = self._published(login.name)
         if existing is None:
             self.client.create(kube.secrets_path(namespace), body)
