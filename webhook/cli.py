@@ -313,11 +313,10 @@ def _group(commands: argparse._SubParsersAction[Any], name: str,
 
 
 def _store_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
-                     required: bool) -> None:
-    # `credentials` commands say --store; `serve` uses --store for the kind of store.
-    flag = "--store" if required else "--store-file"
-    parser.add_argument(flag, dest="store_file", required=required, metavar="FILE",
-                        help="the encrypted credential store file")
+                     flag: str = "--store", required: bool = False,
+                     text: str = "the encrypted credential store file") -> None:
+    # `credentials` and `policy check` say --store; `serve` uses --store for the kind of store.
+    parser.add_argument(flag, dest="store_file", required=required, metavar="FILE", help=text)
     parser.add_argument("--key-file", metavar="FILE",
                         help="file holding the store key (default: $MIRRORGATE_STORE_KEY)")
 
@@ -334,7 +333,7 @@ def _source_arguments(group: argparse._ArgumentGroup | argparse.ArgumentParser, 
     group.add_argument("--store", choices=stores,
                        help="credential store (default: kubernetes with a cluster, file "
                             "with --store-file, else none)")
-    _store_arguments(group, required=False)
+    _store_arguments(group, flag="--store-file")
     group.add_argument("--credential-provider-config", metavar="FILE",
                        help="the kubelet's CredentialProviderConfig, for policy credentials "
                             "with a provider")
@@ -413,11 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Exit 1 when it is invalid, or when --store is given and a credential the "
                     "policy uses is missing from it or is for another host than its mirror.")
     check.add_argument("file", metavar="FILE")
-    check.add_argument("--store", dest="store_file", metavar="FILE",
-                       help="also check the policy's credentials against this encrypted "
-                            "credential store (offline)")
-    check.add_argument("--key-file", metavar="FILE",
-                       help="file holding the store key (default: $MIRRORGATE_STORE_KEY)")
+    _store_arguments(check, text="also check the policy's credentials against this "
+                                 "encrypted credential store (offline)")
     check.set_defaults(run=cmd_policy_check)
 
     serve = commands.add_parser(
