@@ -34,9 +34,9 @@ from tests.e2e.conftest import (
 from tests.e2e.dockerconfig import Credentials
 from tests.e2e.kube import create_namespace, namespace_name, warning_messages
 from tests.e2e.node import Node
-from tests.e2e.nodepods import Workload, push_workload
+from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.procs import wait_until
-from tests.e2e.registry import Access, RegistryStack, htpasswd_line
+from tests.e2e.registry import RegistryStack, htpasswd_line
 from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
@@ -44,7 +44,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node]
 SECRET = policy.pull_secret_name(CREDENTIAL)
 ENFORCE = {"mirrorgate.io/mode": "enforce"}
 AUDIT = {"mirrorgate.io/mode": "audit"}
-CONTAINERD = "containerd/"
 MIRROR_FILLING = "Go-http-client"
 ROTATION_LIMIT = 30.0
 REPO = Path(__file__).resolve().parents[2]
@@ -63,15 +62,6 @@ def create(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod) -> tuple[dict[st
                                                                                   body)
     stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
     return stored, warning_messages(headers)
-
-
-def by_node(log: list[Access], workload: Workload, *, agent: str = CONTAINERD) -> list[Access]:
-    """The requests for `workload`'s repository that came from `agent`."""
-    return [a for a in log if a.is_for(workload.repository) and a.agent.startswith(agent)]
-
-
-def manifest_statuses(log: list[Access]) -> set[int]:
-    return {a.status for a in log if "/manifests/" in a.path}
 
 
 def mirror_image(registry: RegistryStack, workload: Workload) -> str:
