@@ -1,4 +1,4 @@
-"""Small Kubernetes helpers for e2e tests: fresh namespaces and response warnings."""
+"""Small Kubernetes helpers for e2e tests: fresh namespaces, creating Pods, response warnings."""
 
 from __future__ import annotations
 
@@ -40,6 +40,16 @@ def create_namespace(api: k8s.ApiClient, name: str, labels: Mapping[str, str] | 
         if error.status != 409:
             raise
     return name
+
+
+def create_pod(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod,
+           dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """Create a Pod; the stored object as a dict, and the client's warnings."""
+    core = k8s.CoreV1Api(api)
+    created, _, headers = core.create_namespaced_pod_with_http_info(
+        namespace, body, dry_run="All" if dry_run else None)
+    stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
+    return stored, warning_messages(headers)
 
 
 def warning_messages(headers: Any) -> list[str]:

@@ -19,9 +19,9 @@ from kubernetes import client as k8s
 from mirrorgate import certs
 from tests.commands import MIRRORGATE
 from tests.e2e import mirrorgate as mg
-from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy
+from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy, pod
+from tests.e2e.kube import create_pod
 from tests.e2e.procs import wait_until
-from tests.e2e.test_admission import create, pod
 
 pytestmark = pytest.mark.e2e
 
@@ -103,7 +103,7 @@ class _Admissions:
         while not self._stop.is_set():
             name = f"during-{self.created}"
             try:
-                stored, _ = create(self.api, self.namespace, pod(self.installed, name=name))
+                stored, _ = create_pod(self.api, self.namespace, pod(self.installed, name=name))
                 if stored["spec"]["containers"][0]["image"] != self.installed.registry.mirror_image:
                     self.failures.append(f"{name}: not rewritten")
             except k8s.ApiException as error:

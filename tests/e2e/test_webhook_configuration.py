@@ -17,10 +17,10 @@ from kubernetes import dynamic
 from mirrorgate import policy
 from mirrorgate.webhook import patch
 from tests.e2e import mirrorgate as mg
-from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy
+from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy, pod
 from tests.e2e.injector import SIDECAR_IMAGE, running_injector
+from tests.e2e.kube import create_pod
 from tests.e2e.procs import wait_until
-from tests.e2e.test_admission import create, pod
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +50,7 @@ def test_reinvocation_converges_to_a_single_pass(
         try:
             namespace = make_namespace({"mirrorgate.io/mode": "enforce",
                                         "e2e.mirrorgate.io/inject": "yes"})
-            created, _ = create(api, namespace, pod(installed))
+            created, _ = create_pod(api, namespace, pod(installed))
         finally:
             admission.delete_mutating_webhook_configuration("zz-e2e-injector")
 
@@ -109,17 +109,17 @@ def test_stopped_webhook_follows_failure_policy(
         try:
             namespace = make_namespace({"e2e.mirrorgate.io/failure": label,
                                         "mirrorgate.io/mode": "enforce"})
-            running, _ = create(api, namespace, pod(installed, name="while-up"))
+            running, _ = create_pod(api, namespace, pod(installed, name="while-up"))
             assert running["spec"]["containers"][0]["image"] == installed.registry.mirror_image
             server.stop()
             if admitted:
-                created, _ = create(api, namespace, pod(installed, name="while-down"))
+                created, _ = create_pod(api, namespace, pod(installed, name="while-down"))
                 assert created["spec"]["containers"][0]["image"] == \
                     installed.registry.upstream_image
                 assert "imagePullSecrets" not in created["spec"]
             else:
                 with pytest.raises(k8s.ApiException) as refused:
-                    create(api, namespace, pod(installed, name="while-down"))
+                    create_pod(api, namespace, pod(installed, name="while-down"))
                 assert refused.value.status == 500
                 assert "failed calling webhook" in str(refused.value.body)
         finally:
