@@ -19,7 +19,7 @@ from mirrorgate.webhook import patch
 from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy, pod
 from tests.e2e.injector import SIDECAR_IMAGE, running_injector
-from tests.e2e.kube import create_pod
+from tests.e2e.kube import cert_manager_crds, create_pod
 from tests.e2e.procs import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -136,30 +136,6 @@ def test_manifests_choose_ignore_and_say_why(installed: Installed) -> None:
     assert "air-gapped" in source  # the documented reason to switch enforce to Fail
 
 
-def _cert_manager_crds(api: k8s.ApiClient) -> None:
-    """Stand-ins for cert-manager's CRDs, which cannot be installed here.
-
-    Same group, versions and kinds, with a permissive schema: enough for the
-    API server to accept or reject the overlay's objects by kind and shape.
-    """
-    extensions = k8s.ApiextensionsV1Api(api)
-    for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
-        body = {
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.cert-manager.io"},
-            "spec": {"group": "cert-manager.io", "scope": "Namespaced",
-                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                         "openAPIV3Schema": {"type": "object",
-                                             "x-kubernetes-preserve-unknown-fields": True}}}]},
-        }
-        try:
-            extensions.create_custom_resource_definition(body)  # type: ignore[arg-type]
-        except k8s.ApiException as error:
-            if error.status != 409:
-                raise
-
-
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlay_is_accepted_by_server_side_dry_run(installed: Installed, kustomize: Path,
                                                     overlay: str) -> None:
@@ -170,7 +146,7 @@ def test_overlay_is_accepted_by_server_side_dry_run(installed: Installed, kustom
             "PodDisruptionBudget", "ConfigMap", "NetworkPolicy"} <= kinds
     with installed.control_plane.api_client() as api:
         if overlay.endswith("cert-manager"):
-            _cert_manager_crds(api)
+            cert_manager_crds(api)
         client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
         for obj in objects:
             if obj["kind"] == "MutatingWebhookConfiguration":
