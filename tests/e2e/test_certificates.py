@@ -10,7 +10,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -193,7 +192,10 @@ def test_certificates_are_created_injected_and_heal(
                 wait_until(lambda: None if _ca_bundles(api, name) == [again["ca.crt"]] * 2
                            else "caBundle not updated", timeout=20, what="caBundle follows")
                 assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
-                time.sleep(1.0)  # a few more admissions on the new CA
+                on_old_ca = admissions.created
+                wait_until(lambda: None if admissions.created >= on_old_ca + 3
+                           else "no admissions yet", timeout=15,
+                           what="a few more admissions on the new CA")
             assert admissions.created >= 10
             assert admissions.failures == []
         finally:
