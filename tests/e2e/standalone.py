@@ -37,6 +37,12 @@ class Standalone:
         self.client.close()
         self.process.stop()
 
+    def __enter__(self) -> Standalone:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
     def admit(self, *images: str, namespace: str = "default") -> dict[str, Any]:
         """The AdmissionResponse of /mutate for a Pod with ``images``."""
         body = reviews.review(reviews.pod(*images), namespace=namespace)

@@ -57,17 +57,15 @@ def health_scrape(own_registry: RegistryStack,
                   tmp_path_factory: pytest.TempPathFactory) -> list[Sample]:
     """/metrics of `mirrorgate serve` once its probes found the mirror up and the login valid."""
     workdir = tmp_path_factory.mktemp("health-scrape")
-    running = start_standalone(
-        workdir, policy=health_policy(own_registry),
-        args=write_store(workdir, [credential(own_registry)]),
-        env={"SSL_CERT_FILE": str(own_registry.ca_path)}, redact=[own_registry.password])
-    try:
+    with start_standalone(
+            workdir, policy=health_policy(own_registry),
+            args=write_store(workdir, [credential(own_registry)]),
+            env={"SSL_CERT_FILE": str(own_registry.ca_path)},
+            redact=[own_registry.password]) as running:
         wait_until(lambda: None if running.gauge("mirrorgate_credential_valid",
                                                  credential=LOGIN) == 1.0 else "not yet",
                    timeout=PATIENCE, what="the first probes", interval=0.1)
         page = running.metrics()
-    finally:
-        running.stop()
     return [Sample(name, dict(labels)) for name, labels in page]
 
 
