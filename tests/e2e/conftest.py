@@ -324,6 +324,19 @@ class Installed:
     control_plane: ControlPlane
 
 
+def pod(installed: Installed, *, name: str = "web",
+        labels: dict[str, str] | None = None) -> k8s.V1Pod:
+    """A Pod with an image on the test upstream (needs the credential) and a Docker Hub one."""
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, labels=labels),
+        spec=k8s.V1PodSpec(
+            init_containers=[k8s.V1Container(name="init", image="busybox:1.36")],
+            containers=[
+                k8s.V1Container(name="app", image=installed.registry.upstream_image),
+                k8s.V1Container(name="sidecar", image="docker.io/library/nginx:1.27"),
+            ]))
+
+
 @contextlib.contextmanager
 def install_mirrorgate(control_plane: ControlPlane, registry: RegistryStack, kustomize: Path,
                        workdir: Path, policy: str) -> Iterator[Installed]:

@@ -1,4 +1,4 @@
-"""Small Kubernetes helpers for e2e tests: fresh namespaces and response warnings."""
+"""Small Kubernetes helpers for e2e tests: namespaces, Pods, cert-manager CRDs, warnings."""
 
 from __future__ import annotations
 
@@ -40,6 +40,40 @@ def create_namespace(api: k8s.ApiClient, name: str, labels: Mapping[str, str] | 
         if error.status != 409:
             raise
     return name
+
+
+def create_pod(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod,
+           dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """Create a Pod; the stored object as a dict, and the client's warnings."""
+    core = k8s.CoreV1Api(api)
+    created, _, headers = core.create_namespaced_pod_with_http_info(
+        namespace, body, dry_run="All" if dry_run else None)
+    stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
+    return stored, warning_messages(headers)
+
+
+def cert_manager_crds(api: k8s.ApiClient) -> None:
+    """Stand-ins for cert-manager's CRDs, which cannot be installed here.
+
+    Same group, versions and kinds, with a permissive schema: enough for the
+    API server to accept or reject the overlay's objects by kind and shape.
+    """
+    extensions = k8s.ApiextensionsV1Api(api)
+    for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
+        body = {
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.cert-manager.io"},
+            "spec": {"group": "cert-manager.io", "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                         "openAPIV3Schema": {"type": "object",
+                                             "x-kubernetes-preserve-unknown-fields": True}}}]},
+        }
+        try:
+            extensions.create_custom_resource_definition(body)  # type: ignore[arg-type]
+        except k8s.ApiException as error:
+            if error.status != 409:
+                raise
 
 
 def warning_messages(headers: Any) -> list[str]:

@@ -27,7 +27,7 @@ from kubernetes import utils as k8s_utils
 from mirrorgate import certs
 from tests.commands import MIRRORGATE
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.procs import ManagedProcess, free_port, wait_until
+from tests.e2e.procs import ManagedProcess, free_port, http_ok, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "mirrorgate"
@@ -133,16 +133,11 @@ def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
 
-    def answered() -> str | None:
-        try:
-            response = httpx.get(f"{server.url}/readyz" if ready else f"{server.url}/healthz",
-                                 verify=context, timeout=2)
-        except httpx.HTTPError as error:
-            return type(error).__name__
-        return None if response.status_code == 200 else f"{response.status_code} {response.text}"
-
+    path = "/readyz" if ready else "/healthz"
     try:
-        wait_until(answered, timeout=30, what="mirrorgate ready", alive=process.exited)
+        wait_until(lambda: http_ok(lambda: httpx.get(f"{server.url}{path}", verify=context,
+                                                     timeout=2)),
+                   timeout=30, what="mirrorgate ready", alive=process.exited)
     except BaseException:
         process.stop()
         raise

@@ -16,12 +16,13 @@ from kubernetes import client as k8s
 
 from tests.e2e import dockerconfig
 from tests.e2e.procs import wait_until
-from tests.e2e.registry import RegistryStack
+from tests.e2e.registry import Access, RegistryStack
 from tests.e2e.testimages import push_upstream, workload_image
 
 RUNNING_TIMEOUT = 120.0
 PULL_FAILED = frozenset({"ErrImagePull", "ImagePullBackOff"})
 UPSTREAM_SECRET = "upstream-pull"
+CONTAINERD = "containerd/"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,15 @@ def push_workload(registry: RegistryStack, repository: str, tag: str = "1") -> W
     greeting = f"hello from {repository}:{tag}"
     image = push_upstream(registry, repository, tag, workload_image(greeting))
     return Workload(repository=repository, tag=tag, image=image, greeting=greeting)
+
+
+def by_node(log: list[Access], workload: Workload, *, agent: str = CONTAINERD) -> list[Access]:
+    """The requests for `workload`'s repository that came from `agent`."""
+    return [a for a in log if a.is_for(workload.repository) and a.agent.startswith(agent)]
+
+
+def manifest_statuses(log: list[Access]) -> set[int]:
+    return {a.status for a in log if "/manifests/" in a.path}
 
 
 def container(name: str, image: str, *, once: bool = False, listen: bool = False,

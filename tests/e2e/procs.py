@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO
 
+import httpx
+
 # prctl(PR_SET_PDEATHSIG): the kernel kills the child if pytest itself dies (SIGKILL
 # from a CI timeout), so an etcd or kube-apiserver never outlives its run. SIGKILL, not
 # SIGTERM: etcd and kube-apiserver terminated together wait on each other's open
@@ -37,6 +39,15 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def http_ok(get: Callable[[], httpx.Response]) -> str | None:
+    """A `wait_until` check: None once `get` answers 200, else the status or the error."""
+    try:
+        response = get()
+    except httpx.HTTPError as error:
+        return type(error).__name__
+    return None if response.status_code == 200 else f"{response.status_code} {response.text}"
 
 
 def wait_until(

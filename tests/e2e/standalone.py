@@ -20,7 +20,7 @@ from mirrorgate import certs
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import Credential
 from tests.commands import MIRRORGATE
-from tests.e2e.procs import ManagedProcess, free_port, wait_until
+from tests.e2e.procs import ManagedProcess, free_port, http_ok, wait_until
 from tests.webhook import reviews, scrape
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +36,12 @@ class Standalone:
     def stop(self) -> None:
         self.client.close()
         self.process.stop()
+
+    def __enter__(self) -> Standalone:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
 
     def admit(self, *images: str, namespace: str = "default") -> dict[str, Any]:
         """The AdmissionResponse of /mutate for a Pod with ``images``."""
@@ -112,14 +118,9 @@ def start_standalone(workdir: Path, *, policy: str, args: Sequence[str] = (),
     server = Standalone(url=f"https://127.0.0.1:{port}", process=process, client=client,
                         policy_path=policy_path)
 
-    def answered() -> str | None:
-        try:
-            return None if client.get("/healthz").status_code == 200 else "not 200"
-        except httpx.HTTPError as error:
-            return type(error).__name__
-
     try:
-        wait_until(answered, timeout=30, what="mirrorgate serve", alive=process.exited)
+        wait_until(lambda: http_ok(lambda: client.get("/healthz")), timeout=30,
+                   what="mirrorgate serve", alive=process.exited)
     except BaseException:
         server.stop()
         raise

@@ -5,42 +5,18 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from mirrorgate import policy
-from tests.e2e.conftest import CREDENTIAL, DOCKERHUB_MIRROR, Installed, MakeNamespace
-from tests.e2e.kube import warning_messages
+from tests.e2e.conftest import CREDENTIAL, DOCKERHUB_MIRROR, Installed, MakeNamespace, pod
+from tests.e2e.kube import create_pod, warning_messages
 
 pytestmark = pytest.mark.e2e
 
 ANNOTATION = policy.ORIGINAL_IMAGES_ANNOTATION
 SECRET = policy.pull_secret_name(CREDENTIAL)
-
-
-def pod(installed: Installed, *, name: str = "web",
-        labels: dict[str, str] | None = None) -> k8s.V1Pod:
-    """A Pod with an image on the test upstream (needs the credential) and a Docker Hub one."""
-    return k8s.V1Pod(
-        metadata=k8s.V1ObjectMeta(name=name, labels=labels),
-        spec=k8s.V1PodSpec(
-            init_containers=[k8s.V1Container(name="init", image="busybox:1.36")],
-            containers=[
-                k8s.V1Container(name="app", image=installed.registry.upstream_image),
-                k8s.V1Container(name="sidecar", image="docker.io/library/nginx:1.27"),
-            ]))
-
-
-def create(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod,
-           dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
-    """Create a Pod; the stored object as a dict, and the client's warnings."""
-    core = k8s.CoreV1Api(api)
-    created, _, headers = core.create_namespaced_pod_with_http_info(
-        namespace, body, dry_run="All" if dry_run else None)
-    stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
-    return stored, warning_messages(headers)
 
 
 def secret_exists(api: k8s.ApiClient, namespace: str, name: str = SECRET) -> bool:
@@ -59,7 +35,7 @@ def test_enforce_rewrites_and_provisions_before_admission(
     registry = installed.registry
     with installed.control_plane.api_client() as api:
         namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
-        created, warnings = create(api, namespace, pod(installed))
+        created, warnings = create_pod(api, namespace, pod(installed))
         # Read at once: the Secret must exist before the create call returned.
         assert secret_exists(api, namespace)
     spec = created["spec"]
@@ -80,7 +56,7 @@ def test_audit_namespace_stores_pod_unchanged_and_warns(
     """An audit namespace: the Pod is stored as written; one warning per planned rewrite."""
     with installed.control_plane.api_client() as api:
         namespace = make_namespace({"mirrorgate.io/mode": "audit"})
-        created, warnings = create(api, namespace, pod(installed))
+        created, warnings = create_pod(api, namespace, pod(installed))
         assert not secret_exists(api, namespace)
     assert [c["image"] for c in created["spec"]["containers"]] == [
         installed.registry.upstream_image, "docker.io/library/nginx:1.27"]
@@ -103,7 +79,7 @@ def test_namespace_not_opted_in_is_untouched(
     """A namespace without an opt-in label: the Pod is stored exactly as written."""
     with installed.control_plane.api_client() as api:
         namespace = make_namespace(labels)
-        created, warnings = create(api, namespace, pod(installed))
+        created, warnings = create_pod(api, namespace, pod(installed))
     assert created["spec"]["containers"][0]["image"] == installed.registry.upstream_image
     assert ANNOTATION not in (created["metadata"].get("annotations") or {})
     assert warnings == []
@@ -119,7 +95,7 @@ def test_kube_system_is_untouched_even_when_labelled(installed: Installed) -> No
             with contextlib.suppress(k8s.ApiException):  # it may exist from an earlier test
                 core.create_namespaced_service_account(
                     "kube-system", k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="default")))
-            created, warnings = create(api, "kube-system", pod(installed, name="sys-e2e"))
+            created, warnings = create_pod(api, "kube-system", pod(installed, name="sys-e2e"))
         finally:
             core.patch_namespace("kube-system", {"metadata": {"labels": {
                 "mirrorgate.io/mode": None}}})
@@ -133,7 +109,7 @@ def test_skip_label_opts_a_pod_out(installed: Installed, make_namespace: MakeNam
     body = pod(installed, labels={"mirrorgate.io/skip": "true"})
     with installed.control_plane.api_client() as api:
         namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
-        created, _ = create(api, namespace, body)
+        created, _ = create_pod(api, namespace, body)
     assert created["spec"]["containers"][0]["image"] == installed.registry.upstream_image
 
 
@@ -142,7 +118,7 @@ def test_server_side_dry_run_rewrites_without_creating_secret(
     """dryRun=All: the returned Pod is rewritten, and no Secret was created."""
     with installed.control_plane.api_client() as api:
         namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
-        created, _ = create(api, namespace, pod(installed), dry_run=True)
+        created, _ = create_pod(api, namespace, pod(installed), dry_run=True)
         assert not secret_exists(api, namespace)
         with pytest.raises(k8s.ApiException) as missing:
             k8s.CoreV1Api(api).read_namespaced_pod("web", namespace)
@@ -158,7 +134,7 @@ def test_generate_name_pod_is_rewritten(installed: Installed,
     body.metadata = k8s.V1ObjectMeta(generate_name="web-")
     with installed.control_plane.api_client() as api:
         namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
-        created, _ = create(api, namespace, body)
+        created, _ = create_pod(api, namespace, body)
     assert created["metadata"]["name"].startswith("web-")
     assert created["spec"]["containers"][0]["image"] == installed.registry.mirror_image
 
@@ -173,7 +149,7 @@ def test_ephemeral_container_is_rewritten_and_recorded(
     """
     with installed.control_plane.api_client() as api:
         namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
-        created, _ = create(api, namespace, pod(installed))
+        created, _ = create_pod(api, namespace, pod(installed))
         core = k8s.CoreV1Api(api)
         patch = {"spec": {"ephemeralContainers": [
             {"name": "debugger", "image": "busybox:1.36", "command": ["sh"]}]}}
@@ -202,7 +178,7 @@ def test_generated_secret_is_a_dockerconfigjson_for_the_mirror(
     registry = installed.registry
     with installed.control_plane.api_client() as api:
         namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
-        create(api, namespace, pod(installed))
+        create_pod(api, namespace, pod(installed))
         secret = k8s.CoreV1Api(api).read_namespaced_secret(SECRET, namespace)
     assert secret.type == "kubernetes.io/dockerconfigjson"
     assert secret.metadata is not None

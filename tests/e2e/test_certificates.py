@@ -10,7 +10,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,9 @@ from kubernetes import client as k8s
 from mirrorgate import certs
 from tests.commands import MIRRORGATE
 from tests.e2e import mirrorgate as mg
-from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy
+from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy, pod
+from tests.e2e.kube import create_pod
 from tests.e2e.procs import wait_until
-from tests.e2e.test_admission import create, pod
 
 pytestmark = pytest.mark.e2e
 
@@ -103,7 +102,7 @@ class _Admissions:
         while not self._stop.is_set():
             name = f"during-{self.created}"
             try:
-                stored, _ = create(self.api, self.namespace, pod(self.installed, name=name))
+                stored, _ = create_pod(self.api, self.namespace, pod(self.installed, name=name))
                 if stored["spec"]["containers"][0]["image"] != self.installed.registry.mirror_image:
                     self.failures.append(f"{name}: not rewritten")
             except k8s.ApiException as error:
@@ -193,7 +192,10 @@ def test_certificates_are_created_injected_and_heal(
                 wait_until(lambda: None if _ca_bundles(api, name) == [again["ca.crt"]] * 2
                            else "caBundle not updated", timeout=20, what="caBundle follows")
                 assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
-                time.sleep(1.0)  # a few more admissions on the new CA
+                on_old_ca = admissions.created
+                wait_until(lambda: None if admissions.created >= on_old_ca + 3
+                           else "no admissions yet", timeout=15,
+                           what="a few more admissions on the new CA")
             assert admissions.created >= 10
             assert admissions.failures == []
         finally:

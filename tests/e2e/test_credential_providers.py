@@ -17,15 +17,11 @@ onCredentialError decides (skip, then deny).
 from __future__ import annotations
 
 import base64
-import contextlib
-import copy
 import datetime
 import json
-import secrets
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,86 +30,37 @@ from kubernetes import client as k8s
 
 from tests.commands import MIRRORGATE
 from tests.e2e import mirrorgate as mg
-from tests.e2e.conftest import DOCKERHUB_MIRROR, Installed
+from tests.e2e.conftest import Installed
 from tests.e2e.dockerconfig import credentials_for
 from tests.e2e.fixtures_secrets import (
-    MODE_LABEL,
-    SUITE_LABEL,
-    as_dict,
     entries_with,
     metric,
     metrics_text,
-    own_configuration,
-    pod_dict,
     read_secret,
     rewrite_policy,
     secret_config,
     wait_log,
 )
-from tests.e2e.kube import create_namespace, namespace_name, warning_messages
 from tests.e2e.procs import wait_until
-from tests.e2e.providers import RobotIssuer, start_issuer
+from tests.e2e.provider_setup import (
+    REPOSITORY,
+    TAG,
+    TEAMS,
+    TTL,
+    Setup,
+    create_pod,
+    password_of,
+    provider_setup,
+    published_login,
+    source,
+    wait_published,
+)
 from tests.e2e.registry import RegistryStack
 from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
 
 pytestmark = pytest.mark.e2e
 
-TTL = 15
-"""Seconds a minted robot password lives (and the responses' cacheDuration)."""
-TEAMS = ("team-a", "team-b")
-REPOSITORY, TAG = "hello", "1.0"
 NGINX = "docker.io/library/nginx:1.27"
-
-
-def source(team: str) -> str:
-    return f"{team}.e2e.example"
-
-
-@dataclass
-class Setup:
-    installed: Installed
-    server: mg.Mirrorgate
-    own_namespace: str
-    namespace: str
-    issuer: RobotIssuer
-    fault_files: dict[str, Path]
-    policy: str
-    robots: dict[str, str]
-    """The robot of each project (its username at the registry)."""
-
-    @property
-    def registry(self) -> RegistryStack:
-        return self.installed.registry
-
-    def mirrored(self, team: str) -> str:
-        return f"{self.registry.upstream_host}/{team}/{REPOSITORY}:{TAG}"
-
-
-def _policy(registry: RegistryStack, on_error: str) -> str:
-    up = registry.upstream_host
-    return json.dumps({
-        "mode": "enforce", "onCredentialError": on_error,
-        "mirrors": [
-            *({"source": source(t), "mirror": f"{up}/{t}", "credential": t} for t in TEAMS),
-            {"source": "docker.io", "mirror": DOCKERHUB_MIRROR},
-        ],
-        "credentials": {t: {"namespaces": ["*"], "registry": f"{up}/{t}",
-                            "provider": f"{t}-provider"} for t in TEAMS},
-    }, indent=2)
-
-
-def _own_roles(api: k8s.ApiClient, kustomize: Path, namespace: str) -> None:
-    """manifests/base's Roles and RoleBindings, in this server's own namespace."""
-    rbac = k8s.RbacAuthorizationV1Api(api)
-    for obj in mg.render(kustomize, "base"):
-        if obj["kind"] not in ("Role", "RoleBinding"):
-            continue
-        body: Any = copy.deepcopy(obj)  # the client takes plain dicts at run time
-        body["metadata"]["namespace"] = namespace
-        if obj["kind"] == "Role":
-            rbac.create_namespaced_role(namespace, body)
-        else:
-            rbac.create_namespaced_role_binding(namespace, body)
 
 
 def _push_projects(registry: RegistryStack) -> None:
@@ -128,74 +75,12 @@ def _push_projects(registry: RegistryStack) -> None:
             assert client.push(f"{team}/{REPOSITORY}", TAG, registry.image) == registry.digest
 
 
-@contextlib.contextmanager
-def provider_setup(installed: Installed, kustomize: Path, workdir: Path) -> Iterator[Setup]:
-    """A mirrorgate of its own for `installed`'s cluster, with two project robots' plugins."""
-    registry, plane = installed.registry, installed.control_plane
-    assert registry.token_server is not None
-    issuer = start_issuer(workdir, server=registry.token_server, ca_path=registry.ca_path)
-    fault_files = {}
-    providers = []
-    robots = {t: f"robot-{t}-{secrets.token_hex(2)}" for t in TEAMS}  # one set per setup
-    for team in TEAMS:
-        issuer.add_robot(robots[team], team)
-        fault_files[team] = workdir / f"{team}.fault"
-        providers.append(issuer.provider(
-            f"{team}-provider", robots[team], match_images=[registry.upstream_host],
-            default_cache_duration="1h",  # the response's cacheDuration wins
-            args=["--ttl", str(TTL), "--cache-duration", f"{TTL}s",
-                  "--fault-file", str(fault_files[team])]))
-    config = issuer.write_config(workdir / "credential-providers.json", *providers)
-    suite = f"prov-{secrets.token_hex(3)}"
-    policy = _policy(registry, "skip")
-    configuration = f"mirrorgate-e2e-{suite}"
-    with plane.api_client() as api:
-        own = create_namespace(api, f"mg-providers-{secrets.token_hex(3)}")
-        _own_roles(api, kustomize, own)
-        server = mg.start_mirrorgate(
-            workdir / "mirrorgate", plane, policy=policy,
-            args=["--store", "kubernetes", "--namespace", own, "--reconcile-interval", "5",
-                  "--credential-provider-config", str(config),
-                  "--credential-provider-bin-dir", str(issuer.bin_dir),
-                  "--credential-provider-timeout", "2"])
-        try:
-            mg.register(api, own_configuration(installed.configuration), server,
-                        name=configuration, namespace_label=(SUITE_LABEL, suite),
-                        failure_policy="Fail")
-            namespace = create_namespace(api, namespace_name("providers"),
-                                         {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
-            yield Setup(installed=installed, server=server, own_namespace=own,
-                        namespace=namespace, issuer=issuer, fault_files=fault_files,
-                        policy=policy, robots=robots)
-        finally:
-            mg.unregister(api, configuration)
-            server.stop()
-
-
 @pytest.fixture(scope="module")
 def setup(installed: Installed, kustomize: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     _push_projects(installed.registry)
     with provider_setup(installed, kustomize, tmp_path_factory.mktemp("providers")) as found:
         yield found
-
-
-def published_login(api: k8s.ApiClient, setup: Setup, team: str) -> dict[str, Any] | None:
-    return read_secret(api, setup.own_namespace, team)
-
-
-def password_of(secret: Mapping[str, Any]) -> str:
-    [entry] = secret_config(secret)["auths"].values()
-    return str(entry["password"])
-
-
-def create_pod(api: k8s.ApiClient, namespace: str, images: list[str]) -> tuple[dict[str, Any],
-                                                                            list[str]]:
-    name = f"p-{secrets.token_hex(3)}"
-    body = pod_dict(name, images[0], extra_images=images[1:])
-    created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(
-        namespace, body)  # type: ignore[arg-type]
-    return as_dict(api, created), warning_messages(headers)
 
 
 def pull_secrets_config(api: k8s.ApiClient, pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -206,23 +91,6 @@ def pull_secrets_config(api: k8s.ApiClient, pod: Mapping[str, Any]) -> dict[str,
         assert secret is not None, ref
         auths.update(secret_config(secret)["auths"])
     return {"auths": auths}
-
-
-def wait_published(api: k8s.ApiClient, setup: Setup, team: str,
-                    not_password: str | None = None) -> dict[str, Any]:
-    found: list[dict[str, Any]] = []
-
-    def ready() -> str | None:
-        secret = published_login(api, setup, team)
-        if secret is None:
-            return f"no published login for {team}"
-        if not_password is not None and password_of(secret) == not_password:
-            return f"{team}: not refreshed yet"
-        found[:] = [secret]
-        return None
-
-    wait_until(ready, timeout=3 * TTL, what=f"a published login for {team}", interval=0.25)
-    return found[0]
 
 
 def test_two_projects_on_one_host_each_pull_only_their_own_across_refreshes(

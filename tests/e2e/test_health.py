@@ -42,10 +42,9 @@ from tests.e2e.fixtures_secrets import (
 )
 from tests.e2e.kube import create_namespace, namespace_name, warning_messages
 from tests.e2e.node import Node
-from tests.e2e.nodepods import Workload, push_workload
+from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import RegistryStack, set_mirror_password, start_mirror, stop_mirror
-from tests.e2e.test_node import by_node, manifest_statuses
 
 pytestmark = pytest.mark.e2e
 

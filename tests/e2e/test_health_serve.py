@@ -21,6 +21,7 @@ import pytest
 
 from mirrorgate.webhook import probes
 from mirrorgate.webhook.credentials.store import Credential
+from tests.e2e.health import DOWN_BOUND, LOGIN, PATIENCE, UP_BOUND, credential, health_policy
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import (
     RegistryStack,
@@ -32,45 +33,16 @@ from tests.e2e.standalone import Standalone, start_standalone, write_store
 
 pytestmark = pytest.mark.e2e
 
-INTERVAL, TIMEOUT, FAILURES, SUCCESSES = 0.3, 0.25, 2, 1
-DOWN_BOUND = FAILURES * INTERVAL + TIMEOUT
-UP_BOUND = SUCCESSES * INTERVAL + TIMEOUT
-# Generous: the contract's bound times ten, plus scheduling noise on a busy machine.
-PATIENCE = 10 * DOWN_BOUND + 10
-LOGIN = "mirror-login"
-
-
-def health_policy(stack: RegistryStack, *, extra_rule: str = "", ca_file: str = "") -> str:
-    ca = f"    caFile: {ca_file}\n" if ca_file else ""
-    return (
-        f"health: {{interval: {int(INTERVAL * 1000)}ms, timeout: {int(TIMEOUT * 1000)}ms, "
-        f"failureThreshold: {FAILURES}, successThreshold: {SUCCESSES}}}\n"
-        f"mirrors:\n"
-        f"  - source: docker.io\n    mirror: {stack.host}/hub\n{ca}"
-        f"  - source: quay.io\n    mirror: {stack.host}/quay\n    onMirrorDown: keep\n{ca}"
-        f"  - source: ghcr.io\n    mirror: {stack.host}/ghcr\n    credential: {LOGIN}\n{ca}"
-        f"{extra_rule}"
-        f"credentials:\n  {LOGIN}: {{namespaces: ['*']}}\n"
-        f"  absent: {{namespaces: ['*']}}\n  elsewhere: {{namespaces: ['*']}}\n")
-
-
-def credential(stack: RegistryStack, password: str | None = None) -> Credential:
-    return Credential(name=LOGIN, registry=stack.host, username=stack.username,
-                      password=stack.password if password is None else password)
-
-
 @pytest.fixture(scope="module")
 def server(own_registry: RegistryStack, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[Standalone]:
     workdir = tmp_path_factory.mktemp("health-serve")
     store = write_store(workdir, [credential(own_registry)])
-    running = start_standalone(
-        workdir, policy=health_policy(own_registry), args=store,
-        env={"SSL_CERT_FILE": str(own_registry.ca_path)}, redact=[own_registry.password])
-    try:
+    with start_standalone(
+            workdir, policy=health_policy(own_registry), args=store,
+            env={"SSL_CERT_FILE": str(own_registry.ca_path)},
+            redact=[own_registry.password]) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _mirror_up(server: Standalone, stack: RegistryStack, expected: float) -> str | None:
@@ -206,10 +178,9 @@ def test_store_problems_are_reported_and_warned(own_registry: RegistryStack,
              f"    credential: elsewhere\n")
     store = write_store(tmp_path, [credential(stack), Credential(
         name="elsewhere", registry="other.example:5000", username="u", password="p")])
-    running = start_standalone(tmp_path / "server", policy=health_policy(stack, extra_rule=extra),
-                               args=[*store, "--no-health-probes"],
-                               env={"SSL_CERT_FILE": str(stack.ca_path)})
-    try:
+    with start_standalone(tmp_path / "server", policy=health_policy(stack, extra_rule=extra),
+                          args=[*store, "--no-health-probes"],
+                          env={"SSL_CERT_FILE": str(stack.ca_path)}) as running:
         def reported() -> str | None:
             problems = running.readyz()[1]["problems"]
             return None if "credential elsewhere" in problems else f"problems: {problems}"
@@ -233,8 +204,6 @@ def test_store_problems_are_reported_and_warned(own_registry: RegistryStack,
         assert logged == {"absent", "elsewhere"}
         # Probing is off: no mirror was probed, so no gauge claims anything of it.
         assert running.gauge("mirrorgate_mirror_up", mirror=f"{stack.host}/hub") is None
-    finally:
-        running.stop()
 
 
 @pytest.mark.parametrize("trust", ["none", "ca-file"])
@@ -243,9 +212,8 @@ def test_trust_comes_from_ssl_cert_file_or_the_ca_file(
     """Without SSL_CERT_FILE the system store refuses the test CA; a policy caFile trusts it."""
     stack = own_registry
     ca_file = str(stack.ca_path) if trust == "ca-file" else ""
-    running = start_standalone(tmp_path, policy=health_policy(stack, ca_file=ca_file),
-                               args=["--store", "none"])
-    try:
+    with start_standalone(tmp_path, policy=health_policy(stack, ca_file=ca_file),
+                          args=["--store", "none"]) as running:
         expected = 1.0 if trust == "ca-file" else 0.0
         wait_until(lambda: _mirror_up(running, stack, expected), timeout=PATIENCE,
                    what=f"mirror_up {expected}")
@@ -256,5 +224,3 @@ def test_trust_comes_from_ssl_cert_file_or_the_ca_file(
         else:
             assert f"mirror {stack.host}" not in problems
             assert running.images_after("nginx")[0] == [f"{stack.host}/hub/library/nginx"]
-    finally:
-        running.stop()

@@ -26,8 +26,7 @@ from mirrorgate import certs
 from tests.e2e import helm as h
 from tests.e2e import mirrorgate as mg
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.kube import create_namespace, namespace_name
-from tests.e2e.test_webhook_configuration import _cert_manager_crds
+from tests.e2e.kube import cert_manager_crds, create_namespace, namespace_name
 from tests.webhook.reviews import patch_ops, pod, response_of, review
 
 pytestmark = pytest.mark.e2e
@@ -175,7 +174,7 @@ def test_render_is_accepted_by_server_side_dry_run(helm: Path, home: Path,
                                                    own_control_plane: ControlPlane,
                                                    values: dict[str, str]) -> None:
     with own_control_plane.api_client() as api:
-        _cert_manager_crds(api)
+        cert_manager_crds(api)
         namespace = create_namespace(api, namespace_name("helm-dry-run"))
         client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
         for obj in h.template(helm, home, values, namespace=namespace):

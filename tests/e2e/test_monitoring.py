@@ -29,10 +29,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from mirrorgate.certs import CertificateAuthority
+from tests.e2e.health import LOGIN, PATIENCE, credential, health_policy
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import RegistryStack
 from tests.e2e.standalone import start_standalone, write_store
-from tests.e2e.test_health_serve import LOGIN, PATIENCE, credential, health_policy
 from tests.webhook import policies
 from tests.webhook.reviews import PROM_IMAGE, pod, review
 from tests.webhook.serving import client_context, serve
@@ -57,17 +57,15 @@ def health_scrape(own_registry: RegistryStack,
                   tmp_path_factory: pytest.TempPathFactory) -> list[Sample]:
     """/metrics of `mirrorgate serve` once its probes found the mirror up and the login valid."""
     workdir = tmp_path_factory.mktemp("health-scrape")
-    running = start_standalone(
-        workdir, policy=health_policy(own_registry),
-        args=write_store(workdir, [credential(own_registry)]),
-        env={"SSL_CERT_FILE": str(own_registry.ca_path)}, redact=[own_registry.password])
-    try:
+    with start_standalone(
+            workdir, policy=health_policy(own_registry),
+            args=write_store(workdir, [credential(own_registry)]),
+            env={"SSL_CERT_FILE": str(own_registry.ca_path)},
+            redact=[own_registry.password]) as running:
         wait_until(lambda: None if running.gauge("mirrorgate_credential_valid",
                                                  credential=LOGIN) == 1.0 else "not yet",
                    timeout=PATIENCE, what="the first probes", interval=0.1)
         page = running.metrics()
-    finally:
-        running.stop()
     return [Sample(name, dict(labels)) for name, labels in page]
 
 

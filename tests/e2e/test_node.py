@@ -32,11 +32,11 @@ from tests.e2e.conftest import (
     node_policy,
 )
 from tests.e2e.dockerconfig import Credentials
-from tests.e2e.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.node import Node
-from tests.e2e.nodepods import Workload, push_workload
+from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.procs import wait_until
-from tests.e2e.registry import Access, RegistryStack, htpasswd_line
+from tests.e2e.registry import RegistryStack, htpasswd_line
 from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
@@ -44,7 +44,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node]
 SECRET = policy.pull_secret_name(CREDENTIAL)
 ENFORCE = {"mirrorgate.io/mode": "enforce"}
 AUDIT = {"mirrorgate.io/mode": "audit"}
-CONTAINERD = "containerd/"
 MIRROR_FILLING = "Go-http-client"
 ROTATION_LIMIT = 30.0
 REPO = Path(__file__).resolve().parents[2]
@@ -55,23 +54,6 @@ def make_namespace(api: k8s.ApiClient, hint: str, labels: dict[str, str] | None 
     """A fresh namespace; `granted` ones match the node policy's grant (`granted-*`)."""
     name = namespace_name(hint)
     return create_namespace(api, f"{GRANTED_PREFIX}{name}" if granted else name, labels)
-
-
-def create(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod) -> tuple[dict[str, Any],
-                                                                          list[str]]:
-    created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(namespace,
-                                                                                  body)
-    stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
-    return stored, warning_messages(headers)
-
-
-def by_node(log: list[Access], workload: Workload, *, agent: str = CONTAINERD) -> list[Access]:
-    """The requests for `workload`'s repository that came from `agent`."""
-    return [a for a in log if a.is_for(workload.repository) and a.agent.startswith(agent)]
-
-
-def manifest_statuses(log: list[Access]) -> set[int]:
-    return {a.status for a in log if "/manifests/" in a.path}
 
 
 def mirror_image(registry: RegistryStack, workload: Workload) -> str:
@@ -117,7 +99,7 @@ def test_api_server_reaches_kubelet_and_pods(node_cluster: Node) -> None:
     with node_cluster.control_plane.api_client() as api:
         namespace = make_namespace(api, "reachable", granted=False)
         secret = nodepods.upstream_pull_secret(api, namespace, registry)
-        create(api, namespace, nodepods.pod("web", [nodepods.container(
+        create_pod(api, namespace, nodepods.pod("web", [nodepods.container(
             "web", workload.image, listen=True)], pull_secrets=[secret]))
         stored = nodepods.wait_running(api, namespace, "web")
         assert nodepods.log(api, namespace, "web").strip() == workload.greeting
@@ -146,7 +128,7 @@ def test_1_without_mirrorgate_the_kubelet_gives_the_mirror_no_credential(
         namespace = make_namespace(api, "seeds", granted=False)  # no mirrorgate label
         mirror_secret = nodepods.create_pull_secret(
             api, namespace, "mirror-pull", registry.host, registry.username, registry.password)
-        create(api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)],
+        create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)],
                                             pull_secrets=[mirror_secret]))
         message = nodepods.wait_pull_failure(api, namespace, "app", "app")
     assert f'[host."https://{registry.host}' in exported
@@ -203,7 +185,7 @@ def test_3_init_and_ephemeral_containers_pull_through_the_mirror(
                         ("init", "app", "debug"))
     with node_installed.control_plane.api_client() as api:
         namespace = make_namespace(api, "containers", ENFORCE, granted=True)
-        create(api, namespace, nodepods.pod(
+        create_pod(api, namespace, nodepods.pod(
             "app", [nodepods.container("app", app.image)],
             init_containers=[nodepods.container("init", init.image, once=True)]))
         nodepods.wait_running(api, namespace, "app")
@@ -279,7 +261,7 @@ def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
         try:
             started = time.monotonic()
             central_credential(api, registry, password=new_password)
-            create(api, namespace, nodepods.pod("app", [nodepods.container("app",
+            create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app",
                                                                            workload.image)]))
             nodepods.wait_running(api, namespace, "app", timeout=ROTATION_LIMIT)
             seconds = time.monotonic() - started
@@ -306,7 +288,7 @@ def runs_untouched_from_the_upstream(installed: Installed, repository: str,
     with installed.control_plane.api_client() as api:
         namespace = make_namespace(api, repository.rpartition("/")[2], labels, granted=granted)
         secret = nodepods.upstream_pull_secret(api, namespace, registry)
-        created, warnings = create(api, namespace, nodepods.pod(
+        created, warnings = create_pod(api, namespace, nodepods.pod(
             "app", [nodepods.container("app", workload.image)], pull_secrets=[secret]))
         nodepods.wait_running(api, namespace, "app")
         line = nodepods.log(api, namespace, "app").strip()
@@ -350,17 +332,17 @@ def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Insta
     image = mirror_image(registry, workload)
     with node_installed.control_plane.api_client() as api:
         granted = make_namespace(api, "ensure-granted", ENFORCE, granted=True)
-        create(api, granted, nodepods.pod("first", [nodepods.container("app", workload.image)]))
+        create_pod(api, granted, nodepods.pod("first", [nodepods.container("app", workload.image)]))
         nodepods.wait_running(api, granted, "first")
         before = len(by_node(registry.access_log("mirror"), workload))
 
         other = make_namespace(api, "ensure-other", ENFORCE, granted=False)
-        stored, warnings = create(api, other, nodepods.pod(
+        stored, warnings = create_pod(api, other, nodepods.pod(
             "reuse", [nodepods.container("app", image, pull_policy="IfNotPresent")]))
         message = nodepods.wait_pull_failure(api, other, "reuse", "app")
 
         second = make_namespace(api, "ensure-granted-2", ENFORCE, granted=True)
-        create(api, second, nodepods.pod("again", [nodepods.container("app", workload.image)]))
+        create_pod(api, second, nodepods.pod("again", [nodepods.container("app", workload.image)]))
         nodepods.wait_running(api, second, "again")
     assert stored["spec"]["containers"][0]["image"] == image
     assert not stored["spec"].get("imagePullSecrets")

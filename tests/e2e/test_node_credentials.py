@@ -23,7 +23,7 @@ from tests.e2e.conftest import Installed
 from tests.e2e.fixtures_secrets import read_secret
 from tests.e2e.kube import create_namespace, namespace_name
 from tests.e2e.nodepods import push_workload
-from tests.e2e.test_credential_providers import (
+from tests.e2e.provider_setup import (
     TEAMS,
     Setup,
     create_pod,

@@ -17,10 +17,10 @@ from kubernetes import dynamic
 from mirrorgate import policy
 from mirrorgate.webhook import patch
 from tests.e2e import mirrorgate as mg
-from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy
+from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy, pod
 from tests.e2e.injector import SIDECAR_IMAGE, running_injector
+from tests.e2e.kube import cert_manager_crds, create_pod
 from tests.e2e.procs import wait_until
-from tests.e2e.test_admission import create, pod
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +50,7 @@ def test_reinvocation_converges_to_a_single_pass(
         try:
             namespace = make_namespace({"mirrorgate.io/mode": "enforce",
                                         "e2e.mirrorgate.io/inject": "yes"})
-            created, _ = create(api, namespace, pod(installed))
+            created, _ = create_pod(api, namespace, pod(installed))
         finally:
             admission.delete_mutating_webhook_configuration("zz-e2e-injector")
 
@@ -109,17 +109,17 @@ def test_stopped_webhook_follows_failure_policy(
         try:
             namespace = make_namespace({"e2e.mirrorgate.io/failure": label,
                                         "mirrorgate.io/mode": "enforce"})
-            running, _ = create(api, namespace, pod(installed, name="while-up"))
+            running, _ = create_pod(api, namespace, pod(installed, name="while-up"))
             assert running["spec"]["containers"][0]["image"] == installed.registry.mirror_image
             server.stop()
             if admitted:
-                created, _ = create(api, namespace, pod(installed, name="while-down"))
+                created, _ = create_pod(api, namespace, pod(installed, name="while-down"))
                 assert created["spec"]["containers"][0]["image"] == \
                     installed.registry.upstream_image
                 assert "imagePullSecrets" not in created["spec"]
             else:
                 with pytest.raises(k8s.ApiException) as refused:
-                    create(api, namespace, pod(installed, name="while-down"))
+                    create_pod(api, namespace, pod(installed, name="while-down"))
                 assert refused.value.status == 500
                 assert "failed calling webhook" in str(refused.value.body)
         finally:
@@ -136,30 +136,6 @@ def test_manifests_choose_ignore_and_say_why(installed: Installed) -> None:
     assert "air-gapped" in source  # the documented reason to switch enforce to Fail
 
 
-def _cert_manager_crds(api: k8s.ApiClient) -> None:
-    """Stand-ins for cert-manager's CRDs, which cannot be installed here.
-
-    Same group, versions and kinds, with a permissive schema: enough for the
-    API server to accept or reject the overlay's objects by kind and shape.
-    """
-    extensions = k8s.ApiextensionsV1Api(api)
-    for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
-        body = {
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.cert-manager.io"},
-            "spec": {"group": "cert-manager.io", "scope": "Namespaced",
-                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                         "openAPIV3Schema": {"type": "object",
-                                             "x-kubernetes-preserve-unknown-fields": True}}}]},
-        }
-        try:
-            extensions.create_custom_resource_definition(body)  # type: ignore[arg-type]
-        except k8s.ApiException as error:
-            if error.status != 409:
-                raise
-
-
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlay_is_accepted_by_server_side_dry_run(installed: Installed, kustomize: Path,
                                                     overlay: str) -> None:
@@ -170,7 +146,7 @@ def test_overlay_is_accepted_by_server_side_dry_run(installed: Installed, kustom
             "PodDisruptionBudget", "ConfigMap", "NetworkPolicy"} <= kinds
     with installed.control_plane.api_client() as api:
         if overlay.endswith("cert-manager"):
-            _cert_manager_crds(api)
+            cert_manager_crds(api)
         client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
         for obj in objects:
             if obj["kind"] == "MutatingWebhookConfiguration":
