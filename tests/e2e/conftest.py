@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from tests.e2e.controlplane import ControlPlane, start_control_plane
 from tests.e2e.kube import create_namespace, namespace_name
 from tests.e2e.node import Node, start_node
 from tests.e2e.registry import RegistryStack, start_registry_stack
+from tests.environment import skips_forbidden
 
 MakeNamespace = Callable[..., str]
 _T = TypeVar("_T")
@@ -58,15 +58,8 @@ _FIGURES = pytest.StashKey[dict[str, str]]()
 _SKIPS = pytest.StashKey[list[str]]()
 
 
-def e2e_required() -> bool:
-    """True where a missing binary must fail the run rather than skip."""
-    if os.environ.get("MIRRORGATE_REQUIRE_E2E") == "1":
-        return True
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
-
-
 def _missing(config: pytest.Config, exc: MissingBinaryError) -> NoReturn:
-    if e2e_required():
+    if skips_forbidden():
         pytest.fail(
             f"e2e binary missing: {exc} (MIRRORGATE_REQUIRE_E2E=1 or CI is set, so this "
             "is a failure, not a skip)",
