@@ -55,12 +55,22 @@ class Health:
 
     Empty (and false) when every mirror is up and every credential logs in,
     which is the steady state; admission then plans exactly as without it.
+    Hashable by content, computed once (treat the mappings as read-only): the
+    plan memo keys the plans it shares by the health they were made under.
     """
 
     down: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY)
     """Mirror hosts (``host[:port]``) that are down, with the reason."""
     failing: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY)
     """Credentials that cannot log in to their mirror (or are misconfigured), with the reason."""
+    _hash: int = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((frozenset(self.down.items()),
+                                                frozenset(self.failing.items()))))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __bool__(self) -> bool:
         return bool(self.down or self.failing)

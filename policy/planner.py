@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from typing import Literal, NamedTuple, cast
 
 from mirrorgate.policy import reference
@@ -114,8 +114,9 @@ class ImageRewrite(NamedTuple):
     """``up``, or the health problem its rule's ``onMirrorDown: keep`` rewrote it through."""
 
 
-class RewritePlan(NamedTuple):
-    """Everything admission should change on one Pod, and why (one per admission: a tuple)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class RewritePlan:
+    """Everything admission should change on one Pod, and why."""
 
     rewrites: tuple[ImageRewrite, ...] = ()
     pull_secrets: tuple[str, ...] = ()
@@ -127,10 +128,16 @@ class RewritePlan(NamedTuple):
     warnings: tuple[str, ...] = ()
     skipped: str | None = None
     """Why the whole Pod was left alone, if it was."""
-    outcomes: Mapping[str, Outcome] = {}  # shared by every plan: read-only, like the plan
+    outcomes: Mapping[str, Outcome] = dataclasses.field(default_factory=dict)
     """Each image's outcome by site key (see :mod:`policy.decision`)."""
     fallbacks: int = 0
     """Images left as written because their mirror or credential is unhealthy."""
+    derived: dict[Hashable, object] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False)
+    """What callers compute from the plan alone, by keys of their own: ``webhook.patch``'s
+    encoded patches (by anchors, a tuple) and admission's audit report (``"audit"``). It
+    lives and goes with the plan: a plan the memo shares (see :func:`plan`) computes each
+    once for all the Pods of its shape, and the memo charges for it."""
 
 
 def audit_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
@@ -251,12 +258,12 @@ def _refusal(credential: str, *, unavailable: Mapping[str, str], attached: set[s
 
 ShapeKey = tuple[object, ...]
 # What _shape puts in its key, position by position.
-_KeyParts = tuple[str, "str | None", bool, "str | None", "tuple[str | None, ...] | None",
-                  "tuple[tuple[str, str], ...] | None", "tuple[tuple[str, str], ...] | None",
-                  "tuple[tuple[str, str], ...] | None"]
+_KeyParts = tuple[str, "Health | None", "str | None", bool, "str | None",
+                  "tuple[str | None, ...] | None", "tuple[tuple[str, str], ...] | None",
+                  "tuple[tuple[str, str], ...] | None", "tuple[tuple[str, str], ...] | None"]
 
 
-def _shape(pod: Mapping[str, object], namespace: str) -> ShapeKey | None:
+def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKey | None:
     """Everything a CREATE plan depends on, as a hashable key; None for unusual Pods.
 
     The replicas of a workload differ in name and uid but not in this: their
@@ -304,7 +311,9 @@ def _shape(pod: Mapping[str, object], namespace: str) -> ShapeKey | None:
                 return None
             pairs.append((name, image))
         lists.append(tuple(pairs))
-    return (namespace, skip, MIRROR_POD_ANNOTATION in annotations, originals, secrets, *lists)
+    # The health is the probes' last conclusion, one value until they change it.
+    return (namespace, health or None, skip, MIRROR_POD_ANNOTATION in annotations, originals,
+            secrets, *lists)
 
 
 def _memo_cost(key: ShapeKey, found: RewritePlan) -> int | None:
@@ -313,17 +322,20 @@ def _memo_cost(key: ShapeKey, found: RewritePlan) -> int | None:
     Computed only for a new shape. A name longer than a DNS label or an image
     longer than any reference cannot be valid: such Pods are planned, never
     kept. The plan's sites and originals share the key's strings; its
-    warnings quote bounded prefixes.
+    warnings quote bounded prefixes. What callers will keep in its
+    ``derived`` (an encoded patch, audit lines) quotes each name and image
+    a few times over, and the originals once more: charged here as four
+    more copies of each name and image, and one of the originals.
     """
-    namespace, _, _, originals, secrets, *lists = cast("_KeyParts", key)
-    size = len(namespace) + len(originals or "") + ENTRY_OVERHEAD
+    namespace, _, _, _, originals, secrets, *lists = cast("_KeyParts", key)
+    size = len(namespace) + 2 * len(originals or "") + ENTRY_OVERHEAD
     size += sum(len(s or "") for s in secrets or ())
     for pairs in lists:
         for name, image in pairs or ():
             if len(name) > CONTAINER_NAME_LENGTH_MAX or \
                     len(image) > reference.REFERENCE_LENGTH_MAX:
                 return None
-            size += len(name) + len(image) + ENTRY_OVERHEAD
+            size += 5 * (len(name) + len(image)) + ENTRY_OVERHEAD
     return size + sum(map(len, found.warnings))
 
 
@@ -350,18 +362,18 @@ def plan(
     with a warning naming the mirror (``onMirrorDown: fallback``) or are
     rewritten anyway (``keep``).
 
-    The result is shared between Pods of the same shape: treat it, and its
-    ``original_images``, as read-only.
+    The result is shared between Pods of the same shape under the same health:
+    treat it, and its ``original_images``, as read-only.
     """
     if fields is CONTAINER_FIELDS and not frozen and can_add_pull_secrets and can_annotate \
-            and not unavailable and not health:
-        key = _shape(pod, namespace)
+            and not unavailable:
+        key = _shape(pod, namespace, health)
         if key is not None:
             found: RewritePlan | None = policy.plans.get(key)
             if found is None:
                 found = _plan(pod, namespace=namespace, policy=policy, fields=fields,
                               frozen=frozen, can_add_pull_secrets=True, can_annotate=True,
-                              unavailable=None)
+                              unavailable=None, health=health)
                 cost = _memo_cost(key, found)
                 if cost is not None:
                     policy.plans.remember(key, found, cost)
@@ -455,10 +467,6 @@ def _plan(
         if can_annotate and key not in originals:
             new_originals[key] = site.image
 
-    if not needed:
-        return RewritePlan(tuple(rewrites), (), (),
-                           {**originals, **new_originals} if new_originals else None,
-                           tuple(warnings), outcomes=outcomes, fallbacks=fallbacks)
     credentials = tuple(sorted(needed))
     return RewritePlan(
         rewrites=tuple(rewrites),

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, cast
 
 import orjson
 
 from mirrorgate import policy
 from mirrorgate.webhook import patch, review
-from mirrorgate.webhook.review import BadReview
 
 __all__ = ["Decision", "PullSecrets", "admit"]
 
@@ -60,8 +59,7 @@ class Decision(NamedTuple):
     """The plan decided on, with each image's outcome (None for reviews not about a Pod)."""
 
 
-def _pod_name(obj: Mapping[str, Any]) -> str:
-    metadata = obj.get("metadata")
+def _pod_name(metadata: object) -> str:
     if not isinstance(metadata, Mapping):
         return ""
     name = metadata.get("name") or metadata.get("generateName") or ""
@@ -85,6 +83,20 @@ def _audit_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dic
          for r in plan.rewrites}).decode()}
 
 
+def _audit_report(plan: policy.RewritePlan) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Audit mode's warnings and audit annotations for ``plan``, kept in its ``derived``.
+
+    A plan shared by the Pods of one shape (:func:`policy.plan`) reports the
+    same for each: made once, then copied into each response.
+    """
+    found = plan.derived.get("audit")
+    if found is None:
+        found = plan.derived["audit"] = (
+            (*plan.warnings, *(policy.audit_line(r, health=True) for r in plan.rewrites)),
+            _audit_annotations(plan, health=True))
+    return cast("tuple[tuple[str, ...], dict[str, str]]", found)
+
+
 def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: str,
           rules: policy.Policy, ephemeral: bool, health: policy.Health,
           unavailable: Mapping[str, str] | None = None) -> policy.RewritePlan:
@@ -105,7 +117,7 @@ def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: s
 
 async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                 secrets: PullSecrets, health: policy.Health = policy.HEALTHY) -> Decision:
-    """Decide on one review. Raises :class:`BadReview` for malformed requests only.
+    """Decide on one review. Raises :class:`review.BadReview` for malformed requests only.
 
     ``health`` is the probes' last conclusion, passed in: deciding never waits
     for the network.
@@ -119,18 +131,15 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
 
     obj = request.get("object")
     if type(obj) is not dict:
-        raise BadReview("request.object is missing or not an object", uid=rev.uid,
-                        api_version=rev.api_version)
+        raise rev.bad("request.object is missing or not an object")
     metadata = obj.get("metadata")
     namespace = (metadata.get("namespace") if type(metadata) is dict else None) \
         or request.get("namespace")
     if not isinstance(namespace, str) or not namespace:
-        raise BadReview("neither request.namespace nor the Pod's metadata.namespace is set",
-                        uid=rev.uid, api_version=rev.api_version)
+        raise rev.bad("neither request.namespace nor the Pod's metadata.namespace is set")
     if NAMESPACE_RE.fullmatch(namespace) is None:
-        raise BadReview(f"namespace {policy.quote(namespace, limit=64)} is not a namespace name",
-                        uid=rev.uid, api_version=rev.api_version)
-    name = _pod_name(obj)
+        raise rev.bad(f"namespace {policy.quote(namespace, limit=64)} is not a namespace name")
+    name = _pod_name(metadata)
 
     plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
                  health=health)
@@ -139,9 +148,8 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                         namespace, name, 0, len(plan.warnings), plan=plan)
 
     if mode == "audit":
-        lines = [*plan.warnings, *(policy.audit_line(r, health=True) for r in plan.rewrites)]
-        return Decision(review.allowed(rev, warnings=lines,
-                                       audit_annotations=_audit_annotations(plan, health=True)),
+        lines, annotations = _audit_report(plan)
+        return Decision(review.allowed(rev, warnings=lines, audit_annotations=annotations),
                         mode, "allowed", namespace, name, len(plan.rewrites), len(lines),
                         plan=plan)
 

@@ -275,10 +275,6 @@ class ConnectionTable:
         if self.open:
             self._sweeper = loop.call_later(self._sweep_every, self._sweep, loop)
 
-    def close_all(self) -> None:
-        for connection in list(self.open):
-            connection.close_for("shutdown")
-
 
 class TlsAcceptor(asyncio.Protocol):
     """One accepted TCP connection: entered in the table, then upgraded to TLS.

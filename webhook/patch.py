@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any, Literal, TypedDict, TypeGuard
+from typing import Any, Literal, TypedDict, TypeGuard, cast
 
 import orjson
 
 from mirrorgate import policy
-from mirrorgate.policy.model import ENTRY_OVERHEAD, MEMO_ENTRIES, Memo
 
 __all__ = ["Operation", "annotation_value", "build_patch", "encoded_patch", "escape"]
-
-ENCODED_MEMO_BYTES = 8 << 20
 
 
 class Operation(TypedDict):
@@ -43,6 +40,7 @@ def annotation_value(originals: Mapping[str, str]) -> str:
 
 
 _ANNOTATION_POINTER = f"/metadata/annotations/{escape(policy.ORIGINAL_IMAGES_ANNOTATION)}"
+_NOT_YET = object()
 
 
 # Where a patch attaches to a Pod, the only things it reads of the Pod
@@ -98,31 +96,19 @@ def _operations(plan: policy.RewritePlan, anchors: Anchors) -> list[Operation]:
     return ops
 
 
-# By plan identity and anchors. Each entry holds its plan, so no other plan
-# can take that identity while the entry lives; and it is charged for it.
-_encoded: Memo[tuple[int, Anchors], tuple[policy.RewritePlan, str]] = Memo(
-    max_entries=MEMO_ENTRIES, max_bytes=ENCODED_MEMO_BYTES)
-
-
 def encoded_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> str | None:
     """:func:`build_patch` as an AdmissionResponse carries it (base64 of its JSON); None if empty.
 
-    Memoised: the Pods of one shape share their plan (:func:`policy.plan`),
-    and so, at equal anchors, their patch; building and encoding it again
-    for every replica cost more than the rest of the planning.
+    Kept in the plan's ``derived``, by anchors: the Pods of one shape share
+    their plan (:func:`policy.plan`), and so, at equal anchors, their patch;
+    building and encoding it again for every replica cost more than the rest
+    of the planning.
     """
     anchors = _anchors(pod, plan)
-    key = (id(plan), anchors)
-    found = _encoded.get(key)
-    if found is not None and found[0] is plan:
-        return found[1]
+    found = plan.derived.get(anchors, _NOT_YET)
+    if found is not _NOT_YET:
+        return cast("str | None", found)
     operations = _operations(plan, anchors)
-    if not operations:
-        return None
-    encoded = base64.b64encode(orjson.dumps(operations)).decode("ascii")
-    # The patch, and the plan kept alive with it: its strings are fewer than
-    # the patch's (which quotes every new and original image), its warnings
-    # are bounded prefixes, and each image's outcome costs an entry's overhead.
-    _encoded.remember(key, (plan, encoded), 2 * len(encoded) + sum(map(len, plan.warnings))
-                      + ENTRY_OVERHEAD * (1 + len(plan.outcomes)))
+    encoded = base64.b64encode(orjson.dumps(operations)).decode("ascii") if operations else None
+    plan.derived[anchors] = encoded
     return encoded

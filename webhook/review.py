@@ -111,6 +111,10 @@ class Review(NamedTuple):
     def uid(self) -> str:
         return self.request["uid"]
 
+    def bad(self, message: str) -> BadReview:
+        """A :class:`BadReview` about this request, echoing its uid and apiVersion."""
+        return BadReview(message, uid=self.uid, api_version=self.api_version)
+
 
 def _describe(value: object) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",

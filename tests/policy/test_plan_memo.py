@@ -94,7 +94,8 @@ def test_pods_of_different_structure_never_share_a_plan(pods: list[dict[str, Any
         found = policy.plan(pod, namespace=namespace, policy=rules)
         assert found == full_plan(pod, namespace, rules)
         jsonpatch.apply_patch(copy.deepcopy(pod), patch.build_patch(pod, found))
-    keys = [planner._shape(pod, ns) for pod, ns in zip(pods, namespaces, strict=False)]
+    keys = [planner._shape(pod, ns, policy.HEALTHY)
+            for pod, ns in zip(pods, namespaces, strict=False)]
     for (pod_a, ns_a), key_a in zip(zip(pods, namespaces, strict=False), keys, strict=True):
         for (pod_b, ns_b), key_b in zip(zip(pods, namespaces, strict=False), keys, strict=True):
             if key_a is not None and key_b is not None and key_a == key_b:
@@ -167,3 +168,38 @@ def test_memos_are_bounded_by_bytes_as_well_as_entries() -> None:
     assert 0 < len(rules._resolutions) < 3000 < model.MEMO_ENTRIES
     # What is charged is close to what is held: strings dominate.
     assert rules._resolutions.held >= len(rules._resolutions) * 3 * 760
+
+
+def test_plans_are_shared_under_a_health_state_and_never_across_two() -> None:
+    """A mirror down is shared by every Pod planned while it lasts, and only by them."""
+    rules = fresh_policy()
+    pod = spec_pod({"containers": [{"name": "a", "image": "nginx"},
+                                   {"name": "b", "image": "quay.io/x/y"}]})
+    down = policy.Health(down={"mirror.corp.example": "refused"})
+    healthy = policy.plan(pod, namespace="ns", policy=rules)
+    under_down = policy.plan(pod, namespace="ns", policy=rules, health=down)
+    assert under_down == planner._plan(pod, namespace="ns", policy=rules, fields=FIELDS,
+                                       frozen=frozenset(), can_add_pull_secrets=True,
+                                       can_annotate=True, unavailable=None, health=down)
+    assert (len(healthy.rewrites), under_down.fallbacks) == (2, 2)
+    # The same state, published again as another value, finds the same plan.
+    again = policy.Health(down=dict(down.down))
+    assert policy.plan(copy.deepcopy(pod), namespace="ns", policy=rules, health=again) \
+        is under_down
+    assert policy.plan(copy.deepcopy(pod), namespace="ns", policy=rules) is healthy
+    elsewhere = policy.Health(down={"other.example": "refused"})
+    assert policy.plan(pod, namespace="ns", policy=rules, health=elsewhere) == healthy
+    assert len(rules.plans) == 3
+
+
+def test_what_callers_derive_from_a_shared_plan_is_made_once() -> None:
+    """The encoded patch rides with the plan: a replica finds it; another shape does not."""
+    rules = fresh_policy()
+    pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
+    replica = copy.deepcopy(pod)
+    replica["metadata"]["name"] = "p-2"
+    first = patch.encoded_patch(pod, policy.plan(pod, namespace="ns", policy=rules))
+    assert patch.encoded_patch(replica, policy.plan(replica, namespace="ns", policy=rules)) \
+        is first
+    other = spec_pod({"containers": [{"name": "a", "image": "quay.io/x/y"}]})
+    assert patch.encoded_patch(other, policy.plan(other, namespace="ns", policy=rules)) != first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -178,7 +179,7 @@ SKIPPED = [
 def test_skipped(pod: dict[str, Any], namespace: str, reason: str) -> None:
     """Excluded namespaces, the skip label and static-pod mirrors are never mutated."""
     result = policy.plan(pod, namespace=namespace, policy=POLICY)
-    assert result._replace(outcomes={}) == policy.RewritePlan(skipped=reason)
+    assert dataclasses.replace(result, outcomes={}) == policy.RewritePlan(skipped=reason)
     outcome = "excluded" if reason.startswith("namespace") else "skipped"
     assert list(result.outcomes.values()) == [outcome]
     assert patch.build_patch(pod, result) == []
