@@ -1,10 +1,10 @@
 """The floor for `make bench`: the least any Python admission webhook on this stack can do.
 
 A Starlette app under the same uvicorn and TLS settings as ``mirrorgate
-serve`` (webhook/server.py: the same ``uvicorn.Config`` options, uvloop, and
+serve`` (webhook/commands/serve.py: the same ``uvicorn.Config`` options, uvloop, and
 the very same TLS context, TLS >= 1.2 with the certificate-swapping SNI
 callback), but with uvicorn's own TLS server and none of mirrorgate's
-connection limits (webhook/connections.py): their cost counts as
+connection limits (webhook/edge/connections.py): their cost counts as
 mirrorgate's. It
 reads and parses the AdmissionReview with the same JSON library and answers
 with one fixed JSON Patch operation, echoing the uid. Whatever mirrorgate
@@ -28,7 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from mirrorgate.webhook import logs, tls
+from mirrorgate.webhook import logs
+from mirrorgate.webhook.edge import tls
 
 __all__ = ["create_app", "uvicorn_config"]
 
@@ -57,7 +58,7 @@ def create_app() -> Starlette:
 
 def uvicorn_config(app: Starlette, *, host: str, port: int, cert: str,
                    key: str) -> uvicorn.Config:
-    """Mirrors webhook.server.uvicorn_config option for option; keep the two in step."""
+    """Mirrors webhook.commands.serve.uvicorn_config option for option; keep the two in step."""
     config = uvicorn.Config(
         app, host=host, port=port, ssl_certfile=cert, ssl_keyfile=key,
         log_config=None, access_log=False, lifespan="on", loop="uvloop", http="httptools",

@@ -18,9 +18,10 @@ from typing import Any, TextIO
 
 import yaml
 
-from mirrorgate.webhook import offline, policyfile
+from mirrorgate.webhook import policyfile
+from mirrorgate.webhook.commands import offline
 from mirrorgate.webhook.credentials.store import StoreError
-from mirrorgate.webhook.limits import Limits
+from mirrorgate.webhook.edge.limits import Limits
 from mirrorgate.webhook.policyfile import ConfigError
 from mirrorgate.webhook.version import VERSION
 
@@ -104,10 +105,10 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
           file=out)
     if args.store_file is None:
         return EXIT_OK
-    from mirrorgate.webhook import health
     from mirrorgate.webhook.credentials import filestore
+    from mirrorgate.webhook.health import monitor
 
-    problems = health.credential_problems(
+    problems = monitor.credential_problems(
         rules, filestore.read_store(args.store_file, _store_key(args)).credentials)
     for name, why in sorted(problems.items()):
         # The same words the server logs and lists in /readyz.
@@ -116,9 +117,9 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.webhook import server  # uvicorn and the app load only for this command
+    from mirrorgate.webhook.commands import serve  # uvicorn and the app load only for this command
 
-    server.serve(server.Settings(
+    serve.serve(serve.Settings(
         policy=args.policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host,
         port=args.port, reload_interval=args.reload_interval, log_level=args.log_level,
         kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
@@ -205,11 +206,11 @@ def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -
 
 
 def cmd_credentials_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.webhook import kube
-    from mirrorgate.webhook.credentials import check
+    from mirrorgate.webhook.cluster import kube
+    from mirrorgate.webhook.commands import credentials_check
 
     rules = policyfile.read_policy(args.policy).policy if args.policy else None
-    sources = check.Sources(
+    sources = credentials_check.Sources(
         store=args.store, store_file=args.store_file, key=lambda: _store_key(args),
         kube=lambda: kube.Kube.connect(kubeconfig=args.kubeconfig, context=args.context),
         namespace=args.namespace or kube.own_namespace(),
@@ -217,8 +218,8 @@ def cmd_credentials_check(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         provider_bin_dir=args.credential_provider_bin_dir,
         provider_timeout=args.credential_provider_timeout)
     try:
-        resolved = check.check(args.name, args.image, rules=rules, sources=sources)
-    except check.CheckFailed as error:
+        resolved = credentials_check.check(args.name, args.image, rules=rules, sources=sources)
+    except credentials_check.CheckFailed as error:
         print(f"mirrorgate: {error}", file=err)
         return EXIT_FINDINGS
     print(offline.dumps_json(resolved), file=out)
@@ -271,7 +272,7 @@ def cmd_certs_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
 
 def cmd_certs_inject(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate import certs
-    from mirrorgate.webhook import kube
+    from mirrorgate.webhook.cluster import kube
 
     try:
         ca_pem = pathlib.Path(args.ca).read_bytes()
@@ -538,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument("--kubeconfig", metavar="FILE")
     inject.add_argument("--context")
     inject.set_defaults(run=cmd_certs_inject)
-    from mirrorgate.webhook import audit, export  # commands kept in their own modules
+    from mirrorgate.webhook.commands import audit, export  # commands kept in their own modules
 
     audit.add_parser(commands, _Parser)
     export.add_parser(commands, _Parser)

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
 
 
 @dataclasses.dataclass
@@ -44,7 +44,7 @@ Behaviour = Callable[[Any], dict[str, Any]] | Exception | None
 
 
 class ScriptedKube:
-    """Stands in for :class:`webhook.kube.Kube` for one fault the real API server cannot be
+    """Stands in for :class:`webhook.cluster.kube.Kube` for one fault the real API server cannot be
     made to show on demand: answering some calls and never answering others.
 
     A call that never answers waits for its timeout (``forever`` seconds when it has

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-from mirrorgate.webhook import app, policyfile
+from mirrorgate.webhook import policyfile
+from mirrorgate.webhook.edge import app
 from tests.webhook import policies
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.testclient import TestClient

@@ -1,4 +1,4 @@
-"""The real server (uvicorn + ``webhook.server``) in a thread, and TLS clients for it.
+"""The real server (uvicorn + ``webhook.commands.serve``) in a thread, and TLS clients for it.
 
 After httpx's ``serve_in_thread``: uvicorn installs no signal handlers off
 the main thread, so ``should_exit`` is how a test stops it.
@@ -21,8 +21,9 @@ from typing import TypeVar
 import uvicorn
 
 from mirrorgate.certs import KeyPair
-from mirrorgate.webhook import admission, server
-from mirrorgate.webhook.limits import Limits
+from mirrorgate.webhook import admission
+from mirrorgate.webhook.commands import serve as serve_command
+from mirrorgate.webhook.edge.limits import Limits
 
 TIMEOUT = 5.0
 _T = TypeVar("_T")
@@ -32,7 +33,7 @@ _T = TypeVar("_T")
 class Running:
     """A started server: its wiring, its port and the files it watches."""
 
-    server: server.Server
+    server: serve_command.Server
     uvicorn: uvicorn.Server
     port: int
     cert_file: Path
@@ -62,7 +63,7 @@ def write_pair(directory: Path, pair: KeyPair) -> tuple[Path, Path]:
 def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float = 0.1,
           secrets: admission.PullSecrets | None = None,
           limits: Limits | None = None) -> Iterator[Running]:
-    """Run ``webhook.server`` on a free loopback port until the block exits.
+    """Run ``webhook.commands.serve`` on a free loopback port until the block exits.
 
     Health probes are off: these policies name mirrors that do not exist, and
     tests reach nothing beyond loopback (tests/e2e/test_health_serve.py probes).
@@ -70,11 +71,11 @@ def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float
     cert, key = write_pair(directory, pair)
     policy_file = directory / "policy.yaml"
     write_atomically(policy_file, policy.encode())
-    built = server.build(server.Settings(
+    built = serve_command.build(serve_command.Settings(
         policy=str(policy_file), tls_cert=str(cert), tls_key=str(key), host="127.0.0.1",
         port=0, reload_interval=reload_interval, limits=limits or Limits(),
         health_probes=False), secrets=secrets)
-    instance = uvicorn.Server(server.uvicorn_config(built))
+    instance = uvicorn.Server(serve_command.uvicorn_config(built))
     failures: list[BaseException] = []
 
     def run() -> None:

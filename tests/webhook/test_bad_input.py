@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from mirrorgate.webhook import app
+from mirrorgate.webhook.edge import app
 from tests.webhook.harness import Harness
 from tests.webhook.reviews import (
     HUB_IMAGE,

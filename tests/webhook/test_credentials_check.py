@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from mirrorgate.certs import CertificateAuthority
-from mirrorgate.webhook import policyfile, server
+from mirrorgate.webhook import policyfile
+from mirrorgate.webhook.commands import serve
 from mirrorgate.webhook.credentials import filestore
 from tests.e2e.providers import RobotIssuer
 from tests.webhook import serving
@@ -145,11 +146,11 @@ def test_serve_refuses_a_provider_setup_it_cannot_run(
         "test-provider", "robot-a", match_images=["*.other.example"]))
     given = {"config": str(config), "other-config": str(other), "bin": str(issuer.bin_dir)}
     configs = [given[o] for o in options if o.endswith("config")]
-    settings = server.Settings(
+    settings = serve.Settings(
         policy=str(_provider_policy(tmp_path)), tls_cert=str(tmp_path / "tls.crt"),
         tls_key=str(tmp_path / "tls.key"), store="file", store_file=store[1],
         store_key_file=store[3], credential_provider_config=configs[0] if configs else None,
         credential_provider_bin_dir=given["bin"] if "bin" in options else None)
     with pytest.raises(policyfile.ConfigError) as raised:
-        server.build(settings)
+        serve.build(settings)
     assert str(raised.value) == message

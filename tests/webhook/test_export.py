@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from mirrorgate import policy
-from mirrorgate.webhook import cli, export, policyfile
+from mirrorgate.webhook import cli, policyfile
+from mirrorgate.webhook.commands import export
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "export"
 POLICY = GOLDEN / "policy.yaml"

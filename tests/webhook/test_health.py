@@ -16,10 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mirrorgate import policy
-from mirrorgate.webhook import cli, health
+from mirrorgate.webhook import cli
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import Credential
-from mirrorgate.webhook.metrics import Metrics
+from mirrorgate.webhook.edge.metrics import Metrics
+from mirrorgate.webhook.health import monitor
 from tests.webhook import policies, reviews, scrape
 from tests.webhook.harness import make_harness
 
@@ -57,7 +58,7 @@ STORE_CASES = [
 @pytest.mark.parametrize(("store", "expected"), STORE_CASES)
 def test_credential_problems(store: dict[str, str], expected: dict[str, str]) -> None:
     credentials = {name: _credential(name, registry) for name, registry in store.items()}
-    assert health.credential_problems(RULES, credentials) == expected
+    assert monitor.credential_problems(RULES, credentials) == expected
 
 
 # A result sequence (True = probe succeeded) and the state after each result.
@@ -74,7 +75,7 @@ TRACKS = [
 
 @pytest.mark.parametrize(("results", "states"), TRACKS)
 def test_track_thresholds(results: list[bool], states: list[bool]) -> None:
-    track = health._Track()
+    track = monitor._Track()
     seen = []
     for ok in results:
         track.observe(ok, "reason", SETTINGS)
@@ -87,7 +88,7 @@ def test_track_changes_only_after_enough_consecutive_results(
         results: list[bool], failures: int, successes: int) -> None:
     """A state flips only when the last `threshold` results (or the first one) agree."""
     settings = policy.HealthSettings(1.0, 0.5, failures, successes)
-    track = health._Track()
+    track = monitor._Track()
     for i, ok in enumerate(results):
         before = track.up
         changed = track.observe(ok, "r", settings)
@@ -111,32 +112,32 @@ def test_monitor_publishes_store_problems_without_probing() -> None:
     metrics_ = Metrics()
     recorder = _Recorder()
     store = {"harbor-pull": _credential("harbor-pull", "harbor.corp.example")}
-    monitor = health.HealthMonitor(rules=lambda: RULES, credentials=lambda: store,
+    watcher = monitor.HealthMonitor(rules=lambda: RULES, credentials=lambda: store,
                                    publish=recorder, metrics=metrics_, probe=False)
-    monitor.probe_round()
-    monitor.probe_round()  # no change: nothing published again
+    watcher.probe_round()
+    watcher.probe_round()  # no change: nothing published again
     assert recorder.published == [policy.Health(failing={"team": "not in the credential store"})]
-    assert monitor.problems() == {"credential team": "not in the credential store"}
+    assert watcher.problems() == {"credential team": "not in the credential store"}
     page = scrape.samples(metrics_.render()[0].decode())
     assert page[("mirrorgate_credential_valid", frozenset({("credential", "team")}))] == 0.0
     assert not [key for key in page if key[0] == "mirrorgate_mirror_up"]
     store["team"] = _credential("team", "other.example:5000")
-    monitor.probe_round()
+    watcher.probe_round()
     assert recorder.published[-1] == policy.HEALTHY
-    assert monitor.problems() == {}
+    assert watcher.problems() == {}
 
 
 def test_monitor_keeps_credential_verdicts_while_the_store_is_unreadable() -> None:
     metrics_ = Metrics()
     recorder = _Recorder()
     snapshot: dict[str, Any] = {"value": {}}
-    monitor = health.HealthMonitor(rules=lambda: RULES, credentials=lambda: snapshot["value"],
+    watcher = monitor.HealthMonitor(rules=lambda: RULES, credentials=lambda: snapshot["value"],
                                    publish=recorder, metrics=metrics_, probe=False)
-    monitor.probe_round()
-    assert set(monitor.health.failing) == {"harbor-pull", "team"}
+    watcher.probe_round()
+    assert set(watcher.health.failing) == {"harbor-pull", "team"}
     snapshot["value"] = None  # e.g. the informer lost its watch and has not re-synced
-    monitor.probe_round()
-    assert set(monitor.health.failing) == {"harbor-pull", "team"}
+    watcher.probe_round()
+    assert set(watcher.health.failing) == {"harbor-pull", "team"}
     assert len(recorder.published) == 1
 
 
@@ -258,11 +259,11 @@ def test_unreadable_ca_file_counts_as_a_down_mirror(tmp_path: Path) -> None:
                                       "caFile": str(tmp_path / "missing.crt")}],
                          "health": {"failureThreshold": 1}})
     metrics_ = Metrics()
-    monitor = health.HealthMonitor(rules=lambda: rules, credentials=None, publish=_Recorder(),
+    watcher = monitor.HealthMonitor(rules=lambda: rules, credentials=None, publish=_Recorder(),
                                    metrics=metrics_)
-    monitor.probe_round()
+    watcher.probe_round()
     reason = f"cannot read caFile '{tmp_path / 'missing.crt'}': No such file or directory"
-    assert monitor.health == policy.Health(down={"m.example": reason})
-    assert monitor.problems() == {"mirror m.example": f"down: {reason}"}
+    assert watcher.health == policy.Health(down={"m.example": reason})
+    assert watcher.problems() == {"mirror m.example": f"down: {reason}"}
     page = scrape.samples(metrics_.render()[0].decode())
     assert page[("mirrorgate_mirror_up", frozenset({("mirror", "m.example/hub")}))] == 0.0

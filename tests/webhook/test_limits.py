@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
-from mirrorgate.webhook.limits import Limits
+from mirrorgate.webhook.edge.limits import Limits
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, pod, review
@@ -277,14 +277,15 @@ def test_a_client_hello_split_in_two_is_served(limited: serving.Running,
 
 
 def test_limits_must_be_positive(tmp_path: Path, serving_pair: KeyPair) -> None:
-    from mirrorgate.webhook import policyfile, server
+    from mirrorgate.webhook import policyfile
+    from mirrorgate.webhook.commands import serve
 
     cert, key = serving.write_pair(tmp_path, serving_pair)
     (tmp_path / "policy.yaml").write_text(policies.POLICY)
-    built = server.build(server.Settings(
+    built = serve.build(serve.Settings(
         policy=str(tmp_path / "policy.yaml"), tls_cert=str(cert), tls_key=str(key),
         limits=Limits(max_connections=0, idle_timeout=-1)))
     with pytest.raises(policyfile.ConfigError,
                        match="--max-connections must be positive, got 0; --idle-timeout must "
                              "be positive, got -1"):
-        server.uvicorn_config(built)
+        serve.uvicorn_config(built)

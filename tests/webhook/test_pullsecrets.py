@@ -23,12 +23,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mirrorgate import policy
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
+from mirrorgate.webhook.cluster.optin import NamespaceOptIn
 from mirrorgate.webhook.credentials.fingerprints import Fingerprints
 from mirrorgate.webhook.credentials.pullsecrets import PullSecretProvisioner, Reconciler
 from mirrorgate.webhook.credentials.records import Records
 from mirrorgate.webhook.credentials.store import Credential
-from mirrorgate.webhook.optin import NamespaceOptIn
 from tests.webhook.fakes import Behaviour, ScriptedKube, stored
 
 PASSWORD = "p@ss:w/rd-91c2"

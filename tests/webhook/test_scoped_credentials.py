@@ -7,7 +7,7 @@ import json
 import orjson
 
 from mirrorgate import policy
-from mirrorgate.webhook import audit, offline
+from mirrorgate.webhook.commands import audit, offline
 from mirrorgate.webhook.credentials.scoped import ScopedStore
 from mirrorgate.webhook.credentials.store import Credential
 from tests.webhook.test_pullsecrets import StaticStore

@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
-from mirrorgate.webhook import policyfile, server
+from mirrorgate.webhook import policyfile
+from mirrorgate.webhook.commands import serve
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import (
@@ -139,9 +140,9 @@ def test_default_pull_secrets_are_standalone(tmp_path: Path, serving_pair: KeyPa
     cert, key = serving.write_pair(tmp_path, serving_pair)
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(policies.POLICY)
-    built = server.build(server.Settings(policy=str(policy_file), tls_cert=str(cert),
+    built = serve.build(serve.Settings(policy=str(policy_file), tls_cert=str(cert),
                                          tls_key=str(key)))
-    assert isinstance(built.runtime.secrets, server.StandalonePullSecrets)
+    assert isinstance(built.runtime.secrets, serve.StandalonePullSecrets)
     obj = pod(HUB_IMAGE, PROM_IMAGE)
     with TestClient(built.application, base_url="https://testserver") as client:
         answer = client.post("/mutate", json=review(obj)).json()["response"]
@@ -157,7 +158,7 @@ def test_audit_only_setting_turns_mutate_into_a_report(tmp_path: Path, serving_p
     cert, key = serving.write_pair(tmp_path, serving_pair)
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(policies.POLICY)
-    built = server.build(server.Settings(policy=str(policy_file), tls_cert=str(cert),
+    built = serve.build(serve.Settings(policy=str(policy_file), tls_cert=str(cert),
                                          tls_key=str(key), audit_only=True),
                          secrets=RecordingPullSecrets())
     with TestClient(built.application, base_url="https://testserver") as client:
@@ -179,9 +180,9 @@ def test_unusable_certificate_files_fail_naming_the_file(
     (tmp_path / "other.key").write_bytes(other_ca.issue_serving(dns_names=["localhost"]).key_pem)
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(policies.POLICY)
-    settings = server.Settings(policy=str(policy_file), tls_cert=str(tmp_path / cert_name),
+    settings = serve.Settings(policy=str(policy_file), tls_cert=str(tmp_path / cert_name),
                                tls_key=str(tmp_path / key_name))
     with pytest.raises(policyfile.ConfigError) as raised:
-        server.build(settings, secrets=RecordingPullSecrets())
+        serve.build(settings, secrets=RecordingPullSecrets())
     assert fragment in str(raised.value)
     assert cert_name in str(raised.value) or key_name in str(raised.value)

@@ -18,7 +18,7 @@ import hmac
 import secrets
 from typing import Any
 
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL
 from mirrorgate.webhook.credentials.store import Credential
 

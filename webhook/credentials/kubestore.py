@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
+from mirrorgate.webhook.cluster.informer import Informer
 from mirrorgate.webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
-from mirrorgate.webhook.informer import Informer
 from mirrorgate.webhook.logs import logger
 
 __all__ = ["EXPIRES_ANNOTATION", "MANAGED_BY_SELECTOR", "KubernetesCredentialStore",

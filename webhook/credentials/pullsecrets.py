@@ -9,7 +9,7 @@ copy and the keyed fingerprint (:mod:`webhook.credentials.fingerprints`) of what
 Admission asks :meth:`PullSecretProvisioner.missing` (memory only) and calls
 :meth:`~PullSecretProvisioner.ensure` only for the few copies that are absent
 or stale, and only in namespaces mirrorgate itself sees opted in
-(:mod:`webhook.optin`). Creating claims the record first, so that of two
+(:mod:`webhook.cluster.optin`). Creating claims the record first, so that of two
 replicas exactly one creates the Secret; a Secret of that name that was there
 before the claim is someone else's and is never touched. Every update and
 delete carries the recorded uid as a precondition, so only the object
@@ -32,14 +32,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mirrorgate import policy
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
+from mirrorgate.webhook.cluster.optin import ENFORCE, MODE_LABEL, OPTED_IN_MODES, NamespaceOptIn
 from mirrorgate.webhook.credentials.fingerprints import Fingerprints
 from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL, secret_from_credential
 from mirrorgate.webhook.credentials.loop import WakeableLoop
 from mirrorgate.webhook.credentials.records import Record, Records
 from mirrorgate.webhook.credentials.store import Credential, CredentialStore
 from mirrorgate.webhook.logs import logger
-from mirrorgate.webhook.optin import ENFORCE, MODE_LABEL, OPTED_IN_MODES, NamespaceOptIn
 
 __all__ = ["CREDENTIAL_LABEL", "PullSecretProvisioner", "Reconciler"]
 

@@ -19,9 +19,9 @@ import contextlib
 import dataclasses
 from typing import Any
 
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
+from mirrorgate.webhook.cluster.informer import Informer
 from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL
-from mirrorgate.webhook.informer import Informer
 
 __all__ = ["RECORD_LABEL", "Record", "Records"]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mirrorgate import policy
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.credentials.kubestore import (
     EXPIRES_ANNOTATION,
     KubernetesCredentialStore,

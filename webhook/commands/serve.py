@@ -18,19 +18,9 @@ import uvicorn
 from starlette.applications import Starlette
 
 from mirrorgate import certs, policy
-from mirrorgate.webhook import (
-    admission,
-    app,
-    connections,
-    health,
-    kube,
-    leader,
-    logs,
-    policyfile,
-    selfcerts,
-    tls,
-    watch,
-)
+from mirrorgate.webhook import admission, logs, policyfile
+from mirrorgate.webhook.cluster import kube, leader, selfcerts
+from mirrorgate.webhook.cluster.optin import NamespaceOptIn
 from mirrorgate.webhook.credentials import (
     filestore,
     fingerprints,
@@ -43,9 +33,10 @@ from mirrorgate.webhook.credentials import (
 from mirrorgate.webhook.credentials import refresher as refresher_
 from mirrorgate.webhook.credentials import store as credentials
 from mirrorgate.webhook.credentials.records import Records
-from mirrorgate.webhook.limits import Limits
+from mirrorgate.webhook.edge import app, connections, filewatch, tls
+from mirrorgate.webhook.edge.limits import Limits
+from mirrorgate.webhook.health import monitor
 from mirrorgate.webhook.logs import logger
-from mirrorgate.webhook.optin import NamespaceOptIn
 from mirrorgate.webhook.version import VERSION
 
 __all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
@@ -132,7 +123,7 @@ class Background:
 
     starts: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     stops: list[Callable[[], None]] = dataclasses.field(default_factory=list)
-    watchers: list[watch.FileWatcher] = dataclasses.field(default_factory=list)
+    watchers: list[filewatch.FileWatcher] = dataclasses.field(default_factory=list)
 
 
 def _connect(settings: Settings) -> kube.Kube | None:
@@ -185,7 +176,7 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
             file_store = filestore.FileCredentialStore(settings.store_file, key)
         except credentials.StoreError as error:
             raise policyfile.ConfigError(str(error)) from None
-        background.watchers.append(watch.FileWatcher(
+        background.watchers.append(filewatch.FileWatcher(
             [settings.store_file], file_store.reload, interval=settings.reload_interval,
             name="credential-store"))
         store = file_store
@@ -250,15 +241,15 @@ def _health(settings: Settings, store: credentials.CredentialStore | None,
     def publish(value: policy.Health) -> None:
         runtime.health = value  # one reference swap: admission reads it without a lock
 
-    monitor = health.HealthMonitor(
+    health_monitor = monitor.HealthMonitor(
         rules=lambda: runtime.policy.policy, credentials=snapshot if store else None,
         publish=publish, metrics=runtime.metrics, probe=settings.health_probes)
-    runtime.advisories.append(monitor.problems)
-    runtime.on_policy_change.append(monitor.trigger)
+    runtime.advisories.append(health_monitor.problems)
+    runtime.on_policy_change.append(health_monitor.trigger)
     if store is not None:
-        store.subscribe(monitor.trigger)
-    background.starts.append(monitor.start)
-    background.stops.append(monitor.stop)
+        store.subscribe(health_monitor.trigger)
+    background.starts.append(health_monitor.start)
+    background.stops.append(health_monitor.stop)
 
 
 def _provider_source(settings: Settings, rules: policy.Policy) -> provider.ProviderSource | None:
@@ -346,9 +337,9 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         record_certificate_expiry()
         logger.info("serving certificate reloaded", extra={"fields": {}})
 
-    watcher_policy = watch.FileWatcher([settings.policy], reload_policy,
+    watcher_policy = filewatch.FileWatcher([settings.policy], reload_policy,
                                        interval=settings.reload_interval, name="policy")
-    watcher_certs = watch.FileWatcher([cert_file, key_file], reload_certificates,
+    watcher_certs = filewatch.FileWatcher([cert_file, key_file], reload_certificates,
                                       interval=settings.reload_interval, name="certificates")
 
     background.watchers += [watcher_policy, watcher_certs]

@@ -25,10 +25,10 @@ from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 
 from mirrorgate import policy
-from mirrorgate.webhook import probes
 from mirrorgate.webhook.credentials.store import Credential
+from mirrorgate.webhook.edge.metrics import Metrics
+from mirrorgate.webhook.health import probes
 from mirrorgate.webhook.logs import logger
-from mirrorgate.webhook.metrics import Metrics
 
 __all__ = ["HealthMonitor", "credential_problems", "probe_mirrors"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mirrorgate import policy
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.credentials import filestore, kubestore, providerconfig
 from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
 from mirrorgate.webhook.credentials.store import Credential, StoreError, rfc3339

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mirrorgate.webhook import kube
-from mirrorgate.webhook.informer import Informer
+from mirrorgate.webhook.cluster import kube
+from mirrorgate.webhook.cluster.informer import Informer
 
 __all__ = ["ENFORCE", "MODE_LABEL", "OPTED_IN_MODES", "NamespaceOptIn"]
 

@@ -98,7 +98,7 @@ from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.policyfile import ConfigError
 
 if TYPE_CHECKING:
-    from mirrorgate.webhook.kube import Kube, KubeError
+    from mirrorgate.webhook.cluster.kube import Kube, KubeError
 
 __all__ = ["JSON_VERSION", "OUTCOMES", "UNMIRRORED", "Report", "add_parser", "audit", "run"]
 
@@ -408,7 +408,7 @@ def _labels(item: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _cluster_namespaces(kube: Kube) -> dict[str, dict[str, str] | None]:
-    from mirrorgate.webhook import kube as kubeapi
+    from mirrorgate.webhook.cluster import kube as kubeapi
 
     items, _ = kube.list(kubeapi.namespaces_path(), limit=PAGE_SIZE)
     return {item["metadata"]["name"]: _labels(item) for item in items}
@@ -417,7 +417,7 @@ def _cluster_namespaces(kube: Kube) -> dict[str, dict[str, str] | None]:
 def _named_namespaces(kube: Kube, names: Sequence[str],
                       err: TextIO) -> dict[str, dict[str, str] | None]:
     """Each namespace's labels; one the user may not ``get`` is reported as unknown."""
-    from mirrorgate.webhook import kube as kubeapi
+    from mirrorgate.webhook.cluster import kube as kubeapi
 
     found: dict[str, dict[str, str] | None] = {}
     for name in names:
@@ -435,7 +435,7 @@ def _named_namespaces(kube: Kube, names: Sequence[str],
 
 
 def _explain(error: KubeError, verb: str, resource: str, where: str) -> ConfigError:
-    from mirrorgate.webhook import kube as kubeapi
+    from mirrorgate.webhook.cluster import kube as kubeapi
 
     if isinstance(error, kubeapi.Forbidden):
         return ConfigError(f"not allowed to {verb} {resource} {where}: {error.message} "
@@ -449,7 +449,7 @@ def _explain(error: KubeError, verb: str, resource: str, where: str) -> ConfigEr
 def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
           policy_path: str, err: TextIO, fail_on: str | None = None) -> Report:
     """List the Pods (of ``namespaces``, or all) and judge every image."""
-    from mirrorgate.webhook import kube as kubeapi
+    from mirrorgate.webhook.cluster import kube as kubeapi
 
     report = Report(policy_path=policy_path, scope=namespaces, namespaces={}, fail_on=fail_on)
     progress = Progress(err)
@@ -475,13 +475,13 @@ def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
 
 def add_health(report: Report, rules: policy.Policy) -> None:
     """Probe, once each, the mirrors of the planned rewrites; note their health beside them."""
-    from mirrorgate.webhook import health
+    from mirrorgate.webhook.health import monitor
 
     by_label = {rule.label: rule for rule in rules.rules}
     tallies = [t for ns in report.namespaces.values() for t in ns.images.values()
                if t.verdict.outcome == "rewrite" and t.verdict.rule in by_label]
     hosts = sorted({by_label[str(t.verdict.rule)].mirror.host for t in tallies})
-    found = health.probe_mirrors(rules, hosts)
+    found = monitor.probe_mirrors(rules, hosts)
     for tally in tallies:
         tally.verdict = dataclasses.replace(
             tally.verdict, health=found.status(by_label[str(tally.verdict.rule)]))
@@ -489,7 +489,7 @@ def add_health(report: Report, rules: policy.Policy) -> None:
 
 def _add_pods(report: Report, kube: Kube, path: str, scope: str, rules: policy.Policy,
               progress: Progress) -> None:
-    from mirrorgate.webhook import kube as kubeapi
+    from mirrorgate.webhook.cluster import kube as kubeapi
 
     try:
         for page in _pod_pages(kube, path):
@@ -515,7 +515,7 @@ def _namespace(report: Report, name: str, rules: policy.Policy) -> NamespaceRepo
 # --- the command -----------------------------------------------------------
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.webhook import kube as kubeapi
+    from mirrorgate.webhook.cluster import kube as kubeapi
 
     rules = policyfile.read_policy(args.policy).policy
     try:
@@ -550,7 +550,7 @@ def add_parser(commands: argparse._SubParsersAction[Any],
                     "those no rule covers, those left alone for want of a credential grant, "
                     "invalid references, and excluded images and namespaces. Needs only list "
                     "on pods and namespaces. Exit 1 when --fail-on trips, 2 on errors. "
-                    "The JSON schema is in webhook/audit.py's docstring.")
+                    "The JSON schema is in webhook/commands/audit.py's docstring.")
     parser.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="kubeconfig (default: $KUBECONFIG or ~/.kube/config, else the "

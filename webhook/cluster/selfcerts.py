@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mirrorgate import certs
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.logs import logger
 
 __all__ = ["SelfManagedCertificates"]

@@ -40,7 +40,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from mirrorgate.webhook.limits import Limits
+from mirrorgate.webhook.edge.limits import Limits
 from mirrorgate.webhook.policyfile import ConfigError
 
 __all__ = ["ConnectionTable", "LimitedHttpProtocol", "TlsAcceptor", "protocol_factory",

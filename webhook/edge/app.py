@@ -23,8 +23,8 @@ from starlette.types import Receive, Scope, Send
 from mirrorgate import policy
 from mirrorgate.policy import HEALTHY, Health
 from mirrorgate.webhook import admission, logs, review
+from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
-from mirrorgate.webhook.metrics import Metrics
 from mirrorgate.webhook.policyfile import LoadedPolicy
 from mirrorgate.webhook.version import VERSION
 

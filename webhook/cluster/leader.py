@@ -14,7 +14,7 @@ import socket
 import threading
 from typing import Any
 
-from mirrorgate.webhook import kube
+from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.logs import logger
 
 __all__ = ["LeaderElector"]
