@@ -226,6 +226,16 @@ def cmd_credentials_check(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     return EXIT_OK
 
 
+def cmd_credentials_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mirrorgate.webhook.credentials import migrate
+
+    done = migrate.migrate(args.store_file, _store_key(args))
+    print(f"{args.store_file}: v2 already, nothing to do" if done.kept is None else
+          f"migrated {args.store_file} to v2 ({done.credentials} credentials); the v1 store "
+          f"is kept at {done.kept}: delete it once the server runs on v2", file=err)
+    return EXIT_OK
+
+
 def cmd_credentials_generate_key(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
 
@@ -508,6 +518,13 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the policy (a credential's provider and registry scope)")
     _source_arguments(checking, stores=("kubernetes", "file"))
     checking.set_defaults(run=cmd_credentials_check)
+    migrating = cred_commands.add_parser(
+        "migrate", help="rewrite a v1 credential store as v2 (keeps FILE.v1)",
+        description="Rewrite the v1 store FILE (mirrorgate 0.1.0 before generations) as a v2 "
+                    "store with the same key and credentials; the v1 file is kept as FILE.v1. "
+                    "A v2 store is left untouched.")
+    _store_arguments(migrating, required=True)
+    migrating.set_defaults(run=cmd_credentials_migrate)
     keygen = cred_commands.add_parser(
         "generate-key", help="make a new store key",
         description="Print a new random 32-byte store key (base64), or write it to FILE with "

@@ -120,8 +120,8 @@ def _decode(path: str, raw: bytes, key: bytes) -> StoreContents:
             raise ValueError
         if envelope["format"] != FORMAT:
             raise StoreError(f"{path}: store format {envelope['format'][:40]!r} is not "
-                             f"{FORMAT!r}; re-create the store with `mirrorgate credentials "
-                             "add`")
+                             f"{FORMAT!r}; a v1 store becomes v2 with `mirrorgate credentials "
+                             "migrate`")
         store_id, generation = envelope["store"], envelope["generation"]
         if not isinstance(store_id, str) or type(generation) is not int or generation < 1:
             raise ValueError
