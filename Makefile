@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-abuse bench-policy bench-secrets bench-health bench-pods bench-profile image lock clean
+.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-abuse bench-policy bench-secrets bench-health bench-pods bench-profile image release lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -100,13 +100,26 @@ bench-profile: install
 	$(PY) -m bench.profile_server --size large --requests 600
 
 # The server image, built with podman (installed from Debian's packages when
-# missing). BASE=debian makes the Python base from this machine's apt sources
-# (no registry of base images needed); BASE=official uses the Containerfile's
-# digest-pinned official Python image. TAG names the result.
+# missing). BASE=debian, the default and the releases' base, makes the Python
+# base from this machine's apt sources, every package checked against the
+# archive's signatures (no registry of base images needed); BASE=official
+# takes the official Python image only as PYTHON_IMAGE=...@sha256:<digest>, a
+# digest you resolved and verified: none is shipped. TAG names the result.
 BASE ?= debian
 TAG ?= localhost/mirrorgate:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 image:
 	BASE=$(BASE) TAG=$(TAG) bash image/build.sh
+
+# Every release artifact, built into DIST and verified (release/release.sh):
+# the image as one OCI archive for PLATFORMS (arm64 emulated through Debian's
+# qemu-user-static; where binfmt_misc or root is missing, PLATFORMS=linux/amd64),
+# its CycloneDX SBOM, the chart stamped with VERSION, SHA256SUMS. VERSION must
+# be pyproject.toml's and have a CHANGELOG.md section. Publishing is CI's
+# (.github/workflows/release.yml).
+DIST ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64
+release: install
+	VERSION=$(VERSION) DIST=$(DIST) PLATFORMS="$(PLATFORMS)" bash release/release.sh
 
 # Re-pin the image's dependencies (every file by hash) from pyproject.toml.
 lock: install

@@ -1,0 +1,181 @@
+"""Checks a release directory as its user would, before anything is published:
+
+* ``SHA256SUMS`` lists exactly the other files, and each matches;
+* the OCI archive holds an image for every platform asked for, and the one of
+  this machine's architecture, run from the archive, prints ``mirrorgate X.Y.Z``;
+* the chart is stamped ``version`` and ``appVersion`` X.Y.Z and passes
+  ``helm lint --strict``;
+* the SBOM lists exactly the locked distributions of the image.
+
+    python -m release.verify --dist DIST --version X.Y.Z --platforms "linux/amd64 ..." \\
+        --helm HELM
+
+Exit 0 with one line per check, or 1 naming every problem found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from release import sbom
+
+__all__ = ["ReleaseError", "check_chart", "check_image", "check_sbom", "check_sums", "main"]
+
+SUMS = "SHA256SUMS"
+PODMAN = Path(__file__).resolve().parents[1] / "image" / "podman.sh"
+# Root in this VM lacks CAP_SYS_RESOURCE: limits at or below the host's (tests/image/podman.py).
+ULIMITS = ("--ulimit", "nofile=4096:4096", "--ulimit", "nproc=2048:2048")
+
+
+class ReleaseError(Exception):
+    """A release file is not what it should be: says which and how."""
+
+
+def artifacts(version: str) -> dict[str, str]:
+    """What a release directory holds, beside SHA256SUMS: role → file name."""
+    return {"image": f"mirrorgate-{version}.oci.tar", "chart": f"mirrorgate-{version}.tgz",
+            "sbom": f"mirrorgate-{version}.cdx.json"}
+
+
+def check_sums(dist: Path) -> str:
+    """SHA256SUMS (``sha256sum`` format) lists exactly the other files, and each matches."""
+    listed: dict[str, str] = {}
+    for number, line in enumerate((dist / SUMS).read_text().splitlines(), 1):
+        digest, separator, name = line.partition("  ")
+        if not separator or len(digest) != 64 or "/" in name:
+            raise ReleaseError(f"{SUMS} line {number}: not '<sha256>  <file>'")
+        listed[name] = digest
+    present = {path.name for path in dist.iterdir()} - {SUMS}
+    if set(listed) != present:
+        raise ReleaseError(f"{SUMS} lists {sorted(listed)}, the directory holds "
+                           f"{sorted(present)}")
+    for name, digest in listed.items():
+        actual = _sha256(dist / name)
+        if actual != digest:
+            raise ReleaseError(f"{name}: sha256 {actual}, {SUMS} says {digest}")
+    return f"{SUMS}: {len(listed)} files, every one matches"
+
+
+def check_sbom(path: Path, version: str) -> str:
+    """The SBOM is CycloneDX of mirrorgate ``version`` with exactly the locked distributions."""
+    try:
+        document = json.loads(path.read_text())
+        sbom.check(document)
+    except (ValueError, sbom.SbomError) as error:
+        raise ReleaseError(f"{path.name}: {error}") from None
+    subject = document.get("metadata", {}).get("component", {})
+    if (subject.get("name"), subject.get("version")) != ("mirrorgate", version):
+        raise ReleaseError(f"{path.name}: describes {subject.get('name')} "
+                           f"{subject.get('version')}, not mirrorgate {version}")
+    return (f"{path.name}: CycloneDX {sbom.SPEC_VERSION}, exactly the "
+            f"{len(document['components'])} locked distributions")
+
+
+def check_chart(path: Path, version: str, helm: str) -> str:
+    """The packaged chart is stamped with ``version`` and passes ``helm lint --strict``."""
+    with tarfile.open(path) as archive:
+        member = archive.extractfile("mirrorgate/Chart.yaml")
+        if member is None:
+            raise ReleaseError(f"{path.name}: no mirrorgate/Chart.yaml")
+        chart = yaml.safe_load(member.read())
+    stamped = (str(chart.get("version")), str(chart.get("appVersion")))
+    if stamped != (version, version):
+        raise ReleaseError(f"{path.name}: version {stamped[0]}, appVersion {stamped[1]}; "
+                           f"both should be {version}")
+    lint = subprocess.run([helm, "lint", "--strict", str(path)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    if lint.returncode != 0:
+        raise ReleaseError(f"{path.name}: helm lint --strict failed:\n{lint.stdout}{lint.stderr}")
+    return f"{path.name}: version and appVersion {version}, helm lint --strict passes"
+
+
+def check_image(path: Path, version: str, platforms: Sequence[str]) -> str:
+    """The archive's index has ``platforms``; the native image, loaded from it, says ``version``."""
+    with tarfile.open(path) as archive:
+        index = _json_member(archive, "index.json")
+        [entry] = index["manifests"]  # the one list, as `podman manifest push` writes it
+        digest = entry["digest"].removeprefix("sha256:")
+        listed = _json_member(archive, f"blobs/sha256/{digest}")
+    found = sorted(f"{m['platform']['os']}/{m['platform']['architecture']}"
+                   for m in listed.get("manifests", []))
+    if found != sorted(platforms):
+        raise ReleaseError(f"{path.name}: holds images for {found}, not {sorted(platforms)}")
+    native = _podman("info", "--format", "{{.Host.Arch}}").stdout.strip()
+    # A store of its own: the image run is the archive's, never one already here.
+    with tempfile.TemporaryDirectory(prefix="mirrorgate-release-check-") as work:
+        store = ("--root", f"{work}/root", "--runroot", f"{work}/run")
+        image = _podman(*store, "pull", "--quiet", "--platform", f"linux/{native}",
+                        f"oci-archive:{path}").stdout.strip()
+        ran = _podman(*store, "run", "--rm", "--read-only", "--user", "65532:65532",
+                      "--network=none", *ULIMITS, image, "--version", check=False)
+        _podman(*store, "rmi", "--all", "--force", check=False)
+    if ran.stdout.strip() != f"mirrorgate {version}":
+        raise ReleaseError(f"{path.name}: linux/{native} image says {ran.stdout.strip()!r} "
+                           f"{ran.stderr.strip()}, not 'mirrorgate {version}'")
+    return f"{path.name}: {', '.join(found)}; linux/{native} runs and says mirrorgate {version}"
+
+
+def _json_member(archive: tarfile.TarFile, name: str) -> dict[str, Any]:
+    member = archive.extractfile(name)
+    if member is None:
+        raise ReleaseError(f"no {name} in the archive")
+    loaded = json.loads(member.read())
+    if not isinstance(loaded, dict):
+        raise ReleaseError(f"{name} in the archive is not a JSON object")
+    return loaded
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(["bash", str(PODMAN), *args], capture_output=True, text=True,
+                          timeout=600, check=False)
+    if check and done.returncode != 0:
+        raise ReleaseError(f"podman {' '.join(args)}: {done.stderr.strip()}")
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m release.verify", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dist", required=True, type=Path)
+    parser.add_argument("--version", required=True)
+    parser.add_argument("--platforms", required=True, help="space-separated, as PLATFORMS")
+    parser.add_argument("--helm", required=True, help="the helm binary")
+    args = parser.parse_args(argv)
+    files = {role: args.dist / name for role, name in artifacts(args.version).items()}
+    checks: list[Callable[[], str]] = [
+        lambda: check_sums(args.dist),
+        lambda: check_image(files["image"], args.version, args.platforms.split()),
+        lambda: check_chart(files["chart"], args.version, args.helm),
+        lambda: check_sbom(files["sbom"], args.version),
+    ]
+    problems = 0
+    for run in checks:
+        try:
+            print(f"verified {run()}")
+        except (ReleaseError, OSError, KeyError, ValueError, tarfile.TarError) as error:
+            print(f"release.verify: {error}", file=sys.stderr)
+            problems += 1
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
