@@ -158,3 +158,18 @@ def _wait_ready(client: httpx.Client, name: str) -> None:
             raise AssertionError(f"serve in the image not ready ({state.strip()}): "
                                  f"{logs.stdout}{logs.stderr}")
         time.sleep(0.2)
+
+
+def test_no_base_is_taken_unverified() -> None:
+    """The Containerfile names no default base, and BASE=official needs a digest given by
+    its user: a tag alone is refused before anything is pulled."""
+    containerfile = (REPO_ROOT / "Containerfile").read_text()
+    assert [line for line in containerfile.splitlines()
+            if line.startswith("ARG PYTHON_IMAGE")] == ["ARG PYTHON_IMAGE"]
+    for given in ({}, {"PYTHON_IMAGE": "docker.io/library/python:3.11-slim-bookworm"}):
+        done = subprocess.run(["bash", str(REPO_ROOT / "image" / "build.sh")],
+                              env={**os.environ, "BASE": "official", **given},
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert (done.returncode, done.stderr) == (2, (
+            "image/build.sh: BASE=official needs PYTHON_IMAGE=<image>@sha256:<digest>, a digest "
+            "you resolved and verified\n"))
