@@ -46,10 +46,10 @@ bash image/podman.sh manifest create "$list" >/dev/null
 for platform in $PLATFORMS; do
   tag="localhost/mirrorgate:$version-${platform#linux/}"
   echo "release.sh: building the $platform image ($tag)" >&2
+  build=(env BASE=debian PLATFORM="$platform" TAG="$tag" VERSION="$version" bash image/build.sh)
+  [[ "$platform" == "$native" ]] || build=(bash image/emulation.sh "${platform#linux/}" "${build[@]}")
   status=0
-  bash image/emulation.sh "${platform#linux/}" \
-    env BASE=debian PLATFORM="$platform" TAG="$tag" VERSION="$version" bash image/build.sh \
-    >/dev/null || status=$?
+  "${build[@]}" >/dev/null || status=$?
   ((status != 3)) || die "$platform cannot be emulated here (reason above); PLATFORMS=$native builds without it"
   ((status == 0)) || exit "$status"
   bash image/podman.sh manifest add "$list" "containers-storage:$tag" >/dev/null
