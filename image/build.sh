@@ -24,7 +24,7 @@ if [[ -n "${PLATFORM:-}" ]]; then
 fi
 case "${BASE:-debian}" in
   debian)
-    arch="${PLATFORM#linux/}"
+    arch="${PLATFORM:-}"; arch="${arch#linux/}"
     args+=(--build-arg "PYTHON_IMAGE=$(ARCH="${arch:-}" bash image/debian-base.sh)") ;;
   official)
     # The official image only by a digest its user resolved and checked: the
