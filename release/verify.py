@@ -5,7 +5,8 @@
   this machine's architecture, run from the archive, prints ``mirrorgate X.Y.Z``;
 * the chart is stamped ``version`` and ``appVersion`` X.Y.Z and passes
   ``helm lint --strict``;
-* the SBOM lists exactly the locked distributions of the image.
+* the SBOM is valid CycloneDX 1.5 (its JSON schema, strict) and lists exactly the
+  locked distributions of the image.
 
     python -m release.verify --dist DIST --version X.Y.Z --platforms "linux/amd64 ..." \\
         --helm HELM
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 
 from release import sbom
 
@@ -69,8 +72,13 @@ def check_sums(dist: Path) -> str:
 
 def check_sbom(path: Path, version: str) -> str:
     """The SBOM is CycloneDX of mirrorgate ``version`` with exactly the locked distributions."""
+    text = path.read_text()
+    invalid = JsonStrictValidator(SchemaVersion.V1_5).validate_str(text)
+    if invalid is not None:
+        raise ReleaseError(f"{path.name}: not valid CycloneDX {sbom.SPEC_VERSION}: "
+                           f"{str(invalid).splitlines()[0]}")
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(text)
         sbom.check(document)
     except (ValueError, sbom.SbomError) as error:
         raise ReleaseError(f"{path.name}: {error}") from None

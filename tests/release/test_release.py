@@ -64,8 +64,8 @@ def test_checksums_are_checked_file_by_file(dist: Path) -> None:
 
 def test_the_sbom_lists_exactly_the_locked_distributions(tmp_path: Path) -> None:
     """From the image's listing: CycloneDX with one PyPI component per locked distribution,
-    the same bytes every time; the SBOM check passes it and refuses one without a
-    component or with one more."""
+    the same bytes every time; the SBOM check passes it and refuses one the CycloneDX
+    schema refuses, one without a component and one with one more."""
     locked = locked_in_image()
     document = sbom.bom(VERSION, {**locked, "mirrorgate": VERSION})
     assert document == sbom.bom(VERSION, {**locked, "mirrorgate": VERSION})
@@ -82,6 +82,12 @@ def test_the_sbom_lists_exactly_the_locked_distributions(tmp_path: Path) -> None
     path.write_text(json.dumps(short))
     with pytest.raises(verify.ReleaseError, match=f"{document['components'][0]['name']} "
                                                   ".* is missing"):
+        verify.check_sbom(path, VERSION)
+    mistyped = {**document, "components": [{**document["components"][0], "type": "wheel"},
+                                           *document["components"][1:]]}
+    path.write_text(json.dumps(mistyped))
+    with pytest.raises(verify.ReleaseError, match=r"not valid CycloneDX 1\.5: 'wheel' is not one "
+                                                  r"of"):
         verify.check_sbom(path, VERSION)
     extra = {**document, "components": [*document["components"], {
         "type": "library", "name": "left-pad", "version": "1.0",
