@@ -15,11 +15,11 @@
 # binfmt_misc, or not root): the caller builds the native architecture alone.
 set -euo pipefail
 arch="$1"; shift
+[[ "$arch" == "$(dpkg --print-architecture)" ]] && exec "$@"  # native: nothing to emulate
 case "$arch" in
   arm64) qemu=aarch64 ;;
   *) echo "emulation.sh: no emulation set up for $arch (only arm64)" >&2; exit 2 ;;
 esac
-[[ "$arch" == "$(dpkg --print-architecture)" ]] && exec "$@"
 
 binfmt=/proc/sys/fs/binfmt_misc
 if ! grep -qw binfmt_misc /proc/filesystems; then
