@@ -5,6 +5,7 @@
 #     and for the node: containerd, runc, containernetworking-plugins (CNI
 #     bridge, host-local, loopback in /usr/lib/cni), iptables (the kubelet's)
 #     and iproute2 (`ip`, with which the suite removes the node's netns and links);
+#     shellcheck, with which actionlint checks the release workflow's scripts;
 #   * kube-apiserver, etcd, kustomize, promtool, helm, actionlint (the release
 #     workflow's linter), and for the node kubelet, kube-controller-manager and
 #     kube-scheduler, built from the Go module proxy
@@ -21,6 +22,7 @@ declare -A PACKAGES=(
   [containernetworking-plugins]=/usr/lib/cni/bridge
   [iptables]=/usr/sbin/iptables
   [iproute2]=/bin/ip
+  [shellcheck]=/usr/bin/shellcheck
 )
 
 install_packages() {

@@ -2,14 +2,15 @@
 publishes what `make release` built and verified, signed and attested.
 
 actionlint (built from the Go module proxy, like the control plane) checks the
-workflow syntax, expressions, the inputs of the pinned actions, and the scripts
-of its `run:` steps with shellcheck when that is installed. Marked e2e: it
-needs a Go-built binary of `make e2e-deps`.
+workflow's syntax, expressions and step outputs, and the scripts of its `run:`
+steps with shellcheck (Debian's, installed by `make e2e-deps`). Marked e2e: it
+needs the binaries of `make e2e-deps`.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -29,19 +30,24 @@ def _lint(actionlint: Path, workflow: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_actionlint_passes_the_release_workflow(actionlint: Path, tmp_path: Path) -> None:
-    """No finding on the workflow; the same workflow with an unknown action input and an
-    undefined step output is refused (the linter is really looking)."""
+    """No finding on the workflow; the same workflow with an undefined step output and an
+    unquoted expansion in a script is refused (actionlint, and shellcheck through it,
+    are really looking)."""
+    if shutil.which("shellcheck") is None:
+        pytest.fail("shellcheck not on PATH: make e2e-deps installs it", pytrace=False)
     done = _lint(actionlint, WORKFLOW)
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
     broken = tmp_path / ".github" / "workflows" / "release.yml"
     broken.parent.mkdir(parents=True)
-    broken.write_text(WORKFLOW.read_text()
-                      .replace("persist-credentials: false", "persist-credentails: false")
-                      .replace("steps.image.outputs.digest", "steps.imgae.outputs.digest"))
+    text = WORKFLOW.read_text()
+    assert 'digest="$(cat "$RUNNER_TEMP/image.digest")"' in text
+    broken.write_text(text.replace("steps.image.outputs.digest", "steps.imgae.outputs.digest")
+                      .replace('digest="$(cat "$RUNNER_TEMP/image.digest")"',
+                               "digest=$(cat $RUNNER_TEMP/image.digest)"))
     refused = _lint(actionlint, broken)
     assert refused.returncode == 1
-    assert "persist-credentails" in refused.stdout
-    assert "imgae" in refused.stdout
+    assert 'property "imgae" is not defined' in refused.stdout
+    assert "SC2086" in refused.stdout
 
 
 def test_it_publishes_what_make_release_verified() -> None:
