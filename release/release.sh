@@ -73,5 +73,10 @@ helm="$(bash tests/controlplane/build.sh --path helm)"
 
 # 4. The checksums, then everything checked as a user of the release would.
 (cd "$DIST" && sha256sum -- *.oci.tar *.cdx.json *.tgz > SHA256SUMS)
-"$PY" -m release.verify --dist "$DIST" --version "$version" --platforms "$PLATFORMS" \
-  --helm "$helm"
+# Every image is run, a foreign one through qemu as it was built.
+verify=("$PY" -m release.verify --dist "$DIST" --version "$version" --platforms "$PLATFORMS"
+        --helm "$helm")
+for platform in $PLATFORMS; do
+  [[ "$platform" == "$native" ]] || verify=(bash image/emulation.sh "${platform#linux/}" "${verify[@]}")
+done
+"${verify[@]}"

@@ -1,8 +1,10 @@
 """Checks a release directory as its user would, before anything is published:
 
 * ``SHA256SUMS`` lists exactly the other files, and each matches;
-* the OCI archive holds an image for every platform asked for, and the one of
-  this machine's architecture, run from the archive, prints ``mirrorgate X.Y.Z``;
+* the OCI archive holds an image for every platform asked for, and each, run
+  from the archive (a foreign one through qemu), runs as its architecture,
+  prints ``mirrorgate X.Y.Z`` for ``--version`` and holds exactly the locked
+  distributions;
 * the chart is stamped ``version`` and ``appVersion`` X.Y.Z and passes
   ``helm lint --strict``;
 * the SBOM is valid CycloneDX 1.5 (its JSON schema, strict) and lists exactly the
@@ -108,8 +110,20 @@ def check_chart(path: Path, version: str, helm: str) -> str:
     return f"{path.name}: version and appVersion {version}, helm lint --strict passes"
 
 
+# uname's machine for each architecture: that the image really runs as what its
+# manifest says (an amd64 image labelled arm64 would run natively here, unnoticed).
+MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
+PROBE = ("import importlib.metadata as m, json, platform\n"
+         "print(json.dumps({'machine': platform.machine(), 'distributions': "
+         "{d.metadata['Name']: d.version for d in m.distributions()}}))")
+
+
 def check_image(path: Path, version: str, platforms: Sequence[str]) -> str:
-    """The archive's index has ``platforms``; the native image, loaded from it, says ``version``."""
+    """The archive's index has exactly ``platforms``; each image, pulled from the archive,
+    runs as its architecture, says ``version`` and holds exactly the locked distributions.
+
+    A foreign architecture runs through qemu: release.sh runs this under image/emulation.sh.
+    """
     with tarfile.open(path) as archive:
         index = _json_member(archive, "index.json")
         [entry] = index["manifests"]  # the one list, as `podman manifest push` writes it
@@ -119,19 +133,38 @@ def check_image(path: Path, version: str, platforms: Sequence[str]) -> str:
                    for m in listed.get("manifests", []))
     if found != sorted(platforms):
         raise ReleaseError(f"{path.name}: holds images for {found}, not {sorted(platforms)}")
-    native = _podman("info", "--format", "{{.Host.Arch}}").stdout.strip()
+    ran = []
+    for platform in found:
+        machine = _run_from_archive(path, platform, version)
+        ran.append(f"{platform} ({machine})")
+    return (f"{path.name}: {', '.join(ran)}: each runs, says mirrorgate {version} and holds "
+            "exactly the locked distributions")
+
+
+def _run_from_archive(path: Path, platform: str, version: str) -> str:
     # A store of its own: the image run is the archive's, never one already here.
     with tempfile.TemporaryDirectory(prefix="mirrorgate-release-check-") as work:
         store = ("--root", f"{work}/root", "--runroot", f"{work}/run")
-        image = _podman(*store, "pull", "--quiet", "--platform", f"linux/{native}",
+        image = _podman(*store, "pull", "--quiet", "--platform", platform,
                         f"oci-archive:{path}").stdout.strip()
-        ran = _podman(*store, "run", "--rm", "--read-only", "--user", "65532:65532",
-                      "--network=none", *ULIMITS, image, "--version", check=False)
+        run = (*store, "run", "--rm", "--read-only", "--user", "65532:65532",
+               "--network=none", *ULIMITS)
+        said = _podman(*run, image, "--version", check=False)
+        probed = _podman(*run, "--entrypoint", "python3", image, "-c", PROBE, check=False)
         _podman(*store, "rmi", "--all", "--force", check=False)
-    if ran.stdout.strip() != f"mirrorgate {version}":
-        raise ReleaseError(f"{path.name}: linux/{native} image says {ran.stdout.strip()!r} "
-                           f"{ran.stderr.strip()}, not 'mirrorgate {version}'")
-    return f"{path.name}: {', '.join(found)}; linux/{native} runs and says mirrorgate {version}"
+    if said.stdout.strip() != f"mirrorgate {version}":
+        raise ReleaseError(f"{path.name}: the {platform} image says {said.stdout.strip()!r} "
+                           f"{said.stderr.strip()}, not 'mirrorgate {version}'")
+    try:
+        probe = json.loads(probed.stdout)
+        sbom.bom(version, probe["distributions"])
+    except (ValueError, KeyError, TypeError, sbom.SbomError) as error:
+        raise ReleaseError(f"{path.name}: the {platform} image: {error} "
+                           f"{probed.stderr.strip()}") from None
+    machine = str(probe.get("machine"))
+    if machine != MACHINES.get(platform.removeprefix("linux/")):
+        raise ReleaseError(f"{path.name}: the {platform} image runs as {machine}")
+    return machine
 
 
 def _json_member(archive: tarfile.TarFile, name: str) -> dict[str, Any]:

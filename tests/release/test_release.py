@@ -167,7 +167,8 @@ def test_make_release_builds_and_verifies_every_artifact(tmp_path: Path) -> None
     verified = [line for line in done.stdout.splitlines() if line.startswith("verified ")]
     assert verified == [
         "verified SHA256SUMS: 3 files, every one matches",
-        f"verified {files['image']}: {NATIVE}; {NATIVE} runs and says mirrorgate {VERSION}",
+        f"verified {files['image']}: {NATIVE} (x86_64): each runs, says mirrorgate {VERSION} "
+        "and holds exactly the locked distributions",
         f"verified {files['chart']}: version and appVersion {VERSION}, helm lint --strict "
         "passes",
         f"verified {files['sbom']}: CycloneDX 1.5, exactly the {len(locked_in_image())} "
