@@ -25,7 +25,7 @@ version="${VERSION:-}"
 project="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
 [[ "$version" == "$project" ]] \
   || die "VERSION $version is not pyproject.toml's $project: set it there first (the one place)"
-grep -qx "## $version" CHANGELOG.md || die "CHANGELOG.md has no section '## $version'"
+grep -qxF "## $version" CHANGELOG.md || die "CHANGELOG.md has no section '## $version'"
 
 native="linux/$(dpkg --print-architecture)"
 [[ " $PLATFORMS " == *" $native "* ]] \
