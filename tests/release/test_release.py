@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import tarfile
 import time
@@ -189,3 +190,24 @@ def test_make_release_builds_and_verifies_every_artifact(tmp_path: Path) -> None
     with pytest.raises(verify.ReleaseError, match=f"version 9.9.9, appVersion {VERSION}"):
         verify.check_chart(restamped, VERSION, "helm-not-reached")
     print(f"make release ({NATIVE}, warm layer cache): {took:.0f} s")
+
+
+@pytest.mark.image
+def test_emulation_is_set_up_for_the_command_only() -> None:
+    """image/emulation.sh registers qemu for arm64 with the F flag (usable inside
+    containers) while its command runs, and leaves binfmt_misc as it found it."""
+    binfmt = Path("/proc/sys/fs/binfmt_misc")
+
+    def state() -> tuple[bool, bool]:
+        return (binfmt / "register").exists(), (binfmt / "qemu-aarch64").exists()
+
+    before = state()
+    done = subprocess.run(["bash", str(REPO_ROOT / "image" / "emulation.sh"), "arm64", "cat",
+                           str(binfmt / "qemu-aarch64")], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P")
+    flags = re.search(r"^flags: (\w+)$", done.stdout, re.M)
+    assert flags is not None
+    assert "F" in flags[1]
+    assert state() == before
