@@ -520,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     checking.set_defaults(run=cmd_credentials_check)
     migrating = cred_commands.add_parser(
         "migrate", help="rewrite a v1 credential store as v2 (keeps FILE.v1)",
-        description="Rewrite the v1 store FILE (mirrorgate 0.1.0 before generations) as a v2 "
+        description="Rewrite the v1 store FILE (as mirrorgate 0.1.0 wrote it) as a v2 "
                     "store with the same key and credentials; the v1 file is kept as FILE.v1. "
                     "A v2 store is left untouched.")
     _store_arguments(migrating, required=True)
