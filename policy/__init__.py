@@ -5,6 +5,7 @@ or the network (an import-linter contract in pyproject.toml checks it).
 """
 
 from mirrorgate.policy.decision import (
+    MODE_LABEL,
     OUTCOMES,
     ImageDecision,
     PodExemption,
@@ -50,6 +51,7 @@ __all__ = [
     "CONTAINER_FIELDS",
     "HEALTHY",
     "MIRROR_POD_ANNOTATION",
+    "MODE_LABEL",
     "ORIGINAL_IMAGES_ANNOTATION",
     "OUTCOMES",
     "PULL_SECRET_PREFIX",

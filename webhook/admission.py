@@ -19,7 +19,6 @@ from mirrorgate.webhook import patch, review
 
 __all__ = ["Decision", "PullSecrets", "admit"]
 
-Mode = Literal["enforce", "audit"]
 Outcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
 EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
 # A namespace name is a DNS label (RFC 1123). The API server sends only
@@ -47,7 +46,7 @@ class Decision(NamedTuple):
     """The response body plus what the logs and metrics need to know about it."""
 
     body: review.AdmissionReview
-    mode: Mode
+    mode: policy.Mode
     outcome: Outcome
     namespace: str = ""
     name: str = ""
@@ -115,7 +114,7 @@ def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: s
                        unavailable=unavailable, health=health)
 
 
-async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
+async def admit(rev: review.Review, *, rules: policy.Policy, mode: policy.Mode,
                 secrets: PullSecrets, health: policy.Health = policy.HEALTHY) -> Decision:
     """Decide on one review. Raises :class:`review.BadReview` for malformed requests only.
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mirrorgate import certs
+from mirrorgate.certs import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.logs import logger
 
@@ -34,8 +35,8 @@ RENEW_BEFORE = datetime.timedelta(days=30)
 # new caBundle before the certificate it must verify changes.
 CA_SWITCH_GRACE = 2.0
 CA_RENEW_BEFORE = datetime.timedelta(days=180)
-# Keys of the Secret: the kubernetes.io/tls pair plus the CA and its key.
-CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+# The Secret's keys are the bundle's file names: the kubernetes.io/tls pair
+# plus the CA and its key.
 
 
 def _now() -> datetime.datetime:

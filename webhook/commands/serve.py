@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -12,7 +13,7 @@ import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 import uvicorn
 from starlette.applications import Starlette
@@ -21,6 +22,7 @@ from mirrorgate import certs, policy
 from mirrorgate.webhook import admission, logs, policyfile
 from mirrorgate.webhook.cluster import kube, leader, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
+from mirrorgate.webhook.commands import EXIT_OK
 from mirrorgate.webhook.credentials import (
     filestore,
     fingerprints,
@@ -39,7 +41,7 @@ from mirrorgate.webhook.health import monitor
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.version import VERSION
 
-__all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
+__all__ = ["Settings", "StandalonePullSecrets", "build", "run", "serve"]
 
 
 GC_THRESHOLD = 100_000
@@ -465,3 +467,26 @@ def serve(settings: Settings) -> None:
     address = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     # run(), not asyncio.run(serve()): run() uses the loop the config names (uvloop).
     _Uvicorn(config, runtime=server.runtime, address=address).run(sockets=[listener])
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`mirrorgate serve`: its flags as :class:`Settings`, served until SIGTERM."""
+    serve(Settings(
+        policy=args.policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host,
+        port=args.port, reload_interval=args.reload_interval, log_level=args.log_level,
+        kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
+        store=args.store, store_file=args.store_file, store_key_file=args.key_file,
+        credential_deadline=args.credential_deadline, audit_only=args.audit_only,
+        reconcile_interval=args.reconcile_interval,
+        credential_provider_config=args.credential_provider_config,
+        credential_provider_bin_dir=args.credential_provider_bin_dir,
+        credential_provider_timeout=args.credential_provider_timeout,
+        tls_secret=args.tls_secret, service=args.service,
+        webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
+        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name), limits=Limits(
+            max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
+            max_headers=args.max_headers, header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
+            max_buffered_bytes=args.max_buffered_bytes),
+        health_probes=args.health_probes))
+    return EXIT_OK

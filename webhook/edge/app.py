@@ -120,7 +120,7 @@ class AdmissionEndpoint:
         runtime, endpoint = self.runtime, self.endpoint
         loaded = runtime.policy
         audit = self.forced_audit or runtime.audit_only or loaded.policy.mode == "audit"
-        mode: admission.Mode = "audit" if audit else "enforce"
+        mode: policy.Mode = "audit" if audit else "enforce"
         rev: review.Review | None = None
         try:
             rev = review.decode(await self._body(scope, receive))
