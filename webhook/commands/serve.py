@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import gc
@@ -20,6 +19,7 @@ from starlette.applications import Starlette
 
 from mirrorgate import certs, policy
 from mirrorgate.webhook import admission, logs, policyfile
+from mirrorgate.webhook.background import Ticker
 from mirrorgate.webhook.cluster import kube, leader, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
 from mirrorgate.webhook.commands import EXIT_OK
@@ -346,18 +346,14 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
 
     background.watchers += [watcher_policy, watcher_certs]
 
-    async def flush_logs() -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            logs.flush()
-
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         for start in background.starts:
             start()
         for watcher in background.watchers:
             watcher.start()
-        flusher = asyncio.get_running_loop().create_task(flush_logs())
+        flusher = Ticker(logs.flush, interval=1.0, name="flush-logs")
+        flusher.start()
         # Everything loaded so far lives as long as the process: keep it out of
         # the collector's generations. A review decodes into thousands of
         # dicts and lists that reference counting frees at once; with the
@@ -370,7 +366,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             yield
         finally:
             # After uvicorn has drained the requests in flight.
-            flusher.cancel()
+            await flusher.stop()
             for watcher in background.watchers:
                 await watcher.stop()
             for stop in background.stops:
