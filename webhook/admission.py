@@ -83,14 +83,15 @@ def _audit_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dic
 
 
 def _audit_report(plan: policy.RewritePlan) -> tuple[tuple[str, ...], dict[str, str]]:
-    """Audit mode's warnings and audit annotations for ``plan``, kept in its ``derived``.
+    """Audit mode's warnings and audit annotations for ``plan``, kept in :func:`patch.derived`.
 
     A plan shared by the Pods of one shape (:func:`policy.plan`) reports the
     same for each: made once, then copied into each response.
     """
-    found = plan.derived.get("audit")
+    kept = patch.derived(plan)
+    found = kept.get("audit")
     if found is None:
-        found = plan.derived["audit"] = (
+        found = kept["audit"] = (
             (*plan.warnings, *(policy.audit_line(r, health=True) for r in plan.rewrites)),
             _audit_annotations(plan, health=True))
     return cast("tuple[tuple[str, ...], dict[str, str]]", found)
