@@ -18,8 +18,8 @@ from mirrorgate.webhook.commands import (
     EXIT_OK,
     EXIT_USAGE,
     Command,
-    audit,
     certs,
+    cluster_audit,
     credentials,
     export,
     offline,
@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "those no rule covers, those left alone for want of a credential grant, "
                     "invalid references, and excluded images and namespaces. Needs only list "
                     "on pods and namespaces. Exit 1 when --fail-on trips, 2 on errors. "
-                    "The JSON schema is in webhook/commands/audit.py's docstring.")
+                    "The JSON schema is in webhook/commands/cluster_audit.py's docstring.")
     audit_command.add_argument("--policy", required=True, metavar="FILE",
                                help="policy YAML file")
     audit_command.add_argument("--kubeconfig", metavar="FILE",
@@ -307,11 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
                                help="do not probe the mirrors of planned rewrites (by default "
                                     "each is probed once, GET /v2/, and its health shown "
                                     "beside them)")
-    audit_command.add_argument("--fail-on", choices=tuple(audit.FAIL_ON),
+    audit_command.add_argument("--fail-on", choices=tuple(cluster_audit.FAIL_ON),
                                help="exit 1 if any container is unmirrored (not on a mirror, "
                                     "excluded ones aside) or, with 'rewrites', would be "
                                     "rewritten")
-    audit_command.set_defaults(run=audit.run)
+    audit_command.set_defaults(run=cluster_audit.run)
 
     runtimes = _group(commands, "export", "the policy's mirrors as containerd or CRI-O "
                                           "configuration",

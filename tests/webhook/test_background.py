@@ -15,7 +15,7 @@ WEBHOOK = Path(__file__).resolve().parents[2] / "webhook"
 # Where a thread or a task may start besides webhook/background.py, and why it
 # is not background work: each lives no longer than the request or probe it serves.
 ALLOWED = {
-    ("health/probes.py", "threading.Timer"): "cuts one probe's connection at its deadline",
+    ("mirrorhealth/probes.py", "threading.Timer"): "cuts one probe's connection at its deadline",
     ("edge/connections.py", "create_task"): "one TLS handshake, within the header timeout",
 }
 

@@ -278,7 +278,7 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     from mirrorgate.webhook.commands.credentials import store_key
     from mirrorgate.webhook.credentials import filestore
-    from mirrorgate.webhook.health import monitor
+    from mirrorgate.webhook.mirrorhealth import monitor
 
     problems = monitor.credential_problems(
         rules, filestore.read_store(args.store_file, store_key(args)).credentials)

@@ -37,8 +37,8 @@ from mirrorgate.webhook.credentials import store as credentials
 from mirrorgate.webhook.credentials.records import Records
 from mirrorgate.webhook.edge import app, connections, filewatch, tls
 from mirrorgate.webhook.edge.limits import Limits
-from mirrorgate.webhook.health import monitor
 from mirrorgate.webhook.logs import logger
+from mirrorgate.webhook.mirrorhealth import monitor
 from mirrorgate.webhook.version import VERSION
 
 __all__ = ["Settings", "StandalonePullSecrets", "build", "run", "serve"]

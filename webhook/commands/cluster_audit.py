@@ -474,7 +474,7 @@ def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
 
 def add_health(report: Report, rules: policy.Policy) -> None:
     """Probe, once each, the mirrors of the planned rewrites; note their health beside them."""
-    from mirrorgate.webhook.health import monitor
+    from mirrorgate.webhook.mirrorhealth import monitor
 
     by_label = {rule.label: rule for rule in rules.rules}
     tallies = [t for ns in report.namespaces.values() for t in ns.images.values()

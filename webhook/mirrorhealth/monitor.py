@@ -27,8 +27,8 @@ from mirrorgate import policy
 from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.edge.metrics import Metrics
-from mirrorgate.webhook.health import probes
 from mirrorgate.webhook.logs import logger
+from mirrorgate.webhook.mirrorhealth import probes
 
 __all__ = ["HealthMonitor", "credential_problems", "probe_mirrors"]
 
