@@ -39,7 +39,7 @@ __all__ = [
     "ImageRewrite",
     "ImageSite",
     "RewritePlan",
-    "audit_line",
+    "audit_mode_line",
     "find_image_sites",
     "plan",
     "pull_secret_name",
@@ -134,7 +134,7 @@ class RewritePlan:
     """Images left as written because their mirror or credential is unhealthy."""
 
 
-def audit_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
+def audit_mode_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
     """The one-line report of a rewrite that audit mode does not make.
 
     ``health`` appends the mirror's health, where probes have established it.

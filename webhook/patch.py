@@ -67,7 +67,7 @@ def derived(plan: policy.RewritePlan) -> _Derived:
     The plan is policy's frozen value, shared by the Pods of one shape for as
     long as the policy's plan memo keeps it (which charges for what is kept
     here): the encoded patches (by anchors, a tuple) and admission's audit
-    report (``"audit"``) are made once for all of them. A plan no one shares
+    report (``"audit-mode"``) are made once for all of them. A plan no one shares
     takes its entry with it when the request is done.
     """
     key = id(plan)

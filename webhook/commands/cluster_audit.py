@@ -102,7 +102,7 @@ from mirrorgate.webhook.policyfile import ConfigError
 if TYPE_CHECKING:
     from mirrorgate.webhook.cluster.kube import Kube, KubeError
 
-__all__ = ["FAIL_ON", "JSON_VERSION", "OUTCOMES", "UNMIRRORED", "Report", "audit", "run"]
+__all__ = ["FAIL_ON", "JSON_VERSION", "OUTCOMES", "UNMIRRORED", "Report", "audit_cluster", "run"]
 
 JSON_VERSION = 1
 PAGE_SIZE = 500
@@ -445,7 +445,7 @@ def _explain(error: KubeError, verb: str, resource: str, where: str) -> ConfigEr
     return ConfigError(f"cannot {verb} {resource} {where}: {error}")
 
 
-def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
+def audit_cluster(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
           policy_path: str, err: TextIO, fail_on: str | None = None) -> Report:
     """List the Pods (of ``namespaces``, or all) and judge every image."""
     from mirrorgate.webhook.cluster import kube as kubeapi
@@ -472,7 +472,7 @@ def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
     return report
 
 
-def add_health(report: Report, rules: policy.Policy) -> None:
+def add_mirror_health(report: Report, rules: policy.Policy) -> None:
     """Probe, once each, the mirrors of the planned rewrites; note their health beside them."""
     from mirrorgate.webhook.mirrorhealth import monitor
 
@@ -525,12 +525,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         namespaces = None if args.all_namespaces or not args.namespaces \
             else list(dict.fromkeys(args.namespaces))
-        report = audit(kube, rules, namespaces=namespaces, policy_path=args.policy, err=err,
+        report = audit_cluster(kube, rules, namespaces=namespaces, policy_path=args.policy, err=err,
                        fail_on=args.fail_on)
     finally:
         kube.close()
     if args.health:
-        add_health(report, rules)
+        add_mirror_health(report, rules)
     if args.output == "json":
         print(json.dumps(report.to_json(), indent=2), file=out)
     else:

@@ -138,7 +138,7 @@ def rewrite_documents(
         plan = policy.plan(obj, namespace=str(pod_namespace), policy=rules)
         warnings.extend(prefix + w for w in plan.warnings)
         if rules.mode == "audit":
-            warnings.extend(prefix + policy.audit_line(r) for r in plan.rewrites)
+            warnings.extend(prefix + policy.audit_mode_line(r) for r in plan.rewrites)
             outputs.append(obj)
             patches.append([])
             continue

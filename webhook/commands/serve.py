@@ -232,7 +232,7 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
     return provisioner, store
 
 
-def _health(settings: Settings, store: credentials.CredentialStore | None,
+def _mirror_health(settings: Settings, store: credentials.CredentialStore | None,
             runtime: app.Runtime, background: Background) -> None:
     """The background probes, publishing into the runtime what admission reads."""
 
@@ -299,7 +299,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     if secrets is None:
         secrets, store = _credentials(settings, client, runtime, background)
     runtime.secrets = secrets
-    _health(settings, store, runtime, background)
+    _mirror_health(settings, store, runtime, background)
     if settings.tls_secret is not None:
         runtime.readiness["certificate-upkeep"] = lambda: manager.problem
 

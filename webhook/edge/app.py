@@ -1,4 +1,4 @@
-"""The HTTP application: admission endpoints, health, readiness and metrics.
+"""The HTTP application: admission endpoints, liveness, readiness and metrics.
 
 ``/mutate`` enforces (unless the policy says ``mode: audit``), ``/audit``
 always only reports. One MutatingWebhookConfiguration holds a webhook for
@@ -171,10 +171,10 @@ async def _send_json(send: Send, body: Any, status: int = 200) -> None:
 
 
 def create_app(runtime: Runtime) -> Starlette:
-    async def healthz(request: Request) -> Response:
+    async def liveness(request: Request) -> Response:
         return Response("ok\n", media_type="text/plain")
 
-    async def readyz(request: Request) -> Response:
+    async def readiness(request: Request) -> Response:
         problems: dict[str, str] = {}
         for name, check in runtime.readiness.items():
             try:
@@ -200,8 +200,8 @@ def create_app(runtime: Runtime) -> Starlette:
         "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True)}
     return _Application(endpoints, routes=[
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
+        Route("/healthz", liveness, methods=["GET"]),
+        Route("/readyz", readiness, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ])
 
