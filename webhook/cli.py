@@ -13,14 +13,14 @@ import argparse
 import json
 import pathlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 import yaml
 
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import offline
-from mirrorgate.webhook.credentials.store import StoreError
+from mirrorgate.webhook.credentials.store import Credential, StoreError
 from mirrorgate.webhook.edge.limits import Limits
 from mirrorgate.webhook.policyfile import ConfigError
 from mirrorgate.webhook.version import VERSION
@@ -151,7 +151,6 @@ def _store_key(args: argparse.Namespace) -> bytes:
 def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.policy.model import CREDENTIAL_NAME_RE, mirror_problem
     from mirrorgate.webhook.credentials import filestore
-    from mirrorgate.webhook.credentials.store import Credential
 
     if not CREDENTIAL_NAME_RE.fullmatch(args.name):
         raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
@@ -170,12 +169,17 @@ def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
         password = sys.stdin.readline().rstrip("\r\n")
     if not password:
         raise ConfigError("no password on standard input")
-    key = _store_key(args)
-    contents = filestore.read_store(args.store_file, key, missing_ok=True)
-    replaced = args.name in contents.credentials
-    entries = {**contents.credentials, args.name: Credential(
-        name=args.name, registry=args.registry, username=args.username, password=password)}
-    filestore.write_store(args.store_file, key, contents.replaced(entries))
+    added = Credential(name=args.name, registry=args.registry, username=args.username,
+                       password=password)
+    replaced = False
+
+    def put(contents: filestore.StoreContents) -> Mapping[str, Credential]:
+        nonlocal replaced
+        replaced = added.name in contents.credentials
+        return {**contents.credentials, added.name: added}
+
+    # Under the store's lock: concurrent adds each keep their entry.
+    filestore.update_store(args.store_file, _store_key(args), put, missing_ok=True)
     print(f"{'updated' if replaced else 'added'} credential {args.name!r} for {args.registry} "
           f"in {args.store_file}", file=err)
     return EXIT_OK
@@ -194,13 +198,18 @@ def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
 def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.webhook.credentials import filestore
 
-    key = _store_key(args)
-    contents = filestore.read_store(args.store_file, key)
-    if args.name not in contents.credentials:
+    found = False
+
+    def drop(contents: filestore.StoreContents) -> Mapping[str, Credential] | None:
+        nonlocal found
+        found = args.name in contents.credentials
+        return {n: c for n, c in contents.credentials.items() if n != args.name} \
+            if found else None
+
+    filestore.update_store(args.store_file, _store_key(args), drop)
+    if not found:
         print(f"no credential {args.name!r} in {args.store_file}", file=err)
         return EXIT_FINDINGS
-    entries = {n: c for n, c in contents.credentials.items() if n != args.name}
-    filestore.write_store(args.store_file, key, contents.replaced(entries))
     print(f"removed credential {args.name!r} from {args.store_file}", file=err)
     return EXIT_OK
 
