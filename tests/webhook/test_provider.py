@@ -139,7 +139,11 @@ def test_the_request_carries_the_configured_api_version(issuer: RobotIssuer,
     (["--fault", "malformed"], {}, "plugin 'test-provider' did not answer with JSON"),
     ([], {"default_cache_duration": "0s"}, "the login has no lifetime"),
     (["--cache-key-type", "Forever"], {}, "cacheKeyType 'Forever' is not one of"),
-    (["--cache-duration", "soon"], {}, "cacheDuration is not a duration"),
+    (["--cache-duration", "soon"], {}, "cacheDuration 'soon' is not a duration from 0 to "
+                                       "2562047h (such as 12h)"),
+    # Past Go's range: it was an OverflowError out of the expiry's datetime.
+    (["--cache-duration", "100000000h"], {}, "cacheDuration '100000000h' is not a duration"),
+    (["--cache-duration", "9" * 400 + "h"], {}, "cacheDuration '9999999999"),
 ])
 def test_plugin_failures_are_one_line_reasons(issuer: RobotIssuer, tmp_path: Path,
                                               args: list[str], provider: dict[str, Any],

@@ -130,6 +130,9 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     ("0", 0.0), ("0s", 0.0), ("12h", 43200.0), ("1h30m", 5400.0), ("1.5h", 5400.0),
     ("90s", 90.0), ("500ms", 0.5), ("-1m", -60.0), ("+2m", 120.0), ("1h0m0s", 3600.0),
     ("", None), ("12", None), ("h", None), ("12 h", None), ("1d", None), (12, None),
+    # Out of Go's range (int64 nanoseconds), as time.ParseDuration refuses it.
+    ("2562047h", 2562047 * 3600.0), ("2562048h", None), ("100000000h", None),
+    ("-100000000h", None), ("9" * 400 + "h", None),
 ])
 def test_go_durations(text: object, seconds: float | None) -> None:
     assert parse_duration(text) == seconds
