@@ -225,8 +225,12 @@ def test_a_refused_answer_leaks_no_form_of_its_password(
     """The plugin echoes its password, then fails: no form of it in any line or reason."""
     minted: list[str] = []
     mint = issuer.server.passwords.mint
-    monkeypatch.setattr(issuer.server.passwords, "mint",
-                        lambda *a: minted.append(mint(*a)) or minted[-1])
+
+    def recording(robot: str, ttl: int) -> str:
+        minted.append(mint(robot, ttl))
+        return minted[-1]
+
+    monkeypatch.setattr(issuer.server.passwords, "mint", recording)
     source = _source(issuer, tmp_path, args=["--echo-secret", "--password-suffix", _ESCAPED,
                                              *args], timeout=timeout)
     with pytest.raises(ProviderError, match=re.escape(message)) as caught:
