@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from bench.abuse_bench import release_together
 from mirrorgate.webhook import cli
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
@@ -350,16 +351,12 @@ def test_credentials_command_errors(tmp_path: Path, args: list[str], stdin: str,
     assert not (tmp_path / "store.json").exists()
 
 
-def _credentials_process(args: list[str], key_text: str, stdin: str = "") -> subprocess.Popen[str]:
+def _credentials_process(args: list[str], key_text: str) -> subprocess.Popen[bytes]:
     """`mirrorgate credentials ...` as a process of its own, as people run it."""
-    process = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "mirrorgate.webhook.cli", "credentials", *args],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env={**os.environ, filestore.KEY_ENV: key_text})
-    assert process.stdin is not None
-    process.stdin.write(stdin)
-    process.stdin.close()
-    return process
 
 
 def test_concurrent_adds_and_removes_all_take_effect(tmp_path: Path) -> None:
@@ -371,16 +368,11 @@ def test_concurrent_adds_and_removes_all_take_effect(tmp_path: Path) -> None:
     _write(store, key, {c.name: c for c in kept})
     processes = [_credentials_process(["add", f"new-{i}", "--registry", "new.example",
                                        "--username", f"robot-{i}", "--password-stdin",
-                                       "--store", store], key_text, stdin=f"pw-{i}\n")
-                 for i in range(20)]
+                                       "--store", store], key_text) for i in range(20)]
     processes += [_credentials_process(["remove", f"old-{i}", "--store", store], key_text)
                   for i in range(5)]
-    finished = []
-    for process in processes:
-        assert process.stderr is not None
-        with process.stderr:
-            finished.append((process.wait(timeout=120), process.stderr.read()))
-    assert [status for status, _ in finished] == [0] * 25, finished
+    errors = release_together(processes, [f"pw-{i}\n".encode() for i in range(20)] + [b""] * 5)
+    assert [p.returncode for p in processes] == [0] * 25, errors
     contents = filestore.read_store(store, key)
     assert sorted(contents.credentials) == sorted(
         [CREDENTIAL.name, *(f"new-{i}" for i in range(20))])
