@@ -9,7 +9,6 @@ one after it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,19 +20,13 @@ from mirrorgate.webhook.credentials import providerconfig
 from mirrorgate.webhook.credentials.kubestore import KubernetesCredentialStore
 from mirrorgate.webhook.credentials.provider import ProviderSource
 from mirrorgate.webhook.credentials.refresher import PROVIDER_LABEL, ProviderRefresher
+from tests.e2e import providers
 from tests.e2e.conftest import MakeNamespace
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.providers import RobotIssuer, start_issuer
+from tests.e2e.providers import RobotIssuer
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RobotIssuer]:
-    issuer = start_issuer(tmp_path_factory.mktemp("issuer"))
-    issuer.add_robot("robot-a", "team-a")
-    yield issuer
-    issuer.server.stop()
+issuer = providers.issuer  # the fixture
 
 
 def test_a_huge_cache_duration_fails_its_credential_only(
