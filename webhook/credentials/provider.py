@@ -206,7 +206,8 @@ class ProviderSource:
                                 f"{error.strerror}") from None
         # Whatever the output turns out to be, the logins in it are secrets
         # from here on: in the logged stderr and in every message.
-        hidden = {*self._secrets, *candidate_secrets(finished.stdout)}
+        found = candidate_secrets(finished.stdout)
+        hidden = {*self._secrets, *found}
         try:
             if finished.failure == "timeout":
                 raise ProviderError(f"plugin {provider.name!r} did not answer within "
@@ -218,7 +219,7 @@ class ProviderSource:
                 raise ProviderError(f"plugin {provider.name!r} failed with exit status "
                                     f"{finished.returncode}")
             issued = self._read(provider, image, finished.stdout, now)
-            for secret in hidden - self._secrets.keys():
+            for secret in found:
                 self._remember(secret)  # a later run may echo this run's login
             return issued
         except ProviderError as error:
