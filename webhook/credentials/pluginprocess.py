@@ -91,7 +91,9 @@ class _Captured:
     def stderr(self) -> bytes:
         if not self.err_cut:
             return bytes(self.err)
-        return bytes(self.err[self.err.find(b"\n") + 1:])  # the first line may start mid-way
+        # The first line kept may start mid-way (mid-secret, even): drop it.
+        cut = self.err.find(b"\n")
+        return bytes(self.err[cut + 1:]) if cut >= 0 else b""
 
 
 def _exchange(process: subprocess.Popen[bytes], exited: int, request: bytes, timeout: float,
