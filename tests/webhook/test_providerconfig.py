@@ -91,6 +91,9 @@ INVALID = [
                  "equal to 0", id="negative duration"),
     pytest.param(_config({**ECR, "defaultCacheDuration": "12 hours"}),
                  "providers[0].defaultCacheDuration: Invalid value: '12 hours'", id="bad duration"),
+    pytest.param(_config({**ECR, "defaultCacheDuration": "100000000h"}),
+                 "providers[0].defaultCacheDuration: Invalid value: '100000000h': not a duration "
+                 "such as 12h or 90s (at most 2562047h)", id="duration past Go's range"),
     pytest.param(_config({**ECR, "tokenAttributes": {"serviceAccountTokenAudience": "x"}}),
                  "providers[0].tokenAttributes: not supported by mirrorgate", id="token attrs"),
     pytest.param(_config({**ECR, "matchImage": ["x"]}),

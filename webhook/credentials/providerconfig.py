@@ -195,7 +195,8 @@ def _provider(doc: object, where: str, seen: set[str],
         duration = parse_duration(doc["defaultCacheDuration"])
         if duration is None:
             errors.add(f"{where}.defaultCacheDuration", f"Invalid value: "
-                       f"{doc['defaultCacheDuration']!r}: not a duration such as 12h or 90s")
+                       f"{str(doc['defaultCacheDuration'])[:40]!r}: not a duration such as 12h or "
+                       "90s (at most 2562047h)")
         elif duration < 0:
             errors.add(f"{where}.defaultCacheDuration", "Invalid value: must be greater than "
                        "or equal to 0")
