@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import TextIO
 
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
+from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.policyfile import ConfigError
 
 __all__ = ["run_add", "run_check", "run_generate_key", "run_list", "run_remove", "store_key"]
@@ -26,7 +28,6 @@ def store_key(args: argparse.Namespace) -> bytes:
 def run_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.policy.model import CREDENTIAL_NAME_RE, mirror_problem
     from mirrorgate.webhook.credentials import filestore
-    from mirrorgate.webhook.credentials.store import Credential
 
     if not CREDENTIAL_NAME_RE.fullmatch(args.name):
         raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
@@ -45,12 +46,17 @@ def run_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         password = sys.stdin.readline().rstrip("\r\n")
     if not password:
         raise ConfigError("no password on standard input")
-    key = store_key(args)
-    contents = filestore.read_store(args.store_file, key, missing_ok=True)
-    replaced = args.name in contents.credentials
-    entries = {**contents.credentials, args.name: Credential(
-        name=args.name, registry=args.registry, username=args.username, password=password)}
-    filestore.write_store(args.store_file, key, contents.replaced(entries))
+    added = Credential(name=args.name, registry=args.registry, username=args.username,
+                       password=password)
+    replaced = False
+
+    def put(contents: filestore.StoreContents) -> Mapping[str, Credential]:
+        nonlocal replaced
+        replaced = added.name in contents.credentials
+        return {**contents.credentials, added.name: added}
+
+    # Under the store's lock: concurrent adds each keep their entry.
+    filestore.update_store(args.store_file, store_key(args), put, missing_ok=True)
     print(f"{'updated' if replaced else 'added'} credential {args.name!r} for {args.registry} "
           f"in {args.store_file}", file=err)
     return EXIT_OK
@@ -69,13 +75,18 @@ def run_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def run_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.webhook.credentials import filestore
 
-    key = store_key(args)
-    contents = filestore.read_store(args.store_file, key)
-    if args.name not in contents.credentials:
+    found = False
+
+    def drop(contents: filestore.StoreContents) -> Mapping[str, Credential] | None:
+        nonlocal found
+        found = args.name in contents.credentials
+        return {n: c for n, c in contents.credentials.items() if n != args.name} \
+            if found else None
+
+    filestore.update_store(args.store_file, store_key(args), drop)
+    if not found:
         print(f"no credential {args.name!r} in {args.store_file}", file=err)
         return EXIT_FINDINGS
-    entries = {n: c for n, c in contents.credentials.items() if n != args.name}
-    filestore.write_store(args.store_file, key, contents.replaced(entries))
     print(f"removed credential {args.name!r} from {args.store_file}", file=err)
     return EXIT_OK
 
