@@ -105,6 +105,19 @@ def test_a_wrong_key_migrates_nothing(v1_store: tuple[Path, Path], tmp_path: Pat
     assert not Path(f"{store}.v1").exists()
 
 
+def test_migrate_waits_for_the_store_lock(v1_store: tuple[Path, Path]) -> None:
+    """While another writer holds the store's lock, migrate writes nothing and says so."""
+    store, key_file = v1_store
+    original = store.read_bytes()
+    key = base64.b64decode(key_file.read_text())
+    with filestore.locked(str(store)), pytest.raises(StoreError, match="another writer has "
+                                                     "held the store's lock"):
+        migrate.migrate(str(store), key, lock_timeout=0.2)
+    assert store.read_bytes() == original
+    assert not Path(f"{store}.v1").exists()
+    assert migrate.migrate(str(store), key).credentials == 2  # once the lock is free
+
+
 @pytest.mark.parametrize(("content", "message"), [
     pytest.param(b'{"format":"mirrorgate-credentials/v1","nonce":"%%"}', "a damaged v1 "
                  "credential store", id="damaged-v1"),

@@ -10,7 +10,8 @@ username, password}}}``). Migration opens it with the key, writes the same
 credentials as the first generation of a new v2 store in its place, and keeps
 the v1 file beside it (``FILE.v1``, mode 0600) until the operator deletes it:
 the new file is read back before the command reports success. A store that is
-v2 already is left untouched, so running it twice is harmless.
+v2 already is left untouched, so running it twice is harmless. It all happens
+under the store's writer lock, which `credentials add` and `remove` take too.
 """
 
 from __future__ import annotations
@@ -42,8 +43,18 @@ class Migrated:
     kept: str | None
 
 
-def migrate(path: str, key: bytes) -> Migrated:
-    """Rewrite the v1 store at ``path`` as v2 (keeping ``path.v1``); a v2 store is left as is."""
+def migrate(path: str, key: bytes, *, lock_timeout: float = filestore.LOCK_TIMEOUT) -> Migrated:
+    """Rewrite the v1 store at ``path`` as v2 (keeping ``path.v1``); a v2 store is left as is.
+
+    Under the store's writer lock, as `credentials add` and `remove` write.
+    """
+    if not Path(path).exists():  # no lock file left beside a store that is not there
+        raise StoreError(f"{path}: no such credential store")
+    with filestore.locked(path, lock_timeout):
+        return _migrate(path, key)
+
+
+def _migrate(path: str, key: bytes) -> Migrated:
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
