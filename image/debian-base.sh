@@ -23,10 +23,8 @@ SUITE=bookworm   # Debian 12: Python 3.11, the version the project supports and 
 # official base. Nothing else: no apt, no shell beyond the Essential set.
 PACKAGES=python3,python3-venv
 
-# DEBIAN_SOURCES names sources for the base alone, on a machine whose own apt
-# serves another distribution (the release workflow's Ubuntu runner).
 sources=()
-for f in ${DEBIAN_SOURCES:-/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources}; do
+for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
   [[ -s "$f" ]] && sources+=("$f")
 done
 ((${#sources[@]})) || { echo "debian-base.sh: no apt sources on this machine" >&2; exit 2; }
@@ -40,7 +38,10 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 echo "debian-base.sh: building $name with mmdebstrap (about a minute natively, several under emulation)" >&2
 # Only the sources that serve this suite: the machine may list others (a
-# vendor's repository) that mean nothing inside the image.
+# vendor's repository) that mean nothing inside the image. Where none does (the
+# release workflow's Ubuntu runner), mmdebstrap takes its own defaults for a
+# Debian stable suite: the archive with its -updates and -security suites,
+# checked with debian-archive-keyring.
 mirrors=()
 for f in "${sources[@]}"; do
   grep -q "$SUITE" "$f" && mirrors+=("$f")
