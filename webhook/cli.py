@@ -251,6 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the policy (a credential's provider and registry scope)")
     _source_arguments(checking, stores=("kubernetes", "file"))
     checking.set_defaults(run=credentials.run_check)
+    migrating = cred_commands.add_parser(
+        "migrate", help="rewrite a v1 credential store as v2 (keeps FILE.v1)",
+        description="Rewrite the v1 store FILE (as mirrorgate 0.1.0 wrote it) as a v2 store "
+                    "with the same key and credentials; the v1 file is kept as FILE.v1. A v2 "
+                    "store is left untouched.")
+    _store_arguments(migrating, required=True)
+    migrating.set_defaults(run=credentials.run_migrate)
     keygen = cred_commands.add_parser(
         "generate-key", help="make a new store key",
         description="Print a new random 32-byte store key (base64), or write it to FILE with "

@@ -1,4 +1,5 @@
-"""`mirrorgate credentials add|list|remove|check|generate-key`: the encrypted file store, and
+"""`mirrorgate credentials add|list|remove|check|migrate|generate-key`: the encrypted file
+store (a v1 store rewritten as v2 by :mod:`~mirrorgate.webhook.credentials.migrate`), and
 any credential resolved through its source as `serve` would (:mod:`.credentials_check`)."""
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.policyfile import ConfigError
 
-__all__ = ["run_add", "run_check", "run_generate_key", "run_list", "run_remove", "store_key"]
+__all__ = ["run_add", "run_check", "run_generate_key", "run_list", "run_migrate", "run_remove",
+           "store_key"]
 
 
 def store_key(args: argparse.Namespace) -> bytes:
@@ -109,6 +111,16 @@ def run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"mirrorgate: {error}", file=err)
         return EXIT_FINDINGS
     print(offline.dumps_json(resolved), file=out)
+    return EXIT_OK
+
+
+def run_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mirrorgate.webhook.credentials import migrate
+
+    done = migrate.migrate(args.store_file, store_key(args))
+    print(f"{args.store_file}: v2 already, nothing to do" if done.kept is None else
+          f"migrated {args.store_file} to v2 ({done.credentials} credentials); the v1 store "
+          f"is kept at {done.kept}: delete it once the server runs on v2", file=err)
     return EXIT_OK
 
 

@@ -55,7 +55,7 @@ from mirrorgate import certs
 from mirrorgate.webhook.credentials.store import Credential, StoreError
 
 __all__ = ["KEY_ENV", "FileCredentialStore", "StoreContents", "generate_key", "load_key",
-           "read_store", "update_store", "write_store"]
+           "locked", "read_store", "update_store", "write_store"]
 
 FORMAT = "mirrorgate-credentials/v2"
 KEY_ENV = "MIRRORGATE_STORE_KEY"
@@ -133,8 +133,8 @@ def _decode(path: str, raw: bytes, key: bytes) -> StoreContents:
             raise ValueError
         if envelope["format"] != FORMAT:
             raise StoreError(f"{path}: store format {envelope['format'][:40]!r} is not "
-                             f"{FORMAT!r}; re-create the store with `mirrorgate credentials "
-                             "add`")
+                             f"{FORMAT!r}; a v1 store becomes v2 with `mirrorgate credentials "
+                             "migrate`")
         store_id, generation = envelope["store"], envelope["generation"]
         if not isinstance(store_id, str) or type(generation) is not int or generation < 1:
             raise ValueError
@@ -209,7 +209,8 @@ def _generation_on_disk(path: str) -> tuple[str, int]:
 
 
 @contextlib.contextmanager
-def _locked(path: str, timeout: float) -> Iterator[None]:
+def locked(path: str, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+    """The store's writer lock, held for the block (also `credentials migrate`'s)."""
     lock_path = Path(path).absolute()
     lock_path = lock_path.with_name(f".{lock_path.name}.lock")
     try:
@@ -248,7 +249,7 @@ def update_store(path: str, key: bytes,
     when the file changed under the lock (a writer that took none): nothing
     is written then.
     """
-    with _locked(path, lock_timeout):
+    with locked(path, lock_timeout):
         contents = read_store(path, key, missing_ok=missing_ok)
         credentials = change(contents)
         if credentials is None:
