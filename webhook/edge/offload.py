@@ -14,7 +14,10 @@ worker process first:
   tens of milliseconds, and such Pods are rare.
 
 One worker, started with the server; if it dies, the next large review
-starts another, and the one in hand is decoded on the loop.
+starts another, and the one in hand is decoded on the loop. Where no worker
+can be started at all (no ``/dev/shm`` for its semaphores, a process limit),
+large reviews are decoded on the loop, as they were before, with a warning
+in the log at start.
 """
 
 from __future__ import annotations
@@ -56,12 +59,20 @@ class Screener:
 
     def __init__(self) -> None:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._unavailable = False
 
     def start(self) -> None:
         """Start the worker now, so that the first large review does not wait for it."""
-        self._pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        self._pool.submit(_ready)
+        try:
+            pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            pool.submit(_ready)
+        except OSError as error:
+            self._unavailable = True
+            logger.warning("no review worker can start; large reviews are decoded on the "
+                           "event loop", extra={"fields": {"error": str(error)}})
+            return
+        self._pool = pool
 
     def stop(self) -> None:
         if self._pool is not None:
@@ -74,9 +85,10 @@ class Screener:
 
         Raises :class:`review.BadReview` for a malformed review, as decoding here would.
         """
-        if self._pool is None:
+        if self._pool is None and not self._unavailable:
             self.start()
-        assert self._pool is not None
+        if self._pool is None:
+            return None
         try:
             return await asyncio.get_running_loop().run_in_executor(
                 self._pool, _screen, body, mode, max_containers)
