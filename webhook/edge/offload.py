@@ -26,6 +26,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import multiprocessing
+import signal
 from concurrent.futures.process import BrokenProcessPool
 
 from mirrorgate import policy
@@ -54,6 +55,11 @@ def _ready() -> bool:
     return True
 
 
+def _worker_setup() -> None:
+    # Ctrl-C reaches the whole process group: the server stops its worker itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Screener:
     """The worker process that screens large reviews (see the module's docstring)."""
 
@@ -65,7 +71,8 @@ class Screener:
         """Start the worker now, so that the first large review does not wait for it."""
         try:
             pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_setup)
             pool.submit(_ready)
         except OSError as error:
             self._unavailable = True
