@@ -145,3 +145,13 @@ def test_without_a_worker_large_reviews_are_decided_on_the_loop(
     narrow = pod(PROM_IMAGE)
     patched = apply(narrow, patch_ops(harness.mutate(padded(narrow))))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
+
+
+def test_a_large_body_with_too_few_commas_for_a_wide_pod_skips_the_worker() -> None:
+    """A 2.5 MB image is not a wide Pod: decoding it in the worker first would only cost."""
+    long_image = orjson.dumps(padded(pod("quay.io/x/" + "a" * 2_500_000)))
+    assert not offload.may_be_too_wide(long_image, admission.MAX_CONTAINERS)
+    # The bound is exact for the leanest lists: 996 items have 995 commas, and six lists
+    # of them could hold 1,001 containers; 995 items could hold 1,000 at most.
+    assert offload.may_be_too_wide(orjson.dumps([1] * 996), 1000)
+    assert not offload.may_be_too_wide(orjson.dumps([1] * 995), 1000)

@@ -13,6 +13,10 @@ worker process first:
   plans it as usual: under ``--max-containers`` that costs a bounded few
   tens of milliseconds, and such Pods are rare.
 
+A large body whose commas could not separate that many containers (a 2.5 MB
+image, a huge annotation) skips the worker: it cannot be too wide, and
+decoding it twice would only cost (:func:`may_be_too_wide`).
+
 One worker, started with the server; if it dies, the next large review
 starts another, and the one in hand is decoded on the loop. Where no worker
 can be started at all (no ``/dev/shm`` for its semaphores, a process limit),
@@ -33,13 +37,24 @@ from mirrorgate import policy
 from mirrorgate.webhook import admission, review
 from mirrorgate.webhook.logs import logger
 
-__all__ = ["LARGE_REVIEW_BYTES", "Screened", "Screener"]
+__all__ = ["LARGE_REVIEW_BYTES", "Screened", "Screener", "may_be_too_wide"]
 
 LARGE_REVIEW_BYTES = 256 << 10
 """Bodies larger than this are screened in the worker; an ordinary Pod's review is 2–20 KB."""
 
 Screened = tuple[str, bool, admission.Decision]
 """The review's uid and dryRun, and the decision, for what the worker could decide alone."""
+
+
+def may_be_too_wide(body: bytes, max_containers: int) -> bool:
+    """Whether ``body`` could hold a Pod of more than ``max_containers`` containers.
+
+    A JSON list of n items has n - 1 commas, and a review has at most six
+    container lists (three in the object, three in the old one); commas
+    inside strings only make the answer yes more often. One pass of
+    ``bytes.count``: about a millisecond for 3 MB.
+    """
+    return body.count(b",") + 6 > max_containers
 
 
 def _screen(body: bytes, mode: policy.Mode, max_containers: int) -> Screened | None:
