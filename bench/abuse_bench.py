@@ -337,27 +337,30 @@ class Check:
 
 
 def policy_check_cost(mirrorgate: list[str], path: pathlib.Path) -> Check:
-    """Wall time and peak RSS of `mirrorgate policy check`, capped in time and address space."""
+    """Wall time and peak RSS of `mirrorgate policy check`, capped in time and address space.
+
+    The peak is the process's own VmHWM, sampled every 10 ms: its rusage would
+    count the RSS of this (large) process it was forked from.
+    """
     started = time.monotonic()
     process = subprocess.Popen(
         ["prlimit", f"--as={CHECK_MEMORY_CAP}", *mirrorgate, "policy", "check", str(path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            break
+    peak = 0.0
+    while process.poll() is None:
+        with contextlib.suppress(OSError, RuntimeError):
+            peak = max(peak, rss_mb(process.pid, "VmHWM"))
         if time.monotonic() - started > RELOAD_CAP:
             process.kill()
-            pid, status, usage = os.wait4(process.pid, 0)
-            return Check(RELOAD_CAP, usage.ru_maxrss / 1024, "still running: killed")
-        time.sleep(0.02)
+            process.wait()
+            return Check(RELOAD_CAP, peak, "still running: killed")
+        time.sleep(0.01)
     seconds = time.monotonic() - started
     assert process.stdout is not None
     text = process.stdout.read().decode(errors="replace").replace(str(path), "FILE")
     lines = text.splitlines() or [""]
     last = lines[-1] if "Traceback" in lines[0] else lines[0]
-    return Check(seconds, usage.ru_maxrss / 1024, f"exit {os.waitstatus_to_exitcode(status)}: "
-                 f"{last[:90]}")
+    return Check(seconds, peak, f"exit {process.returncode}: {last[:90]}")
 
 
 def scrape(port: int, context: ssl.SSLContext) -> tuple[float, str] | None:
