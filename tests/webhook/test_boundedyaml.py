@@ -19,6 +19,7 @@ SAME_AS_SAFE_LOAD = [
     pytest.param("a: 1\na: 2\n", id="repeated-key-last-wins"),
     pytest.param("a: &x [1]\nb: *x\n", id="alias"),
     pytest.param("1: 2\n", id="number-key"),
+    pytest.param("'<<': 1\n", id="quoted-merge-key-is-a-string"),
 ]
 
 
