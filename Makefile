@@ -76,8 +76,10 @@ bench: install e2e-deps
 	$(PY) -m bench.pod_start_bench
 	$(PY) -m bench.figures
 
+# BEFORE=DIR (a checkout of the previous code, e.g. `git worktree add /tmp/before main`)
+# measures the big-Pod and policy scenarios against it too, in the same run.
 bench-abuse: install
-	$(PY) -m bench.abuse_bench
+	$(PY) -m bench.abuse_bench $(if $(BEFORE),--before $(BEFORE))
 	$(PY) -m bench.figures
 
 # Health probing on against off, with a real TLS mirror on loopback (about a minute).

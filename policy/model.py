@@ -54,6 +54,8 @@ RESOLUTION_MEMO_BYTES = 8 << 20
 PLAN_MEMO_BYTES = 16 << 20
 DECISION_MEMO_BYTES = 1 << 20
 ENTRY_OVERHEAD = 200
+MAX_ERRORS = 1000
+"""Problems a :class:`PolicyError` keeps; it counts the rest."""
 """Bytes charged per memo entry beyond its strings: the dict slot, tuples, small objects."""
 
 # A credential becomes the Secret `mirrorgate-<name>` and the label value
@@ -88,11 +90,18 @@ class FieldError:
 
 
 class PolicyError(ValueError):
-    """A policy document that cannot be used; ``errors`` lists every problem found."""
+    """A policy document that cannot be used; ``errors`` lists the problems found.
 
-    def __init__(self, errors: Sequence[FieldError]) -> None:
+    At most :data:`MAX_ERRORS` of them: ``omitted`` counts the rest, which a
+    document of a hundred thousand bad entries would otherwise turn into a
+    message of megabytes.
+    """
+
+    def __init__(self, errors: Sequence[FieldError], omitted: int = 0) -> None:
         self.errors = tuple(errors)
-        super().__init__("\n".join(str(e) for e in self.errors))
+        self.omitted = omitted
+        more = [f"... and {omitted} more"] if omitted else []
+        super().__init__("\n".join([*(str(e) for e in self.errors), *more]))
 
 
 _K = TypeVar("_K")
@@ -299,9 +308,13 @@ class _Collector:
 
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
+        self.omitted = 0
 
     def add(self, path: str, message: str) -> None:
-        self.errors.append(FieldError(path, message))
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(FieldError(path, message))
+        else:
+            self.omitted += 1
 
     def mapping(self, value: object, path: str,
                 allowed: Sequence[str] | None) -> Mapping[str, object]:
@@ -617,7 +630,7 @@ def load(document: object) -> Policy:
         exclude.get("namespaces"), "exclude.namespaces", errors)
 
     if errors.errors:
-        raise PolicyError(errors.errors)
+        raise PolicyError(errors.errors, errors.omitted)
     return Policy(
         mode=cast("Mode", mode),
         rules=tuple(rules),

@@ -2,9 +2,10 @@
 
 Everything the server does besides answering requests is a loop that sleeps
 between passes. The informers, the Lease, the self-managed certificates, the
-health probes, the provider-login refresher and the pull-secret reconciler do
-blocking I/O: each is a :class:`Loop`, a daemon thread. The file watchers and
-the log flusher only poll, on the event loop: each is a :class:`Ticker`.
+health probes, the provider-login refresher, the pull-secret reconciler and
+the file watchers (which read and parse what changed) do blocking I/O or
+work: each is a :class:`Loop`, a daemon thread. The log flusher only writes a
+buffer, on the event loop: it is a :class:`Ticker`.
 
 Both are started and stopped by ``commands.serve``. A loop can be woken (a
 pass now rather than at the end of its wait) and stopped (at the end of the

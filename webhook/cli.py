@@ -102,7 +102,9 @@ def _limit_arguments(group: argparse._ArgumentGroup) -> None:
             ("--idle-timeout", float, "SECONDS", "how long a keep-alive connection may wait "
              "for its next request"),
             ("--max-buffered-bytes", int, "BYTES", "request-body bytes held at once across all "
-             "connections; over it, the longest-running body reads are closed")):
+             "connections; over it, the longest-running body reads are closed"),
+            ("--max-containers", int, "COUNT", "containers of one Pod that admission "
+             "rewrites; a Pod with more is admitted as written, with a warning")):
         dest = flag[2:].replace("-", "_")
         group.add_argument(flag, type=kind, default=getattr(defaults, dest), metavar=metavar,
                            help=f"{text} (default: %(default)s)")

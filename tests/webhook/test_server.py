@@ -111,6 +111,12 @@ def test_policy_switched_to_audit_stops_patching(running: serving.Running,
     pytest.param(policies.INVALID_POLICY, id="invalid-policy"),
     pytest.param("mode: enforce\nmirrors: [\n", id="invalid-yaml"),
     pytest.param("", id="empty-file"),
+    # Issue 19: a RecursionError escaped the reload (not even counted), and a
+    # bomb froze admission while quote() rendered it.
+    pytest.param("mode: " + "[" * 1000 + "]" * 1000, id="nested-1000-deep"),
+    pytest.param("x: &x [a, a, a, a, a, a, a, a, a]\n" + "".join(
+        f"x{i}: &x{i} [{', '.join(['*x' if i == 1 else f'*x{i - 1}'] * 9)}]\n"
+        for i in range(1, 7)) + "mode: *x6\n", id="alias-bomb"),
 ])
 def test_invalid_policy_keeps_the_old_one_in_force(running: serving.Running,
                                                    client: httpx.Client, broken: str) -> None:

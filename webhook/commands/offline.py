@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import pathlib
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
@@ -20,7 +19,7 @@ import jsonpatch
 import yaml
 
 from mirrorgate import policy
-from mirrorgate.webhook import patch, policyfile
+from mirrorgate.webhook import boundedyaml, patch, policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.policyfile import ConfigError
 
@@ -33,12 +32,9 @@ DEFAULT_NAMESPACE = "default"
 def load_documents(text: str, *, source: str) -> list[Any]:
     """YAML or JSON documents from ``text`` (``kind: List`` items expanded)."""
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
-        raise ConfigError(f"{where}: not valid YAML or JSON: "
-                          f"{getattr(error, 'problem', None) or error}") from None
+        documents = [d for d in boundedyaml.load_all(text, source=source) if d is not None]
+    except boundedyaml.YAMLError as error:
+        raise ConfigError(str(error)) from None
     return list(_expand_lists(documents))
 
 
@@ -259,10 +255,7 @@ def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    try:
-        data = pathlib.Path(args.file).read_bytes()
-    except OSError as error:
-        raise ConfigError(f"{args.file}: cannot read policy: {error.strerror}") from None
+    data = policyfile.read_policy_bytes(args.file)
     try:
         loaded = policyfile.read_policy(args.file, data=data)
     except ConfigError as error:

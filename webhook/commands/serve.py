@@ -35,7 +35,7 @@ from mirrorgate.webhook.credentials import (
 from mirrorgate.webhook.credentials import refresher as refresher_
 from mirrorgate.webhook.credentials import store as credentials
 from mirrorgate.webhook.credentials.records import Records
-from mirrorgate.webhook.edge import app, connections, filewatch, tls
+from mirrorgate.webhook.edge import app, connections, filewatch, offload, tls
 from mirrorgate.webhook.edge.limits import Limits
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.mirrorhealth import monitor
@@ -294,7 +294,12 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     # The provisioner reports to the runtime's metrics and readiness, so the
     # runtime comes first and receives it just after.
     runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets(),
-                          audit_only=settings.audit_only)
+                          audit_only=settings.audit_only,
+                          max_containers=settings.limits.max_containers)
+    # Large reviews are screened in a worker process, off the event loop.
+    runtime.screener = offload.Screener()
+    background.starts.append(runtime.screener.start)
+    background.stops.append(runtime.screener.stop)
     store: credentials.CredentialStore | None = None
     if secrets is None:
         secrets, store = _credentials(settings, client, runtime, background)
@@ -368,7 +373,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             # After uvicorn has drained the requests in flight.
             await flusher.stop()
             for watcher in background.watchers:
-                await watcher.stop()
+                watcher.stop()
             for stop in background.stops:
                 stop()
             logger.info("mirrorgate stopped", extra={"fields": {}})
@@ -483,6 +488,6 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
             max_headers=args.max_headers, header_timeout=args.header_timeout,
             body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
-            max_buffered_bytes=args.max_buffered_bytes),
+            max_buffered_bytes=args.max_buffered_bytes, max_containers=args.max_containers),
         health_probes=args.health_probes))
     return EXIT_OK

@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 from mirrorgate import policy
 from mirrorgate.policy import HEALTHY, Health
 from mirrorgate.webhook import admission, logs, review
+from mirrorgate.webhook.edge import offload
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyfile import LoadedPolicy
@@ -53,6 +54,10 @@ class Runtime:
 
     audit_only: bool = False
     """Every endpoint only reports (the audit overlay's safe first install)."""
+    max_containers: int = admission.MAX_CONTAINERS
+    """Containers of one Pod that admission plans (`serve --max-containers`)."""
+    screener: offload.Screener | None = None
+    """The worker that screens large reviews off the event loop; None: all on the loop."""
     on_policy_change: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     def set_policy(self, loaded: LoadedPolicy) -> None:
@@ -123,9 +128,20 @@ class AdmissionEndpoint:
         mode: policy.Mode = "audit" if audit else "enforce"
         rev: review.Review | None = None
         try:
-            rev = review.decode(await self._body(scope, receive))
-            decision = await admission.admit(rev, rules=loaded.policy, mode=mode,
-                                             secrets=runtime.secrets, health=runtime.health)
+            body = await self._body(scope, receive)
+            screened = None
+            if len(body) > offload.LARGE_REVIEW_BYTES and runtime.screener is not None \
+                    and offload.may_be_too_wide(body, runtime.max_containers):
+                screened = await runtime.screener.screen(
+                    body, mode=mode, max_containers=runtime.max_containers)
+            if screened is not None:
+                uid, dry_run, decision = screened
+            else:
+                rev = review.decode(body)
+                uid, dry_run = rev.uid, bool(rev.request.get("dryRun", False))
+                decision = await admission.admit(rev, rules=loaded.policy, mode=mode,
+                                                 secrets=runtime.secrets, health=runtime.health,
+                                                 max_containers=runtime.max_containers)
         except review.BadReview as error:
             runtime.metrics.errors.labels(endpoint, "bad-request").inc()
             logger.warning("bad admission request", extra={"fields": {
@@ -154,10 +170,10 @@ class AdmissionEndpoint:
         seconds = time.perf_counter() - started
         runtime.metrics.record(endpoint, decision, seconds)
         logs.admission({
-            "uid": rev.uid, "namespace": decision.namespace, "pod": decision.name,
+            "uid": uid, "namespace": decision.namespace, "pod": decision.name,
             "endpoint": endpoint, "mode": decision.mode, "outcome": decision.outcome,
             "rewrites": decision.rewrites, "warnings": decision.warnings,
-            "dry_run": bool(rev.request.get("dryRun", False)), "policy": loaded.version,
+            "dry_run": dry_run, "policy": loaded.version,
             "duration_ms": round(seconds * 1000, 3)})
         await _send_json(send, decision.body)
 

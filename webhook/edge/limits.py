@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from mirrorgate.webhook.admission import MAX_CONTAINERS
+
 __all__ = ["Limits"]
 
 
@@ -31,6 +33,9 @@ class Limits:
     client keeps idle connections for 90 s and opens a new one when it finds one closed)."""
     max_buffered_bytes: int = 32 << 20
     """Request-body bytes held at once across all connections."""
+    max_containers: int = MAX_CONTAINERS
+    """Containers of one Pod that admission plans; a Pod with more is admitted as written,
+    with a warning (see :data:`webhook.admission.MAX_CONTAINERS`)."""
 
     def problems(self) -> list[str]:
         """What is wrong with these values, as `serve` option names."""
@@ -41,7 +46,8 @@ class Limits:
                               ("--header-timeout", self.header_timeout),
                               ("--body-timeout", self.body_timeout),
                               ("--idle-timeout", self.idle_timeout),
-                              ("--max-buffered-bytes", self.max_buffered_bytes)):
+                              ("--max-buffered-bytes", self.max_buffered_bytes),
+                              ("--max-containers", self.max_containers)):
             if not value > 0:
                 found.append(f"{option} must be positive, got {value}")
         return found
