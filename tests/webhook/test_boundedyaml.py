@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from mirrorgate.webhook import boundedyaml
+from mirrorgate.webhook.policyfile import boundedyaml
 
 SAME_AS_SAFE_LOAD = [
     pytest.param("a: 1\nb: yes\nc: '1'\nd: !!str 2\ne: 0x1F\nf: 1.5\ng: ~\nh: 2001-12-14\n"

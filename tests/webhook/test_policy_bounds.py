@@ -1,7 +1,7 @@
 """Policy files that would cost too much to read are refused in one clear line (issue 19, defect 3).
 
 Every command reads the policy through one loader (`webhook.policyfile` on
-`webhook.boundedyaml`): `policy check`, `explain`, `rewrite` and `serve`'s
+`webhook.policyfile.boundedyaml`): `policy check`, `explain`, `rewrite` and `serve`'s
 reloads, which run off the event loop.
 """
 
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.webhook import boundedyaml, cli, policyfile
+from mirrorgate.webhook import cli, policyfile
 from mirrorgate.webhook.edge.filewatch import FileWatcher
+from mirrorgate.webhook.policyfile import boundedyaml
 from tests.webhook import policies
 
 

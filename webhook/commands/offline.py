@@ -19,9 +19,9 @@ import jsonpatch
 import yaml
 
 from mirrorgate import policy
-from mirrorgate.webhook import boundedyaml, patch, policyfile
+from mirrorgate.webhook import patch, policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.policyfile import ConfigError, boundedyaml
 
 __all__ = ["TEMPLATE_PATHS", "NothingToRewrite", "explain_image", "load_documents", "pod_of",
            "rewrite_documents", "run_explain", "run_policy_check", "run_rewrite"]

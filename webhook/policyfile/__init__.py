@@ -7,7 +7,7 @@ import hashlib
 import pathlib
 
 from mirrorgate import policy
-from mirrorgate.webhook import boundedyaml
+from mirrorgate.webhook.policyfile import boundedyaml
 
 __all__ = ["MAX_POLICY_BYTES", "ConfigError", "LoadedPolicy", "read_policy", "read_policy_bytes"]
 
