@@ -135,7 +135,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
             max_headers=args.max_headers, header_timeout=args.header_timeout,
             body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
-            max_buffered_bytes=args.max_buffered_bytes),
+            max_buffered_bytes=args.max_buffered_bytes, write_timeout=args.write_timeout,
+            max_unsent_bytes=args.max_unsent_bytes, max_pipelined=args.max_pipelined),
         health_probes=args.health_probes))
     return EXIT_OK
 
@@ -359,7 +360,14 @@ def _limit_arguments(group: argparse._ArgumentGroup) -> None:
             ("--idle-timeout", float, "SECONDS", "how long a keep-alive connection may wait "
              "for its next request"),
             ("--max-buffered-bytes", int, "BYTES", "request-body bytes held at once across all "
-             "connections; over it, the longest-running body reads are closed")):
+             "connections; over it, the longest-running body reads are closed"),
+            ("--write-timeout", float, "SECONDS", "how long an answer may wait for a client "
+             "that does not read it"),
+            ("--max-unsent-bytes", int, "BYTES", "answer bytes held at once across all "
+             "connections for clients that do not read them; over it, the connection that "
+             "stopped reading first is closed"),
+            ("--max-pipelined", int, "N", "requests of a connection read ahead of the one "
+             "being answered; the rest waits unread")):
         dest = flag[2:].replace("-", "_")
         group.add_argument(flag, type=kind, default=getattr(defaults, dest), metavar=metavar,
                            help=f"{text} (default: %(default)s)")
