@@ -403,7 +403,7 @@ def test_unread_answers_over_the_output_budget_close_the_first_to_stop_reading(
             pinned.append(never_reading(frugal, context))
             time.sleep(0.1)
         serving.wait_for(lambda: dropped(frugal).get("output-budget", 0) > before or None,
-                         what="the output budget to close a connection")
+                         what="the output budget to close a connection", timeout=30)
         table = frugal.server.connections
         assert table is not None
         assert table.unsent <= OUTPUT_BUDGET

@@ -38,9 +38,14 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 import httptools
+from uvicorn._types import ASGI3Application
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 from uvicorn.server import ServerState
 
 from mirrorgate.webhook.edge.limits import Limits
@@ -53,6 +58,9 @@ EARLY_BYTES_MAX = 1 << 20
 """Bytes held for a connection between its handshake and its hand-over to uvicorn."""
 SHUTDOWN_TIMEOUT = 2.0
 """Seconds a closing TLS connection waits for the peer's close_notify (asyncio's default: 30)."""
+PIPELINED_PER_TURN = 4
+"""Pipelined requests started per event-loop turn, across all connections (see
+:meth:`ConnectionTable.defer`)."""
 WRITE_HIGH_WATER = 64 * 1024
 """Unsent answer bytes past which the TLS transport says a client is not reading (uvloop's
 default, 512 KiB, would let 1,024 connections hold half a gigabyte before anyone noticed)."""
@@ -122,6 +130,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.unsent = 0
         """Answer bytes unsent when its client stopped reading (while the table holds it as
         stalled)."""
+        self.pipeline_turn = False
+        """Whether uvicorn is about to start a queued request (see ``_start_asgi_task``)."""
         self.buffered = 0
         """Request-body bytes received and not yet answered."""
         self.refusal: tuple[int, str] | None = None
@@ -284,11 +294,21 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.state = State.BUSY  # no read deadline and no eviction while the client reads
         super().on_message_complete()
 
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        if self.pipeline_turn:
+            # A queued request, started by uvicorn as the one before it is
+            # answered: it waits its turn behind clients that wait for theirs.
+            self.table.defer(self, cycle, app)
+        else:
+            super()._start_asgi_task(cycle, app)
+
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
         self.answered += 1
         self.table.unbuffer(self)
+        self.pipeline_turn = pipelined
         super().on_response_complete()
+        self.pipeline_turn = False
         if not pipelined:
             self._enter(self.reading)  # IDLE, or a pipelined request's head or body
         if self.held and not self.transport.is_closing():
@@ -337,6 +357,11 @@ class ConnectionTable:
         self._sweep_every = min(1.0, limits.header_timeout / 4, limits.body_timeout / 4,
                                 limits.write_timeout / 4)
         self._sweeper: asyncio.TimerHandle | None = None
+        self.deferred: collections.deque[
+            tuple[LimitedHttpProtocol, RequestResponseCycle, ASGI3Application]] = \
+            collections.deque()
+        """Pipelined requests waiting for their turn to start."""
+        self._dispatcher: asyncio.Handle | None = None
 
     def admit(self, connection: LimitedHttpProtocol) -> bool:
         """Enter a new connection, closing one of the abuser's kind to make room."""
@@ -389,29 +414,56 @@ class ConnectionTable:
         """The connection a newcomer over the limit replaces: the abuser's kind first.
 
         In this order, each kind least recently active first: a client that
-        does not read its answer; a handshake, head or body in progress (a
-        client that never speaks, or speaks slowly); an idle connection that
-        served one request; an idle keep-alive connection that served more.
-        A connection whose answer is being read is never closed. Plain LRU
+        does not read its answers; one with pipelined requests waiting; a
+        handshake, head or body in progress (a client that never speaks, or
+        speaks slowly); an idle connection that served one request; an idle
+        keep-alive connection that served more. A connection whose answer is
+        being read, with nothing queued behind it, is never closed. Plain LRU
         order let a flood of fresh connections push out the one keep-alive
         client between two of its requests.
         """
         for connection in self.stalled:
             if connection is not newcomer:
                 return connection
-        spent: LimitedHttpProtocol | None = None
-        kept: LimitedHttpProtocol | None = None
+        # The first (least recently active) of each kind, best victim first.
+        first: list[LimitedHttpProtocol | None] = [None, None, None, None]
         for connection in self.open:
             state = connection.state
-            if connection is newcomer or state is State.BUSY:
-                continue
-            if state is not State.IDLE:
-                return connection
-            if connection.answered > 1:
-                kept = kept or connection
+            if state is State.BUSY:
+                kind = 0 if connection.pipeline or connection.held else -1
+            elif state is not State.IDLE:
+                kind = 1
             else:
-                spent = spent or connection
-        return spent or kept
+                kind = 2 if connection.answered < 2 else 3
+            if kind >= 0 and first[kind] is None and connection is not newcomer:
+                first[kind] = connection
+                if kind == 0:
+                    break
+        return next((connection for connection in first if connection is not None), None)
+
+    def defer(self, connection: LimitedHttpProtocol, cycle: RequestResponseCycle,
+              app: ASGI3Application) -> None:
+        """Start a pipelined request in a later event-loop turn, a few per turn.
+
+        Each connection answers its pipelined requests one after the other,
+        but a thousand connections pipelining /metrics would otherwise start
+        a thousand renders per turn, and an admission arriving meanwhile
+        would wait behind all of them. Deferred, they take at most
+        :data:`PIPELINED_PER_TURN` requests' time from each turn; a client
+        that waits for its answers never waits behind them.
+        """
+        self.deferred.append((connection, cycle, app))
+        if self._dispatcher is None:
+            self._dispatcher = connection.loop.call_soon(self._dispatch, connection.loop)
+
+    def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._dispatcher = None
+        for _ in range(min(PIPELINED_PER_TURN, len(self.deferred))):
+            connection, cycle, app = self.deferred.popleft()
+            if not connection.transport.is_closing():
+                HttpToolsProtocol._start_asgi_task(connection, cycle, app)
+        if self.deferred:
+            self._dispatcher = loop.call_soon(self._dispatch, loop)
 
     def relieve(self, reader: LimitedHttpProtocol) -> None:
         """Over the body budget: close the longest-running body reads, ``reader``'s last."""
