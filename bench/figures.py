@@ -63,6 +63,14 @@ server far more than that, with or without a webhook."""),
 admission's latency while they are open, and the RSS growth after a flood of
 reviews each carrying a different 2.5 MB image (answered "invalid" with a
 bounded warning, kept in no memo). See [Security](#security) for the limits."""),
+    ("abuse-pinned", """\
+**Pinned by unread answers**: the real HTTPS server with its default limits
+while another process holds the connection limit's worth of connections,
+each pipelining 1,000 `GET /metrics` that it never reads, and opens a new
+one whenever the server closes one. Beside them, a keep-alive client already
+in use goes on with its admissions and fresh connections make one each.
+*before* is the previous version under the same run, in the same sitting
+(`--baseline-server`)."""),
     ("pods", """\
 **Pod start on a real node**: the e2e suite's node (kubelet, containerd),
 one Pod at a time, from just before the create call to the moment the

@@ -193,33 +193,32 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
         httptools parses all it is given, every pipelined request in it
         included, and uvicorn queues each one. A request head holds at least
-        two line feeds (its request line and the empty line), so a read with
+        two line feeds (its request line and the empty line), so bytes with
         fewer than twice the room cannot complete more heads than there is
-        room for and is parsed whole, as every read of a client that waits
-        for its answers is. Others are parsed a few lines at a time.
+        room for: every read of a client that waits for its answers is
+        parsed whole (a few ``find`` calls decide it). Others are parsed a
+        few lines at a time.
         """
+        start = 0
         room = self.table.limits.max_pipelined + 1 - self._unanswered()
-        if (data.count(b"\n") + 1) // 2 <= room:
-            self._parse(data)
-            return
-        view, start, end = memoryview(data), 0, len(data)
-        while start < end:
-            if room <= 0:
-                self.held = bytes(view[start:])
-                self.flow.pause_reading()
+        while room > 0:
+            stop = start - 1
+            for _ in range(2 * room - 1):
+                stop = data.find(b"\n", stop + 1)
+                if stop < 0:
+                    if start < len(data):
+                        self._parse(data[start:] if start else data)
+                    return
+            # At most ``room`` heads end up to and including this line feed.
+            if not self._parse(data[start:stop + 1]) or self.transport.is_closing():
                 return
-            stop = start
-            for _ in range(2 * room - 1):  # then at most ``room`` heads end in the slice
-                stop = data.find(b"\n", stop) + 1
-                if not stop:
-                    stop = end
-                    break
-            if not self._parse(view[start:stop]):
-                return
-            start = stop
+            start = stop + 1
             room = self.table.limits.max_pipelined + 1 - self._unanswered()
+        if start < len(data):
+            self.held = data[start:]
+            self.flow.pause_reading()
 
-    def _parse(self, data: bytes | memoryview) -> bool:
+    def _parse(self, data: bytes) -> bool:
         """Feed the parser; False if that closed the connection."""
         self.chunk = len(data)
         self.began = False
@@ -314,7 +313,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self.held and not self.transport.is_closing():
             held, self.held = self.held, b""
             self._feed(held)
-            if not self.held:
+            if not self.held and not self.transport.is_closing():
                 self.flow.resume_reading()
 
     # -- answers the client does not read -------------------------------------
