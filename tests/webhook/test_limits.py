@@ -372,17 +372,15 @@ def test_clients_that_never_read_cannot_lock_out_a_new_one(crowded: serving.Runn
     """Issue 19, 1: every connection pinned by answers its client never reads."""
     limit = crowded.server.settings.limits.max_connections
     before = dropped(crowded).get("evicted", 0)
-    pinned = [never_reading(crowded, context, 3000) for _ in range(limit)]
-    try:
+    with contextlib.ExitStack() as pinned:
+        for _ in range(limit):
+            pinned.enter_context(never_reading(crowded, context, 3000))
         serving.wait_for(pinned_down(crowded, limit), what="every connection to be pinned",
                          timeout=30)
         started = time.monotonic()
         admission_works(crowded, context)
         assert time.monotonic() - started < 1.0
         assert dropped(crowded)["evicted"] > before
-    finally:
-        for sock in pinned:
-            sock.close()
 
 
 def test_a_client_that_never_reads_is_closed_at_the_write_timeout(
@@ -397,10 +395,10 @@ def test_a_client_that_never_reads_is_closed_at_the_write_timeout(
 def test_unread_answers_over_the_output_budget_close_the_first_to_stop_reading(
         frugal: serving.Running, context: ssl.SSLContext) -> None:
     before = dropped(frugal).get("output-budget", 0)
-    pinned = []
-    try:
+    with contextlib.ExitStack() as stack:
+        pinned = []
         for _ in range(8):  # each holds more than 64 KB unsent once its client stops reading
-            pinned.append(never_reading(frugal, context))
+            pinned.append(stack.enter_context(never_reading(frugal, context)))
             time.sleep(0.1)
         serving.wait_for(lambda: dropped(frugal).get("output-budget", 0) > before or None,
                          what="the output budget to close a connection", timeout=30)
@@ -412,9 +410,6 @@ def test_unread_answers_over_the_output_budget_close_the_first_to_stop_reading(
         assert pinned[0].getsockname()[1] not in ports
         assert pinned[-1].getsockname()[1] in ports
         admission_works(frugal, context)
-    finally:
-        for sock in pinned:
-            sock.close()
 
 
 def test_pipelined_requests_are_parsed_only_a_few_ahead_of_the_answer(
@@ -459,29 +454,23 @@ def test_a_flood_of_new_connections_does_not_evict_a_keep_alive_client(
     Between each of its requests, twice the limit of new connections arrive:
     half never speak, half make one request and idle.
     """
-    flood: list[ssl.SSLSocket] = []
-    try:
-        with tls(patient, context) as client:
-            for _ in range(2):  # a client in use, as the API server's are
+    with contextlib.ExitStack() as flood, tls(patient, context) as client:
+        for _ in range(2):  # a client in use, as the API server's are
+            client.sendall(GET)
+            serving.read_response(client)
+        for round_ in range(12):
+            for i in range(2 * LIMITS.max_connections):
+                sock = flood.enter_context(tls(patient, context))
+                if i % 2:
+                    sock.sendall(GET)
+                    serving.read_response(sock)
+            try:
                 client.sendall(GET)
-                serving.read_response(client)
-            for round_ in range(12):
-                for i in range(2 * LIMITS.max_connections):
-                    sock = tls(patient, context)
-                    if i % 2:
-                        sock.sendall(GET)
-                        serving.read_response(sock)
-                    flood.append(sock)
-                try:
-                    client.sendall(GET)
-                    status, _ = serving.read_response(client)
-                except (OSError, AssertionError) as error:
-                    raise AssertionError(f"request {round_ + 1} of 12 found its connection "
-                                         f"closed: {error!r}") from None
-                assert status.startswith(b"HTTP/1.1 200")
-    finally:
-        for sock in flood:
-            sock.close()
+                status, _ = serving.read_response(client)
+            except (OSError, AssertionError) as error:
+                raise AssertionError(f"request {round_ + 1} of 12 found its connection "
+                                     f"closed: {error!r}") from None
+            assert status.startswith(b"HTTP/1.1 200")
 
 
 def test_five_thousand_pipelined_gets_are_all_answered(limited: serving.Running,
