@@ -206,6 +206,12 @@ def helm(request: pytest.FixtureRequest) -> Path:
     return _built(request, "helm")
 
 
+@pytest.fixture(scope="session")
+def actionlint(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned actionlint binary built by tests/controlplane/build.sh."""
+    return _built(request, "actionlint")
+
+
 @pytest.fixture
 def make_namespace(
     control_plane: ControlPlane, request: pytest.FixtureRequest
