@@ -486,3 +486,12 @@ def test_five_thousand_pipelined_gets_are_all_answered(limited: serving.Running,
                 assert status.startswith(b"HTTP/1.1 200"), f"answer {i + 1}: {status!r} {body!r}"
         finally:
             sender.join(GRACE)
+
+
+def test_pipelined_requests_are_answered_in_order(limited: serving.Running,
+                                                  context: ssl.SSLContext) -> None:
+    """Queued requests start in turn (deferred a few per loop turn), each after the one before."""
+    with tls(limited, context) as sock:
+        sock.sendall((GET + b"GET /missing HTTP/1.1\r\nHost: x\r\n\r\n") * 20)
+        statuses = [serving.read_response(sock)[0][9:12] for _ in range(40)]
+    assert statuses == [b"200", b"404"] * 20

@@ -310,8 +310,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         else:
             # The next queued request is not started here, as uvicorn would:
             # it waits its turn behind clients that wait for their answers.
-            queued = self.pipeline.pop()
-            super().on_response_complete()  # nothing queued, as it sees it: arms the idle timer
+            queued, pipeline = self.pipeline.pop(), self.pipeline
+            self.pipeline = collections.deque()  # nothing queued, as uvicorn sees it
+            super().on_response_complete()  # so it starts nothing, and arms the idle timer
+            self.pipeline = pipeline
             self._unset_keepalive_if_required()
             if not self.transport.is_closing():
                 self.table.defer(self, *queued)
