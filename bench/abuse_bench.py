@@ -18,7 +18,19 @@ Targets: <= 200 MB with 1,000 idle connections, <= 30 MB growth after the
 flood, p99 <= 50 ms; all 21 entries (or every add not applied failed with a
 message). Bounded in count and time; loopback only.
 
+Then, in a section of its own (``abuse-pinned``), connections pinned by
+unread answers, up to the connection limit: another process opens that
+many connections, each pipelining 1,000 ``GET /metrics`` that it never
+reads, and opens a new one whenever the server closes one; beside it a
+keep-alive client already in use goes on with its admissions, and fresh
+connections each make one. Targets (issue 19): a fresh connection served
+within 1 s, keep-alive admissions p99 <= 50 ms, RSS <= 250 MB. With
+``--baseline-server`` (the ``mirrorgate`` script of an earlier version,
+e.g. a worktree of main) the same scenario runs against it too, in the same
+sitting, and the table shows both.
+
     python -m bench.abuse_bench [--check] [--idle N] [--flood N] [--time-cap SECONDS]
+                                [--pinned N] [--baseline-server PATH] [--only-pinned]
 """
 
 from __future__ import annotations
@@ -29,10 +41,13 @@ import contextlib
 import dataclasses
 import hashlib
 import multiprocessing
+import multiprocessing.synchronize
 import os
 import pathlib
 import re
 import secrets
+import select
+import socket
 import ssl
 import statistics
 import subprocess
@@ -51,6 +66,7 @@ from bench.server_bench import Connection, http_request, percentile
 __all__ = ["main"]
 
 TARGETS = {"idle_rss_mb": 200.0, "flood_growth_mb": 30.0, "p99_ms": 50.0}
+PINNED_TARGETS = {"fresh_s": 1.0, "p99_ms": 50.0, "rss_mb": 250.0}
 IMAGE_BYTES = int(2.5 * 1024 * 1024)
 PLACEHOLDER = "IMAGE-PLACEHOLDER"
 
@@ -554,6 +570,250 @@ def loop_misses(run: LoopRun) -> list[str]:
     return missed
 
 
+# -- connections pinned by unread answers (issue 19) --------------------------
+
+PIN_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"
+PIN_PIPELINED = 1000
+
+
+def _pin_one(port: int, context: ssl.SSLContext) -> ssl.SSLSocket | None:
+    """A connection that pipelines PIN_PIPELINED requests and will read no answer."""
+    try:
+        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        raw.settimeout(10)
+        raw.connect((server_bench.HOST, port))
+        sock = context.wrap_socket(raw, server_hostname="localhost")
+        sock.sendall(PIN_REQUEST * PIN_PIPELINED)
+    except OSError:  # refused or closed at once: the next round tries again
+        return None
+    return sock
+
+
+def _pin(port: int, ca_file: str, count: int, opened: multiprocessing.synchronize.Event,
+         stop: multiprocessing.synchronize.Event) -> None:
+    """The attacker, in a process of its own: ``count`` pinned connections, kept up."""
+    context = ssl.create_default_context(cafile=ca_file)
+    held: dict[int, ssl.SSLSocket] = {}
+    poller = select.poll()
+    while not stop.is_set():
+        while len(held) < count and not stop.is_set():
+            sock = _pin_one(port, context)
+            if sock is None:
+                break
+            held[sock.fileno()] = sock
+            poller.register(sock.fileno(), select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+        if len(held) >= count:
+            opened.set()
+        # Closed by the server (seen without reading): replaced in the next round.
+        for fd, _ in poller.poll(500):
+            poller.unregister(fd)
+            held.pop(fd).close()
+    for sock in held.values():
+        sock.close()
+
+
+@dataclasses.dataclass
+class Pinned:
+    """What one server did with its connections pinned."""
+
+    fresh: list[float]
+    """Seconds from connect to the answer of each fresh connection that was served."""
+    fresh_failed: int
+    latencies: list[float]
+    """Keep-alive admissions answered on the client's connection."""
+    lost: int
+    """Keep-alive admissions that found the connection closed (reopened each time), the
+    one a second while the attack got under way included."""
+    rss_mb: float
+    pinned_in: float
+    """Seconds from the attack's start to the measures (all connections opened, and the
+    server quiet or the cap reached)."""
+
+
+def _fresh_connection(port: int, context: ssl.SSLContext,
+                      request: tuple[bytes, str]) -> float | None:
+    """Seconds until a new connection's one admission is answered, or None if refused."""
+    started = time.perf_counter()
+    try:
+        connection = Connection(port, context)
+        try:
+            status, body = connection.exchange(request[0])
+        finally:
+            connection.close()
+    except (OSError, ssl.SSLError):
+        return None
+    tally = server_bench.Tally()
+    server_bench.check_response(status, body, request[1], tally)
+    return None if tally.errors else time.perf_counter() - started
+
+
+def _keep_alive(port: int, context: ssl.SSLContext, requests: Sequence[tuple[bytes, str]],
+                connection: Connection | None, count: int,
+                seconds: float) -> tuple[list[float], int, Connection | None]:
+    """``count`` admissions (or as many as ``seconds`` allow) over one keep-alive
+    connection, reopened whenever it is lost; the latencies, the losses, the connection."""
+    latencies: list[float] = []
+    lost = 0
+    deadline = time.monotonic() + seconds
+    for i in range(count):
+        if time.monotonic() > deadline:
+            break
+        payload, uid = requests[i % len(requests)]
+        try:
+            if connection is None:
+                connection = Connection(port, context)
+            started = time.perf_counter()
+            status, body = connection.exchange(payload)
+        except (OSError, ssl.SSLError):
+            lost += 1
+            if connection is not None:
+                connection.close()
+            connection = None
+            continue
+        latencies.append(time.perf_counter() - started)
+        tally = server_bench.Tally()
+        server_bench.check_response(status, body, uid, tally)
+        if tally.errors:
+            raise SystemExit(f"keep-alive admission failed: {tally.errors[:3]}")
+    return latencies, lost, connection
+
+
+def _quiet(pid: int, *, cap: float, tick: Callable[[], None]) -> float:
+    """Wait until the server uses under 10% of a core over a second (or ``cap`` s); seconds.
+
+    ``tick`` runs every second meanwhile: the keep-alive client's admission,
+    so that its connection is in use, not idle past the idle timeout.
+    """
+    started = time.monotonic()
+    before = server_bench.cpu_seconds(pid)
+    while time.monotonic() - started < cap:
+        time.sleep(1.0)
+        tick()
+        now = server_bench.cpu_seconds(pid)
+        if now - before < 0.1:
+            break
+        before = now
+    return time.monotonic() - started
+
+
+def pinned_run(executable: str, count: int, *, fresh: int, normal: int,
+               cap: float) -> Pinned:
+    """The scenario against ``executable`` (a ``mirrorgate`` script) with its default limits."""
+    with tempfile.TemporaryDirectory(prefix="mirrorgate-pinned-") as tmp:
+        workdir = pathlib.Path(tmp)
+        context, tls_args = server_bench.serving_files(workdir, policy=server_bench.POLICY)
+        port = server_bench.free_port()
+        server = server_bench.start("mirrorgate", [
+            executable, "serve", "--policy", str(workdir / "policy.yaml"), *tls_args,
+            "--port", str(port), "--no-health-probes"], port, workdir, context)
+        pid = server.process.pid
+        requests = server_bench.bodies(server_bench.SIZES[0], port)
+        fork = multiprocessing.get_context("fork")
+        opened, stop = fork.Event(), fork.Event()
+        attacker = fork.Process(target=_pin, args=(port, str(workdir / "ca.crt"), count,
+                                                   opened, stop), daemon=True)
+        try:
+            client: Connection | None = Connection(port, context)
+            lost = 0
+
+            def tick() -> None:  # one admission on the client's connection, in use throughout
+                nonlocal client, lost
+                _, missed, client = _keep_alive(port, context, requests, client, 1, cap)
+                lost += missed
+
+            tick()
+            tick()  # a client in use, as the API server's are
+            started = time.monotonic()
+            attacker.start()
+            while not opened.wait(1.0) and time.monotonic() - started < cap:
+                tick()
+            pinned_in = time.monotonic() - started + _quiet(pid, cap=cap, tick=tick)
+            latencies, missed, client = _keep_alive(port, context, requests, client, normal,
+                                                    cap)
+            lost += missed
+            if client is not None:
+                client.close()
+            answered = [_fresh_connection(port, context, requests[i % len(requests)])
+                        for i in range(fresh)]
+            rss = rss_mb(pid)
+        finally:
+            stop.set()
+            attacker.join(30)
+            if attacker.is_alive():
+                attacker.kill()
+            server_bench.stop_servers([server])
+    served = [seconds for seconds in answered if seconds is not None]
+    return Pinned(fresh=served, fresh_failed=len(answered) - len(served), latencies=latencies,
+                  lost=lost, rss_mb=rss, pinned_in=pinned_in)
+
+
+def _pinned_cells(run: Pinned, fresh: int, normal: int) -> tuple[str, str, str]:
+    if run.fresh_failed:
+        served = f"refused or failed: {run.fresh_failed} of {fresh}"
+        if run.fresh:
+            served += f"; the others in ≤ {max(run.fresh):.2f} s"
+    else:
+        served = f"all {fresh}, the slowest in {max(run.fresh):.2f} s"
+    if run.latencies:
+        kept = (f"{percentile(run.latencies, 0.5) * 1e3:.2f} / "
+                f"{percentile(run.latencies, 0.99) * 1e3:.2f} ms")
+        if len(run.latencies) + run.lost < normal:
+            kept += f" ({len(run.latencies)} answered in the time cap)"
+    else:
+        kept = "none answered"
+    if run.lost:
+        kept += f"; {run.lost} found the connection closed"
+    return served, kept, f"{run.rss_mb:.1f} MB"
+
+
+def pinned_report(now: Pinned, before: Pinned | None, *, count: int, fresh: int,
+                  normal: int) -> list[str]:
+    """Print the scenario's table; the targets it missed (by the current server)."""
+    print(f"\nConnections pinned by unread answers, up to the connection limit ({count:,} "
+          f"connections, each pipelining {PIN_PIPELINED:,} GET /metrics and reading nothing, "
+          "reopened when closed; default limits)\n")
+    header = "| measure | " + ("before | " if before else "") + "now | target |"
+    print(header)
+    print("| --- | " + ("---: | " if before else "") + "---: | ---: |")
+    cells_now = _pinned_cells(now, fresh, normal)
+    cells_before = _pinned_cells(before, fresh, normal) if before else None
+    for i, (label, target) in enumerate((
+            (f"{fresh} fresh connections, one admission each", "each ≤ 1 s"),
+            (f"keep-alive admissions p50 / p99 ({normal}, on a connection in use)",
+             "p99 ≤ 50 ms"),
+            ("server RSS while pinned", "≤ 250 MB"))):
+        print(f"| {label} | " + (f"{cells_before[i]} | " if cells_before else "")
+              + f"{cells_now[i]} | {target} |")
+    timing = f"measured {now.pinned_in:.0f} s into the attack"
+    if before:
+        timing += f" ({before.pinned_in:.0f} s before)"
+    print(f"\n({timing}, once every connection was opened and the server quiet or the cap "
+          "reached; every admission checked for its patch.)")
+    missed = []
+    if now.fresh_failed or max(now.fresh, default=0.0) > PINNED_TARGETS["fresh_s"]:
+        missed.append("pinned: fresh connection")
+    if now.lost or not now.latencies or \
+            percentile(now.latencies, 0.99) * 1e3 > PINNED_TARGETS["p99_ms"]:
+        missed.append("pinned: keep-alive p99")
+    if now.rss_mb > PINNED_TARGETS["rss_mb"]:
+        missed.append("pinned: RSS")
+    return missed
+
+
+def pinned_scenario(args: argparse.Namespace) -> list[str]:
+    """Run the scenario (and its baseline, if given) and record it; the targets missed."""
+    executable = str(pathlib.Path(sys.executable).parent / "mirrorgate")
+    before = None
+    if args.baseline_server:
+        before = pinned_run(args.baseline_server, args.pinned, fresh=args.fresh,
+                            normal=args.pinned_normal, cap=args.pinned_cap)
+    now = pinned_run(executable, args.pinned, fresh=args.fresh, normal=args.pinned_normal,
+                     cap=args.pinned_cap)
+    with results.capture("abuse-pinned", command="make bench-abuse"):
+        return pinned_report(now, before, count=args.pinned, fresh=args.fresh,
+                             normal=args.pinned_normal)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.abuse_bench",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -573,9 +833,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run only the big-Pod and policy scenarios (issue 19)")
     parser.add_argument("--big-clients", type=int, default=3)
     parser.add_argument("--big-seconds", type=float, default=20.0)
+    parser.add_argument("--pinned", type=int, default=1024,
+                        help="connections pinned by unread answers (default: the limit)")
+    parser.add_argument("--fresh", type=int, default=10,
+                        help="fresh connections tried while they are pinned")
+    parser.add_argument("--pinned-normal", type=int, default=500,
+                        help="keep-alive admissions timed while they are pinned")
+    parser.add_argument("--pinned-cap", type=float, default=60.0, metavar="SECONDS",
+                        help="upper bound of pinning, and of the timed admissions")
+    parser.add_argument("--baseline-server", metavar="PATH",
+                        help="the mirrorgate script of an earlier version, run beside")
+    parser.add_argument("--only-pinned", action="store_true",
+                        help="run only the pinned-connections scenario")
     args = parser.parse_args(argv)
-    missed = [] if args.only_loop else limits_scenarios(args)
-    missed += loop_main(args)
+    if args.only_pinned:
+        missed = pinned_scenario(args)
+    elif args.only_loop:
+        missed = loop_main(args)
+    else:
+        missed = limits_scenarios(args) + pinned_scenario(args) + loop_main(args)
     if args.check and missed:
         print(f"FAIL: {', '.join(missed)}", file=sys.stderr)
         return 1

@@ -104,7 +104,14 @@ def _limit_arguments(group: argparse._ArgumentGroup) -> None:
             ("--max-buffered-bytes", int, "BYTES", "request-body bytes held at once across all "
              "connections; over it, the longest-running body reads are closed"),
             ("--max-containers", int, "COUNT", "containers of one Pod that admission "
-             "rewrites; a Pod with more is admitted as written, with a warning")):
+             "rewrites; a Pod with more is admitted as written, with a warning"),
+            ("--write-timeout", float, "SECONDS", "how long an answer may wait for a client "
+             "that does not read it"),
+            ("--max-unsent-bytes", int, "BYTES", "answer bytes held at once across all "
+             "connections for clients that do not read them; over it, the connection that "
+             "stopped reading first is closed"),
+            ("--max-pipelined", int, "N", "requests of a connection read ahead of the one "
+             "being answered; the rest waits unread")):
         dest = flag[2:].replace("-", "_")
         group.add_argument(flag, type=kind, default=getattr(defaults, dest), metavar=metavar,
                            help=f"{text} (default: %(default)s)")

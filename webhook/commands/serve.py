@@ -488,6 +488,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
             max_headers=args.max_headers, header_timeout=args.header_timeout,
             body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
-            max_buffered_bytes=args.max_buffered_bytes, max_containers=args.max_containers),
+            max_buffered_bytes=args.max_buffered_bytes, max_containers=args.max_containers,
+            write_timeout=args.write_timeout, max_unsent_bytes=args.max_unsent_bytes,
+            max_pipelined=args.max_pipelined),
         health_probes=args.health_probes))
     return EXIT_OK

@@ -125,8 +125,9 @@ class Metrics:
         self.connections_dropped = prom.Counter(
             "mirrorgate_connections_dropped",
             "Connections the server closed or refused under its limits, by reason "
-            "(header-timeout, body-timeout, evicted, refused, body-budget, header-limit, "
-            "bad-request, handshake-failed).", ["reason"], registry=r)
+            "(header-timeout, body-timeout, write-timeout, evicted, refused, body-budget, "
+            "output-budget, header-limit, bad-request, handshake-failed).", ["reason"],
+            registry=r)
         self.open_connections = prom.Gauge(
             "mirrorgate_open_connections", "Open client connections, TLS handshakes included.",
             registry=r)
