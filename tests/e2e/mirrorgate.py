@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "mirrorgate"
 SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:mirrorgate"
 SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}")
+CONFINEMENT_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 OWN_WEBHOOK_LABELS = ("e2e.mirrorgate.io/suite", "e2e.mirrorgate.io/failure",
                       "e2e.mirrorgate.io/selfcerts")
 """Namespaces a test serves with a webhook configuration of its own carry one of these
@@ -54,9 +55,10 @@ def webhook_configuration(kustomize: Path) -> dict[str, Any]:
 
 
 def install_base(api: k8s.ApiClient, kustomize: Path) -> None:
-    """Namespace, ServiceAccount and RBAC from manifests/base (what the server runs with)."""
+    """Namespace, ServiceAccount, RBAC and the ValidatingAdmissionPolicy confining its
+    writes, from manifests/base: what the server runs with."""
     kinds = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-             "RoleBinding"}
+             "RoleBinding", *CONFINEMENT_KINDS}
     for obj in render(kustomize, "base"):
         if obj["kind"] in kinds:
             try:
