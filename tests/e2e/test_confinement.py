@@ -138,7 +138,7 @@ def test_service_account_writes_only_labelled_mirrorgate_pull_secrets(
 
 def _patch(api: k8s.ApiClient, operations: list[dict[str, Any]]) -> None:
     k8s.AdmissionregistrationV1Api(api).patch_mutating_webhook_configuration(
-        "mirrorgate", operations)  # type: ignore[arg-type]
+        "mirrorgate", operations)
 
 
 def test_service_account_changes_nothing_but_ca_bundle(installed: Installed) -> None:
@@ -151,6 +151,7 @@ def test_service_account_changes_nothing_but_ca_bundle(installed: Installed) -> 
             "mirrorgate")
     assert before.webhooks
     bundle = before.webhooks[0].client_config.ca_bundle
+    assert isinstance(bundle, str)
     rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
             "resources": ["secrets"], "scope": "*"}
     with as_service_account(plane) as api:
@@ -175,7 +176,8 @@ def test_service_account_changes_nothing_but_ca_bundle(installed: Installed) -> 
             _patch(api, [{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle",
                           "value": bundle}])
     assert all(WEBHOOK_REFUSAL in m for m in messages), messages
-    assert changed.webhooks and changed.webhooks[0].client_config.ca_bundle == doubled
+    assert changed.webhooks
+    assert changed.webhooks[0].client_config.ca_bundle == doubled
     with plane.api_client() as admin:
         after = k8s.AdmissionregistrationV1Api(admin).read_mutating_webhook_configuration(
             "mirrorgate")
