@@ -16,10 +16,10 @@ from mirrorgate.policy.matching import Outcome, Resolution
 from mirrorgate.policy.model import (
     CredentialGrant,
     FieldError,
-    Mode,
     OnCredentialError,
     Policy,
     PolicyError,
+    advice,
     load,
 )
 from mirrorgate.policy.planner import (
@@ -66,7 +66,6 @@ __all__ = [
     "InvalidReferenceError",
     "Mirror",
     "MirrorRule",
-    "Mode",
     "OnCredentialError",
     "Outcome",
     "PodExemption",
@@ -75,6 +74,7 @@ __all__ = [
     "Resolution",
     "RewritePlan",
     "Source",
+    "advice",
     "audit_line",
     "decide_image",
     "exempt_pod",

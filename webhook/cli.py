@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from mirrorgate import policy
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import offline
 from mirrorgate.webhook.credentials.store import StoreError
@@ -44,13 +45,19 @@ def _read_input(path: str, stdin: TextIO) -> tuple[str, str]:
         raise ConfigError(f"{path}: not UTF-8 text") from None
 
 
+def _mode_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=offline.MODES, default=offline.ENFORCE,
+                        help="the namespace's mirrorgate.io/mode label; audit also when the "
+                             "server runs --audit-only (default: %(default)s)")
+
+
 def cmd_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rules = policyfile.read_policy(args.policy).policy
     text, source = _read_input(args.filename, sys.stdin)
     documents = offline.load_documents(text, source=source)
     try:
         outputs, patches, warnings = offline.rewrite_documents(
-            documents, rules=rules, namespace=args.namespace)
+            documents, rules=rules, namespace=args.namespace, mode=args.mode)
     except offline.NothingToRewrite as error:
         raise ConfigError(f"{source}: {error}") from None
     for warning in warnings:
@@ -80,7 +87,7 @@ def cmd_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     status = EXIT_OK
     for image in args.images:
         explained = offline.explain_image(image, rules=rules, namespace=args.namespace,
-                                          labels=labels)
+                                          labels=labels, mode=args.mode)
         if not explained["valid"] or explained["warning"] is not None:
             status = EXIT_FINDINGS
         print(offline.dumps_json(explained), file=out)
@@ -99,10 +106,12 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(error, file=out)
         return EXIT_FINDINGS
     rules = loaded.policy
-    print(f"{args.file}: valid (version {loaded.version}, mode {rules.mode}, "
+    print(f"{args.file}: valid (version {loaded.version}, "
           f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
           f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
           file=out)
+    for advice in policy.advice(rules):
+        print(f"  warning: {advice}", file=out)
     if args.store_file is None:
         return EXIT_OK
     from mirrorgate.webhook.credentials import filestore
@@ -380,12 +389,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "to stderr. A workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, "
                     "ReplicationController, Job, CronJob, PodTemplate) comes out as the Pod "
                     "its controller would create, as admitted: templates themselves are never "
-                    "mutated. Other objects are passed over. With `mode: audit` Pods come out "
+                    "mutated. Other objects are passed over. With --mode audit Pods come out "
                     "unchanged and every planned rewrite is a warning. Exit 1 when there are "
                     "warnings, 2 when the input has no Pod and no workload.")
     rewrite.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
     rewrite.add_argument("-n", "--namespace", help="namespace to plan for "
                          "(default: the Pod's own, else 'default')")
+    _mode_argument(rewrite)
     rewrite.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
     rewrite.add_argument("-f", "--filename", default="-", metavar="FILE",
                          help="Pod manifests, YAML or JSON ('-' for stdin, the default)")
@@ -403,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the Pod's namespace (default: %(default)s)")
     explain.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
                          help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)")
+    _mode_argument(explain)
     explain.add_argument("images", nargs="+", metavar="IMAGE")
     explain.set_defaults(run=cmd_explain)
 
@@ -426,8 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     admission.add_argument("--policy", required=True, metavar="FILE",
                            help="the policy YAML, reloaded when it changes")
     admission.add_argument("--audit-only", action="store_true",
-                           help="every endpoint only reports, whatever the policy's mode "
-                                "(a safe first install)")
+                           help="every endpoint only reports, whatever the namespace labels: "
+                                "a cluster-wide report-only override (a safe first install)")
     admission.add_argument("--host", default="127.0.0.1",
                            help="listen address (default: %(default)s)")
     admission.add_argument("--port", type=int, default=8443, help="(default: %(default)s)")

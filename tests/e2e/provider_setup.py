@@ -66,7 +66,7 @@ class Setup:
 def _policy(registry: RegistryStack, on_error: str) -> str:
     up = registry.upstream_host
     return json.dumps({
-        "mode": "enforce", "onCredentialError": on_error,
+        "onCredentialError": on_error,
         "mirrors": [
             *({"source": source(t), "mirror": f"{up}/{t}", "credential": t} for t in TEAMS),
             {"source": "docker.io", "mirror": DOCKERHUB_MIRROR},

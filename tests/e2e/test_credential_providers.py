@@ -224,7 +224,6 @@ def test_store_entries_keyed_by_project_path_and_credentials_check(setup: Setup)
     up = registry.upstream_host
     passwords = {t: setup.issuer.server.passwords.mint(setup.robots[t], 3600) for t in TEAMS}
     static = json.dumps({
-        "mode": "enforce",
         "mirrors": [{"source": f"static-{t}.e2e.example", "mirror": f"{up}/{t}",
                      "credential": f"static-{t}"} for t in TEAMS],
         "credentials": {f"static-{t}": {"namespaces": ["*"]} for t in TEAMS},

@@ -28,7 +28,6 @@ UID = int(RUN_AS.split(":")[0])
 LOCK = REPO_ROOT / "image" / "requirements.lock"
 VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
 POLICY = """\
-mode: enforce
 mirrors:
   - source: docker.io
     mirror: mirror.image-test.example/hub

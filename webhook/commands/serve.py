@@ -87,7 +87,8 @@ class Settings:
     credential_provider_timeout: float = 10.0
     """Seconds a plugin may run before it is killed."""
     audit_only: bool = False
-    """Treat every endpoint as /audit, whatever the policy's mode."""
+    """Treat every endpoint as /audit, whatever the namespace labels: a cluster-wide
+    "report only" override."""
     limits: Limits = dataclasses.field(default_factory=Limits)
     """Connections, request heads, read timeouts and buffered bodies (see webhook.connections)."""
     health_probes: bool = True
@@ -319,8 +320,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
                          extra={"fields": {"error": str(error), "live": runtime.policy.version}})
             return
         runtime.set_policy(fresh)
-        logger.info("policy reloaded", extra={"fields": {"version": fresh.version,
-                                                          "mode": fresh.policy.mode}})
+        logger.info("policy reloaded", extra={"fields": {"version": fresh.version}})
 
     def reload_certificates() -> None:
         try:
@@ -441,7 +441,7 @@ class _Uvicorn(uvicorn.Server):
             loaded = self.runtime.policy
             logger.info("mirrorgate serving", extra={"fields": {
                 "address": self.address, "version": VERSION, "policy": loaded.version,
-                "mode": loaded.policy.mode}})
+                "mode": self.runtime.mode}})
             logs.flush()
 
 

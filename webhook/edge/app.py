@@ -1,9 +1,10 @@
 """The HTTP application: admission endpoints, health, readiness and metrics.
 
-``/mutate`` enforces (unless the policy says ``mode: audit``), ``/audit``
+``/mutate`` enforces (unless the server runs ``--audit-only``), ``/audit``
 always only reports. One MutatingWebhookConfiguration holds a webhook for
 each, selected by the namespace label ``mirrorgate.io/mode``, so the mode is
-picked without any lookup on the request path.
+picked without any lookup on the request path: the label is the one switch,
+and ``--audit-only`` a cluster-wide "report only" override.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyfile import LoadedPolicy
 from mirrorgate.webhook.version import VERSION
 
-__all__ = ["MAX_BODY_BYTES", "Runtime", "create_app"]
+__all__ = ["AUDIT_ONLY", "BY_NAMESPACE_LABEL", "MAX_BODY_BYTES", "Runtime", "create_app"]
+
+AUDIT_ONLY = "audit-only"
+BY_NAMESPACE_LABEL = "namespace-label"
+"""The effective mode /readyz and mirrorgate_policy_info show: every endpoint only reports
+(--audit-only), or each namespace's mirrorgate.io/mode label decides."""
 
 # The API server accepts request bodies up to 3 MiB (its
 # DefaultMaxRequestSizeBytes) and etcd stores objects up to 1.5 MiB; an
@@ -55,9 +61,13 @@ class Runtime:
     """Every endpoint only reports (the audit overlay's safe first install)."""
     on_policy_change: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
+    @property
+    def mode(self) -> str:
+        return AUDIT_ONLY if self.audit_only else BY_NAMESPACE_LABEL
+
     def set_policy(self, loaded: LoadedPolicy) -> None:
         self.policy = loaded
-        self.metrics.set_policy(loaded.version, loaded.policy.mode)
+        self.metrics.set_policy(loaded.version, self.mode)
         for callback in self.on_policy_change:
             callback()
 
@@ -119,8 +129,7 @@ class AdmissionEndpoint:
         started = time.perf_counter()
         runtime, endpoint = self.runtime, self.endpoint
         loaded = runtime.policy
-        audit = self.forced_audit or runtime.audit_only or loaded.policy.mode == "audit"
-        mode: admission.Mode = "audit" if audit else "enforce"
+        mode: admission.Mode = "audit" if self.forced_audit or runtime.audit_only else "enforce"
         rev: review.Review | None = None
         try:
             rev = review.decode(await self._body(scope, receive))
@@ -187,14 +196,14 @@ def create_app(runtime: Runtime) -> Starlette:
         for advisory in runtime.advisories:
             problems.update(advisory())
         body = {"ready": ready, "version": VERSION, "policy": runtime.policy.version,
-                "mode": runtime.policy.policy.mode, "problems": problems}
+                "mode": runtime.mode, "problems": problems}
         return _json(body, status=200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
         payload, content_type = runtime.metrics.render()
         return Response(payload, media_type=content_type)
 
-    runtime.metrics.set_policy(runtime.policy.version, runtime.policy.policy.mode)
+    runtime.metrics.set_policy(runtime.policy.version, runtime.mode)
     endpoints = {
         "/mutate": AdmissionEndpoint(runtime, endpoint="mutate", forced_audit=False),
         "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True)}

@@ -93,7 +93,9 @@ class Metrics:
                            ["version"], registry=r)
         build.labels(VERSION).set(1)
         self.policy = prom.Gauge(
-            "mirrorgate_policy_info", "The live policy (1) by version and mode.",
+            "mirrorgate_policy_info",
+            "The live policy (1) by version, and the effective mode: audit-only "
+            "(--audit-only) or namespace-label (each namespace's label decides).",
             ["version", "mode"], registry=r)
         self.policy_reload_failures = prom.Counter(
             "mirrorgate_policy_reload_failures", "Policy files rejected on reload.", registry=r)
