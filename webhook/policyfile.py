@@ -25,10 +25,60 @@ class LoadedPolicy:
     path: str
 
 
+MAX_NODES = 100_000
+"""Values a policy document may hold once its aliases are expanded. Real policies hold a
+few thousand; a few hundred bytes of nested aliases would otherwise hold billions, and
+/validate-policy reads documents from whoever reaches the port."""
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int | None]) -> int:
+    """How many values ``node`` stands for, aliases expanded; _TooLarge past MAX_NODES."""
+    known = sizes.get(id(node), 0)
+    if known is None:  # an alias to a node still being measured: a recursive document
+        raise _TooLarge
+    if known:
+        return known
+    sizes[id(node)] = None
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    size = 1
+    for child in children:
+        size += _expanded_size(child, sizes)
+        if size > MAX_NODES:
+            raise _TooLarge
+    sizes[id(node)] = size
+    return size
+
+
+def _decode(data: bytes, source: str) -> object:
+    """yaml.safe_load, refusing a document larger than MAX_NODES once expanded."""
+    loader = yaml.SafeLoader(data)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, {})
+        return loader.construct_document(node)
+    except _TooLarge:
+        raise ConfigError(f"{source}: more than {MAX_NODES} values once its aliases are "
+                          "expanded; a policy is far smaller") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply to be a policy") from None
+    finally:
+        loader.dispose()
+
+
 def parse_policy(data: bytes, *, source: str) -> policy.Policy:
     """Decode and validate policy ``data``; ``source`` names it in errors."""
     try:
-        document = yaml.safe_load(data)
+        document = _decode(data, source)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source

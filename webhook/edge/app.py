@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from mirrorgate import policy
 from mirrorgate.policy import HEALTHY, Health
-from mirrorgate.webhook import admission, logs, review
+from mirrorgate.webhook import admission, logs, policyreview, review
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyfile import LoadedPolicy
@@ -171,6 +171,29 @@ class AdmissionEndpoint:
         await _send_json(send, decision.body)
 
 
+class PolicyEndpoint(AdmissionEndpoint):
+    """``POST /validate-policy``: writes of the policy ConfigMap (:mod:`webhook.policyreview`)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        runtime = self.runtime
+        try:
+            rev = review.decode(await self._body(scope, receive))
+            answer = policyreview.judge(rev)
+        except review.BadReview as error:
+            runtime.metrics.errors.labels(self.endpoint, "bad-request").inc()
+            await _send_json(send, error.review(), status=400)
+            return
+        except _Unreadable:
+            return
+        allowed = answer["response"]["allowed"]
+        runtime.metrics.policy_reviews.labels("allowed" if allowed else "denied").inc()
+        if not allowed:
+            logger.warning("policy refused at admission", extra={"fields": {
+                "uid": rev.uid, "user": (rev.request.get("userInfo") or {}).get("username"),
+                "error": answer["response"]["status"]["message"]}})
+        await _send_json(send, answer)
+
+
 async def _send_json(send: Send, body: Any, status: int = 200) -> None:
     payload = orjson.dumps(body)
     await send({"type": "http.response.start", "status": status, "headers": [
@@ -206,7 +229,9 @@ def create_app(runtime: Runtime) -> Starlette:
     runtime.metrics.set_policy(runtime.policy.version, runtime.mode)
     endpoints = {
         "/mutate": AdmissionEndpoint(runtime, endpoint="mutate", forced_audit=False),
-        "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True)}
+        "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True),
+        "/validate-policy": PolicyEndpoint(runtime, endpoint="validate-policy",
+                                           forced_audit=False)}
     return _Application(endpoints, routes=[
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
         Route("/healthz", healthz, methods=["GET"]),
