@@ -23,6 +23,8 @@ class LoadedPolicy:
     version: str
     """sha256 prefix of the file's bytes: what /readyz and the metrics show as live."""
     path: str
+    data: bytes = dataclasses.field(default=b"", repr=False)
+    """The bytes it was loaded from (kept in the cluster as the last accepted policy)."""
 
 
 MAX_NODES = 100_000
@@ -101,4 +103,4 @@ def read_policy(path: str | pathlib.Path, *, data: bytes | None = None) -> Loade
         except OSError as error:
             raise ConfigError(f"{path}: cannot read policy: {error.strerror}") from None
     return LoadedPolicy(policy=parse_policy(data, source=str(path)),
-                        version=hashlib.sha256(data).hexdigest()[:12], path=str(path))
+                        version=hashlib.sha256(data).hexdigest()[:12], path=str(path), data=data)

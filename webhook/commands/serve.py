@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 
 from mirrorgate import certs, policy
 from mirrorgate.webhook import admission, logs, policyfile
-from mirrorgate.webhook.cluster import kube, leader, selfcerts
+from mirrorgate.webhook.cluster import kube, leader, policystate, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
 from mirrorgate.webhook.credentials import (
     filestore,
@@ -277,11 +277,44 @@ def _provider_source(settings: Settings, rules: policy.Policy) -> provider.Provi
                                    timeout=settings.credential_provider_timeout)
 
 
+def _initial_policy(settings: Settings, state: policystate.PolicyState | None,
+                    ) -> tuple[policyfile.LoadedPolicy, str | None]:
+    """The policy file; if it is refused, the last accepted policy and why (with a cluster).
+
+    Without a cluster, or with no policy ever accepted there (a first install),
+    a refused policy is still a ConfigError: there is nothing safe to serve.
+    """
+    try:
+        return policyfile.read_policy(settings.policy), None
+    except policyfile.ConfigError as error:
+        refused = error
+    data = state.load_accepted() if state is not None else None
+    if state is None or data is None:
+        raise refused
+    try:
+        kept = policyfile.read_policy(f"ConfigMap {state.namespace}/{policystate.ACCEPTED}",
+                                      data=data)
+    except policyfile.ConfigError:
+        raise refused from None
+    why = f"{refused}; serving the last accepted policy {kept.version}"
+    logger.error("policy refused at start; serving the last accepted policy",
+                 extra={"fields": {"error": str(refused), "live": kept.version}})
+    state.rejected(str(refused), serving=kept.version)
+    return kept, why
+
+
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:
     """Load everything once, failing with ConfigError before any port is opened."""
-    loaded = policyfile.read_policy(settings.policy)
     background = Background()
     client = _connect(settings)
+    state = None if client is None else policystate.PolicyState(
+        client, settings.namespace or kube.own_namespace())
+    loaded, refused = _initial_policy(settings, state)
+    if state is not None:
+        background.starts.append(state.start)
+        background.stops.append(state.stop)
+        if refused is None:
+            state.accepted(loaded.data, loaded.version)
     if settings.tls_secret is not None:
         manager = _self_managed_certificates(settings, client, background)
         cert_file, key_file = str(manager.cert_file), str(manager.key_file)
@@ -293,7 +326,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     # The provisioner reports to the runtime's metrics and readiness, so the
     # runtime comes first and receives it just after.
     runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets(),
-                          audit_only=settings.audit_only)
+                          audit_only=settings.audit_only, policy_refused=refused)
     store: credentials.CredentialStore | None = None
     if secrets is None:
         secrets, store = _credentials(settings, client, runtime, background)
@@ -315,11 +348,18 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         try:
             fresh = policyfile.read_policy(settings.policy)
         except policyfile.ConfigError as error:
+            live = runtime.policy.version
             runtime.metrics.policy_reload_failures.inc()
+            runtime.policy_refused = f"{error}; still serving policy {live}"
             logger.error("policy rejected; the previous policy stays in force",
-                         extra={"fields": {"error": str(error), "live": runtime.policy.version}})
+                         extra={"fields": {"error": str(error), "live": live}})
+            if state is not None:
+                state.rejected(str(error), serving=live)
             return
+        runtime.policy_refused = None
         runtime.set_policy(fresh)
+        if state is not None:
+            state.accepted(fresh.data, fresh.version)
         logger.info("policy reloaded", extra={"fields": {"version": fresh.version}})
 
     def reload_certificates() -> None:

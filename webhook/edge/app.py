@@ -57,6 +57,8 @@ class Runtime:
     health: Health = HEALTHY
     """The mirrors and credentials the background probes found unhealthy; replaced whole."""
 
+    policy_refused: str | None = None
+    """Why the newest policy was refused and what is served instead; /readyz lists it."""
     audit_only: bool = False
     """Every endpoint only reports (the audit overlay's safe first install)."""
     on_policy_change: list[Callable[[], None]] = dataclasses.field(default_factory=list)
@@ -218,6 +220,9 @@ def create_app(runtime: Runtime) -> Starlette:
         ready = not problems
         for advisory in runtime.advisories:
             problems.update(advisory())
+        if runtime.policy_refused is not None:
+            # Not unready: the policy in force keeps serving, and so must this replica.
+            problems["policy"] = runtime.policy_refused
         body = {"ready": ready, "version": VERSION, "policy": runtime.policy.version,
                 "mode": runtime.mode, "problems": problems}
         return _json(body, status=200 if ready else 503)
