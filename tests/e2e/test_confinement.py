@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import re
 import secrets
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
@@ -200,3 +203,56 @@ def test_under_cert_manager_the_service_account_patches_no_webhook_configuration
         message = refusal(_patch, api, [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle",
                                          "value": base64.b64encode(b"x").decode()}])
     assert "mutatingwebhookconfigurations" in message
+
+
+def test_the_skip_label_policy_of_docs_security_keeps_tenants_from_the_skip_label(
+        installed: Installed, make_namespace: MakeNamespace) -> None:
+    """docs/security.md's example, applied for real: a tenant's Pod with the skip label is
+    refused, the same Pod without it and an administrator's with it are created."""
+    text = (mg.REPO / "docs" / "security.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S)
+                if "mirrorgate-skip-is-for-admins" in b]
+    objects = [o for o in yaml.safe_load_all(textwrap.dedent(block)) if o]
+    plane = installed.control_plane
+    namespace = make_namespace()
+    tenant = f"e2e-tenant-{secrets.token_hex(3)}"
+    skipped = {"metadata": {"name": "skipped", "labels": {"mirrorgate.io/skip": "true"}},
+               "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}}
+    plain = {**skipped, "metadata": {"name": "plain"}}
+    with plane.api_client() as admin:
+        rbac = k8s.RbacAuthorizationV1Api(admin)
+        # A Role of its own: no controller-manager fills the aggregated `edit` role here.
+        rbac.create_namespaced_role(namespace, {  # type: ignore[arg-type]
+            "metadata": {"name": tenant},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]})
+        rbac.create_namespaced_role_binding(namespace, {  # type: ignore[arg-type]
+            "metadata": {"name": tenant},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": tenant},
+            "subjects": [{"kind": "User", "name": tenant,
+                          "apiGroup": "rbac.authorization.k8s.io"}]})
+        for obj in objects:
+            k8s_utils.create_from_dict(admin, obj)  # type: ignore[no-untyped-call]
+        try:
+            with plane.api_client(user=tenant, groups=()) as api:
+                core = k8s.CoreV1Api(api)
+
+                def refused() -> str | None:
+                    try:
+                        core.create_namespaced_pod(namespace, skipped,  # type: ignore[arg-type]
+                                                   dry_run="All")
+                    except k8s.ApiException as error:
+                        return None if "mirrorgate.io/skip" in str(error.body) \
+                            else str(error.body)
+                    return "allowed"
+
+                wait_until(refused, timeout=30, what="the skip-label policy in force",
+                           interval=0.2)
+                message = refusal(core.create_namespaced_pod, namespace, skipped)
+                core.create_namespaced_pod(namespace, plain)  # type: ignore[arg-type]
+            k8s.CoreV1Api(admin).create_namespaced_pod(namespace, skipped)  # type: ignore[arg-type]
+        finally:
+            admission = k8s.AdmissionregistrationV1Api(admin)
+            admission.delete_validating_admission_policy_binding("mirrorgate-skip-is-for-admins")
+            admission.delete_validating_admission_policy("mirrorgate-skip-is-for-admins")
+    assert "only cluster administrators may set mirrorgate.io/skip" in message
