@@ -42,6 +42,15 @@ def accepted(api: k8s.ApiClient) -> str | None:
     return (found.data or {}).get("policy.yaml")
 
 
+def make_policy_object(api: k8s.ApiClient, text: str) -> str:
+    """A policy ConfigMap (labelled, so the session's webhook judges it); its name."""
+    name = f"e2e-policy-{secrets.token_hex(3)}"
+    k8s.CoreV1Api(api).create_namespaced_config_map(mg.NAMESPACE, {  # type: ignore[arg-type]
+        "metadata": {"name": name, "labels": {"mirrorgate.io/policy": "true"}},
+        "data": {"policy.yaml": text}})
+    return name
+
+
 def refusals(api: k8s.ApiClient, name: str) -> list[str]:
     """The messages of PolicyRejected Events on ConfigMap ``name``."""
     events = k8s.CoreV1Api(api).list_namespaced_event(
@@ -62,11 +71,8 @@ def test_a_replica_started_on_a_refused_policy_serves_the_last_accepted_one(
     A's file to a bad policy is reported the same way; a good one clears it."""
     plane = installed.control_plane
     good = e2e_policy(installed.registry, extra=f"# replica A {secrets.token_hex(3)}\n")
-    policy_object = f"e2e-policy-{secrets.token_hex(3)}"
     with plane.api_client() as api:
-        k8s.CoreV1Api(api).create_namespaced_config_map(mg.NAMESPACE, {  # type: ignore[arg-type]
-            "metadata": {"name": policy_object, "labels": {"mirrorgate.io/policy": "true"}},
-            "data": {"policy.yaml": good}})
+        policy_object = make_policy_object(api, good)
         first = mg.start_mirrorgate(tmp_path / "a", plane, policy=good)
         try:
             wait_until(lambda: None if accepted(api) == good else "not yet kept", timeout=20,
@@ -102,11 +108,8 @@ def test_a_refused_reload_is_listed_on_readyz_and_as_an_event(
         installed: Installed, tmp_path: Path) -> None:
     plane = installed.control_plane
     good = e2e_policy(installed.registry, extra=f"# reload {secrets.token_hex(3)}\n")
-    policy_object = f"e2e-policy-{secrets.token_hex(3)}"
     with plane.api_client() as api:
-        k8s.CoreV1Api(api).create_namespaced_config_map(mg.NAMESPACE, {  # type: ignore[arg-type]
-            "metadata": {"name": policy_object, "labels": {"mirrorgate.io/policy": "true"}},
-            "data": {"policy.yaml": good}})
+        policy_object = make_policy_object(api, good)
         server = mg.start_mirrorgate(tmp_path, plane, policy=good)
         try:
             assert "policy" not in readyz(server)[1]["problems"]
