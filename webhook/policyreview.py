@@ -21,6 +21,10 @@ POLICY_LABEL = "mirrorgate.io/policy"
 """On the ConfigMap whose writes the API server sends to /validate-policy."""
 POLICY_KEY = "policy.yaml"
 """The key of the ConfigMap's data that holds the policy (the file the server reads)."""
+MAX_POLICY_BYTES = 128 * 1024
+"""A policy judged at admission is at most this long: a thousand rules take about 70 KiB,
+and reading this much takes about half a second of one core (/validate-policy answers
+whoever reaches the port, one review at a time)."""
 
 
 def judge(rev: review.Review) -> review.AdmissionReview:
@@ -40,8 +44,12 @@ def judge(rev: review.Review) -> review.AdmissionReview:
         return review.denied(rev, f"{source}: missing; the server reads its policy from this "
                                   f"key (remove the {POLICY_LABEL} label from a ConfigMap that "
                                   "is not a policy)")
+    data = text.encode()
+    if len(data) > MAX_POLICY_BYTES:
+        return review.denied(rev, f"{source}: {len(data)} bytes; a policy is at most "
+                                  f"{MAX_POLICY_BYTES} bytes")
     try:
-        loaded = parse_policy(text.encode(), source=source)
+        loaded = parse_policy(data, source=source)
     except ConfigError as error:
         return review.denied(rev, str(error))
     return review.allowed(rev, warnings=[f"{source}: {advice}"

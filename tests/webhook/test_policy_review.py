@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from mirrorgate.webhook import policyreview
 from tests.webhook import policies
 from tests.webhook.harness import Harness
 from tests.webhook.reviews import review
@@ -93,3 +94,11 @@ def test_a_hostile_document_is_denied_at_once(harness: Harness, text: str,
     response = judged(harness, config_map({"policy.yaml": text}))
     assert response["allowed"] is False
     assert expected in response["status"]["message"]
+
+
+def test_a_policy_longer_than_the_bound_is_denied(harness: Harness) -> None:
+    text = policies.POLICY + "#" * policyreview.MAX_POLICY_BYTES
+    response = judged(harness, config_map({"policy.yaml": text}))
+    assert response["allowed"] is False
+    assert response["status"]["message"].endswith(
+        f"{len(text)} bytes; a policy is at most {policyreview.MAX_POLICY_BYTES} bytes")

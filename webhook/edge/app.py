@@ -9,6 +9,7 @@ and ``--audit-only`` a cluster-wide "report only" override.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
@@ -174,13 +175,22 @@ class AdmissionEndpoint:
 
 
 class PolicyEndpoint(AdmissionEndpoint):
-    """``POST /validate-policy``: writes of the policy ConfigMap (:mod:`webhook.policyreview`)."""
+    """``POST /validate-policy``: writes of the policy ConfigMap (:mod:`webhook.policyreview`).
+
+    Reading a policy takes up to half a second of a core: it runs on a worker
+    thread, one review at a time, so that Pod admissions keep their event loop.
+    """
+
+    def __init__(self, runtime: Runtime, *, endpoint: str) -> None:
+        super().__init__(runtime, endpoint=endpoint, forced_audit=False)
+        self._one_at_a_time = asyncio.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
         try:
             rev = review.decode(await self._body(scope, receive))
-            answer = policyreview.judge(rev)
+            async with self._one_at_a_time:
+                answer = await asyncio.to_thread(policyreview.judge, rev)
         except review.BadReview as error:
             runtime.metrics.errors.labels(self.endpoint, "bad-request").inc()
             await _send_json(send, error.review(), status=400)
@@ -235,8 +245,7 @@ def create_app(runtime: Runtime) -> Starlette:
     endpoints = {
         "/mutate": AdmissionEndpoint(runtime, endpoint="mutate", forced_audit=False),
         "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True),
-        "/validate-policy": PolicyEndpoint(runtime, endpoint="validate-policy",
-                                           forced_audit=False)}
+        "/validate-policy": PolicyEndpoint(runtime, endpoint="validate-policy")}
     return _Application(endpoints, routes=[
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
         Route("/healthz", healthz, methods=["GET"]),
