@@ -10,10 +10,13 @@ limits, the policy of :mod:`bench.server_bench`) and prints:
    while those 1,000 connections are open;
 3. the RSS growth after a flood of reviews each carrying a different 2.5 MB
    image (longer than any valid reference: each must be answered with a
-   warning and kept in no memo), sent over a few keep-alive connections.
+   warning and kept in no memo), sent over a few keep-alive connections;
+4. the entries of a file store after 20 ``mirrorgate credentials add``
+   processes, released at the same instant, each added one to it.
 
 Targets: <= 200 MB with 1,000 idle connections, <= 30 MB growth after the
-flood, p99 <= 50 ms. Bounded in count and time; loopback only.
+flood, p99 <= 50 ms; all 21 entries (or every add not applied failed with a
+message). Bounded in count and time; loopback only.
 
     python -m bench.abuse_bench [--check] [--idle N] [--flood N] [--time-cap SECONDS]
 """
@@ -21,10 +24,14 @@ flood, p99 <= 50 ms. Bounded in count and time; loopback only.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import os
 import pathlib
+import secrets
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -156,6 +163,66 @@ def flood(port: int, context: ssl.SSLContext, count: int, connections: int,
     return sent[0]
 
 
+def release_together(processes: Sequence[subprocess.Popen[bytes]],
+                     inputs: Sequence[bytes]) -> list[bytes]:
+    """Give each process its standard input once all wait for it; their standard errors.
+
+    Started one after the other, processes that load Python would otherwise
+    reach their work one after the other too, and never meet. (A process
+    given b"" is taken not to read its input, and not waited for.)
+    """
+    readers = [p for p, data in zip(processes, inputs, strict=True) if data]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+            pathlib.Path(f"/proc/{p.pid}/wchan").read_text().endswith("pipe_read")
+            for p in readers):
+        time.sleep(0.05)
+    for process, data in zip(processes, inputs, strict=True):
+        assert process.stdin is not None
+        process.stdin.write(data)
+        process.stdin.close()
+    errors = []
+    for process in processes:
+        assert process.stderr is not None
+        with process.stderr:
+            errors.append(process.stderr.read())
+        process.wait()
+    return errors
+
+
+def concurrent_credential_adds(count: int, python: str = sys.executable) -> dict[str, float]:
+    """``count`` ``mirrorgate credentials add`` processes at once on a store of one entry.
+
+    Each adds its own credential; what counts is how many entries the store
+    holds afterwards (``count + 1`` when nothing is lost), and that every add
+    not applied exited non-zero with a message.
+    """
+    from mirrorgate.webhook.credentials import filestore
+    from mirrorgate.webhook.credentials.store import Credential
+
+    with tempfile.TemporaryDirectory(prefix="mirrorgate-adds-") as tmp:
+        key_text, store = filestore.generate_key(), str(pathlib.Path(tmp) / "store.json")
+        key = base64.b64decode(key_text)
+        first = Credential(name="first", registry="r.example", username="u",
+                           password=secrets.token_urlsafe(12))
+        filestore.write_store(store, key, filestore.StoreContents({}).replaced({"first": first}))
+        started = time.monotonic()
+        processes = [subprocess.Popen(
+            [python, "-m", "mirrorgate.webhook.cli", "credentials", "add", f"add-{i}",
+             "--registry", "r.example", "--username", "u", "--password-stdin", "--store", store],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp,
+            env={**os.environ, filestore.KEY_ENV: key_text}) for i in range(count)]
+        answers = release_together(processes, [f"{secrets.token_urlsafe(12)}\n".encode()
+                                               for _ in processes])
+        seconds = time.monotonic() - started
+        entries = len(filestore.read_store(store, key).credentials)
+    statuses = [process.returncode for process in processes]
+    return {"entries": entries, "expected": count + 1, "exited_0": statuses.count(0),
+            "failed": count - statuses.count(0), "seconds": seconds,
+            "failed_silently": sum(1 for status, err in zip(statuses, answers, strict=True)
+                                   if status != 0 and not err.strip())}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.abuse_bench",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -166,7 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--flood-connections", type=int, default=4)
     parser.add_argument("--time-cap", type=float, default=300.0, metavar="SECONDS",
                         help="upper bound of the flood (default: %(default)s)")
+    parser.add_argument("--adds", type=int, default=20,
+                        help="concurrent `credentials add` processes (default: %(default)s)")
     args = parser.parse_args(argv)
+    adds = concurrent_credential_adds(args.adds)
 
     with tempfile.TemporaryDirectory(prefix="mirrorgate-abuse-") as tmp:
         workdir = pathlib.Path(tmp)
@@ -223,6 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"| RSS growth after {sent:,} reviews with unique 2.5 MB images "
               f"({flood_seconds:.0f} s, {args.flood_connections} connections) | {growth:+.1f} MB "
               f"({before_flood:.1f} → {after_flood:.1f}) | ≤ {TARGETS['flood_growth_mb']:.0f} MB |")
+        print(f"| {args.adds} concurrent `credentials add` to one store (real processes; "
+              f"{adds['exited_0']} exited 0, {adds['failed']} failed with a message, in "
+              f"{adds['seconds']:.1f} s) | {adds['entries']} entries | {adds['expected']} entries, "
+              "or every add not applied fails with a message |")
         print(f"\nChecks: every flood answer allowed, unpatched, with one warning under 2,000 "
               f"characters; {len(admitted_after)} admissions after the flood patched correctly; "
               f"median normal latency {statistics.median(loaded) * 1e3:.2f} ms; "
@@ -234,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             missed.append("flood growth")
         if p99 > TARGETS["p99_ms"]:
             missed.append("p99")
+        if adds["failed_silently"] or adds["entries"] != adds["expected"] - adds["failed"]:
+            missed.append("concurrent adds")
         if sent < args.flood:
             print(f"(the flood stopped at the {args.time_cap:.0f} s cap after {sent:,} reviews)")
     if args.check and missed:

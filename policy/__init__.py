@@ -5,6 +5,7 @@ or the network (an import-linter contract in pyproject.toml checks it).
 """
 
 from mirrorgate.policy.decision import (
+    MODE_LABEL,
     OUTCOMES,
     ImageDecision,
     PodExemption,
@@ -16,6 +17,7 @@ from mirrorgate.policy.matching import Outcome, Resolution
 from mirrorgate.policy.model import (
     CredentialGrant,
     FieldError,
+    Mode,
     OnCredentialError,
     Policy,
     PolicyError,
@@ -32,7 +34,7 @@ from mirrorgate.policy.planner import (
     ImageRewrite,
     ImageSite,
     RewritePlan,
-    audit_line,
+    audit_mode_line,
     find_image_sites,
     plan,
     pull_secret_name,
@@ -50,6 +52,7 @@ __all__ = [
     "CONTAINER_FIELDS",
     "HEALTHY",
     "MIRROR_POD_ANNOTATION",
+    "MODE_LABEL",
     "ORIGINAL_IMAGES_ANNOTATION",
     "OUTCOMES",
     "PULL_SECRET_PREFIX",
@@ -66,6 +69,7 @@ __all__ = [
     "InvalidReferenceError",
     "Mirror",
     "MirrorRule",
+    "Mode",
     "OnCredentialError",
     "Outcome",
     "PodExemption",
@@ -75,7 +79,7 @@ __all__ = [
     "RewritePlan",
     "Source",
     "advice",
-    "audit_line",
+    "audit_mode_line",
     "decide_image",
     "exempt_pod",
     "find_image_sites",

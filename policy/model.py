@@ -29,6 +29,7 @@ __all__ = [
     "CredentialGrant",
     "FieldError",
     "Memo",
+    "Mode",
     "OnCredentialError",
     "Policy",
     "PolicyError",
@@ -36,6 +37,10 @@ __all__ = [
     "load",
 ]
 
+Mode = Literal["enforce", "audit"]
+"""How an admission treats a Pod: set by the namespace's mirrorgate.io/mode label (or the
+server's --audit-only), never by the policy."""
+MODES: tuple[Mode, ...] = ("enforce", "audit")
 OnCredentialError = Literal["skip", "deny"]
 ON_CREDENTIAL_ERROR: tuple[OnCredentialError, ...] = ("skip", "deny")
 

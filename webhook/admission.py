@@ -19,7 +19,6 @@ from mirrorgate.webhook import patch, review
 
 __all__ = ["Decision", "PullSecrets", "admit"]
 
-Mode = Literal["enforce", "audit"]
 Outcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
 EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
 # A namespace name is a DNS label (RFC 1123). The API server sends only
@@ -47,7 +46,7 @@ class Decision(NamedTuple):
     """The response body plus what the logs and metrics need to know about it."""
 
     body: review.AdmissionReview
-    mode: Mode
+    mode: policy.Mode
     outcome: Outcome
     namespace: str = ""
     name: str = ""
@@ -72,7 +71,7 @@ def _is_pod(request: review.AdmissionRequest) -> bool:
     return kind.get("group") == "" and kind.get("kind") == "Pod"
 
 
-def _audit_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dict[str, str]:
+def _audit_log_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dict[str, str]:
     """The rewrites for the API server's audit log; ``health`` adds each mirror's health."""
     # The API server prefixes each key with the webhook's name.
     if not plan.rewrites:
@@ -83,17 +82,18 @@ def _audit_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dic
          for r in plan.rewrites}).decode()}
 
 
-def _audit_report(plan: policy.RewritePlan) -> tuple[tuple[str, ...], dict[str, str]]:
-    """Audit mode's warnings and audit annotations for ``plan``, kept in its ``derived``.
+def _audit_mode_report(plan: policy.RewritePlan) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Audit mode's warnings and audit annotations for ``plan``, kept in :func:`patch.derived`.
 
     A plan shared by the Pods of one shape (:func:`policy.plan`) reports the
     same for each: made once, then copied into each response.
     """
-    found = plan.derived.get("audit")
+    kept = patch.derived(plan)
+    found = kept.get("audit-mode")
     if found is None:
-        found = plan.derived["audit"] = (
-            (*plan.warnings, *(policy.audit_line(r, health=True) for r in plan.rewrites)),
-            _audit_annotations(plan, health=True))
+        found = kept["audit-mode"] = (
+            (*plan.warnings, *(policy.audit_mode_line(r, health=True) for r in plan.rewrites)),
+            _audit_log_annotations(plan, health=True))
     return cast("tuple[tuple[str, ...], dict[str, str]]", found)
 
 
@@ -115,7 +115,7 @@ def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: s
                        unavailable=unavailable, health=health)
 
 
-async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
+async def admit(rev: review.Review, *, rules: policy.Policy, mode: policy.Mode,
                 secrets: PullSecrets, health: policy.Health = policy.HEALTHY) -> Decision:
     """Decide on one review. Raises :class:`review.BadReview` for malformed requests only.
 
@@ -148,7 +148,7 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                         namespace, name, 0, len(plan.warnings), plan=plan)
 
     if mode == "audit":
-        lines, annotations = _audit_report(plan)
+        lines, annotations = _audit_mode_report(plan)
         return Decision(review.allowed(rev, warnings=lines, audit_annotations=annotations),
                         mode, "allowed", namespace, name, len(plan.rewrites), len(lines),
                         plan=plan)
@@ -180,6 +180,6 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
     # records at RequestResponse level; audit annotations are for audit mode.
     return Decision(
         review.patched(rev, encoded, warnings=warnings,
-                       audit_annotations=_audit_annotations(plan) if ephemeral else None),
+                       audit_annotations=_audit_log_annotations(plan) if ephemeral else None),
         mode, "patched" if encoded else "allowed", namespace, name, len(plan.rewrites),
         len(warnings), unrewritten, plan)

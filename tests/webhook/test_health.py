@@ -20,7 +20,7 @@ from mirrorgate.webhook import cli
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.edge.metrics import Metrics
-from mirrorgate.webhook.health import monitor
+from mirrorgate.webhook.mirrorhealth import monitor
 from tests.webhook import policies, reviews, scrape
 from tests.webhook.harness import make_harness
 

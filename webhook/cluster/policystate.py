@@ -9,18 +9,19 @@ loop. A refused policy is also reported as a Warning Event on the policy
 object (the ConfigMap labelled ``mirrorgate.io/policy=true``), naming its
 errors, besides /readyz and the logs.
 
-The writes run on a thread of their own: policy reloads happen on the event
-loop, which must not wait for the API server.
+The writes run on a :class:`~webhook.background.Loop`: policy reloads happen
+on the event loop, which must not wait for the API server.
 """
 
 from __future__ import annotations
 
 import datetime
-import queue
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyreview import POLICY_KEY, POLICY_LABEL
@@ -37,11 +38,18 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class PolicyState:
+class PolicyState(Loop):
+    RETRY = 10.0
+    """Seconds before a failed write of the accepted policy is tried again."""
+    REFUSALS_KEPT = 8
+    """Refusals waiting to be reported, at most (the newest are kept)."""
+
     def __init__(self, client: kube.Kube, namespace: str) -> None:
+        super().__init__("policy-state")
         self.client, self.namespace = client, namespace
-        self._work: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="policy-state", daemon=True)
+        self._lock = threading.Lock()
+        self._accepted: tuple[bytes, str] | None = None
+        self._refusals: list[tuple[str, str]] = []
 
     def load_accepted(self) -> bytes | None:
         """The last accepted policy's bytes; None when there is none (or it cannot be read)."""
@@ -57,25 +65,40 @@ class PolicyState:
 
     def accepted(self, data: bytes, version: str) -> None:
         """Keep ``data`` as the last accepted policy (in the background)."""
-        self._work.put(lambda: self._save(data, version))
+        with self._lock:
+            self._accepted = (data, version)
+        self.trigger()
 
     def rejected(self, error: str, *, serving: str) -> None:
         """Report a refused policy as an Event on the policy object (in the background)."""
-        self._work.put(lambda: self._report(error, serving))
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._work.put(None)
+        with self._lock:
+            self._refusals = [*self._refusals, (error, serving)][-self.REFUSALS_KEPT:]
+        self.trigger()
 
     def _run(self) -> None:
-        while (task := self._work.get()) is not None:
-            try:
-                task()
-            except (kube.KubeError, UnicodeDecodeError) as error:
-                logger.warning("cannot record the policy's state in the cluster",
-                               extra={"fields": {"error": str(error)}})
+        while not self.stopping:
+            with self._lock:
+                accepted, self._accepted = self._accepted, None
+                refusals, self._refusals = self._refusals, []
+            wait = 3600.0
+            for error, serving in refusals:  # reported once, at best
+                self._attempt(functools.partial(self._report, error, serving))
+            if accepted is not None and not self._attempt(
+                    functools.partial(self._save, *accepted)):
+                with self._lock:  # unless a newer one came meanwhile, try it again
+                    self._accepted = self._accepted or accepted
+                wait = self.RETRY
+            self.sleep(wait)
+
+    @staticmethod
+    def _attempt(write: Callable[[], None]) -> bool:
+        try:
+            write()
+        except (kube.KubeError, UnicodeDecodeError) as error:
+            logger.warning("cannot record the policy's state in the cluster",
+                           extra={"fields": {"error": str(error)}})
+            return False
+        return True
 
     def _save(self, data: bytes, version: str) -> None:
         path = kube.configmaps_path(self.namespace, ACCEPTED)

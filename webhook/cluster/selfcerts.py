@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import base64
 import datetime
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mirrorgate import certs
+from mirrorgate.certs import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY
+from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.logs import logger
 
@@ -34,18 +35,19 @@ RENEW_BEFORE = datetime.timedelta(days=30)
 # new caBundle before the certificate it must verify changes.
 CA_SWITCH_GRACE = 2.0
 CA_RENEW_BEFORE = datetime.timedelta(days=180)
-# Keys of the Secret: the kubernetes.io/tls pair plus the CA and its key.
-CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+# The Secret's keys are the bundle's file names: the kubernetes.io/tls pair
+# plus the CA and its key.
 
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class SelfManagedCertificates:
+class SelfManagedCertificates(Loop):
     def __init__(self, client: kube.Kube, *, namespace: str, secret: str, service: str,
                  webhook_configuration: str | None, directory: Path,
                  check_interval: float = 300.0, extra_names: Sequence[str] = ()) -> None:
+        super().__init__("self-certs")
         self.client = client
         self.namespace, self.secret, self.service = namespace, secret, service
         self.webhook_configuration = webhook_configuration
@@ -57,8 +59,6 @@ class SelfManagedCertificates:
         self.cert_file = directory / TLS_CERT
         self.key_file = directory / TLS_KEY
         self.problem: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="self-certs", daemon=True)
 
     # -- the Secret -------------------------------------------------------------------
 
@@ -194,17 +194,17 @@ class SelfManagedCertificates:
             # request meets a certificate its caBundle does not cover.
             assert served_ca is not None
             if self.ensure_ca_bundle(data[CA_CERT] + served_ca):
-                self._stop.wait(CA_SWITCH_GRACE)
+                self.pause(CA_SWITCH_GRACE)
         self.write_files(data)
         if switched:
-            self._stop.wait(CA_SWITCH_GRACE)  # the server's file watcher reloads meanwhile
+            self.pause(CA_SWITCH_GRACE)  # the server's file watcher reloads meanwhile
         self.ensure_ca_bundle(data[CA_CERT])
         self.problem = None
 
     # -- the loop ---------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.wait(self.check_interval):
+        while not self.pause(self.check_interval):
             try:
                 self.reconcile()
             except (kube.KubeError, ValueError, OSError) as error:
@@ -212,9 +212,3 @@ class SelfManagedCertificates:
                 self.problem = f"certificate upkeep failed: {error}"
                 logger.warning("certificate upkeep failed", extra={"fields": {
                     "error": str(error)}})
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()

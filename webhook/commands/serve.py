@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import argparse
 import contextlib
 import dataclasses
 import gc
@@ -12,15 +12,17 @@ import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 import uvicorn
 from starlette.applications import Starlette
 
 from mirrorgate import certs, policy
 from mirrorgate.webhook import admission, logs, policyfile
+from mirrorgate.webhook.background import Ticker
 from mirrorgate.webhook.cluster import kube, leader, policystate, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
+from mirrorgate.webhook.commands import EXIT_OK
 from mirrorgate.webhook.credentials import (
     filestore,
     fingerprints,
@@ -35,11 +37,11 @@ from mirrorgate.webhook.credentials import store as credentials
 from mirrorgate.webhook.credentials.records import Records
 from mirrorgate.webhook.edge import app, connections, filewatch, tls
 from mirrorgate.webhook.edge.limits import Limits
-from mirrorgate.webhook.health import monitor
 from mirrorgate.webhook.logs import logger
+from mirrorgate.webhook.mirrorhealth import monitor
 from mirrorgate.webhook.version import VERSION
 
-__all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
+__all__ = ["Settings", "StandalonePullSecrets", "build", "run", "serve"]
 
 
 GC_THRESHOLD = 100_000
@@ -231,7 +233,7 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
     return provisioner, store
 
 
-def _health(settings: Settings, store: credentials.CredentialStore | None,
+def _mirror_health(settings: Settings, store: credentials.CredentialStore | None,
             runtime: app.Runtime, background: Background) -> None:
     """The background probes, publishing into the runtime what admission reads."""
 
@@ -331,7 +333,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     if secrets is None:
         secrets, store = _credentials(settings, client, runtime, background)
     runtime.secrets = secrets
-    _health(settings, store, runtime, background)
+    _mirror_health(settings, store, runtime, background)
     if settings.tls_secret is not None:
         runtime.readiness["certificate-upkeep"] = lambda: manager.problem
 
@@ -384,18 +386,14 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
 
     background.watchers += [watcher_policy, watcher_certs]
 
-    async def flush_logs() -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            logs.flush()
-
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         for start in background.starts:
             start()
         for watcher in background.watchers:
             watcher.start()
-        flusher = asyncio.get_running_loop().create_task(flush_logs())
+        flusher = Ticker(logs.flush, interval=1.0, name="flush-logs")
+        flusher.start()
         # Everything loaded so far lives as long as the process: keep it out of
         # the collector's generations. A review decodes into thousands of
         # dicts and lists that reference counting frees at once; with the
@@ -408,7 +406,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             yield
         finally:
             # After uvicorn has drained the requests in flight.
-            flusher.cancel()
+            await flusher.stop()
             for watcher in background.watchers:
                 await watcher.stop()
             for stop in background.stops:
@@ -505,3 +503,26 @@ def serve(settings: Settings) -> None:
     address = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     # run(), not asyncio.run(serve()): run() uses the loop the config names (uvloop).
     _Uvicorn(config, runtime=server.runtime, address=address).run(sockets=[listener])
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`mirrorgate serve`: its flags as :class:`Settings`, served until SIGTERM."""
+    serve(Settings(
+        policy=args.policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host,
+        port=args.port, reload_interval=args.reload_interval, log_level=args.log_level,
+        kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
+        store=args.store, store_file=args.store_file, store_key_file=args.key_file,
+        credential_deadline=args.credential_deadline, audit_only=args.audit_only,
+        reconcile_interval=args.reconcile_interval,
+        credential_provider_config=args.credential_provider_config,
+        credential_provider_bin_dir=args.credential_provider_bin_dir,
+        credential_provider_timeout=args.credential_provider_timeout,
+        tls_secret=args.tls_secret, service=args.service,
+        webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
+        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name), limits=Limits(
+            max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
+            max_headers=args.max_headers, header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
+            max_buffered_bytes=args.max_buffered_bytes),
+        health_probes=args.health_probes))
+    return EXIT_OK

@@ -1,4 +1,4 @@
-"""The HTTP application: admission endpoints, health, readiness and metrics.
+"""The HTTP application: admission endpoints, liveness, readiness and metrics.
 
 ``/mutate`` enforces (unless the server runs ``--audit-only``), ``/audit``
 always only reports. One MutatingWebhookConfiguration holds a webhook for
@@ -132,7 +132,7 @@ class AdmissionEndpoint:
         started = time.perf_counter()
         runtime, endpoint = self.runtime, self.endpoint
         loaded = runtime.policy
-        mode: admission.Mode = "audit" if self.forced_audit or runtime.audit_only else "enforce"
+        mode: policy.Mode = "audit" if self.forced_audit or runtime.audit_only else "enforce"
         rev: review.Review | None = None
         try:
             rev = review.decode(await self._body(scope, receive))
@@ -215,10 +215,10 @@ async def _send_json(send: Send, body: Any, status: int = 200) -> None:
 
 
 def create_app(runtime: Runtime) -> Starlette:
-    async def healthz(request: Request) -> Response:
+    async def liveness(request: Request) -> Response:
         return Response("ok\n", media_type="text/plain")
 
-    async def readyz(request: Request) -> Response:
+    async def readiness(request: Request) -> Response:
         problems: dict[str, str] = {}
         for name, check in runtime.readiness.items():
             try:
@@ -248,8 +248,8 @@ def create_app(runtime: Runtime) -> Starlette:
         "/validate-policy": PolicyEndpoint(runtime, endpoint="validate-policy")}
     return _Application(endpoints, routes=[
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
+        Route("/healthz", liveness, methods=["GET"]),
+        Route("/readyz", readiness, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ])
 

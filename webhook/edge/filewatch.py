@@ -7,12 +7,11 @@ content hash only when it moves) sees every swap and costs next to nothing.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Sequence
 
+from mirrorgate.webhook.background import Ticker
 from mirrorgate.webhook.logs import logger
 
 __all__ = ["FileWatcher", "fingerprint"]
@@ -49,7 +48,7 @@ class FileWatcher:
         self.name = name
         self._signature = _signature(self.paths)
         self._fingerprint = fingerprint(self.paths)
-        self._task: asyncio.Task[None] | None = None
+        self._ticker = Ticker(self.poll, interval=interval, name=f"watch-{name}")
 
     def reset(self) -> None:
         """Forget what was seen, so that the next poll reports the files again."""
@@ -72,16 +71,8 @@ class FileWatcher:
             logger.exception("reload failed", extra={"fields": {"watch": self.name}})
         return True
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            self.poll()
-
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._ticker.stop()
