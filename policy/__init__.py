@@ -21,6 +21,7 @@ from mirrorgate.policy.model import (
     OnCredentialError,
     Policy,
     PolicyError,
+    advice,
     load,
 )
 from mirrorgate.policy.planner import (
@@ -77,6 +78,7 @@ __all__ = [
     "Resolution",
     "RewritePlan",
     "Source",
+    "advice",
     "audit_mode_line",
     "decide_image",
     "exempt_pod",

@@ -45,6 +45,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _mode_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=offline.MODES, default=offline.ENFORCE,
+                        help="the namespace's mirrorgate.io/mode label; audit also when the "
+                             "server runs --audit-only (default: %(default)s)")
+
+
 def _group(commands: argparse._SubParsersAction[Any], name: str, text: str, *,
            description: str | None = None, dest: str | None = None,
            metavar: str = "COMMAND") -> argparse._SubParsersAction[Any]:
@@ -132,12 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "to stderr. A workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, "
                     "ReplicationController, Job, CronJob, PodTemplate) comes out as the Pod "
                     "its controller would create, as admitted: templates themselves are never "
-                    "mutated. Other objects are passed over. With `mode: audit` Pods come out "
+                    "mutated. Other objects are passed over. With --mode audit Pods come out "
                     "unchanged and every planned rewrite is a warning. Exit 1 when there are "
                     "warnings, 2 when the input has no Pod and no workload.")
     rewrite.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
     rewrite.add_argument("-n", "--namespace", help="namespace to plan for "
                          "(default: the Pod's own, else 'default')")
+    _mode_argument(rewrite)
     rewrite.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
     rewrite.add_argument("-f", "--filename", default="-", metavar="FILE",
                          help="Pod manifests, YAML or JSON ('-' for stdin, the default)")
@@ -155,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the Pod's namespace (default: %(default)s)")
     explain.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
                          help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)")
+    _mode_argument(explain)
     explain.add_argument("images", nargs="+", metavar="IMAGE")
     explain.set_defaults(run=offline.run_explain)
 
@@ -178,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     admission.add_argument("--policy", required=True, metavar="FILE",
                            help="the policy YAML, reloaded when it changes")
     admission.add_argument("--audit-only", action="store_true",
-                           help="every endpoint only reports, whatever the policy's mode "
-                                "(a safe first install)")
+                           help="every endpoint only reports, whatever the namespace labels: "
+                                "a cluster-wide report-only override (a safe first install)")
     admission.add_argument("--host", default="127.0.0.1",
                            help="listen address (default: %(default)s)")
     admission.add_argument("--port", type=int, default=8443, help="(default: %(default)s)")

@@ -24,6 +24,9 @@ from tests.e2e.procs import wait_until
 
 pytestmark = pytest.mark.e2e
 
+WEBHOOKS = 3
+"""In manifests/base's configuration: enforce, audit and the policy ConfigMap's validator."""
+
 
 def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: str) -> None:
     """manifests/base's RBAC for `user`, its webhook-configuration rule on another name.
@@ -145,8 +148,8 @@ def test_certificates_are_created_injected_and_heal(
             assert stored is not None
             assert set(stored) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
             ca = stored["ca.crt"]
-            wait_until(lambda: None if _ca_bundles(api, name) == [ca, ca] else "not injected",
-                       timeout=15, what="caBundle injected")
+            wait_until(lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS
+                       else "not injected", timeout=15, what="caBundle injected")
             assert _served_certificate(server, ca) == stored["tls.crt"]
             leaf = certs.KeyPair(cert_pem=stored["tls.crt"], key_pem=stored["tls.key"])
             lifetime = leaf.not_valid_after - leaf.not_valid_before
@@ -189,7 +192,7 @@ def test_certificates_are_created_injected_and_heal(
                 wait_until(recreated, timeout=15, what="deleted Secret recreated")
                 again = _secret(api, secret)
                 assert again is not None
-                wait_until(lambda: None if _ca_bundles(api, name) == [again["ca.crt"]] * 2
+                wait_until(lambda: None if _ca_bundles(api, name) == [again["ca.crt"]] * WEBHOOKS
                            else "caBundle not updated", timeout=20, what="caBundle follows")
                 assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
                 on_old_ca = admissions.created
@@ -220,8 +223,8 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
                  "--ca", str(tmp_path / "ca.crt"), "--kubeconfig", str(plane.kubeconfig)],
                 capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
             assert result.returncode == 0, result.stderr
-            assert "set caBundle on 2 webhooks" in result.stderr
-            assert _ca_bundles(api, name) == [authority.cert_pem, authority.cert_pem]
+            assert f"set caBundle on {WEBHOOKS} webhooks" in result.stderr
+            assert _ca_bundles(api, name) == [authority.cert_pem] * WEBHOOKS
             # A file that is not a PEM certificate is refused, naming it, and changes nothing.
             (tmp_path / "bad.crt").write_text("not a certificate")
             refused = subprocess.run(
@@ -231,6 +234,6 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
             assert refused.returncode == 2
             assert str(tmp_path / "bad.crt") in refused.stderr
             assert "Traceback" not in refused.stderr
-            assert _ca_bundles(api, name) == [authority.cert_pem, authority.cert_pem]
+            assert _ca_bundles(api, name) == [authority.cert_pem] * WEBHOOKS
         finally:
             mg.unregister(api, name)

@@ -218,7 +218,8 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
     with the namespace."""
     kubeconfig = own_control_plane.kubeconfig
     with own_control_plane.api_client() as api:
-        shop = create_namespace(api, namespace_name("helm-shop"),
+        # The example policy grants its credential to `shop` and `team-*`.
+        shop = create_namespace(api, f"team-{namespace_name('helm-shop')}",
                                 {"mirrorgate.io/mode": "enforce"})
         before = _everything(api)
 
@@ -274,6 +275,7 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
             ("Secret", mg.NAMESPACE, "mirrorgate-tls"),  # its CA: a reinstall keeps caBundle
             ("Lease", mg.NAMESPACE, "mirrorgate-reconciler"),
             ("Secret", mg.NAMESPACE, "mirrorgate-fingerprint-key"),
+            ("ConfigMap", mg.NAMESPACE, "mirrorgate-policy-accepted"),  # served if one is refused
             ("ConfigMap", mg.NAMESPACE, f"copy.{shop}.mirrorgate-harbor-pull"),  # its record
             ("Secret", shop, "mirrorgate-harbor-pull"),  # running Pods may still need it
         }

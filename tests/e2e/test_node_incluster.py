@@ -191,7 +191,8 @@ def in_cluster(node_cluster: Node, node_installed: Installed, kustomize: Path,
                 yield InCluster(node=node_cluster, objects=objects, image=image)
             finally:
                 _remove(api, objects)
-                mg.register(api, node_installed.configuration, node_installed.server)
+                mg.register(api, node_installed.configuration, node_installed.server,
+                            excluded_labels=mg.OWN_WEBHOOK_LABELS)
 
 
 def _remove(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:

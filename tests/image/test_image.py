@@ -27,7 +27,6 @@ pytestmark = pytest.mark.image
 UID = int(RUN_AS.split(":")[0])
 VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
 POLICY = """\
-mode: enforce
 mirrors:
   - source: docker.io
     mirror: mirror.image-test.example/hub

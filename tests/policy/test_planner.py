@@ -20,7 +20,6 @@ TEAM_SECRET = "mirrorgate-team-only"
 ANNOTATION = policy.ORIGINAL_IMAGES_ANNOTATION
 
 POLICY = policy.load({
-    "mode": "enforce",
     "mirrors": [
         {"source": "docker.io", "mirror": HUB, "credential": "harbor-pull"},
         {"source": "quay.io/prometheus", "mirror": "mirror.corp.example/prometheus"},

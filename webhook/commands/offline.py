@@ -19,6 +19,7 @@ import jsonpatch
 import yaml
 
 from mirrorgate import policy
+from mirrorgate.policy import model
 from mirrorgate.webhook import patch, policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.policyfile import ConfigError, boundedyaml
@@ -27,6 +28,11 @@ __all__ = ["TEMPLATE_PATHS", "NothingToRewrite", "explain_image", "load_document
            "rewrite_documents", "run_explain", "run_policy_check", "run_rewrite"]
 
 DEFAULT_NAMESPACE = "default"
+ENFORCE: policy.Mode = "enforce"
+AUDIT: policy.Mode = "audit"
+MODES = model.MODES
+"""The effective mode of a namespace: its mirrorgate.io/mode label, or audit for every
+namespace when the server runs --audit-only."""
 
 
 def load_documents(text: str, *, source: str) -> list[Any]:
@@ -109,13 +115,16 @@ def pod_of(document: dict[str, Any]) -> dict[str, Any] | None:
 
 def rewrite_documents(
         documents: Sequence[Any], *, rules: policy.Policy, namespace: str | None,
+        mode: str = ENFORCE,
 ) -> tuple[list[Any], list[list[patch.Operation]], list[str]]:
     """Each Pod, and each workload's Pod, as admission would admit it; patches; warnings.
 
     Workloads (:data:`TEMPLATE_PATHS`) come out as the Pod their controller
     would create, mutated: mirrorgate never changes the templates themselves.
     Other objects (a Service, a ConfigMap) are passed over; an input with no
-    Pod and no workload raises :class:`NothingToRewrite`.
+    Pod and no workload raises :class:`NothingToRewrite`. In ``audit`` mode
+    (the namespace's label, or a server run with --audit-only) Pods come out
+    unchanged and every planned rewrite is a warning.
     """
     outputs: list[Any] = []
     patches: list[list[patch.Operation]] = []
@@ -133,7 +142,7 @@ def rewrite_documents(
         pod_namespace = namespace or _metadata(document).get("namespace") or DEFAULT_NAMESPACE
         plan = policy.plan(obj, namespace=str(pod_namespace), policy=rules)
         warnings.extend(prefix + w for w in plan.warnings)
-        if rules.mode == "audit":
+        if mode == AUDIT:
             warnings.extend(prefix + policy.audit_mode_line(r) for r in plan.rewrites)
             outputs.append(obj)
             patches.append([])
@@ -149,16 +158,19 @@ def rewrite_documents(
 
 
 def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
-                  labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+                  labels: Mapping[str, str] | None = None,
+                  mode: str = ENFORCE) -> dict[str, Any]:
     """What admission would do with ``image`` in a Pod of ``namespace``, as a JSON-ready object.
 
     Every key is always present (null when it does not apply). ``outcome`` and
     ``warning`` come from the functions admission itself decides with
-    (:mod:`policy.decision`); without a policy there is no outcome.
+    (:mod:`policy.decision`); without a policy there is no outcome. ``mode``
+    is the effective one (see :data:`MODES`): under audit, ``result`` is the
+    image as written and a rewrite is only reported.
     """
     explained: dict[str, Any] = {
-        "image": image, "valid": True, "error": None, "reference": None, "outcome": None,
-        "reason": None, "rule": None, "result": None, "credential": None,
+        "image": image, "mode": mode, "valid": True, "error": None, "reference": None,
+        "outcome": None, "reason": None, "rule": None, "result": None, "credential": None,
         "credentialRegistry": None, "warning": None,
     }
     try:
@@ -188,7 +200,7 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
         if grant is not None and grant.registry is not None:
             # The key of the generated .dockerconfigjson; null: the store entry's own.
             explained["credentialRegistry"] = str(grant.registry)
-    if decision.outcome == "rewrite":
+    if decision.outcome == "rewrite" and mode == ENFORCE:
         explained["result"] = decision.resolution.new_image
     return explained
 
@@ -217,7 +229,7 @@ def run_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     documents = load_documents(text, source=source)
     try:
         outputs, patches, warnings = rewrite_documents(
-            documents, rules=rules, namespace=args.namespace)
+            documents, rules=rules, namespace=args.namespace, mode=args.mode)
     except NothingToRewrite as error:
         raise ConfigError(f"{source}: {error}") from None
     for warning in warnings:
@@ -247,7 +259,7 @@ def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     status = EXIT_OK
     for image in args.images:
         explained = explain_image(image, rules=rules, namespace=args.namespace,
-                                  labels=labels)
+                                  labels=labels, mode=args.mode)
         if not explained["valid"] or explained["warning"] is not None:
             status = EXIT_FINDINGS
         print(dumps_json(explained), file=out)
@@ -263,10 +275,12 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(error, file=out)
         return EXIT_FINDINGS
     rules = loaded.policy
-    print(f"{args.file}: valid (version {loaded.version}, mode {rules.mode}, "
+    print(f"{args.file}: valid (version {loaded.version}, "
           f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
           f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
           file=out)
+    for advice in policy.advice(rules):
+        print(f"  warning: {advice}", file=out)
     if args.store_file is None:
         return EXIT_OK
     from mirrorgate.webhook.commands.credentials import store_key

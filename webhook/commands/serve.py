@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from mirrorgate import certs, policy
 from mirrorgate.webhook import admission, logs, policyfile
 from mirrorgate.webhook.background import Ticker
-from mirrorgate.webhook.cluster import kube, leader, selfcerts
+from mirrorgate.webhook.cluster import kube, leader, policystate, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
 from mirrorgate.webhook.commands import EXIT_OK
 from mirrorgate.webhook.credentials import (
@@ -89,7 +89,8 @@ class Settings:
     credential_provider_timeout: float = 10.0
     """Seconds a plugin may run before it is killed."""
     audit_only: bool = False
-    """Treat every endpoint as /audit, whatever the policy's mode."""
+    """Treat every endpoint as /audit, whatever the namespace labels: a cluster-wide
+    "report only" override."""
     limits: Limits = dataclasses.field(default_factory=Limits)
     """Connections, request heads, read timeouts and buffered bodies (see webhook.connections)."""
     health_probes: bool = True
@@ -278,11 +279,44 @@ def _provider_source(settings: Settings, rules: policy.Policy) -> provider.Provi
                                    timeout=settings.credential_provider_timeout)
 
 
+def _initial_policy(settings: Settings, state: policystate.PolicyState | None,
+                    ) -> tuple[policyfile.LoadedPolicy, str | None]:
+    """The policy file; if it is refused, the last accepted policy and why (with a cluster).
+
+    Without a cluster, or with no policy ever accepted there (a first install),
+    a refused policy is still a ConfigError: there is nothing safe to serve.
+    """
+    try:
+        return policyfile.read_policy(settings.policy), None
+    except policyfile.ConfigError as error:
+        refused = error
+    data = state.load_accepted() if state is not None else None
+    if state is None or data is None:
+        raise refused
+    try:
+        kept = policyfile.read_policy(f"ConfigMap {state.namespace}/{policystate.ACCEPTED}",
+                                      data=data)
+    except policyfile.ConfigError:
+        raise refused from None
+    why = f"{refused}; serving the last accepted policy {kept.version}"
+    logger.error("policy refused at start; serving the last accepted policy",
+                 extra={"fields": {"error": str(refused), "live": kept.version}})
+    state.rejected(str(refused), serving=kept.version)
+    return kept, why
+
+
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:
     """Load everything once, failing with ConfigError before any port is opened."""
-    loaded = policyfile.read_policy(settings.policy)
     background = Background()
     client = _connect(settings)
+    state = None if client is None else policystate.PolicyState(
+        client, settings.namespace or kube.own_namespace())
+    loaded, refused = _initial_policy(settings, state)
+    if state is not None:
+        background.starts.append(state.start)
+        background.stops.append(state.stop)
+        if refused is None:
+            state.accepted(loaded.data, loaded.version)
     if settings.tls_secret is not None:
         manager = _self_managed_certificates(settings, client, background)
         cert_file, key_file = str(manager.cert_file), str(manager.key_file)
@@ -294,7 +328,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     # The provisioner reports to the runtime's metrics and readiness, so the
     # runtime comes first and receives it just after.
     runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets(),
-                          audit_only=settings.audit_only,
+                          audit_only=settings.audit_only, policy_refused=refused,
                           max_containers=settings.limits.max_containers)
     # Large reviews are screened in a worker process, off the event loop.
     runtime.screener = offload.Screener()
@@ -321,13 +355,19 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         try:
             fresh = policyfile.read_policy(settings.policy)
         except policyfile.ConfigError as error:
+            live = runtime.policy.version
             runtime.metrics.policy_reload_failures.inc()
+            runtime.policy_refused = f"{error}; still serving policy {live}"
             logger.error("policy rejected; the previous policy stays in force",
-                         extra={"fields": {"error": str(error), "live": runtime.policy.version}})
+                         extra={"fields": {"error": str(error), "live": live}})
+            if state is not None:
+                state.rejected(str(error), serving=live)
             return
+        runtime.policy_refused = None
         runtime.set_policy(fresh)
-        logger.info("policy reloaded", extra={"fields": {"version": fresh.version,
-                                                          "mode": fresh.policy.mode}})
+        if state is not None:
+            state.accepted(fresh.data, fresh.version)
+        logger.info("policy reloaded", extra={"fields": {"version": fresh.version}})
 
     def reload_certificates() -> None:
         try:
@@ -444,7 +484,7 @@ class _Uvicorn(uvicorn.Server):
             loaded = self.runtime.policy
             logger.info("mirrorgate serving", extra={"fields": {
                 "address": self.address, "version": VERSION, "policy": loaded.version,
-                "mode": loaded.policy.mode}})
+                "mode": self.runtime.mode}})
             logs.flush()
 
 

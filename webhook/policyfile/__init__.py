@@ -27,6 +27,8 @@ class LoadedPolicy:
     version: str
     """sha256 prefix of the file's bytes: what /readyz and the metrics show as live."""
     path: str
+    data: bytes = dataclasses.field(default=b"", repr=False)
+    """The bytes it was loaded from (kept in the cluster as the last accepted policy)."""
 
 
 def parse_policy(data: bytes, *, source: str) -> policy.Policy:
@@ -67,4 +69,4 @@ def read_policy(path: str | pathlib.Path, *, data: bytes | None = None) -> Loade
     if data is None:
         data = read_policy_bytes(path)
     return LoadedPolicy(policy=parse_policy(data, source=str(path)),
-                        version=hashlib.sha256(data).hexdigest()[:12], path=str(path))
+                        version=hashlib.sha256(data).hexdigest()[:12], path=str(path), data=data)
