@@ -186,7 +186,7 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
     rule = decision.resolution.rule
     if rule is not None:
         explained.update(rule={"index": rule.index, "source": str(rule.source),
-                               "mirror": str(rule.mirror)},
+                               "mirror": str(rule.mirror), "scheme": rule.scheme},
                          credential=rule.credential)
         grant = rules.grants.get(rule.credential) if rule.credential is not None else None
         if grant is not None and grant.registry is not None:
@@ -274,8 +274,11 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
           f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
           f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
           file=out)
+    for warning in rules.warnings:  # valid, but unsafe: a finding
+        print(f"  warning: {warning}", file=out)
+    status = EXIT_FINDINGS if rules.warnings else EXIT_OK
     if args.store_file is None:
-        return EXIT_OK
+        return status
     from mirrorgate.webhook.commands.credentials import store_key
     from mirrorgate.webhook.credentials import filestore
     from mirrorgate.webhook.mirrorhealth import monitor
@@ -285,4 +288,4 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for name, why in sorted(problems.items()):
         # The same words the server logs and lists in /readyz.
         print(f"  credential {name}: {why} ({args.store_file})", file=out)
-    return EXIT_FINDINGS if problems else EXIT_OK
+    return EXIT_FINDINGS if problems else status
