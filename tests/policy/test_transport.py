@@ -74,7 +74,7 @@ def test_rules_on_one_host_must_agree_on_the_scheme() -> None:
                              'same mirror host "m.example:5000"')]
 
 
-@pytest.mark.parametrize("key, value", [("caFile", "/ca.pem"), ("insecureSkipVerify", True)])
+@pytest.mark.parametrize(("key", "value"), [("caFile", "/ca.pem"), ("insecureSkipVerify", True)])
 def test_tls_settings_on_a_plain_http_mirror_are_refused(key: str, value: object) -> None:
     assert _errors({"source": "docker.io", "mirror": "http://m.example/hub", key: value}) == [
         (f"mirrors[0].{key}", "has no use on a plain-HTTP (http://) mirror")]
@@ -92,7 +92,8 @@ def test_skip_verify_must_be_a_boolean_and_not_contradict_a_ca() -> None:
 
 def test_skip_verify_is_explicit_and_warned_about() -> None:
     verified = _load({"source": "docker.io", "mirror": "m.example/hub"})
-    assert not verified.rules[0].skip_verify and verified.warnings == ()
+    assert not verified.rules[0].skip_verify
+    assert verified.warnings == ()
     loaded = _load({"source": "docker.io", "mirror": "m.example/hub",
                     "insecureSkipVerify": True})
     assert loaded.rules[0].skip_verify

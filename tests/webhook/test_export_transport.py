@@ -53,7 +53,7 @@ def manifest_url(files: dict[str, dict[str, Any]], image: str) -> str:
     return f"{api_root}/{ref.path}/manifests/{ref.tag}"
 
 
-@pytest.mark.parametrize("image, url", [
+@pytest.mark.parametrize(("image", "url"), [
     ("nginx:1.27", "http://kind-registry:5000/v2/hub/library/nginx/manifests/1.27"),
     ("quay.io/org/app:v1", "https://cache.dev.example:5443/v2/quay/org/app/manifests/v1"),
 ])
@@ -63,7 +63,8 @@ def test_the_source_and_the_rewritten_image_reach_the_mirror_the_same_way(
     the mirror host's file): the same URL, with the same scheme and CA."""
     files = parsed(export.containerd(kind_policy()))
     rewritten = kind_policy().resolve(image).new_image
-    assert rewritten is not None and "://" not in rewritten
+    assert rewritten is not None
+    assert "://" not in rewritten
     assert manifest_url(files, image) == url
     assert manifest_url(files, rewritten) == url
 
