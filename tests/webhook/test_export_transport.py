@@ -4,7 +4,6 @@ a private CA, verification skipped on request. Parsed back, and routed like admi
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,13 +12,24 @@ from mirrorgate import policy
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import export
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-KIND_POLICY = REPOSITORY / "examples" / "kind" / "policy.yaml"
 CA = "/etc/containerd/certs.d/cache.dev.example:5443/ca.crt"
+# A dev cluster's two caches: a plain-HTTP one, and an HTTPS one with a private CA
+# and a login (tests/e2e/test_node_devclusters.py runs the same shape on a node).
+DEV_POLICY = f"""
+mirrors:
+  - source: docker.io
+    mirror: http://kind-registry:5000/hub
+  - source: quay.io
+    mirror: https://cache.dev.example:5443/quay
+    caFile: {CA}
+    credential: dev-cache
+credentials:
+  dev-cache: {{namespaces: ["*"]}}
+"""
 
 
 def kind_policy() -> policy.Policy:
-    return policyfile.read_policy(KIND_POLICY).policy
+    return policyfile.parse_policy(DEV_POLICY.encode(), source="dev-policy")
 
 
 def parsed(result: export.Export) -> dict[str, dict[str, Any]]:
