@@ -33,6 +33,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
@@ -201,6 +202,23 @@ def wait_rewritten(dev: Dev, workload: Workload, hint: str, mirror: str) -> str:
     return names[-1]
 
 
+def refused_then_run(dev: Dev, files: dict[str, str], cache: DevCache, path: str,
+                     refusal: str) -> tuple[Workload, dict[str, Any]]:
+    """A Pod rewritten to the cache fails to pull without the exported hosts.toml (with
+    ``refusal`` in the kubelet's message); with it, a new one runs. Returns that one."""
+    mirror = f"{cache.host}/{path}"
+    before = push_workload(dev.node.registry, f"{path}/before")
+    name = wait_rewritten(dev, before, "before", mirror)
+    message = nodepods.wait_pull_failure(dev.api, dev.namespace, name, "app")
+    assert refusal in message, message
+    workload = push_workload(dev.node.registry, f"{path}/app")
+    with installed_hosts(dev.node, files, cache.host):
+        name = wait_rewritten(dev, workload, "app", mirror)
+        stored = nodepods.wait_running(dev.api, dev.namespace, name)
+        assert nodepods.log(dev.api, dev.namespace, name).strip() == workload.greeting
+    return workload, stored
+
+
 def test_plain_http_cache_pulls_with_only_the_exported_hosts_toml(
         dev: Dev, tmp_path: Path) -> None:
     stack, cache = dev.node.registry, dev.plain
@@ -212,16 +230,8 @@ def test_plain_http_cache_pulls_with_only_the_exported_hosts_toml(
     assert f"{stack.upstream_host}/hosts.toml" not in files
 
     # Without it, containerd speaks HTTPS to the cache, which answers in plain HTTP.
-    before = push_workload(stack, "plain/before")
-    name = wait_rewritten(dev, before, "before", f"{cache.host}/plain")
-    message = nodepods.wait_pull_failure(dev.api, dev.namespace, name, "app")
-    assert "server gave HTTP response to HTTPS client" in message, message
-
-    workload = push_workload(stack, "plain/app")
-    with installed_hosts(dev.node, files, cache.host):
-        name = wait_rewritten(dev, workload, "app", f"{cache.host}/plain")
-        nodepods.wait_running(dev.api, dev.namespace, name)
-        assert nodepods.log(dev.api, dev.namespace, name).strip() == workload.greeting
+    workload, _ = refused_then_run(dev, files, cache, "plain",
+                                   "server gave HTTP response to HTTPS client")
     pulls = by_node(cache.access_log(), workload)
     assert manifest_statuses(pulls) == {200}  # over HTTP, anonymously
     assert any("/blobs/" in a.path and a.status == 200 for a in pulls)
@@ -238,16 +248,8 @@ def test_https_cache_with_a_private_ca_and_a_login_from_mirrorgate(
     assert "password" not in files[f"{cache.host}/hosts.toml"].lower()
 
     # Without the CA, the node cannot verify the cache's certificate.
-    before = push_workload(stack, "tls/before")
-    name = wait_rewritten(dev, before, "before", f"{cache.host}/tls")
-    message = nodepods.wait_pull_failure(dev.api, dev.namespace, name, "app")
-    assert "certificate signed by unknown authority" in message, message
-
-    workload = push_workload(stack, "tls/app")
-    with installed_hosts(dev.node, files, cache.host):
-        name = wait_rewritten(dev, workload, "app", f"{cache.host}/tls")
-        stored = nodepods.wait_running(dev.api, dev.namespace, name)
-        assert nodepods.log(dev.api, dev.namespace, name).strip() == workload.greeting
+    workload, stored = refused_then_run(dev, files, cache, "tls",
+                                        "certificate signed by unknown authority")
     assert stored["spec"]["imagePullSecrets"] == [{"name": f"mirrorgate-{LOGIN}"}]
     pulls = by_node(cache.access_log(), workload)
     assert manifest_statuses(pulls) == {401, 200}  # challenged, then the attached login
