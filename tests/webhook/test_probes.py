@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate import certs
-from mirrorgate.webhook.mirrorhealth import probes
+from mirrorgate import certs, policy
+from mirrorgate.webhook.mirrorhealth import monitor, probes
 
 Handler = Callable[[http.server.BaseHTTPRequestHandler], None]
 TIMEOUT = 2.0
@@ -297,9 +297,6 @@ def test_skip_verify_accepts_an_untrusted_certificate_only_when_asked(
 
 def test_the_monitor_probes_each_mirror_with_the_scheme_the_policy_gives_it(
         authority: tuple[certs.KeyPair, Path], tmp_path: Path) -> None:
-    from mirrorgate import policy
-    from mirrorgate.webhook.health import monitor
-
     with https_server(None, tmp_path / "plain", answer(200)) as plain, \
             https_server(authority[0], tmp_path, answer(401)) as tls:
         rules = policy.load({"mirrors": [
