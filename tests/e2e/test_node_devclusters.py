@@ -296,7 +296,7 @@ def test_1_on_containerd_2_the_deprecated_registry_auth_is_a_node_wide_login(
     assert "Found 'Registry.Configs' in CRI config which is incompatible with transfer " \
            "service" in text
     assert "Falling back to local image pull mode" in text
-    assert "cri-registry-configs" in text  # the deprecation, named
+    assert "`configs` is deprecated, please use `config_path` instead" in text
     assert stack.password not in text
     mirror = by_node(stack.access_log("mirror"), other)
     assert 200 in manifest_statuses(mirror)  # the node's own login, no Pod secret at all
