@@ -3,9 +3,10 @@
 One object knows the binaries (containerd, ctr and the runc shim, side by
 side in one cached directory), the version they report, and the
 configuration format that version reads (config ``version = 3``: the CRI
-plugin split into ``io.containerd.cri.v1.images`` and ``…runtime``). The node
-(tests/e2e/node.py) asks it for the config file and the environment to start
-containerd with; the e2e figures print its version.
+plugin split into ``io.containerd.cri.v1.images`` and ``…runtime``; 2.4 reads
+it and would write its own newest, 4). The node (tests/e2e/node.py) asks it
+for the config file and the environment to start containerd with; the e2e
+figures print its version (``node runtime: containerd vX.Y.Z``).
 
 kind, GKE and EKS ship containerd 2.x, which pulls through its transfer
 service and honours only ``config_path`` (hosts.toml) and ``headers`` there.
@@ -42,14 +43,6 @@ class ContainerdRuntime:
     @property
     def ctr(self) -> Path:
         return self.directory / "ctr"
-
-    @property
-    def major(self) -> int:
-        return int(self.version.lstrip("v").split(".")[0])
-
-    def describe(self) -> str:
-        """The e2e figures' line."""
-        return f"node runtime: containerd {self.version}"
 
     def environment(self) -> dict[str, str]:
         """containerd finds its runc shim on PATH (Debian's runc is in /usr/sbin)."""
