@@ -21,7 +21,6 @@ from mirrorgate.policy.model import (
     OnCredentialError,
     Policy,
     PolicyError,
-    advice,
     load,
 )
 from mirrorgate.policy.planner import (
@@ -78,7 +77,6 @@ __all__ = [
     "Resolution",
     "RewritePlan",
     "Source",
-    "advice",
     "audit_mode_line",
     "decide_image",
     "exempt_pod",

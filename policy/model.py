@@ -22,7 +22,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 from mirrorgate.policy import matching, reference
 from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings, parse_duration
 from mirrorgate.policy.quoting import quote
-from mirrorgate.policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Source
+from mirrorgate.policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Scheme, Source
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
@@ -33,7 +33,6 @@ __all__ = [
     "OnCredentialError",
     "Policy",
     "PolicyError",
-    "advice",
     "load",
 ]
 
@@ -74,7 +73,11 @@ _REMOVED_KEYS = {
             "mirrorgate.io/mode label (enforce or audit) decides, and the server's "
             "--audit-only (the chart's mode: audit) makes the whole cluster report only",
 }
-_RULE_KEYS = ("source", "mirror", "credential", "onMirrorDown", "caFile")
+_RULE_KEYS = ("source", "mirror", "credential", "onMirrorDown", "caFile", "insecureSkipVerify")
+# `mirror: http://host/path` declares a plain-HTTP mirror; `https://` is the
+# default spelled out. Only a rule's mirror takes a scheme.
+MIRROR_SCHEMES: tuple[Scheme, ...] = ("https", "http")
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _HEALTH_KEYS = ("interval", "timeout", "failureThreshold", "successThreshold")
 # Probing more often than this is load on the mirror without news; less often
 # than this leaves an outage unnoticed for too long to be worth the name.
@@ -175,6 +178,9 @@ class Policy:
     grants: Mapping[str, CredentialGrant]
     on_credential_error: OnCredentialError = "skip"
     health: HealthSettings = DEFAULT_HEALTH_SETTINGS
+    warnings: tuple[FieldError, ...] = ()
+    """What is valid but unsafe (verification skipped, credentials over plain HTTP):
+    ``policy check`` prints it and exits 1."""
 
     # Derived once, so that matching an image or a namespace costs the same
     # whatever the number of rules and globs.
@@ -372,7 +378,8 @@ def registry_host_problem(value: str) -> str | None:
     ``value`` may go on with ``/path``; only the host is judged here.
     """
     if "://" in value:
-        return "write it without a scheme such as https://"
+        return ("write it without a scheme such as https:// (only mirrors[].mirror takes "
+                "one: http:// for a plain-HTTP mirror)")
     host = value.partition("/")[0]
     if host.lower() != host:
         return "it has upper-case letters (registry hosts are written in lower case)"
@@ -436,6 +443,26 @@ def _parse_mirror(value: object, path: str, errors: _Collector) -> Mirror | None
     return Mirror(host=host, path=repo)
 
 
+def _parse_rule_mirror(value: object, path: str,
+                       errors: _Collector) -> tuple[Mirror | None, Scheme]:
+    """A rule's ``[http://|https://]host[:port][/path]``: the mirror and how to reach it.
+
+    ``https://`` is the default spelled out and means the same as no scheme;
+    ``http://`` is a plain-HTTP mirror. Any other scheme is refused, saying so.
+    """
+    scheme: Scheme = "https"
+    if isinstance(value, str) and (found := _SCHEME_RE.match(value)):
+        written = found.group(1)
+        if written not in MIRROR_SCHEMES:
+            errors.add(path, f"{_quote(value)}: {_quote(written + '://')} is not a mirror "
+                             "scheme (write http:// for a plain-HTTP mirror, https:// or no "
+                             "scheme for HTTPS)")
+            return None, scheme
+        scheme = cast("Scheme", written)
+        value = value[found.end():]
+    return _parse_mirror(value, path, errors), scheme
+
+
 def _parse_credential_name(value: object, path: str, errors: _Collector) -> str | None:
     if isinstance(value, str) and CREDENTIAL_NAME_RE.fullmatch(value):
         return value
@@ -495,16 +522,71 @@ def _parse_health(value: object, errors: _Collector) -> HealthSettings:
     return HealthSettings(interval=interval, timeout=timeout, **thresholds)
 
 
-def _check_mirror_ca_files(rules: Sequence[MirrorRule], errors: _Collector) -> None:
-    """Mirrors are probed per host, so the rules on one host must trust the same CA."""
+def _check_mirror_transports(rules: Sequence[MirrorRule], errors: _Collector) -> None:
+    """Mirrors are probed (and exported) per host, so the rules on one host must reach
+    it alike: the same scheme, the same CA, the same verification."""
     first: dict[str, MirrorRule] = {}
     for rule in rules:
         other = first.setdefault(rule.mirror.host, rule)
-        if other.ca_file != rule.ca_file:
-            errors.add(f"{rule.label}.caFile",
-                       f"{_quote(rule.ca_file)} differs from {other.label}.caFile "
-                       f"({_quote(other.ca_file)}) on the same mirror host "
-                       f"{_quote(rule.mirror.host)}")
+        for key, mine, theirs in (("mirror", rule.scheme + "://", other.scheme + "://"),
+                                  ("caFile", rule.ca_file, other.ca_file),
+                                  ("insecureSkipVerify", rule.skip_verify, other.skip_verify)):
+            if mine != theirs:
+                errors.add(f"{rule.label}.{key}",
+                           f"{_quote(mine)} differs from {other.label}.{key} "
+                           f"({_quote(theirs)}) on the same mirror host "
+                           f"{_quote(rule.mirror.host)}")
+
+
+def _transport_problems(rule: Mapping[str, object], where: str, scheme: Scheme,
+                        errors: _Collector) -> tuple[str | None, bool]:
+    """A rule's ``caFile`` and ``insecureSkipVerify``, checked against its scheme."""
+    ca_file = rule.get("caFile")
+    if ca_file is not None and (not isinstance(ca_file, str) or not ca_file):
+        errors.add(f"{where}.caFile", f"must be the path of a PEM CA bundle, got "
+                                      f"{_quote(ca_file)}")
+        ca_file = None
+    skip = rule.get("insecureSkipVerify", False)
+    if not isinstance(skip, bool):
+        errors.add(f"{where}.insecureSkipVerify", f"must be true or false, got {_quote(skip)}")
+        skip = False
+    if scheme == "http":
+        for key, given in (("caFile", ca_file is not None), ("insecureSkipVerify", skip)):
+            if given:
+                errors.add(f"{where}.{key}", "has no use on a plain-HTTP (http://) mirror")
+    elif skip and ca_file is not None:
+        errors.add(f"{where}.insecureSkipVerify",
+                   "and caFile contradict each other: verify with the CA, or do not verify")
+    return ca_file, skip
+
+
+def _warnings(rules: Sequence[MirrorRule],
+              grants: Mapping[str, CredentialGrant]) -> tuple[FieldError, ...]:
+    """What a valid policy allows that is unsafe or rarely meant: ``policy check`` and the
+    policy's admission warn of it, once per rule or grant.
+
+    A ``"*"`` grant hands the credential to anyone who can create a Pod in any
+    opted-in namespace (docs/security.md).
+    """
+    found: list[FieldError] = []
+    for rule in rules:
+        if rule.skip_verify:
+            found.append(FieldError(
+                f"{rule.label}.insecureSkipVerify",
+                f"TLS certificates of {_quote(rule.mirror.host)} are not verified: anyone "
+                "on the network path can serve images (and read credentials) in its name"))
+        if rule.scheme == "http" and rule.credential is not None:
+            found.append(FieldError(
+                f"{rule.label}.mirror",
+                f"{_quote(rule.mirror_url)} is plain HTTP but needs credential "
+                f"{_quote(rule.credential)}: the login would cross the network in clear"))
+    found.extend(
+        FieldError(f"credentials.{name}.namespaces",
+                   '"*" grants this credential to every opted-in namespace: anyone who can '
+                   "create a Pod in one can pull with it; name the namespaces or globs that "
+                   "need it")
+        for name, grant in grants.items() if "*" in grant.namespaces)
+    return tuple(found)
 
 
 def _check_nested_mirrors(rules: Sequence[MirrorRule], errors: _Collector) -> None:
@@ -590,8 +672,8 @@ def load(document: object) -> Policy:
                 errors.add(f"{where}.{required}", "is required")
         source = _parse_source(rule.get("source"), f"{where}.source", errors) \
             if "source" in rule else None
-        mirror = _parse_mirror(rule.get("mirror"), f"{where}.mirror", errors) \
-            if "mirror" in rule else None
+        mirror, scheme = _parse_rule_mirror(rule.get("mirror"), f"{where}.mirror", errors) \
+            if "mirror" in rule else (None, "https")
         credential = None
         if rule.get("credential") is not None:
             credential = _parse_credential_name(rule["credential"], f"{where}.credential", errors)
@@ -607,11 +689,7 @@ def load(document: object) -> Policy:
         if on_down not in ON_MIRROR_DOWN:
             errors.add(f"{where}.onMirrorDown",
                        f"{_quote(on_down)} is not one of: {', '.join(ON_MIRROR_DOWN)}")
-        ca_file = rule.get("caFile")
-        if ca_file is not None and (not isinstance(ca_file, str) or not ca_file):
-            errors.add(f"{where}.caFile", f"must be the path of a PEM CA bundle, got "
-                                          f"{_quote(ca_file)}")
-            ca_file = None
+        ca_file, skip_verify = _transport_problems(rule, where, scheme, errors)
         if source is not None and source in seen_sources:
             written = rule["source"]
             same = "" if written == str(source) else f" (as {_quote(str(source))})"
@@ -627,10 +705,11 @@ def load(document: object) -> Policy:
         seen_sources[source] = i
         seen_mirrors[mirror] = i
         rules.append(MirrorRule(index=i, source=source, mirror=mirror, credential=credential,
-                                on_mirror_down=cast("OnMirrorDown", on_down), ca_file=ca_file))
+                                on_mirror_down=cast("OnMirrorDown", on_down), ca_file=ca_file,
+                                scheme=scheme, skip_verify=skip_verify))
 
     _check_nested_mirrors(rules, errors)
-    _check_mirror_ca_files(rules, errors)
+    _check_mirror_transports(rules, errors)
     health = _parse_health(top.get("health"), errors)
 
     exclude = errors.mapping(top.get("exclude"), "exclude", _EXCLUDE_KEYS)
@@ -647,18 +726,7 @@ def load(document: object) -> Policy:
         grants=grants,
         on_credential_error=cast("OnCredentialError", on_error),
         health=health,
+        warnings=_warnings(rules, grants),
     )
 
 
-def advice(rules: Policy) -> tuple[FieldError, ...]:
-    """What a valid policy allows that is rarely meant: ``policy check`` warns of it.
-
-    A ``"*"`` grant hands the credential to anyone who can create a Pod in
-    any opted-in namespace (docs/security.md).
-    """
-    return tuple(
-        FieldError(f"credentials.{name}.namespaces",
-                   '"*" grants this credential to every opted-in namespace: anyone who can '
-                   "create a Pod in one can pull with it; name the namespaces or globs that "
-                   "need it")
-        for name, grant in rules.grants.items() if "*" in grant.namespaces)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-__all__ = ["ON_MIRROR_DOWN", "Mirror", "MirrorRule", "OnMirrorDown", "Source"]
+__all__ = ["ON_MIRROR_DOWN", "Mirror", "MirrorRule", "OnMirrorDown", "Scheme", "Source"]
 
 OnMirrorDown = Literal["fallback", "keep"]
 ON_MIRROR_DOWN: tuple[OnMirrorDown, ...] = ("fallback", "keep")
+Scheme = Literal["https", "http"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,7 +51,19 @@ class MirrorRule:
     """While the mirror is down or the credential cannot log in: leave images as
     written (``fallback``) or rewrite them anyway (``keep``, for air-gapped clusters)."""
     ca_file: str | None = None
-    """A CA bundle (path) the health probe trusts for this mirror instead of the system's."""
+    """A CA bundle (path) the health probe trusts for this mirror instead of the system's,
+    and that ``export containerd`` writes as the mirror's ``ca``."""
+    scheme: Scheme = "https"
+    """How the mirror is reached: ``http`` for a plain-HTTP mirror (a dev cluster's
+    pull-through cache). The rewritten image carries no scheme: the runtime's own
+    configuration says how to reach the host (``export containerd`` writes it)."""
+    skip_verify: bool = False
+    """``insecureSkipVerify: true``: the mirror's TLS certificate is not verified."""
+
+    @property
+    def mirror_url(self) -> str:
+        """The mirror as written, scheme included: what ``explain`` shows."""
+        return f"{self.scheme}://{self.mirror}"
 
     @property
     def label(self) -> str:

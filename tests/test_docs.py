@@ -59,6 +59,7 @@ DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
     "mirrors[].credential": ({"mirrors": [RULE]}, lambda p: p.rules[0].credential),
     "mirrors[].onMirrorDown": ({"mirrors": [RULE]}, lambda p: p.rules[0].on_mirror_down),
     "mirrors[].caFile": ({"mirrors": [RULE]}, lambda p: p.rules[0].ca_file),
+    "mirrors[].insecureSkipVerify": ({"mirrors": [RULE]}, lambda p: p.rules[0].skip_verify),
     "health": ({}, lambda p: {"interval": f"{p.health.interval:g}s",
                               "timeout": f"{p.health.timeout:g}s",
                               "failureThreshold": p.health.failure_threshold,

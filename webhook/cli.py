@@ -240,12 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     add = cred_commands.add_parser(
         "add", help="add or replace a credential (password from stdin)",
         description="Add or replace credential NAME: a login for the mirror REGISTRY "
-                    "(host[:port]). The password is read from standard input.")
+                    "(host[:port]). The password is read from standard input, or user and "
+                    "password from a docker config.json (--from-docker-config).")
     add.add_argument("name", metavar="NAME")
     add.add_argument("--registry", required=True, metavar="HOST")
-    add.add_argument("--username", required=True, metavar="USER")
+    add.add_argument("--username", metavar="USER")
     add.add_argument("--password-stdin", action="store_true",
-                     help="read the password from standard input (required)")
+                     help="read the password from standard input (required with --username)")
+    add.add_argument("--from-docker-config", metavar="FILE",
+                     help="take REGISTRY's login from a docker config.json instead")
     _store_arguments(add, required=True)
     add.set_defaults(run=credentials.run_add)
     listing = cred_commands.add_parser("list", help="list credentials (never their passwords)")

@@ -11,7 +11,6 @@ force stays. A valid policy comes back with ``policy check``'s warnings.
 
 from __future__ import annotations
 
-from mirrorgate import policy
 from mirrorgate.webhook import review
 from mirrorgate.webhook.policyfile import ConfigError, parse_policy
 
@@ -53,5 +52,5 @@ def judge(rev: review.Review) -> review.AdmissionReview:
         loaded = parse_policy(data, source=source)
     except ConfigError as error:
         return review.denied(rev, str(error))
-    return review.allowed(rev, warnings=[f"{source}: {advice}"
-                                         for advice in policy.advice(loaded)])
+    return review.allowed(rev, warnings=[f"{source}: {warning}"
+                                         for warning in loaded.warnings])

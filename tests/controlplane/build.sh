@@ -21,6 +21,9 @@ PROMTOOL_VERSION="${PROMTOOL_VERSION:-v0.316.0}"
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 # actionlint checks the release workflow (.github/workflows/release.yml).
 ACTIONLINT_VERSION="${ACTIONLINT_VERSION:-v1.7.12}"
+# The node's runtime: the newest v2 release the module proxy serves (kind, GKE
+# and EKS ship 2.x). containerd, ctr and the runc shim share this version.
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 CACHE="${MIRRORGATE_CACHE:-$HOME/.cache/mirrorgate}"
 BIN="$CACHE/bin"
 
@@ -35,6 +38,8 @@ if [[ "${1:-}" == "--path" ]]; then
     promtool) echo "$BIN/promtool-$PROMTOOL_VERSION" ;;
     helm) echo "$BIN/helm-$HELM_VERSION" ;;
     actionlint) echo "$BIN/actionlint-$ACTIONLINT_VERSION" ;;
+    # A directory: containerd finds its shim on PATH, so the three live together.
+    containerd|ctr|containerd-shim-runc-v2) echo "$BIN/containerd-$CONTAINERD_VERSION/$2" ;;
     *) echo "unknown target ${2:-}" >&2; exit 2 ;;
   esac
   exit 0
@@ -85,6 +90,25 @@ build_module_cmd() {  # name version module-path@version package
   rm -rf "$work"
 }
 
+# containerd, ctr and containerd-shim-runc-v2 into one directory per version.
+# Static (no cgo): the btrfs and devmapper snapshotters, which need cgo, are
+# left out; the node uses overlayfs.
+build_containerd() {
+  local out="$BIN/containerd-$CONTAINERD_VERSION"
+  [[ -x "$out/containerd-shim-runc-v2" ]] && return 0
+  local work; work="$(mktemp -d)"
+  printf 'module mirrorgate.test/containerd\n\ngo 1.26.0\n' > "$work/go.mod"
+  echo "building containerd $CONTAINERD_VERSION (cold build: about 5 minutes on two cores)" >&2
+  local mod=github.com/containerd/containerd/v2
+  local ldflags="-s -w -X $mod/version.Version=$CONTAINERD_VERSION -X $mod/version.Revision=module-proxy"
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  (cd "$work" && go get "$mod@$CONTAINERD_VERSION" \
+    && go build -trimpath -tags "no_btrfs no_devmapper no_zfs" -ldflags "$ldflags" -o "$out.tmp/" \
+         "$mod/cmd/containerd" "$mod/cmd/ctr" "$mod/cmd/containerd-shim-runc-v2")
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
 if (($#)); then targets=("$@"); else targets=(kube-apiserver etcd kustomize); fi
 for t in "${targets[@]}"; do
   case "$t" in
@@ -93,6 +117,7 @@ for t in "${targets[@]}"; do
     kustomize) build_module_cmd kustomize "$KUSTOMIZE_VERSION" sigs.k8s.io/kustomize/kustomize/v5 sigs.k8s.io/kustomize/kustomize/v5 ;;
     # Prometheus tags its Go module v0.3xx.y for release 3.xx.y.
     promtool) build_module_cmd promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus github.com/prometheus/prometheus/cmd/promtool ;;
+    containerd) build_containerd ;;
     helm) build_module_cmd helm "$HELM_VERSION" helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm ;;
     actionlint) build_module_cmd actionlint "$ACTIONLINT_VERSION" github.com/rhysd/actionlint github.com/rhysd/actionlint/cmd/actionlint ;;
     *) echo "unknown target $t" >&2; exit 2 ;;

@@ -392,6 +392,9 @@ def node_cluster(request: pytest.FixtureRequest, registry: RegistryStack,
         request.config.stash.setdefault(_TIMINGS, {}).update(
             {**{f"node_{k}": v for k, v in node.control_plane.timings.items()},
              **{f"node_{k}": v for k, v in node.timings.items()}})
+        # Printed as "node runtime: containerd vX.Y.Z" under "e2e figures".
+        request.config.stash.setdefault(_FIGURES, {})["node runtime"] = \
+            f"containerd {node.runtime.version}"
         yield node
 
 

@@ -2,14 +2,15 @@
 # Installs what the end-to-end suite runs against; idempotent, so `make test` can
 # call it every time (a warm run takes well under a second):
 #   * from Debian's packages, only if missing: docker-registry (distribution 2.8),
-#     and for the node: containerd, runc, containernetworking-plugins (CNI
+#     and for the node: runc, containernetworking-plugins (CNI
 #     bridge, host-local, loopback in /usr/lib/cni), iptables (the kubelet's)
 #     and iproute2 (`ip`, with which the suite removes the node's netns and links);
 #     shellcheck, with which actionlint checks the release workflow's scripts;
 #   * kube-apiserver, etcd, kustomize, promtool, helm, actionlint (the release
-#     workflow's linter), and for the node kubelet, kube-controller-manager and
-#     kube-scheduler, built from the Go module proxy
-#     by tests/controlplane/build.sh, cached by version outside the work tree.
+#     workflow's linter), and for the node kubelet, kube-controller-manager,
+#     kube-scheduler and containerd 2 (with ctr and its runc shim), built from
+#     the Go module proxy by tests/controlplane/build.sh, cached by version
+#     outside the work tree.
 # Nothing is downloaded from anywhere else.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,6 @@ cd "$(dirname "$0")/../.."
 # Debian package -> a file it installs (how we tell whether it is there).
 declare -A PACKAGES=(
   [docker-registry]=/usr/bin/docker-registry
-  [containerd]=/usr/bin/containerd
   [runc]=/usr/sbin/runc
   [containernetworking-plugins]=/usr/lib/cni/bridge
   [iptables]=/usr/sbin/iptables
@@ -47,4 +47,4 @@ install_packages() {
 
 install_packages
 bash tests/controlplane/build.sh kube-apiserver etcd kustomize promtool helm \
-  kubelet kube-controller-manager kube-scheduler actionlint
+  kubelet kube-controller-manager kube-scheduler containerd actionlint

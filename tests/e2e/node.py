@@ -3,7 +3,8 @@ controllers that turn a Deployment into running Pods.
 
     etcd + kube-apiserver (controlplane.py, with flags to reach the kubelet)
       kube-controller-manager, kube-scheduler        (pinned by build.sh)
-      kubelet  --CRI-->  containerd --> runc          (Debian's containerd and runc)
+      kubelet  --CRI-->  containerd 2 --> runc        (containerd built by build.sh,
+                                                       see noderuntime.py; Debian's runc)
                          CNI bridge + host-local      (Debian's containernetworking-plugins)
 
 The cluster is its own, separate from the `control_plane` fixture's: there
@@ -20,7 +21,8 @@ credentials before the kubelet starts: the kubelet's pull secrets never apply
 to the sandbox image, and the upstream serves nothing anonymously.
 
 Settings that matter are written into the configuration files with the reason
-beside each (`containerd.toml`, `kubelet.yaml` in the node's directory); what
+beside each (`containerd.toml` from noderuntime.py, `kubelet.yaml` in the
+node's directory); what
 the node changes on the host is recorded before it starts and undone after it
 stops (`nodehost.py`), under a machine-wide lock.
 """
@@ -45,6 +47,7 @@ from mirrorgate.certs.authority import CertificateAuthority
 from tests.e2e.binaries import MissingBinaryError, built_binary
 from tests.e2e.controlplane import ControlPlane, start_control_plane
 from tests.e2e.nodehost import BRIDGE, HostState, machine_lock
+from tests.e2e.noderuntime import CNI_BIN_DIR, ContainerdRuntime, containerd_runtime
 from tests.e2e.procs import ManagedProcess, free_port, stop_all, wait_until
 from tests.e2e.registry import RegistryStack
 from tests.e2e.testimages import PAUSE_REPOSITORY, PAUSE_TAG, pause_image, push_upstream
@@ -52,11 +55,10 @@ from tests.e2e.testimages import PAUSE_REPOSITORY, PAUSE_TAG, pause_image, push_
 NODE_NAME = "localhost"
 NODE_USER = f"system:node:{NODE_NAME}"
 POD_SUBNET = "10.244.0.0/24"
-CNI_BIN_DIR = Path("/usr/lib/cni")
 NODE_READY_TIMEOUT = 180.0
 DRAIN_TIMEOUT = 90.0
 # Debian's packages, installed by tests/e2e/deps.sh.
-HOST_BINARIES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc"}
+HOST_BINARIES = {"runc": "runc"}
 
 
 def host_binary(name: str) -> Path:
@@ -74,58 +76,6 @@ def _require_cni() -> None:
             raise MissingBinaryError(f"CNI plugin {plugin}", str(CNI_BIN_DIR / plugin),
                                      "make e2e-deps  (or: apt-get install "
                                      "containernetworking-plugins)")
-
-
-def containerd_config(workdir: Path, *, socket: Path, sandbox_image: str,
-                      hosts_dir: Path, cni_conf_dir: Path) -> str:
-    return f"""\
-# containerd for the mirrorgate e2e node (containerd 1.6, config version 2).
-version = 2
-# Everything containerd keeps under the suite's own directory, so a run
-# leaves nothing in /var/lib/containerd or /run/containerd's defaults.
-root = "{workdir}/root"
-state = "{workdir}/state"
-
-[grpc]
-  address = "{socket}"
-
-[plugins."io.containerd.internal.v1.opt"]
-  # Default /opt/containerd: keep it under the suite's directory too.
-  path = "{workdir}/opt"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  # Built by the suite and pre-pulled with ctr: no public registry is reachable,
-  # and the kubelet's pull secrets never apply to the sandbox image.
-  sandbox_image = "{sandbox_image}"
-  # Required on this VM: root lacks CAP_SYS_RESOURCE, so runc cannot lower the
-  # sandbox's oom_score_adj to -998, and without this every Pod fails with
-  # "can't get final child's PID from pipe: EOF".
-  restrict_oom_score_adj = true
-  # Streaming (exec, attach, port-forward) on loopback only.
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        # The kubelet's cgroupDriver is cgroupfs (no systemd here); both must agree.
-        SystemdCgroup = false
-        # runc's state under the suite's directory, not /run/containerd/runc.
-        Root = "{workdir}/runc"
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    # Debian's containernetworking-plugins install here, not in /opt/cni/bin.
-    bin_dir = "{CNI_BIN_DIR}"
-    conf_dir = "{cni_conf_dir}"
-
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    # hosts.toml per registry: the loopback registries' CA, and for one
-    # scenario the file `mirrorgate export containerd` writes. Re-read on every pull.
-    config_path = "{hosts_dir}"
-"""
 
 
 def cni_config(ipam_dir: Path) -> str:
@@ -213,6 +163,7 @@ class Node:
     hosts_dir: Path
     sandbox_image: str
     host: HostState
+    runtime: ContainerdRuntime
     processes: list[ManagedProcess] = field(default_factory=list, repr=False)
     timings: dict[str, float] = field(default_factory=dict)
     _cleanup: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
@@ -224,7 +175,7 @@ class Node:
     def ctr(self, *args: str, timeout: float = 120) -> str:
         """`ctr` against this node's containerd, in the CRI's namespace."""
         out = subprocess.run(
-            [str(host_binary("ctr")), "--address", str(self.socket), "--namespace", "k8s.io",
+            [str(self.runtime.ctr), "--address", str(self.socket), "--namespace", "k8s.io",
              *args], capture_output=True, text=True, timeout=timeout)
         if out.returncode != 0:
             # Never echo the arguments: a pull carries credentials.
@@ -244,6 +195,26 @@ class Node:
         return (f'server = "https://{host}"\n{ca}\n\n'
                 f'[host."https://{host}"]\n'
                 f'  capabilities = ["pull", "resolve"]\n  {ca}\n')
+
+    @contextlib.contextmanager
+    def containerd_config_added(self, extra: str, log_name: str) -> Iterator[Path]:
+        """containerd restarted with ``extra`` in its config, then with its own again.
+
+        The kubelet reconnects to the socket by itself; running Pods keep
+        running (their shims outlive containerd). Yields the log of this run.
+        """
+        self._restart_containerd(extra, log_name)
+        try:
+            yield self.workdir / log_name
+        finally:
+            self._restart_containerd("", "containerd.log.restored")
+
+    def _restart_containerd(self, extra: str, log_name: str) -> None:
+        [current] = [p for p in self.processes if p.name == "containerd" and p.exited() is None]
+        current.stop()
+        self.processes.remove(current)
+        self.socket.unlink(missing_ok=True)
+        _run_containerd(self, extra, log_name)
 
     def write_hosts_toml(self, host: str, text: str) -> None:
         directory = self.hosts_dir / host
@@ -399,9 +370,8 @@ def start_node(workdir: Path, registry: RegistryStack) -> Node:
     """Start a one-node cluster (under the machine lock); `Node.stop()` undoes it all."""
     binaries = {name: built_binary(name)
                 for name in ("kubelet", "kube-controller-manager", "kube-scheduler")}
-    containerd = host_binary("containerd")
+    runtime = containerd_runtime()
     host_binary("runc")  # checked for a clear error; containerd runs it from PATH
-    host_binary("ctr")
     _require_cni()
     sandbox_image = push_upstream(registry, PAUSE_REPOSITORY, PAUSE_TAG, pause_image())
 
@@ -419,10 +389,10 @@ def start_node(workdir: Path, registry: RegistryStack) -> Node:
     containerd_dir = workdir / "containerd"
     node = Node(control_plane=plane, registry=registry, workdir=workdir,
                 socket=containerd_dir / "containerd.sock", hosts_dir=containerd_dir / "certs.d",
-                sandbox_image=sandbox_image, host=host, _cleanup=cleanup)
+                sandbox_image=sandbox_image, host=host, runtime=runtime, _cleanup=cleanup)
     node.timings["node_lock_wait_s"] = locked - started
     with _stop_on_error(node):
-        _start_containerd(node, containerd)
+        _start_containerd(node)
         phase = time.monotonic()
         node.ctr("images", "pull", "--hosts-dir", str(node.hosts_dir), "--user",
                  f"{registry.upstream_username}:{registry.upstream_password}", sandbox_image)
@@ -460,7 +430,7 @@ def _start_node_control_plane(workdir: Path) -> ControlPlane:
     ])
 
 
-def _start_containerd(node: Node, binary: Path) -> None:
+def _start_containerd(node: Node) -> None:
     """The CNI configuration, a hosts.toml per loopback registry, then containerd itself."""
     registry, containerd_dir = node.registry, node.socket.parent
     cni_dir = node.workdir / "cni"
@@ -469,19 +439,26 @@ def _start_containerd(node: Node, binary: Path) -> None:
     containerd_dir.mkdir()
     for host_name in (registry.upstream_host, registry.host):
         node.write_hosts_toml(host_name, node.default_hosts_toml(host_name))
-    config = containerd_dir / "containerd.toml"
-    config.write_text(containerd_config(containerd_dir, socket=node.socket,
-                                        sandbox_image=node.sandbox_image,
-                                        hosts_dir=node.hosts_dir, cni_conf_dir=cni_dir / "net.d"))
     phase = time.monotonic()
-    runtime = ManagedProcess("containerd", [str(binary), "--config", str(config)],
-                             node.workdir / "containerd.log")
+    _run_containerd(node)
+    node.timings["containerd_ready_s"] = time.monotonic() - phase
+
+
+def _run_containerd(node: Node, extra_config: str = "", log_name: str = "containerd.log") -> None:
+    """Write the config (``extra_config`` appended) and start containerd; wait until it answers."""
+    containerd_dir = node.socket.parent
+    config = containerd_dir / "containerd.toml"
+    config.write_text(node.runtime.config(
+        containerd_dir, socket=node.socket, sandbox_image=node.sandbox_image,
+        hosts_dir=node.hosts_dir, cni_conf_dir=node.workdir / "cni" / "net.d",
+        extra=extra_config))
+    runtime = ManagedProcess("containerd", [str(node.runtime.containerd), "--config", str(config)],
+                             node.workdir / log_name, env=node.runtime.environment())
     node.processes.append(runtime)
     wait_until(lambda: None if node.socket.exists() else "no socket yet", timeout=60,
                what="containerd socket", alive=runtime.exited)
     wait_until(lambda: _ctr_answers(node), timeout=60, what="containerd answers",
                alive=runtime.exited)
-    node.timings["containerd_ready_s"] = time.monotonic() - phase
 
 
 def _start_kubelet(node: Node, binary: Path) -> ManagedProcess:

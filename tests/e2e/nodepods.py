@@ -21,6 +21,9 @@ from tests.e2e.testimages import push_upstream, workload_image
 
 RUNNING_TIMEOUT = 120.0
 PULL_FAILED = frozenset({"ErrImagePull", "ImagePullBackOff"})
+# containerd 2's words (transfer service) for a pull a registry refused for want of a
+# credential: it asked (401) and the node had none to give.
+NO_CREDENTIAL = "authorization failed: no basic auth credentials"
 UPSTREAM_SECRET = "upstream-pull"
 CONTAINERD = "containerd/"
 

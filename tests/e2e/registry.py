@@ -179,11 +179,12 @@ def _registry_config(
     workdir: Path,
     name: str,
     addr: str,
-    tls_cert: Path,
-    tls_key: Path,
-    auth: dict[str, Any],
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    auth: dict[str, Any] | None,
     proxy: dict[str, str] | None = None,
 ) -> Path:
+    """A registry's config; without ``tls_cert`` it serves plain HTTP, without ``auth`` anyone."""
     config: dict[str, Any] = {
         "version": "0.1",
         "log": {"level": "info", "formatter": "text"},
@@ -192,10 +193,12 @@ def _registry_config(
             "addr": addr,
             # Set explicitly: otherwise each start logs a warning and picks a random one.
             "secret": secrets.token_hex(16),
-            "tls": {"certificate": str(tls_cert), "key": str(tls_key)},
         },
-        "auth": auth,
     }
+    if tls_cert is not None:
+        config["http"]["tls"] = {"certificate": str(tls_cert), "key": str(tls_key)}
+    if auth is not None:
+        config["auth"] = auth
     if proxy is not None:
         config["proxy"] = proxy
     path = workdir / f"{name}.yml"
@@ -346,3 +349,78 @@ def start_registry_stack(workdir: Path) -> RegistryStack:
     except BaseException:
         stack.stop()
         raise
+
+
+@dataclass
+class DevCache:
+    """A pull-through cache of the upstream, as dev clusters run them (`start_dev_cache`).
+
+    ``ca_path`` is its private CA (None: plain HTTP); ``username``/``password`` its
+    login (None: anyone may pull).
+    """
+
+    host: str
+    process: ManagedProcess
+    ca_path: Path | None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def access_log(self) -> list[Access]:
+        return [Access(m["method"], m["path"], int(m["status"]), m["agent"])
+                for m in _ACCESS.finditer(self.process.log_text())]
+
+
+def _ready(url: str, ca_file: Path | None, status: int) -> str | None:
+    """None once `url` answers `status`; otherwise why not yet."""
+    try:
+        response = httpx.get(url, timeout=2, trust_env=False, verify=(
+            ssl.create_default_context(cafile=str(ca_file)) if ca_file else True))
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None if response.status_code == status else f"HTTP {response.status_code}"
+
+
+def start_dev_cache(stack: RegistryStack, workdir: Path, *, address: str,
+                    tls: bool, login: bool) -> DevCache:
+    """A pull-through cache of the stack's upstream on ``address`` (an IP), on a free port.
+
+    ``tls``: HTTPS with a certificate for ``address`` from a private CA of its own
+    (``ca.crt`` in ``workdir``); otherwise plain HTTP, as kind's local registry.
+    ``login``: htpasswd with a user of its own; otherwise anonymous pulls.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    host = f"{address}:{free_port()}"
+    tls_cert = tls_key = ca_path = None
+    if tls:
+        ca = CertificateAuthority.generate(common_name="mirrorgate e2e dev cache CA")
+        serving = ca.issue_serving(dns_names=[], ips=[address])
+        ca_path, tls_cert, tls_key = workdir / "ca.crt", workdir / "tls.crt", workdir / "tls.key"
+        ca_path.write_bytes(ca.cert_pem)
+        tls_cert.write_bytes(serving.cert_pem)
+        tls_key.write_bytes(serving.key_pem)
+        tls_key.chmod(0o600)
+    username = password = None
+    auth = None
+    if login:
+        username, password = "dev-puller", secrets.token_urlsafe(18)
+        htpasswd = workdir / "htpasswd"
+        htpasswd.write_text(htpasswd_line(username, password) + "\n")
+        auth = {"htpasswd": {"realm": "mirrorgate-e2e-dev-cache", "path": str(htpasswd)}}
+    config = _registry_config(
+        workdir=workdir, name="cache", addr=host, tls_cert=tls_cert, tls_key=tls_key, auth=auth,
+        proxy={"remoteurl": f"https://{stack.upstream_host}",
+               "username": stack.upstream_username, "password": stack.upstream_password})
+    proc = ManagedProcess("registry-dev-cache", [str(docker_registry()), "serve", str(config)],
+                          workdir / "cache.log", env={"SSL_CERT_FILE": str(stack.ca_path)},
+                          redact=[stack.upstream_password, password or ""])
+    scheme = "https" if tls else "http"
+    try:
+        wait_until(functools.partial(_ready, f"{scheme}://{host}/v2/", ca_path,
+                                     401 if login else 200),
+                   timeout=READY_TIMEOUT, what=f"dev cache at {scheme}://{host}/v2/",
+                   alive=proc.exited)
+    except BaseException:
+        proc.stop()
+        raise
+    return DevCache(host=host, process=proc, ca_path=ca_path, username=username,
+                    password=password)

@@ -124,7 +124,8 @@ HOST_MSG = "is not a valid registry host"
 UPPER = f"{HOST_MSG}: it has upper-case letters (registry hosts are written in lower case)"
 DOTLESS = (f"{HOST_MSG}: without a '.', a ':port' or localhost it would be read as a "
            "Docker Hub name")
-SCHEME = f"{HOST_MSG}: write it without a scheme such as https://"
+SCHEME = (f"{HOST_MSG}: write it without a scheme such as https:// (only mirrors[].mirror "
+          "takes one: http:// for a plain-HTTP mirror)")
 BAD_HOST = f"{HOST_MSG}: the host must be letters, digits, '-' and '.', then an optional :port"
 CRED_MSG = "is not a valid credential name (lower-case letters, digits and '-', at most 63 " \
            "characters)"
@@ -162,7 +163,7 @@ INVALID = [
     pytest.param({"mirrors": [_rule("docker.io", target="x")]},
                  [("mirrors[0].target",
                    "unknown field (expected one of: source, mirror, credential, "
-                   "onMirrorDown, caFile)")],
+                   "onMirrorDown, caFile, insecureSkipVerify)")],
                  id="rule-unknown-field"),
     pytest.param({"mirrors": [_rule(5)]},
                  [("mirrors[0].source", "must be a registry host or host/path, got 5")],

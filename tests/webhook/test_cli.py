@@ -317,7 +317,8 @@ def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
         assert set(entry) == EXPLAIN_KEYS
         assert set(entry["reference"]) == REFERENCE_KEYS
     assert hub["rule"] == {"index": 0, "source": "docker.io",
-                           "mirror": "harbor.corp.example/dockerhub-proxy"}
+                           "mirror": "harbor.corp.example/dockerhub-proxy",
+                           "scheme": "https"}
     assert hub["result"] == HUB_MIRRORED
     assert hub["credential"] == "harbor-pull"
     assert hub["outcome"] == "rewrite"
@@ -409,6 +410,26 @@ def test_policy_check_lists_every_error_with_its_path(mirrorgate: Any, tmp_path:
     assert len(error_lines) == len(policies.INVALID_POLICY_PATHS)
     for field_path in policies.INVALID_POLICY_PATHS:
         assert any(line.startswith(f"{field_path}: ") for line in error_lines), field_path
+
+
+def test_policy_check_warns_about_skipped_verification_and_clear_text_logins(
+        mirrorgate: Any, tmp_path: Path) -> None:
+    """Valid but unsafe: exit 0, one warning line per unsafe rule, each with its field path."""
+    path = tmp_path / "unsafe.yaml"
+    path.write_text("mirrors:\n"
+                    "  - {source: docker.io, mirror: 'http://cache.local:5000/hub', "
+                    "credential: cache}\n"
+                    "  - {source: quay.io, mirror: 'https://m.example/quay', "
+                    "insecureSkipVerify: true}\n"
+                    "credentials: {cache: {namespaces: [team-a]}}\n")
+    result = mirrorgate("policy", "check", str(path))
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert "valid" in lines[0]
+    assert [line.split(":")[0:2] for line in lines[1:]] == [
+        ["  warning", " mirrors[0].mirror"], ["  warning", " mirrors[1].insecureSkipVerify"]]
+    assert "cross the network in clear" in lines[1]
+    assert "are not verified" in lines[2]
 
 
 def test_policy_check_reports_yaml_syntax_errors_with_position(mirrorgate: Any,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate import certs
-from mirrorgate.webhook.mirrorhealth import probes
+from mirrorgate import certs, policy
+from mirrorgate.webhook.mirrorhealth import monitor, probes
 
 Handler = Callable[[http.server.BaseHTTPRequestHandler], None]
 TIMEOUT = 2.0
@@ -37,12 +37,9 @@ def authority(tmp_path_factory: pytest.TempPathFactory) -> tuple[certs.KeyPair, 
 
 
 @contextlib.contextmanager
-def https_server(pair: certs.KeyPair, tmp_path: Path, handle: Handler) -> Iterator[str]:
-    """A loopback HTTPS server whose every GET runs ``handle``; yields its host:port."""
-    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
-    (tmp_path / "tls.key").write_bytes(pair.key_pem)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+def https_server(pair: certs.KeyPair | None, tmp_path: Path, handle: Handler) -> Iterator[str]:
+    """A loopback HTTPS server (plain HTTP without ``pair``) whose every GET runs ``handle``;
+    yields its host:port."""
 
     class Scripted(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -53,7 +50,12 @@ def https_server(pair: certs.KeyPair, tmp_path: Path, handle: Handler) -> Iterat
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
     server.daemon_threads = True
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    if pair is not None:
+        (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
+        (tmp_path / "tls.key").write_bytes(pair.key_pem)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -193,7 +195,8 @@ LOGINS = [
     pytest.param('Bearer realm="https://{host}/token"', answer(503), "right",
                  ("unknown", "the token realm answered HTTP 503"), id="bearer-realm-5xx"),
     pytest.param('Bearer realm="http://{host}/token"', None, "right",
-                 ("unknown", "refusing to log in over http scheme (HTTPS only)"),
+                 ("unknown", "refusing to log in over http scheme (HTTPS only: the scheme "
+                             "the policy gives the mirror)"),
                  id="bearer-plain-http-realm"),
     pytest.param("Negotiate", None, "right",
                  ("unknown", "the 401 from /v2/ advertises no Basic or Bearer login"),
@@ -243,3 +246,62 @@ CHALLENGES = [
 @pytest.mark.parametrize(("header", "expected"), CHALLENGES)
 def test_challenge_parsing(header: str, expected: tuple[str, dict[str, str]]) -> None:
     assert probes._challenge(header) == expected
+
+
+# --- plain-HTTP mirrors (`mirror: http://...`) and insecureSkipVerify ----------------------------
+
+
+def test_plain_http_mirror_is_up_when_probed_without_tls(tmp_path: Path) -> None:
+    with https_server(None, tmp_path, answer(200)) as host:
+        assert probes.check_mirror(host, context=None, timeout=TIMEOUT) == (True, "HTTP 200")
+
+
+def test_plain_http_mirror_probed_as_https_is_the_tls_failure_users_saw(
+        tmp_path: Path) -> None:
+    """Why the scheme must be declared: HTTPS to a plain-HTTP cache is always "down"."""
+    with https_server(None, tmp_path, answer(200)) as host:
+        verdict = probes.check_mirror(host, context=probes.tls_context(None), timeout=TIMEOUT)
+    assert verdict == (False, "TLS failed: WRONG_VERSION_NUMBER")
+
+
+def test_https_mirror_probed_as_plain_http_is_down(authority: tuple[certs.KeyPair, Path],
+                                                   tmp_path: Path) -> None:
+    with https_server(authority[0], tmp_path, answer(200)) as host:
+        verdict = probes.check_mirror(host, context=None, timeout=TIMEOUT)
+    assert not verdict.ok
+
+
+def test_plain_http_login_and_no_tls_realm_from_it(tmp_path: Path) -> None:
+    """A plain-HTTP mirror's login goes as plain HTTP (the policy warns); its token realm
+    must be plain HTTP too: the probe never mixes the schemes of one mirror."""
+    with https_server(None, tmp_path, _registry('Basic realm="r"')) as host:
+        assert probes.check_login(host, "robot", "right", repository="x", context=None,
+                                  timeout=TIMEOUT) == ("valid", "logged in")
+    with https_server(None, tmp_path, _registry('Bearer realm="https://a.example/token"')) \
+            as host:
+        verdict = probes.check_login(host, "robot", "right", repository="x", context=None,
+                                     timeout=TIMEOUT)
+    assert verdict == ("unknown", "refusing to log in over https scheme (plain HTTP only: the "
+                                  "scheme the policy gives the mirror)")
+
+
+def test_skip_verify_accepts_an_untrusted_certificate_only_when_asked(
+        authority: tuple[certs.KeyPair, Path], tmp_path: Path) -> None:
+    with https_server(authority[0], tmp_path, answer(401)) as host:
+        verified = probes.check_mirror(host, context=probes.tls_context(None), timeout=TIMEOUT)
+        skipped = probes.check_mirror(host, context=probes.tls_context(None, skip_verify=True),
+                                      timeout=TIMEOUT)
+    assert verified.reason.startswith("TLS verification failed: ")
+    assert skipped == (True, "HTTP 401")
+
+
+def test_the_monitor_probes_each_mirror_with_the_scheme_the_policy_gives_it(
+        authority: tuple[certs.KeyPair, Path], tmp_path: Path) -> None:
+    with https_server(None, tmp_path / "plain", answer(200)) as plain, \
+            https_server(authority[0], tmp_path, answer(401)) as tls:
+        rules = policy.load({"mirrors": [
+            {"source": "docker.io", "mirror": f"http://{plain}/hub"},
+            {"source": "quay.io", "mirror": f"https://{tls}/q",
+             "insecureSkipVerify": True}]})
+        health = monitor.probe_mirrors(rules, [r.mirror.host for r in rules.rules])
+    assert health.down == {}

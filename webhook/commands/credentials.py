@@ -37,18 +37,27 @@ def run_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     problem = mirror_problem(args.registry)
     if problem is not None:
         raise ConfigError(f"--registry: {problem}")
-    if not args.password_stdin:
-        raise ConfigError("pass the password on standard input with --password-stdin "
-                          "(never as an argument: it would show in ps and shell history)")
-    if sys.stdin.isatty():
-        import getpass  # a person at a terminal: do not echo the password
+    if args.from_docker_config is not None:
+        from mirrorgate.webhook.credentials import dockerconfig
 
-        password = getpass.getpass("password: ")
+        username, password = dockerconfig.login_for_add(
+            args.from_docker_config, args.registry, username=args.username,
+            password_stdin=args.password_stdin)
     else:
-        password = sys.stdin.readline().rstrip("\r\n")
+        if args.username is None or not args.password_stdin:
+            raise ConfigError("give --username and the password on standard input with "
+                              "--password-stdin (never as an argument: it would show in ps "
+                              "and shell history), or --from-docker-config FILE")
+        if sys.stdin.isatty():
+            import getpass  # a person at a terminal: do not echo the password
+
+            password = getpass.getpass("password: ")
+        else:
+            password = sys.stdin.readline().rstrip("\r\n")
+        username = args.username
     if not password:
         raise ConfigError("no password on standard input")
-    added = Credential(name=args.name, registry=args.registry, username=args.username,
+    added = Credential(name=args.name, registry=args.registry, username=username,
                        password=password)
     replaced = False
 

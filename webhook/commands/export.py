@@ -20,12 +20,22 @@ mirrors, without admission rewriting images:
     Docker Hub's directory is ``docker.io`` and its server
     ``https://registry-1.docker.io``.
 
+    How the mirror is reached goes with it: an ``http://`` mirror gets an
+    ``http://`` host URL, a rule's ``caFile`` becomes ``ca``, and
+    ``insecureSkipVerify: true`` becomes ``skip_verify = true``. A mirror
+    reached other than by verified HTTPS also gets a hosts.toml of its own
+    (``DIR/<mirror host>/hosts.toml``): admission rewrites images to the
+    mirror host, and containerd must know how to reach it for those too.
+
 ``mirrorgate export cri-o --policy FILE``
     prints a containers-registries.conf(5) v2 drop-in for
     ``/etc/containers/registries.conf.d/``: one ``[[registry]]`` per rule,
     ``prefix``/``location`` the source and one ``[[registry.mirror]]`` the
     mirror. Prefixes may carry a repository path, so every rule but wildcards
-    is expressible.
+    is expressible. A plain-HTTP or unverified mirror is ``insecure = true``,
+    on the mirror and in a ``[[registry]]`` of the mirror host itself (for
+    rewritten images); a ``caFile`` goes, by hand, to
+    ``/etc/containers/certs.d/<mirror host>/ca.crt`` (stderr says so).
 
 What cannot be expressed is reported on stderr, rule by rule, and left out
 (decided so because the alternatives pull the wrong images):
@@ -121,6 +131,9 @@ def containerd(rules: policy.Policy) -> Export:
         elif rule.source.path:
             warnings.append(_partial_warning(rule, whole.get(rule.source.host)))
     files = {f"{host}/hosts.toml": _hosts_toml(rule) for host, rule in sorted(whole.items())}
+    mirror_files, mirror_warnings = _mirror_hosts(rules, whole)
+    files.update(sorted(mirror_files.items()))
+    warnings += mirror_warnings
     notes = _credential_notes(whole.values(), "containerd no longer supports plain-text "
                                               "credentials in hosts.toml")
     return Export(files=files, warnings=warnings, notes=notes)
@@ -139,20 +152,77 @@ def server_url(host: str) -> str:
     return DOCKER_HUB_SERVER if host == DEFAULT_DOMAIN else f"https://{host}"
 
 
-def mirror_url(mirror: policy.Mirror) -> tuple[str, bool]:
+def mirror_url(rule: policy.MirrorRule) -> tuple[str, bool]:
     """The ``[host."…"]`` URL and whether it needs ``override_path``.
 
     containerd appends ``/v2`` only to a host URL without a path; with
     ``override_path`` the URL is the API root itself, so ``/v2`` comes before
-    the mirror's repository prefix.
+    the mirror's repository prefix. The scheme is the rule's.
     """
+    mirror = rule.mirror
     if not mirror.path:
-        return f"https://{mirror.host}", False
-    return f"https://{mirror.host}/v2/{mirror.path}", True
+        return f"{rule.scheme}://{mirror.host}", False
+    return f"{rule.scheme}://{mirror.host}/v2/{mirror.path}", True
+
+
+def _special_transport(rule: policy.MirrorRule) -> bool:
+    """Whether containerd needs telling how to reach the mirror: not verified HTTPS."""
+    return rule.scheme == "http" or rule.ca_file is not None or rule.skip_verify
+
+
+def _transport_lines(rule: policy.MirrorRule) -> list[str]:
+    """``ca`` and ``skip_verify`` of a ``[host]`` table, as the rule says."""
+    lines = []
+    if rule.ca_file is not None:
+        lines.append(f"  ca = {_toml_string(rule.ca_file)}")
+    if rule.skip_verify:
+        lines.append("  skip_verify = true  # the policy's insecureSkipVerify")
+    return lines
+
+
+def _mirror_hosts(rules: policy.Policy, sources: Iterable[str]) -> tuple[dict[str, str],
+                                                                          list[str]]:
+    """A hosts.toml for each mirror host reached other than by verified HTTPS.
+
+    Rewritten images name the mirror host itself; without this file containerd
+    would pull them over verified HTTPS and fail. A mirror host that is also
+    a source keeps the source's file (its mirror wins), with a warning.
+    """
+    taken = set(sources)
+    files: dict[str, str] = {}
+    warnings: list[str] = []
+    for rule in rules.rules:
+        host = rule.mirror.host
+        if not _special_transport(rule) or f"{host}/hosts.toml" in files:
+            continue
+        if host in taken:
+            warnings.append(f"{_describe(rule)}: the mirror host {host} is also a source "
+                            f"registry: its hosts.toml is the source's, and images rewritten "
+                            f"to {host} are pulled as that file says")
+            continue
+        files[f"{host}/hosts.toml"] = _mirror_host_toml(rule)
+    return files, warnings
+
+
+def _mirror_host_toml(rule: policy.MirrorRule) -> str:
+    url = f"{rule.scheme}://{rule.mirror.host}"
+    how = {"http": "plain HTTP"}.get(rule.scheme, "HTTPS")
+    lines = [
+        f"# containerd hosts.toml for the mirror host {rule.mirror.host} itself,",
+        f"# written by `mirrorgate export containerd` from the policy's {rule.label}:",
+        f"# images admission rewrote to {rule.mirror} are pulled over {how} as below.",
+        f"server = {_toml_string(url)}",
+        "",
+        # The table repeats the server: containerd 1.6 rejects a file without one.
+        f"[host.{_toml_string(url)}]",
+        f"  capabilities = [{', '.join(_toml_string(c) for c in CAPABILITIES)}]",
+        *_transport_lines(rule),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _hosts_toml(rule: policy.MirrorRule) -> str:
-    url, override = mirror_url(rule.mirror)
+    url, override = mirror_url(rule)
     lines = [
         f"# containerd hosts.toml for {rule.source}",
         f"# written by `mirrorgate export containerd` from the policy's {rule.label}:",
@@ -173,6 +243,7 @@ def _hosts_toml(rule: policy.MirrorRule) -> str:
     ]
     if override:
         lines.append("  override_path = true")
+    lines += _transport_lines(rule)
     return "\n".join(lines) + "\n"
 
 
@@ -193,6 +264,8 @@ def cri_o(rules: policy.Policy) -> Export:
                 f"the first path component ({rule.mirror}/<host>/…)")
             continue
         blocks.append(_registry_block(rule))
+    insecure_hosts = {r.mirror.host: r for r in rules.rules if _insecure(r)}
+    blocks += [_insecure_mirror_block(r) for r in insecure_hosts.values()]
     header = [
         "# containers-registries.conf(5) v2 drop-in for CRI-O, written by",
         "# `mirrorgate export cri-o`. Install it on every node as",
@@ -206,19 +279,40 @@ def cri_o(rules: policy.Policy) -> Export:
     text = "\n".join(header) + "\n" + "".join(f"\n{block}" for block in blocks)
     notes = _credential_notes((r for r in rules.rules if not r.source.wildcard),
                               "registries.conf has no place for them")
+    cas = {r.mirror.host: r.ca_file for r in rules.rules if r.ca_file is not None}
+    notes += [f"the mirror {host} is verified with {ca}: CRI-O reads it from "
+              f"/etc/containers/certs.d/{host}/ca.crt (copy it there)"
+              for host, ca in cas.items()]
     return Export(files={"registries.conf": text}, warnings=warnings, notes=notes)
+
+
+def _insecure(rule: policy.MirrorRule) -> bool:
+    """registries.conf's ``insecure``: plain HTTP, or TLS without verification."""
+    return rule.scheme == "http" or rule.skip_verify
 
 
 def _registry_block(rule: policy.MirrorRule) -> str:
     prefix = str(rule.source)
     credential = f" (needs credential {rule.credential!r})" if rule.credential else ""
+    insecure = "insecure = true\n" if _insecure(rule) else ""
     return (f"# {rule.label}: {rule.source} → {rule.mirror}{credential}\n"
             f"[[registry]]\n"
             f"prefix = {_toml_string(prefix)}\n"
             f"location = {_toml_string(prefix)}\n"
             f"\n"
             f"[[registry.mirror]]\n"
-            f"location = {_toml_string(str(rule.mirror))}\n")
+            f"location = {_toml_string(str(rule.mirror))}\n"
+            f"{insecure}")
+
+
+def _insecure_mirror_block(rule: policy.MirrorRule) -> str:
+    """The mirror host itself, for the images admission rewrote to it."""
+    host = rule.mirror.host
+    why = "plain HTTP" if rule.scheme == "http" else "TLS not verified (insecureSkipVerify)"
+    return (f"# the mirror host {host} itself ({why}), for images rewritten to it\n"
+            f"[[registry]]\n"
+            f"location = {_toml_string(host)}\n"
+            f"insecure = true\n")
 
 
 # --- the commands ----------------------------------------------------------

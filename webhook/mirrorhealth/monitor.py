@@ -61,13 +61,35 @@ def credential_problems(rules: policy.Policy,
     return problems
 
 
+@dataclasses.dataclass(frozen=True)
+class _Transport:
+    """How a mirror host is reached: plain HTTP, or TLS with its CA file and verification.
+
+    The policy makes every rule on one host agree on it.
+    """
+
+    plain: bool = False
+    ca_file: str | None = None
+    skip_verify: bool = False
+
+    @classmethod
+    def of(cls, rule: policy.MirrorRule) -> _Transport:
+        return cls(plain=rule.scheme == "http", ca_file=rule.ca_file,
+                   skip_verify=rule.skip_verify)
+
+    def context(self) -> ssl.SSLContext | None:
+        """The probes' TLS context; None: plain HTTP. Raises ValueError for a bad CA file."""
+        return None if self.plain else probes.tls_context(self.ca_file,
+                                                          skip_verify=self.skip_verify)
+
+
 def probe_mirrors(rules: policy.Policy, hosts: Collection[str]) -> policy.Health:
     """One probe of each mirror host in ``hosts``, at once: for commands, not for the server."""
-    ca_files = {rule.mirror.host: rule.ca_file for rule in rules.rules}
+    transports = {rule.mirror.host: _Transport.of(rule) for rule in rules.rules}
 
     def probe(host: str) -> probes.Answer:
         try:
-            context = probes.tls_context(ca_files.get(host))
+            context = transports.get(host, _Transport()).context()
         except ValueError as error:
             return probes.Answer(False, str(error))
         return probes.check_mirror(host, context=context, timeout=rules.health.timeout)
@@ -106,8 +128,8 @@ class _Track:
 class _Targets:
     """What one policy and one store snapshot ask to be probed."""
 
-    hosts: Mapping[str, str | None]
-    """Mirror host → its caFile."""
+    hosts: Mapping[str, _Transport]
+    """Mirror host → how it is reached."""
     logins: Mapping[str, tuple[str, str]]
     """Credential → (mirror host, a repository under the mirror's path to scope a token to)."""
     misconfigured: Mapping[str, str]
@@ -116,10 +138,10 @@ class _Targets:
 
 
 def _targets(rules: policy.Policy, credentials: Mapping[str, Credential]) -> _Targets:
-    hosts: dict[str, str | None] = {}
+    hosts: dict[str, _Transport] = {}
     logins: dict[str, tuple[str, str]] = {}
     for rule in rules.rules:
-        hosts.setdefault(rule.mirror.host, rule.ca_file)
+        hosts.setdefault(rule.mirror.host, _Transport.of(rule))
         if rule.credential is not None and rule.credential not in logins:
             path = rule.mirror.path
             logins[rule.credential] = (rule.mirror.host,
@@ -153,7 +175,7 @@ class HealthMonitor(Loop):
         self._logins: dict[str, _Track] = {}
         self._misconfigured: Mapping[str, str] = {}
         self._health = policy.HEALTHY
-        self._contexts: dict[str | None, tuple[int, ssl.SSLContext]] = {}
+        self._contexts: dict[_Transport, tuple[int, ssl.SSLContext | None]] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=MAX_PROBE_THREADS, thread_name_prefix="mirrorgate-probe")
 
@@ -207,11 +229,11 @@ class HealthMonitor(Loop):
         A round takes about two timeouts however many targets there are (up
         to the pool's size), so rounds keep to their interval.
         """
-        contexts: dict[str, ssl.SSLContext] = {}
+        contexts: dict[str, ssl.SSLContext | None] = {}
         mirrors: dict[str, concurrent.futures.Future[probes.Answer]] = {}
-        for host, ca_file in targets.hosts.items():
+        for host, transport in targets.hosts.items():
             try:
-                contexts[host] = self._context(ca_file)
+                contexts[host] = self._context(transport)
             except ValueError as error:
                 self._observe(self._hosts, host, "mirror", False, str(error), settings)
                 continue
@@ -235,19 +257,20 @@ class HealthMonitor(Loop):
                 self._observe(self._logins, name, "credential", login.verdict == "valid",
                               login.reason, settings)
 
-    def _context(self, ca_file: str | None) -> ssl.SSLContext:
-        """A TLS context per CA file, made again when the file changes.
+    def _context(self, transport: _Transport) -> ssl.SSLContext | None:
+        """A TLS context per transport (None: plain HTTP), made again when its CA file changes.
 
         Loading a trust store costs milliseconds of CPU: not once per probe.
         The system store (or ``SSL_CERT_FILE``) is fixed for the process's life.
         """
+        ca_file = transport.ca_file
         try:
             stamp = os.stat(ca_file).st_mtime_ns if ca_file is not None else 0
         except OSError as error:
             raise ValueError(f"cannot read caFile {ca_file!r}: {error.strerror}") from None
-        found = self._contexts.get(ca_file)
+        found = self._contexts.get(transport)
         if found is None or found[0] != stamp:
-            found = self._contexts[ca_file] = (stamp, probes.tls_context(ca_file))
+            found = self._contexts[transport] = (stamp, transport.context())
         return found[1]
 
     def _observe(self, tracks: dict[str, _Track], name: str, kind: str, ok: bool, reason: str,
@@ -285,9 +308,8 @@ class HealthMonitor(Loop):
         for tracks, keep in pairs:
             for name in tracks.keys() - keep:
                 del tracks[name]
-        ca_files = set(targets.hosts.values())
-        for ca_file in self._contexts.keys() - ca_files:
-            del self._contexts[ca_file]
+        for transport in self._contexts.keys() - set(targets.hosts.values()):
+            del self._contexts[transport]
 
     def _conclude(self, targets: _Targets) -> None:
         down = {host: t.reason for host, t in self._hosts.items() if t.up is False}

@@ -4,7 +4,10 @@ Blocking stdlib HTTP (``http.client``), run by the health monitor's threads,
 never on the admission path. Each probe is bounded: a deadline over the whole
 exchange, at most :data:`MAX_BODY` bytes read, TLS 1.2 or later, verified
 with the system trust store (which ``SSL_CERT_FILE`` replaces) or the
-mirror's own CA file. No message here contains a password or a token.
+mirror's own CA file, unverified only where the policy says so. A mirror the
+policy declares ``http://`` is probed in plain HTTP: its probes get no TLS
+context (None), and only they may use plain HTTP. No message here contains a
+password or a token.
 """
 
 from __future__ import annotations
@@ -46,15 +49,26 @@ class _Failed(Exception):
     """The exchange did not complete; the message says why, in an operator's words."""
 
 
-def tls_context(ca_file: str | None) -> ssl.SSLContext:
-    """The system trust store (``SSL_CERT_FILE`` replaces it), or only ``ca_file``'s CAs."""
+def tls_context(ca_file: str | None, *, skip_verify: bool = False) -> ssl.SSLContext:
+    """The system trust store (``SSL_CERT_FILE`` replaces it), or only ``ca_file``'s CAs.
+
+    ``skip_verify``: no verification at all (the policy's ``insecureSkipVerify``).
+    """
     try:
         context = ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as error:
         raise ValueError(f"cannot load caFile {ca_file!r}: "
                          f"{getattr(error, 'strerror', None) or error}") from None
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     return context
+
+
+def mirror_url(host: str, context: ssl.SSLContext | None) -> str:
+    """The mirror's API root: ``https://HOST/v2/``, or ``http://`` without a TLS context."""
+    return f"{'https' if context is not None else 'http'}://{host}/v2/"
 
 
 class _Response(NamedTuple):
@@ -64,7 +78,9 @@ class _Response(NamedTuple):
 
 
 class _Connection(http.client.HTTPSConnection):
-    """An HTTPS connection that a timer cuts at ``deadline``, handshake included.
+    """An HTTP(S) connection that a timer cuts at ``deadline``, handshake included.
+
+    Without a TLS context (None) it speaks plain HTTP.
 
     Socket timeouts bound each read, not the exchange: a server that drips a
     byte at a time would hold a probe for as long as it likes. The timer
@@ -72,9 +88,11 @@ class _Connection(http.client.HTTPSConnection):
     ends whatever read is blocked on it.
     """
 
-    def __init__(self, netloc: str, *, context: ssl.SSLContext, deadline: float) -> None:
+    def __init__(self, netloc: str, *, context: ssl.SSLContext | None, deadline: float) -> None:
         super().__init__(netloc, timeout=max(0.001, deadline - time.monotonic()),
                          context=context)
+        if context is None and ":" not in netloc.rpartition("]")[2]:
+            self.port = http.client.HTTP_PORT
         self._tls, self._deadline = context, deadline
         self._killer: socket.socket | None = None
         self._timer: threading.Timer | None = None
@@ -85,7 +103,8 @@ class _Connection(http.client.HTTPSConnection):
         self._timer = threading.Timer(max(0.0, self._deadline - time.monotonic()), self._cut)
         self._timer.daemon = True
         self._timer.start()
-        self.sock = self._tls.wrap_socket(raw, server_hostname=self.host)
+        self.sock = raw if self._tls is None else \
+            self._tls.wrap_socket(raw, server_hostname=self.host)
 
     def _cut(self) -> None:
         if self._killer is not None:
@@ -100,12 +119,18 @@ class _Connection(http.client.HTTPSConnection):
             self._killer.close()
 
 
-def _get(url: str, *, context: ssl.SSLContext, deadline: float,
+def _get(url: str, *, context: ssl.SSLContext | None, deadline: float,
          authorization: str | None = None) -> _Response:
-    """One HTTPS GET that gives up at ``deadline`` (monotonic), whatever the server does."""
+    """One GET that gives up at ``deadline`` (monotonic), whatever the server does.
+
+    HTTPS with ``context``; plain HTTP only without one (a mirror the policy
+    declares ``http://``), never as a downgrade of an HTTPS exchange.
+    """
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "https" or not parts.netloc:
-        raise _Failed(f"refusing to log in over {parts.scheme or 'no'} scheme (HTTPS only)")
+    if parts.scheme != ("https" if context is not None else "http") or not parts.netloc:
+        raise _Failed(f"refusing to log in over {parts.scheme or 'no'} scheme "
+                      f"({'HTTPS' if context is not None else 'plain HTTP'} only: the "
+                      "scheme the policy gives the mirror)")
     if time.monotonic() >= deadline:
         raise _Failed("timed out")
     target = parts.path or "/"
@@ -152,10 +177,13 @@ def _describe(error: OSError | http.client.HTTPException, hostname: str | None) 
     return f"not an HTTP answer ({type(error).__name__})"
 
 
-def check_mirror(host: str, *, context: ssl.SSLContext, timeout: float) -> Answer:
-    """``GET https://HOST/v2/``: 200 or 401 is up; refusal, timeout, TLS failure, 5xx are not."""
+def check_mirror(host: str, *, context: ssl.SSLContext | None, timeout: float) -> Answer:
+    """``GET https://HOST/v2/``: 200 or 401 is up; refusal, timeout, TLS failure, 5xx are not.
+
+    Without a TLS context, ``GET http://HOST/v2/``: a plain-HTTP mirror.
+    """
     try:
-        response = _get(f"https://{host}/v2/", context=context,
+        response = _get(mirror_url(host, context), context=context,
                         deadline=time.monotonic() + timeout)
     except _Failed as error:
         return Answer(False, str(error))
@@ -179,7 +207,7 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
 
 
 def check_login(host: str, username: str, password: str, *, repository: str,
-                context: ssl.SSLContext, timeout: float) -> Login:
+                context: ssl.SSLContext | None, timeout: float) -> Login:
     """Log in to the registry at ``host`` as a client would before a pull, without pulling.
 
     Basic: ``/v2/`` with the credentials. Bearer: a token for
@@ -189,14 +217,14 @@ def check_login(host: str, username: str, password: str, *, repository: str,
     deadline = time.monotonic() + timeout
     basic = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
     try:
-        challenge = _get(f"https://{host}/v2/", context=context, deadline=deadline)
+        challenge = _get(mirror_url(host, context), context=context, deadline=deadline)
         if challenge.status == 200:
             return Login("valid", "the mirror asks for no login")
         if challenge.status != 401:
             return Login("unknown", f"/v2/ answered HTTP {challenge.status}")
         scheme, params = _challenge(challenge.headers.get("www-authenticate", ""))
         if scheme == "basic":
-            answer = _get(f"https://{host}/v2/", context=context, deadline=deadline,
+            answer = _get(mirror_url(host, context), context=context, deadline=deadline,
                           authorization=basic)
             where = "/v2/"
         elif scheme == "bearer" and params.get("realm"):
