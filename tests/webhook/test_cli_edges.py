@@ -14,6 +14,7 @@ import yaml
 from mirrorgate.certs import CertificateAuthority
 from mirrorgate.webhook.commands import offline
 from mirrorgate.webhook.credentials import filestore
+from mirrorgate.webhook.credentials.store import StoreError
 from tests.commands import MIRRORGATE
 from tests.webhook import policies, serving
 from tests.webhook.reviews import HUB_IMAGE, HUB_MIRRORED, PROM_IMAGE, PROM_MIRRORED, pod
@@ -274,3 +275,19 @@ def test_an_unreadable_kubeconfig_is_not_called_missing(tmp_path: Path,
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (f"mirrorgate: error: kubeconfig {kubeconfig}: cannot read: "
                              "Permission denied\n")
+
+
+def test_a_group_readable_key_is_accepted_only_through_a_group_of_ours(tmp_path: Path) -> None:
+    """A Secret volume with fsGroup: another owner's key, readable through our group."""
+    key_file = tmp_path / "store.key"
+    key_file.write_text(filestore.generate_key())
+    key_file.chmod(0o440)
+    if AS_ROOT:  # the kubelet's layout, mirrored: another owner, our group
+        os.chown(key_file, OTHER_USER, os.getegid())
+        assert len(filestore.load_key(key_file=str(key_file), environ={})) == 32
+        os.chown(key_file, OTHER_USER, OTHER_USER)  # a group that is not ours
+    with pytest.raises(StoreError, match="may be read or written by group or others"):
+        filestore.load_key(key_file=str(key_file), environ={})  # our own file, or not our group
+    key_file.chmod(0o460 if AS_ROOT else 0o660)  # the group may write: refused
+    with pytest.raises(StoreError, match=r"\(mode 0[46]60\)"):
+        filestore.load_key(key_file=str(key_file), environ={})
