@@ -45,6 +45,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _port(text: str) -> int:
+    """A TCP port to listen on, 1-65535, or 0 for any free one (bind would raise, not say)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 1-65535 (0: any free port)")
+    return port
+
+
 def _mode_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=offline.MODES, default=offline.ENFORCE,
                         help="the namespace's mirrorgate.io/mode label; audit also when the "
@@ -193,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "a cluster-wide report-only override (a safe first install)")
     admission.add_argument("--host", default="127.0.0.1",
                            help="listen address (default: %(default)s)")
-    admission.add_argument("--port", type=int, default=8443, help="(default: %(default)s)")
+    admission.add_argument("--port", type=_port, default=8443, help="(default: %(default)s)")
     admission.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
                            help="how often to check the policy, certificate and store files "
                                 "(default: %(default)s)")

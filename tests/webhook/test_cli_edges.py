@@ -16,6 +16,7 @@ from mirrorgate.webhook.commands import offline
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import StoreError
 from tests.commands import MIRRORGATE
+from tests.e2e.procs import free_port
 from tests.webhook import policies, serving
 from tests.webhook.reviews import HUB_IMAGE, HUB_MIRRORED, PROM_IMAGE, PROM_MIRRORED, pod
 from tests.webhook.test_credentials import _run
@@ -83,6 +84,21 @@ def test_policy_check_refuses_a_port_outside_1_65535(tmp_path: Path, field: str)
     path.write_text("mirrors:\n  - source: registry.corp.example:1\n"
                     "    mirror: harbor.corp.example:65535\n")
     assert _run(["policy", "check", str(path)])[0] == 0
+
+
+@pytest.mark.parametrize(("port", "why"), [
+    ("99999", "port 99999 is outside 1-65535 (0: any free port)"),
+    ("-1", "port -1 is outside 1-65535 (0: any free port)"),
+    ("http", "'http' is not a port number")])
+def test_serve_refuses_a_port_outside_1_65535_in_one_line(
+        policy_file: Path, port: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not bind's OverflowError traceback."""
+    with pytest.raises(SystemExit) as exited:
+        _run(["serve", "--policy", str(policy_file), "--tls-cert", "c", "--tls-key", "k",
+              f"--port={port}"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        f"mirrorgate serve: error: argument --port: {why}\n")
 
 
 # --- policy check --store ----------------------------------------------------------------
@@ -257,7 +273,7 @@ def test_an_unreadable_certificate_is_not_called_missing(
         key.unlink()
     try:
         result = _mirrorgate("serve", "--policy", str(policy_file), "--tls-cert", str(cert),
-                             "--tls-key", str(key), "--port", "0")
+                             "--tls-key", str(key), "--port", str(free_port()))
     finally:
         tls.chmod(0o700)  # for pytest's clean-up when not root
     named = cert if case == "unsearchable-dir" else key
