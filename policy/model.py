@@ -372,6 +372,9 @@ def _type_name(value: object) -> str:
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
+_PORT_RE = re.compile(r":([0-9]+)\Z")
+
+
 def registry_host_problem(value: str) -> str | None:
     """Why ``value`` does not start with a registry ``host[:port]``, or None when it does.
 
@@ -389,6 +392,10 @@ def registry_host_problem(value: str) -> str | None:
     # dot, a colon or "localhost" it would be a Docker Hub namespace.
     if host != reference.LOCALHOST and not any(c in host for c in ".:"):
         return "without a '.', a ':port' or localhost it would be read as a Docker Hub name"
+    # The grammar allows any digits; a connection needs a TCP port.
+    port = _PORT_RE.search(host)
+    if port is not None and not 1 <= int(port[1]) <= 65535:
+        return f"port {port[1]} is outside 1-65535"
     return None
 
 

@@ -45,6 +45,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _port(text: str) -> int:
+    """A TCP port to listen on, 1-65535, or 0 for any free one (bind would raise, not say)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 1-65535 (0: any free port)")
+    return port
+
+
 def _mode_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=offline.MODES, default=offline.ENFORCE,
                         help="the namespace's mirrorgate.io/mode label; audit also when the "
@@ -147,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     _mode_argument(rewrite)
     rewrite.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
     rewrite.add_argument("-f", "--filename", default="-", metavar="FILE",
-                         help="Pod manifests, YAML or JSON ('-' for stdin, the default)")
+                         help="Pod manifests, YAML or JSON ('-' for stdin, the default); "
+                              "a directory: its .json, .yaml and .yml files in name order")
     rewrite.set_defaults(run=offline.run_rewrite)
 
     explain = commands.add_parser(
@@ -155,14 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print one JSON object per image, in order: what admission would do with "
                     "it in a Pod of the namespace. `outcome` is one of excluded, skipped, "
                     "invalid, no-rule, already-mirrored, not-granted, rewrite (null without "
-                    "--policy). Exit 1 when an image is invalid or admission would warn "
-                    "about it.")
+                    "--policy); with -o table, one row per image instead. Exit 1 when an "
+                    "image is invalid or admission would warn about it.")
     explain.add_argument("--policy", metavar="FILE", help="policy YAML file (optional)")
     explain.add_argument("-n", "--namespace", default=offline.DEFAULT_NAMESPACE,
                          help="the Pod's namespace (default: %(default)s)")
     explain.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
                          help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)")
     _mode_argument(explain)
+    explain.add_argument("-o", "--output", choices=("json", "table"), default="json",
+                         help="(default: %(default)s)")
     explain.add_argument("images", nargs="+", metavar="IMAGE")
     explain.set_defaults(run=offline.run_explain)
 
@@ -190,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "a cluster-wide report-only override (a safe first install)")
     admission.add_argument("--host", default="127.0.0.1",
                            help="listen address (default: %(default)s)")
-    admission.add_argument("--port", type=int, default=8443, help="(default: %(default)s)")
+    admission.add_argument("--port", type=_port, default=8443, help="(default: %(default)s)")
     admission.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
                            help="how often to check the policy, certificate and store files "
                                 "(default: %(default)s)")
@@ -240,10 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     add = cred_commands.add_parser(
         "add", help="add or replace a credential (password from stdin)",
         description="Add or replace credential NAME: a login for the mirror REGISTRY "
-                    "(host[:port]). The password is read from standard input, or user and "
-                    "password from a docker config.json (--from-docker-config).")
+                    "(host[:port][/path]: a path scopes the login to that part of the "
+                    "registry, as the kubelet matches it). The password is read from "
+                    "standard input, or user and password from a docker config.json "
+                    "(--from-docker-config).")
     add.add_argument("name", metavar="NAME")
-    add.add_argument("--registry", required=True, metavar="HOST")
+    add.add_argument("--registry", required=True, metavar="HOST[:PORT][/PATH]",
+                     help="the mirror, or the part of it, the login is for")
     add.add_argument("--username", metavar="USER")
     add.add_argument("--password-stdin", action="store_true",
                      help="read the password from standard input (required with --username)")
@@ -266,7 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "never the password. Exit 1 when the source gives no usable login.")
     checking.add_argument("name", metavar="NAME")
     checking.add_argument("--image", required=True, metavar="IMAGE",
-                          help="an image under the mirror that uses the credential")
+                          help="an image under the mirror that uses the credential, or, "
+                               "with --policy, a source image: checked as the policy "
+                               "rewrites it")
     checking.add_argument("--policy", metavar="FILE",
                           help="the policy (a credential's provider and registry scope)")
     _source_arguments(checking, stores=("kubernetes", "file"))

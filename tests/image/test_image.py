@@ -3,6 +3,7 @@ root filesystem, non-root user (the `image` marker; part of `make test`)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -172,3 +173,42 @@ def test_no_base_is_taken_unverified() -> None:
         assert (done.returncode, done.stderr) == (2, (
             "image/build.sh: BASE=official needs PYTHON_IMAGE=<image>@sha256:<digest>, a digest "
             "you resolved and verified\n"))
+
+
+@pytest.mark.parametrize(("owner", "mode", "outcome"), [
+    # The kubelet's Secret volume with the Pod's fsGroup: root's files, the group's to
+    # read, defaultMode 0400 made 0440 (group read is added for fsGroup).
+    pytest.param((0, UID), 0o440, "", id="fsGroup-0440"),
+    # Without fsGroup the key is root's alone: the real errno, not "no such file".
+    pytest.param((0, 0), 0o400, "cannot read the store key: Permission denied",
+                 id="no-fsGroup"),
+    pytest.param((0, UID), 0o444, "may be read or written by group or others",
+                 id="world-readable"),
+])
+def test_a_store_key_from_a_secret_volume_is_read_as_user_65532(
+        image: str, tmp_path: Path, owner: tuple[int, int], mode: int, outcome: str) -> None:
+    """The README's advice for the store key, as the kubelet lays a Secret volume out."""
+    from mirrorgate.webhook.credentials import filestore  # the host's copy writes the store
+    from mirrorgate.webhook.credentials.store import Credential
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    key = filestore.generate_key()
+    filestore.update_store(str(secret / "store.json"), base64.b64decode(key),
+                           lambda contents: {"team-a": Credential(
+                               name="team-a", registry="harbor.corp.example", username="robot",
+                               password="p@ss-image-2b7e")}, missing_ok=True)
+    (secret / "store.key").write_text(key + "\n")
+    for name in ("store.json", "store.key"):
+        os.chown(secret / name, *owner)
+        (secret / name).chmod(mode)
+    done = run(image, "credentials", "list", "--store", "/secret/store.json",
+               "--key-file", "/secret/store.key", options=["-v", f"{secret}:/secret:ro"])
+    if not outcome:
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+        assert done.stdout.split() == ["NAME", "REGISTRY", "USERNAME", "team-a",
+                                       "harbor.corp.example", "robot"]
+        return
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("mirrorgate: error: /secret/store.key: ")
+    assert outcome in done.stderr

@@ -21,6 +21,8 @@ import kubernetes.config
 import orjson
 import urllib3
 
+from mirrorgate.webhook.policyfile import why_unreadable
+
 __all__ = [
     "AlreadyExists",
     "Conflict",
@@ -110,9 +112,10 @@ class Kube:
         Raises KubeError (status 0) naming what is missing.
         """
         configuration = kubernetes.client.Configuration()
-        if kubeconfig is not None and not os.path.exists(kubeconfig):
+        problem = why_unreadable(kubeconfig) if kubeconfig is not None else None
+        if problem is not None:
             # The library would call it "Invalid kube-config file".
-            raise KubeError(0, "Config", f"kubeconfig {kubeconfig}: no such file")
+            raise KubeError(0, "Config", f"kubeconfig {kubeconfig}: {problem}")
         try:
             if kubeconfig is not None or "KUBERNETES_SERVICE_HOST" not in os.environ:
                 kubernetes.config.load_kube_config(config_file=kubeconfig, context=context,
@@ -126,6 +129,11 @@ class Kube:
         # urllib3's default three retries would multiply every timeout.
         configuration.retries = False
         return cls(kubernetes.client.ApiClient(configuration), timeout=timeout)
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, as the kubeconfig or the in-cluster config gives it."""
+        return str(self.api.configuration.host)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -150,7 +158,8 @@ class Kube:
         except (urllib3.exceptions.HTTPError, OSError,
                 kubernetes.client.exceptions.ApiException) as error:
             raise Unavailable(0, "Unavailable",
-                              f"{method} {path}: API server unreachable ({type(error).__name__})"
+                              f"{method} {path}: API server {self.server} unreachable "
+                              f"({type(error).__name__})"
                               ) from None
         if stream:
             if response.status >= 400:
@@ -231,7 +240,8 @@ class Kube:
                 yield event["type"], event["object"]
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise Unavailable(0, "Unavailable",
-                              f"watch {path} interrupted ({type(error).__name__})") from None
+                              f"watch {path} on {self.server} interrupted "
+                              f"({type(error).__name__})") from None
         finally:
             response.release_conn()
 

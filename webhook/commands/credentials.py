@@ -115,7 +115,11 @@ def run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         provider_bin_dir=args.credential_provider_bin_dir,
         provider_timeout=args.credential_provider_timeout)
     try:
-        resolved = credentials_check.check(args.name, args.image, rules=rules, sources=sources)
+        image = args.image if rules is None else \
+            credentials_check.admitted_image(args.name, args.image, rules)
+        if image != args.image:
+            print(f"mirrorgate: {args.image} is admitted as {image}: checking that", file=err)
+        resolved = credentials_check.check(args.name, image, rules=rules, sources=sources)
     except credentials_check.CheckFailed as error:
         print(f"mirrorgate: {error}", file=err)
         return EXIT_FINDINGS

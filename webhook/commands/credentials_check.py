@@ -20,7 +20,7 @@ from mirrorgate.webhook.credentials import filestore, kubestore, providerconfig
 from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
 from mirrorgate.webhook.credentials.store import Credential, StoreError, rfc3339
 
-__all__ = ["CheckFailed", "Sources", "check"]
+__all__ = ["CheckFailed", "Sources", "admitted_image", "check"]
 
 
 class CheckFailed(Exception):
@@ -84,6 +84,23 @@ def _from_store(name: str, sources: Sources) -> tuple[str, Credential]:
         return kind, kubestore.credential_from_secret(secret, sources.namespace, name)
     except StoreError as error:
         raise CheckFailed(str(error)) from None
+
+
+def admitted_image(name: str, image: str, rules: policy.Policy) -> str:
+    """``image`` as admission would write it: a source image through its rule's mirror.
+
+    An image already on a mirror, or that no rule rewrites, is checked as given.
+    CheckFailed when the rule that rewrites it uses another credential than ``name``.
+    """
+    found = rules.resolve(image)
+    if found.outcome != "rewrite" or found.rule is None or found.new_image is None:
+        return image
+    if found.rule.credential != name:
+        uses = f"credential {found.rule.credential!r}" if found.rule.credential \
+            else "no credential"
+        raise CheckFailed(f"image {image!r} is rewritten by {found.rule.label} to "
+                          f"{found.new_image!r}, which uses {uses}, not {name!r}")
+    return found.new_image
 
 
 def check(name: str, image: str, *, rules: policy.Policy | None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
@@ -22,6 +23,7 @@ from mirrorgate import policy
 from mirrorgate.policy import model
 from mirrorgate.webhook import patch, policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
+from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.policyfile import ConfigError, boundedyaml
 
 __all__ = ["TEMPLATE_PATHS", "NothingToRewrite", "explain_image", "load_documents", "pod_of",
@@ -223,10 +225,43 @@ def _read_input(path: str, stdin: TextIO) -> tuple[str, str]:
         raise ConfigError(f"{path}: not UTF-8 text") from None
 
 
+MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")
+"""The files `rewrite -f DIR` reads, as kubectl -f DIR does (not recursively)."""
+MAX_MANIFEST_FILES = 1000
+"""Files of one `rewrite -f DIR`: a directory of more is refused, not read."""
+
+
+def _manifest_files(directory: str) -> list[str]:
+    try:
+        with os.scandir(directory) as entries:
+            names = sorted(e.name for e in entries
+                           if e.name.endswith(MANIFEST_SUFFIXES) and e.is_file())
+    except OSError as error:
+        raise ConfigError(f"{directory}: cannot read: {error.strerror}") from None
+    if not names:
+        raise ConfigError(f"{directory}: a directory without {', '.join(MANIFEST_SUFFIXES)} "
+                          "files")
+    if len(names) > MAX_MANIFEST_FILES:
+        raise ConfigError(f"{directory}: {len(names):,} manifest files; at most "
+                          f"{MAX_MANIFEST_FILES:,} at once")
+    return [os.path.join(directory, name) for name in names]
+
+
+def _read_documents(path: str, stdin: TextIO) -> tuple[list[Any], str]:
+    """The documents of FILE, of stdin ('-'), or of DIR's manifest files in name order."""
+    if path == "-" or not os.path.isdir(path):
+        text, source = _read_input(path, stdin)
+        return load_documents(text, source=source), source
+    documents: list[Any] = []
+    for file in _manifest_files(path):
+        text, source = _read_input(file, stdin)
+        documents.extend(load_documents(text, source=source))
+    return documents, path
+
+
 def run_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rules = policyfile.read_policy(args.policy).policy
-    text, source = _read_input(args.filename, sys.stdin)
-    documents = load_documents(text, source=source)
+    documents, source = _read_documents(args.filename, sys.stdin)
     try:
         outputs, patches, warnings = rewrite_documents(
             documents, rules=rules, namespace=args.namespace, mode=args.mode)
@@ -253,17 +288,45 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _explain_detail(explained: Mapping[str, Any]) -> str:
+    if explained["outcome"] == "rewrite":
+        credential = f" (credential {explained['credential']})" if explained["credential"] \
+            else ""
+        if explained["result"] == explained["image"]:
+            return f"audit mode: not rewritten (would go to {explained['rule']['mirror']})"
+        return f"→ {explained['result']}{credential}"
+    if not explained["valid"]:
+        return str(explained["error"])
+    if explained["outcome"] is None:
+        return str(explained["reference"]["normalized"])
+    return str(explained["reason"])
+
+
+def render_explain_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One row per image: IMAGE, OUTCOME, then the new image or why it stays; warnings
+    on a line of their own below their image."""
+    width = max(len("IMAGE"), *(len(row["image"]) for row in rows))
+    lines = [f"{'IMAGE':<{width}}  {'OUTCOME':<16}  DETAIL"]
+    for row in rows:
+        outcome = row["outcome"] or ("invalid" if not row["valid"] else "valid")
+        lines.append(f"{row['image']:<{width}}  {outcome:<16}  {_explain_detail(row)}")
+        if row["warning"] is not None:
+            lines.append(f"{'':<{width}}  warning: {row['warning']}")
+    return "\n".join(lines) + "\n"
+
+
 def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rules = policyfile.read_policy(args.policy).policy if args.policy else None
     labels = dict(_label(text) for text in args.label)
-    status = EXIT_OK
-    for image in args.images:
-        explained = explain_image(image, rules=rules, namespace=args.namespace,
-                                  labels=labels, mode=args.mode)
-        if not explained["valid"] or explained["warning"] is not None:
-            status = EXIT_FINDINGS
-        print(dumps_json(explained), file=out)
-    return status
+    rows = [explain_image(image, rules=rules, namespace=args.namespace, labels=labels,
+                          mode=args.mode) for image in args.images]
+    if args.output == "table":
+        out.write(render_explain_table(rows))
+    else:
+        for explained in rows:
+            print(dumps_json(explained), file=out)
+    findings = any(not row["valid"] or row["warning"] is not None for row in rows)
+    return EXIT_FINDINGS if findings else EXIT_OK
 
 
 def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -275,22 +338,28 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(error, file=out)
         return EXIT_FINDINGS
     rules = loaded.policy
+    # The store (its key first) is read before anything is printed: a store that
+    # cannot be read is a usage error (exit 2), never "valid" and then an error.
+    stored = None if args.store_file is None else _read_store(args)
     print(f"{args.file}: valid (version {loaded.version}, "
           f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
           f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
           file=out)
     for warning in rules.warnings:  # valid, though rarely meant: said, not failed
         print(f"  warning: {warning}", file=out)
-    status = EXIT_OK
-    if args.store_file is None:
-        return status
-    from mirrorgate.webhook.commands.credentials import store_key
-    from mirrorgate.webhook.credentials import filestore
+    if stored is None:
+        return EXIT_OK
     from mirrorgate.webhook.mirrorhealth import monitor
 
-    problems = monitor.credential_problems(
-        rules, filestore.read_store(args.store_file, store_key(args)).credentials)
+    problems = monitor.credential_problems(rules, stored)
     for name, why in sorted(problems.items()):
         # The same words the server logs and lists in /readyz.
         print(f"  credential {name}: {why} ({args.store_file})", file=out)
-    return EXIT_FINDINGS if problems else status
+    return EXIT_FINDINGS if problems else EXIT_OK
+
+
+def _read_store(args: argparse.Namespace) -> Mapping[str, Credential]:
+    from mirrorgate.webhook.commands.credentials import store_key
+    from mirrorgate.webhook.credentials import filestore
+
+    return filestore.read_store(args.store_file, store_key(args)).credentials

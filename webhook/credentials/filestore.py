@@ -98,7 +98,7 @@ def load_key(*, key_file: str | None, environ: Mapping[str, str]) -> bytes:
     if key_file is not None:
         try:
             with open(key_file, encoding="ascii") as handle:
-                _refuse_if_shared(key_file, os.fstat(handle.fileno()).st_mode)
+                _refuse_if_shared(key_file, os.fstat(handle.fileno()))
                 text, source = handle.read().strip(), key_file
         except (OSError, UnicodeDecodeError) as error:
             reason = error.strerror if isinstance(error, OSError) else "not ASCII"
@@ -117,13 +117,28 @@ def load_key(*, key_file: str | None, environ: Mapping[str, str]) -> bytes:
     return key
 
 
-def _refuse_if_shared(key_file: str, mode: int) -> None:
+def _refuse_if_shared(key_file: str, status: os.stat_result) -> None:
     # As ssh refuses a private key that others may read: the key opens every
     # credential of the store, so a readable key file is a leak already.
-    if stat.S_IMODE(mode) & 0o077:
+    mode = stat.S_IMODE(status.st_mode)
+    if mode & 0o077 and not _read_through_own_group(status):
         raise StoreError(f"{key_file}: the store key may be read or written by group or others "
-                         f"(mode {stat.S_IMODE(mode):04o}); make it private: chmod 600 "
-                         f"{key_file} (from a Kubernetes Secret volume: defaultMode: 0400)")
+                         f"(mode {mode:04o}); make it private: chmod 600 {key_file} (from a "
+                         "Kubernetes Secret volume: defaultMode: 0440 and the Pod's "
+                         "securityContext.fsGroup)")
+
+
+def _read_through_own_group(status: os.stat_result) -> bool:
+    """A Secret volume with the Pod's fsGroup: root's file, readable by that group alone.
+
+    The kubelet gives a Secret's files to root and, with ``fsGroup``, to that group
+    with group read added (a ``defaultMode: 0400`` becomes 0440). A process that is
+    not the owner reads it only as a member of the group, which the Pod's containers
+    alone have. A file of our own, or one the group may write, stays refused.
+    """
+    mode = stat.S_IMODE(status.st_mode)
+    return (mode & 0o037 == 0 and status.st_uid != os.geteuid()
+            and status.st_gid in {os.getegid(), *os.getgroups()})
 
 
 def _decode(path: str, raw: bytes, key: bytes) -> StoreContents:

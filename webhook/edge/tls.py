@@ -10,10 +10,9 @@ do when the webhook URL is an IP address.
 
 from __future__ import annotations
 
-import os
 import ssl
 
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.policyfile import ConfigError, why_unreadable
 
 __all__ = ["CertificateReloader", "server_context"]
 
@@ -23,13 +22,12 @@ def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     for path in (cert_file, key_file):
-        # ssl's own FileNotFoundError does not say which of the two is missing.
-        if not os.path.exists(path):
-            raise ConfigError(f"{path}: no such file")
+        # ssl's own OSError does not say which of the two it is about.
+        problem = why_unreadable(path)
+        if problem is not None:
+            raise ConfigError(f"{path}: {problem}")
     try:
         context.load_cert_chain(cert_file, key_file)
-    except FileNotFoundError as error:
-        raise ConfigError(f"{error.filename or cert_file}: no such file") from None
     except ssl.SSLError as error:
         raise ConfigError(f"{cert_file} / {key_file}: not a usable certificate and key "
                           f"({error.reason or error})") from None
