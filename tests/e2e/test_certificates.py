@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 from kubernetes import client as k8s
@@ -126,9 +127,17 @@ class _Admissions:
         self._thread.join(timeout=30)
 
 
-def test_certificates_are_created_injected_and_heal(
-        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path) -> None:
-    """No Secret at first; then an expired and a deleted one: admission never stops."""
+class _OwnServer(NamedTuple):
+    server: mg.Mirrorgate
+    secret: str  # its --tls-secret
+    name: str  # its webhook configuration
+    label: tuple[str, str]  # the namespace label that configuration selects
+    configuration: dict[str, Any]  # to register, without caBundle
+
+
+def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
+    """A server of the test's own with the base's RBAC, keeping its own certificates and
+    webhook configuration (which selects only the test's namespaces)."""
     plane = installed.control_plane
     secret = f"e2e-tls-{secrets.token_hex(3)}"
     name = f"e2e-selfcerts-{secrets.token_hex(3)}"
@@ -139,14 +148,23 @@ def test_certificates_are_created_injected_and_heal(
     server = mg.start_mirrorgate(
         tmp_path, plane, policy=e2e_policy(installed.registry), tls_secret=secret, user=user,
         groups=(), args=["--store", "kubernetes", "--webhook-config", name,
-                         "--cert-check-interval", "0.5", "--tls-name", "127.0.0.1"])
+                         "--tls-name", "127.0.0.1", *args])
     configuration = copy.deepcopy(installed.configuration)
     for webhook in configuration["webhooks"]:
-        # Only this test's namespaces; Fail, so that a broken certificate shows.
         webhook["namespaceSelector"] = {"matchLabels": {label[0]: label[1]}}
+    return _OwnServer(server, secret, name, label, configuration)
+
+
+def test_certificates_are_created_injected_and_heal(
+        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path) -> None:
+    """No Secret at first; then an expired and a deleted one: admission never stops."""
+    plane = installed.control_plane
+    server, secret, name, label, configuration = _own_server(
+        installed, tmp_path, "--cert-check-interval", "0.5")
     with plane.api_client() as api:
         try:
-            # Registered with no caBundle: the server fills it in.
+            # Registered with no caBundle: the server fills it in; Fail, so that
+            # a broken certificate shows.
             mg.register(api, configuration, server, name=name, failure_policy="Fail")
             stored = _secret(api, secret)
             assert stored is not None
@@ -216,19 +234,7 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
     here) but watches its configuration, so caBundle is back within 10 s; the
     Pods created meanwhile (failurePolicy Fail, so that the gap shows) are counted."""
     plane = installed.control_plane
-    secret = f"e2e-tls-{secrets.token_hex(3)}"
-    name = f"e2e-replaced-{secrets.token_hex(3)}"
-    label = ("e2e.mirrorgate.io/selfcerts", name)
-    user = f"e2e-replaced-{secrets.token_hex(3)}"
-    with plane.api_client() as api:
-        _grant_base_rbac(api, user, webhook_configuration=name)
-    server = mg.start_mirrorgate(
-        tmp_path, plane, policy=e2e_policy(installed.registry), tls_secret=secret, user=user,
-        groups=(), args=["--store", "kubernetes", "--webhook-config", name,
-                         "--tls-name", "127.0.0.1"])
-    configuration = copy.deepcopy(installed.configuration)
-    for webhook in configuration["webhooks"]:
-        webhook["namespaceSelector"] = {"matchLabels": {label[0]: label[1]}}
+    server, secret, name, label, configuration = _own_server(installed, tmp_path)
     try:
         with plane.api_client() as api:
             admission = k8s.AdmissionregistrationV1Api(api)
