@@ -445,6 +445,65 @@ def _deployment_done(api: k8s.ApiClient, image: str) -> str | None:
     return _rolled_out(api)
 
 
+def _ca_bundles_set(api: k8s.ApiClient) -> str | None:
+    webhooks = k8s.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
+        "mirrorgate").webhooks or []
+    return None if all(w.client_config.ca_bundle for w in webhooks) else "caBundle empty"
+
+
+@pytest.mark.installed
+def test_a_replaced_configuration_gets_its_ca_bundle_back_under_load(
+        in_cluster: InCluster, e2e_figures: dict[str, str]) -> None:
+    """A replace-style apply of the webhook configuration (as `kubectl replace` sends the
+    chart's manifest: no caBundle) while Pods are created: the replicas, which watch it,
+    set caBundle again within 10 s. The Pods created in the gap are counted: under
+    Ignore each one the API server failed open on is stored unrewritten."""
+    registry = in_cluster.node.registry
+    image = f"{registry.upstream_host}/node/gap:1"
+    mirrored = f"{registry.host}/node/gap:1"
+    plane = in_cluster.node.control_plane
+    done = threading.Event()
+    with plane.api_client() as api:
+        namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('gap')}",
+                                     {"mirrorgate.io/mode": "enforce"})
+        load = apiload.Load(plane.api_client, namespace, lambda name: _held(name, image),
+                            minimum_s=4.0, until=done.is_set)
+        before = apiload.api_server_samples(api)
+        runner = threading.Thread(target=load.run)
+        runner.start()
+        try:
+            time.sleep(2)
+            admission = k8s.AdmissionregistrationV1Api(api)
+            manifest = api.sanitize_for_serialization(
+                admission.read_mutating_webhook_configuration("mirrorgate"))
+            manifest["metadata"] = {"name": "mirrorgate",
+                                    "resourceVersion": manifest["metadata"]["resourceVersion"]}
+            for webhook in manifest["webhooks"]:
+                del webhook["clientConfig"]["caBundle"]
+            replaced = time.monotonic()
+            admission.replace_mutating_webhook_configuration("mirrorgate", manifest)
+            wait_until(lambda: _ca_bundles_set(api), timeout=10,
+                       what="caBundle restored after a replace", interval=0.02)
+            gap = time.monotonic() - replaced
+        finally:
+            done.set()
+            runner.join()
+        after = apiload.api_server_samples(api)
+        stored = [p.spec.containers[0].image
+                  for p in k8s.CoreV1Api(api).list_namespaced_pod(namespace).items if p.spec]
+        k8s.CoreV1Api(api).delete_namespace(namespace)
+    counts = apiload.WebhookCounts.between(before, after, "enforce.mirrorgate.io")
+    unrewritten = sum(1 for found in stored if found != mirrored)
+    e2e_figures["caBundle restored on the node after a replace"] = (
+        f"in {gap:.2f} s; {len(load.outcomes)} Pods created around it at "
+        f"{load.achieved_rate:.1f}/s: fail-open {counts.fail_open}, "
+        f"rejected {counts.rejected}, unrewritten {unrewritten}")
+    assert gap <= 10.0
+    assert [o for o in load.outcomes if o.error is not None] == []
+    assert counts.rejected == 0
+    assert unrewritten == counts.fail_open  # each miss is one the API server failed open on
+
+
 @pytest.mark.installed
 def test_admission_stays_available_through_replica_loss_and_rollout(
         in_cluster: InCluster, e2e_figures: dict[str, str]) -> None:
