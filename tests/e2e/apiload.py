@@ -15,9 +15,10 @@ plus the Pods stored without their rewrite, which the creators check.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kubernetes import client as k8s
@@ -107,6 +108,19 @@ class Load:
     @property
     def achieved_rate(self) -> float:
         return len(self.outcomes) / self.elapsed_s if self.elapsed_s else 0.0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Load]:
+        """The load in the background while the block runs (and ``minimum_s`` at least)."""
+        stop = threading.Event()
+        self.until = stop.is_set
+        runner = threading.Thread(target=self.run)
+        runner.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            runner.join()
 
     def run(self) -> None:
         """Create until done; returns when every creator has stopped."""

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -145,6 +144,15 @@ def _apply(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
         client.server_side_apply(  # type: ignore[no-untyped-call]
             resource, body=obj, namespace=obj["metadata"].get("namespace"),
             field_manager="mirrorgate-incluster", force_conflicts=True)
+
+
+def _held_load(api: k8s.ApiClient, node: Node, hint: str, image: str, *,
+               minimum_s: float) -> apiload.Load:
+    """16 creators at 20/s of Pods of ``image``, held, in a new opted-in, granted namespace."""
+    namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name(hint)}",
+                                 {"mirrorgate.io/mode": "enforce"})
+    return apiload.Load(node.control_plane.api_client, namespace,
+                        lambda name: _held(name, image), minimum_s=minimum_s)
 
 
 def _replicas(api: k8s.ApiClient, *, terminating: bool = False) -> list[k8s.V1Pod]:
@@ -462,16 +470,11 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_under_load(
     image = f"{registry.upstream_host}/node/gap:1"
     mirrored = f"{registry.host}/node/gap:1"
     plane = in_cluster.node.control_plane
-    done = threading.Event()
     with plane.api_client() as api:
-        namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('gap')}",
-                                     {"mirrorgate.io/mode": "enforce"})
-        load = apiload.Load(plane.api_client, namespace, lambda name: _held(name, image),
-                            minimum_s=4.0, until=done.is_set)
+        load = _held_load(api, in_cluster.node, "gap", image, minimum_s=4.0)
+        namespace = load.namespace
         before = apiload.api_server_samples(api)
-        runner = threading.Thread(target=load.run)
-        runner.start()
-        try:
+        with load.running():
             time.sleep(2)
             admission = k8s.AdmissionregistrationV1Api(api)
             manifest = api.sanitize_for_serialization(
@@ -485,9 +488,6 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_under_load(
             wait_until(lambda: _ca_bundles_set(api), timeout=10,
                        what="caBundle restored after a replace", interval=0.02)
             gap = time.monotonic() - replaced
-        finally:
-            done.set()
-            runner.join()
         after = apiload.api_server_samples(api)
         stored = [p.spec.containers[0].image
                   for p in k8s.CoreV1Api(api).list_namespaced_pod(namespace).items if p.spec]
@@ -517,17 +517,11 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
          username=registry.upstream_username, password=registry.upstream_password)
     plane = in_cluster.node.control_plane
     marks: dict[str, float] = {}
-    done = threading.Event()
     with plane.api_client() as api:
-        namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('load')}",
-                                     {"mirrorgate.io/mode": "enforce"})
-        load = apiload.Load(plane.api_client, namespace, lambda name: _held(name, image),
-                            minimum_s=20.0, until=done.is_set)
+        load = _held_load(api, in_cluster.node, "load", image, minimum_s=20.0)
+        namespace = load.namespace
         before = apiload.api_server_samples(api)
-        runner = threading.Thread(target=load.run)
-        started = time.monotonic()
-        runner.start()
-        try:
+        with load.running():
             time.sleep(5)
             (victim, *_) = _replicas(api)
             assert victim.metadata is not None
@@ -549,9 +543,6 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
             wait_until(lambda: _old_replicas_stopped(api, new_reference),
                        timeout=ROLLOUT_TIMEOUT, what="the old replicas stopped", interval=0.5)
             marks["rollout"] = time.monotonic() - rollout
-        finally:
-            done.set()
-            runner.join()
         after = apiload.api_server_samples(api)
         stored = {str(p.metadata.name): p.spec.containers[0].image
                   for p in k8s.CoreV1Api(api).list_namespaced_pod(namespace).items
@@ -566,7 +557,7 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
         f"unrewritten {len(unrewritten)}, "
         f"admission p99 <= {counts.p99_bound_s * 1000:g} ms, "
         f"replica replaced in {marks['replaced']:.1f} s, rollout {marks['rollout']:.1f} s")
-    assert time.monotonic() - started >= 20.0
+    assert load.elapsed_s >= 20.0
     assert load.achieved_rate >= 18.0
     assert failed == []
     assert len(stored) == len(load.outcomes)
