@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-abuse bench-policy bench-secrets bench-health bench-pods bench-profile image lock clean
+.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-abuse bench-policy bench-secrets bench-health bench-pods bench-profile image release lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,15 @@ lint: install
 
 # The whole suite, end-to-end included. pytest exits 5 when it collects no
 # test; that is a failure here like any other non-zero status.
+# The conformance corpus is the one prerequisite make cannot provide: it lives
+# beside the checkout (../shared/conformance), where CI lays it out. It runs
+# apart, under the caller's environment: where the corpus is, it runs; on a
+# fresh clone it says that it did not run; under CI (CI=true) or with
+# MIRRORGATE_REQUIRE_E2E=1 set by the caller, a missing corpus fails.
+CONFORMANCE := tests/policy/test_conformance.py
 test: install e2e-deps lint
-	MIRRORGATE_REQUIRE_E2E=1 $(PY) -m pytest
+	MIRRORGATE_REQUIRE_E2E=1 $(PY) -m pytest --ignore=$(CONFORMANCE)
+	$(PY) -m pytest $(CONFORMANCE)
 	$(PY) -m tests.packaging.check_dist --single-package
 
 test-fast: install
@@ -69,8 +76,10 @@ bench: install e2e-deps
 	$(PY) -m bench.pod_start_bench
 	$(PY) -m bench.figures
 
+# BEFORE=DIR (a checkout of the previous code, e.g. `git worktree add /tmp/before main`)
+# measures the big-Pod and policy scenarios against it too, in the same run.
 bench-abuse: install
-	$(PY) -m bench.abuse_bench
+	$(PY) -m bench.abuse_bench $(if $(BEFORE),--before $(BEFORE))
 	$(PY) -m bench.figures
 
 # Health probing on against off, with a real TLS mirror on loopback (about a minute).
@@ -93,13 +102,26 @@ bench-profile: install
 	$(PY) -m bench.profile_server --size large --requests 600
 
 # The server image, built with podman (installed from Debian's packages when
-# missing). BASE=debian makes the Python base from this machine's apt sources
-# (no registry of base images needed); BASE=official uses the Containerfile's
-# digest-pinned official Python image. TAG names the result.
+# missing). BASE=debian, the default and the releases' base, makes the Python
+# base from this machine's apt sources, every package checked against the
+# archive's signatures (no registry of base images needed); BASE=official
+# takes the official Python image only as PYTHON_IMAGE=...@sha256:<digest>, a
+# digest you resolved and verified: none is shipped. TAG names the result.
 BASE ?= debian
 TAG ?= localhost/mirrorgate:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 image:
 	BASE=$(BASE) TAG=$(TAG) bash image/build.sh
+
+# Every release artifact, built into DIST and verified (release/release.sh):
+# the image as one OCI archive for PLATFORMS (arm64 emulated through Debian's
+# qemu-user-static; where binfmt_misc or root is missing, PLATFORMS=linux/amd64),
+# its CycloneDX SBOM, the chart stamped with VERSION, SHA256SUMS. VERSION must
+# be pyproject.toml's and have a CHANGELOG.md section. Publishing is CI's
+# (.github/workflows/release.yml).
+DIST ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64
+release: install
+	VERSION=$(VERSION) DIST=$(DIST) PLATFORMS="$(PLATFORMS)" bash release/release.sh
 
 # Re-pin the image's dependencies (every file by hash) from pyproject.toml.
 lock: install

@@ -63,6 +63,23 @@ server far more than that, with or without a webhook."""),
 admission's latency while they are open, and the RSS growth after a flood of
 reviews each carrying a different 2.5 MB image (answered "invalid" with a
 bounded warning, kept in no memo). See [Security](#security) for the limits."""),
+    ("abuse-loop", """\
+**Big Pods and policy reloads**: the real HTTPS server under the same
+benchmark, beside the previous version's code (`--before`, a checkout of it
+served by the same interpreter): normal admissions over one keep-alive
+connection while three processes send 3 MB Pods of 50,000 containers back to
+back, then `mirrorgate policy check` and a live reload of a 1 MiB policy of
+valid rules and of three files built to hurt (YAML alias bombs, 100,000-deep
+nesting), with normal admissions timed for 3 s from each file's replacement.
+The reload verdict includes up to one `--reload-interval` (1 s) of polling."""),
+    ("abuse-pinned", """\
+**Pinned by unread answers**: the real HTTPS server with its default limits
+while another process holds the connection limit's worth of connections,
+each pipelining 1,000 `GET /metrics` that it never reads, and opens a new
+one whenever the server closes one. Beside them, a keep-alive client already
+in use goes on with its admissions and fresh connections make one each.
+*before* is the previous version under the same run, in the same sitting
+(`--baseline-server`)."""),
     ("pods", """\
 **Pod start on a real node**: the e2e suite's node (kubelet, containerd),
 one Pod at a time, from just before the create call to the moment the

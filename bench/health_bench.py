@@ -49,8 +49,7 @@ ON, OFF = "probes-on", "probes-off"
 
 
 def bench_policy(mirror: str) -> str:
-    return (f"mode: enforce\n"
-            f"health: {{interval: {int(INTERVAL * 1000)}ms, timeout: 500ms}}\n"
+    return (f"health: {{interval: {int(INTERVAL * 1000)}ms, timeout: 500ms}}\n"
             f"mirrors:\n"
             f"  - source: docker.io\n    mirror: {mirror}/dockerhub\n"
             f"  - source: quay.io\n    mirror: {mirror}/quay\n"

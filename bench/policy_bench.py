@@ -81,7 +81,7 @@ def policy_document(rule_count: int) -> dict[str, Any]:
         else:
             source = f"registry{i}.example.com"
         mirrors.append({"source": source, "mirror": f"mirror.corp.example/r{i}"})
-    return {"mode": "enforce", "mirrors": mirrors,
+    return {"mirrors": mirrors,
             "exclude": {"namespaces": ["mirrorgate"]}}
 
 

@@ -82,7 +82,6 @@ STEADY_NAMESPACE = "team-a"
 
 # make bench's policy with a credential on every rule: each image needs the pull secret.
 POLICY = f"""\
-mode: enforce
 mirrors:
   - source: docker.io
     mirror: {MIRROR_HOST}/dockerhub

@@ -55,7 +55,6 @@ MIN_TICKS = 10
 
 # Every image is under a rule, none needs a credential: all rewritten.
 POLICY = """\
-mode: enforce
 mirrors:
   - source: docker.io
     mirror: mirror.corp.example/dockerhub

@@ -3,8 +3,10 @@
 # image/deps.sh when missing) and prints its name.
 #
 #   image/build.sh                  # base from Debian's packages (image/debian-base.sh)
-#   BASE=official image/build.sh    # the Containerfile's digest-pinned official Python base
+#   BASE=official PYTHON_IMAGE=docker.io/library/python:3.11-slim-bookworm@sha256:... image/build.sh
+#                                   # the official Python base, by a digest you verified
 #   TAG=registry.example/mirrorgate:0.1.0 image/build.sh
+#   PLATFORM=linux/arm64 image/build.sh   # another architecture, emulated (image/emulation.sh)
 #
 # The layer cache makes a rebuild after a source change take seconds: the
 # locked dependencies sit in a layer of their own.
@@ -17,9 +19,22 @@ version="${VERSION:-$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)}"
 TAG="${TAG:-localhost/mirrorgate:$version}"
 
 args=(--network=host --layers --tag "$TAG" --file Containerfile --build-arg "VERSION=$version")
+if [[ -n "${PLATFORM:-}" ]]; then
+  args+=(--platform "$PLATFORM")
+fi
 case "${BASE:-debian}" in
-  debian) args+=(--build-arg "PYTHON_IMAGE=$(bash image/debian-base.sh)") ;;
-  official) ;;
+  debian)
+    arch="${PLATFORM:-}"; arch="${arch#linux/}"
+    args+=(--build-arg "PYTHON_IMAGE=$(ARCH="${arch:-}" bash image/debian-base.sh)") ;;
+  official)
+    # The official image only by a digest its user resolved and checked: the
+    # project ships none it could not verify (README "1. The image").
+    if [[ "${PYTHON_IMAGE:-}" != *@sha256:* ]]; then
+      echo "image/build.sh: BASE=official needs PYTHON_IMAGE=<image>@sha256:<digest>, a digest" \
+           "you resolved and verified" >&2
+      exit 2
+    fi
+    args+=(--build-arg "PYTHON_IMAGE=$PYTHON_IMAGE") ;;
   *) echo "image/build.sh: BASE must be debian or official, not ${BASE}" >&2; exit 2 ;;
 esac
 

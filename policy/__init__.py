@@ -5,6 +5,7 @@ or the network (an import-linter contract in pyproject.toml checks it).
 """
 
 from mirrorgate.policy.decision import (
+    MODE_LABEL,
     OUTCOMES,
     ImageDecision,
     PodExemption,
@@ -20,6 +21,7 @@ from mirrorgate.policy.model import (
     OnCredentialError,
     Policy,
     PolicyError,
+    advice,
     load,
 )
 from mirrorgate.policy.planner import (
@@ -32,7 +34,7 @@ from mirrorgate.policy.planner import (
     ImageRewrite,
     ImageSite,
     RewritePlan,
-    audit_line,
+    audit_mode_line,
     find_image_sites,
     plan,
     pull_secret_name,
@@ -50,6 +52,7 @@ __all__ = [
     "CONTAINER_FIELDS",
     "HEALTHY",
     "MIRROR_POD_ANNOTATION",
+    "MODE_LABEL",
     "ORIGINAL_IMAGES_ANNOTATION",
     "OUTCOMES",
     "PULL_SECRET_PREFIX",
@@ -75,7 +78,8 @@ __all__ = [
     "Resolution",
     "RewritePlan",
     "Source",
-    "audit_line",
+    "advice",
+    "audit_mode_line",
     "decide_image",
     "exempt_pod",
     "find_image_sites",

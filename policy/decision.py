@@ -39,6 +39,7 @@ from mirrorgate.policy.quoting import quote
 
 __all__ = [
     "MIRROR_POD_ANNOTATION",
+    "MODE_LABEL",
     "OUTCOMES",
     "SKIP_LABEL",
     "ImageDecision",
@@ -55,6 +56,8 @@ OUTCOMES: tuple[Outcome, ...] = ("excluded", "skipped", "invalid", "no-rule",
                                  "credential-unavailable", "mirror-unhealthy")
 
 SKIP_LABEL = "mirrorgate.io/skip"
+MODE_LABEL = "mirrorgate.io/mode"
+"""The Namespace label that opts a namespace in, with one of the policy's modes as its value."""
 # Static pods are owned by the kubelet's manifest files; the API object is a
 # read-only mirror that admission must not change.
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"

@@ -1,6 +1,6 @@
 """Mirror and credential health as values: the probe settings, and what the probes concluded.
 
-The probing itself is I/O and lives in ``webhook.health.monitor``; admission only
+The probing itself is I/O and lives in ``webhook.mirrorhealth.monitor``; admission only
 ever sees a :class:`Health` value, read from memory, and the planner decides
 with it like with any other input.
 """

@@ -33,12 +33,15 @@ __all__ = [
     "OnCredentialError",
     "Policy",
     "PolicyError",
+    "advice",
     "load",
 ]
 
 Mode = Literal["enforce", "audit"]
-OnCredentialError = Literal["skip", "deny"]
+"""How an admission treats a Pod: set by the namespace's mirrorgate.io/mode label (or the
+server's --audit-only), never by the policy."""
 MODES: tuple[Mode, ...] = ("enforce", "audit")
+OnCredentialError = Literal["skip", "deny"]
 ON_CREDENTIAL_ERROR: tuple[OnCredentialError, ...] = ("skip", "deny")
 
 # The control plane pulls its own images before any webhook can help it;
@@ -54,6 +57,8 @@ RESOLUTION_MEMO_BYTES = 8 << 20
 PLAN_MEMO_BYTES = 16 << 20
 DECISION_MEMO_BYTES = 1 << 20
 ENTRY_OVERHEAD = 200
+MAX_ERRORS = 1000
+"""Problems a :class:`PolicyError` keeps; it counts the rest."""
 """Bytes charged per memo entry beyond its strings: the dict slot, tuples, small objects."""
 
 # A credential becomes the Secret `mirrorgate-<name>` and the label value
@@ -62,7 +67,13 @@ CREDENTIAL_NAME_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCI
 # Namespace globs: DNS-label characters plus the fnmatch wildcards.
 _NAMESPACE_GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}", re.ASCII)
 
-_TOP_LEVEL_KEYS = ("mode", "onCredentialError", "health", "mirrors", "exclude", "credentials")
+_TOP_LEVEL_KEYS = ("onCredentialError", "health", "mirrors", "exclude", "credentials")
+# Fields a policy once had: what to do instead.
+_REMOVED_KEYS = {
+    "mode": "the policy no longer sets the mode; remove this line. Each namespace's "
+            "mirrorgate.io/mode label (enforce or audit) decides, and the server's "
+            "--audit-only (the chart's mode: audit) makes the whole cluster report only",
+}
 _RULE_KEYS = ("source", "mirror", "credential", "onMirrorDown", "caFile")
 _HEALTH_KEYS = ("interval", "timeout", "failureThreshold", "successThreshold")
 # Probing more often than this is load on the mirror without news; less often
@@ -88,11 +99,18 @@ class FieldError:
 
 
 class PolicyError(ValueError):
-    """A policy document that cannot be used; ``errors`` lists every problem found."""
+    """A policy document that cannot be used; ``errors`` lists the problems found.
 
-    def __init__(self, errors: Sequence[FieldError]) -> None:
+    At most :data:`MAX_ERRORS` of them: ``omitted`` counts the rest, which a
+    document of a hundred thousand bad entries would otherwise turn into a
+    message of megabytes.
+    """
+
+    def __init__(self, errors: Sequence[FieldError], omitted: int = 0) -> None:
         self.errors = tuple(errors)
-        super().__init__("\n".join(str(e) for e in self.errors))
+        self.omitted = omitted
+        more = [f"... and {omitted} more"] if omitted else []
+        super().__init__("\n".join([*(str(e) for e in self.errors), *more]))
 
 
 _K = TypeVar("_K")
@@ -151,7 +169,6 @@ class CredentialGrant:
 class Policy:
     """A validated policy. Build it with :func:`load`."""
 
-    mode: Mode
     rules: tuple[MirrorRule, ...]
     exclude_images: tuple[str, ...]
     exclude_namespaces: tuple[str, ...]
@@ -299,21 +316,28 @@ class _Collector:
 
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
+        self.omitted = 0
 
     def add(self, path: str, message: str) -> None:
-        self.errors.append(FieldError(path, message))
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(FieldError(path, message))
+        else:
+            self.omitted += 1
 
-    def mapping(self, value: object, path: str,
-                allowed: Sequence[str] | None) -> Mapping[str, object]:
-        """``value`` as a mapping; ``allowed`` lists its fields (None: any keys)."""
+    def mapping(self, value: object, path: str, allowed: Sequence[str] | None,
+                removed: Mapping[str, str] | None = None) -> Mapping[str, object]:
+        """``value`` as a mapping; ``allowed`` lists its fields (None: any keys);
+        ``removed`` says what to do instead of a field that no longer exists."""
         if value is None:
             return {}
         if not isinstance(value, Mapping):
             self.add(path, f"must be a mapping, got {_type_name(value)}")
             return {}
         for key in value:
-            if allowed is not None and key not in allowed:
-                where = f"{path}.{key}" if path else str(key)
+            where = f"{path}.{key}" if path else str(key)
+            if removed is not None and key in removed:
+                self.add(where, removed[key])
+            elif allowed is not None and key not in allowed:
                 self.add(where, f"unknown field (expected one of: {', '.join(allowed)})")
         return cast("Mapping[str, object]", value)
 
@@ -510,13 +534,10 @@ def load(document: object) -> Policy:
     Raises :class:`PolicyError` listing every problem, each with its path.
     """
     errors = _Collector()
-    top = errors.mapping(document, "", _TOP_LEVEL_KEYS)
+    top = errors.mapping(document, "", _TOP_LEVEL_KEYS, _REMOVED_KEYS)
     if document is None:
         errors.add("", "the policy is empty")
 
-    mode = top.get("mode", "enforce")
-    if mode not in MODES:
-        errors.add("mode", f"{_quote(mode)} is not one of: {', '.join(MODES)}")
     on_error = top.get("onCredentialError", "skip")
     if on_error not in ON_CREDENTIAL_ERROR:
         errors.add("onCredentialError",
@@ -531,7 +552,8 @@ def load(document: object) -> Policy:
             continue
         grant = errors.mapping(grant_doc, where, _GRANT_KEYS)
         if "namespaces" not in grant:
-            errors.add(f"{where}.namespaces", "is required (use [\"*\"] for every namespace)")
+            errors.add(f"{where}.namespaces", "is required: the namespaces (names or globs) "
+                                              "whose Pods may use this credential")
         namespaces = _parse_namespace_globs(grant.get("namespaces"), f"{where}.namespaces", errors)
         if grant.get("namespaces") == []:
             errors.add(f"{where}.namespaces", "is empty: the credential would reach no namespace")
@@ -617,9 +639,8 @@ def load(document: object) -> Policy:
         exclude.get("namespaces"), "exclude.namespaces", errors)
 
     if errors.errors:
-        raise PolicyError(errors.errors)
+        raise PolicyError(errors.errors, errors.omitted)
     return Policy(
-        mode=cast("Mode", mode),
         rules=tuple(rules),
         exclude_images=exclude_images,
         exclude_namespaces=exclude_namespaces,
@@ -627,3 +648,17 @@ def load(document: object) -> Policy:
         on_credential_error=cast("OnCredentialError", on_error),
         health=health,
     )
+
+
+def advice(rules: Policy) -> tuple[FieldError, ...]:
+    """What a valid policy allows that is rarely meant: ``policy check`` warns of it.
+
+    A ``"*"`` grant hands the credential to anyone who can create a Pod in
+    any opted-in namespace (docs/security.md).
+    """
+    return tuple(
+        FieldError(f"credentials.{name}.namespaces",
+                   '"*" grants this credential to every opted-in namespace: anyone who can '
+                   "create a Pod in one can pull with it; name the namespaces or globs that "
+                   "need it")
+        for name, grant in rules.grants.items() if "*" in grant.namespaces)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Literal, NamedTuple, cast
 
 from mirrorgate.policy import reference
@@ -39,7 +39,7 @@ __all__ = [
     "ImageRewrite",
     "ImageSite",
     "RewritePlan",
-    "audit_line",
+    "audit_mode_line",
     "find_image_sites",
     "plan",
     "pull_secret_name",
@@ -114,7 +114,7 @@ class ImageRewrite(NamedTuple):
     """``up``, or the health problem its rule's ``onMirrorDown: keep`` rewrote it through."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, weakref_slot=True)
 class RewritePlan:
     """Everything admission should change on one Pod, and why."""
 
@@ -132,15 +132,9 @@ class RewritePlan:
     """Each image's outcome by site key (see :mod:`policy.decision`)."""
     fallbacks: int = 0
     """Images left as written because their mirror or credential is unhealthy."""
-    derived: dict[Hashable, object] = dataclasses.field(
-        default_factory=dict, compare=False, repr=False)
-    """What callers compute from the plan alone, by keys of their own: ``webhook.patch``'s
-    encoded patches (by anchors, a tuple) and admission's audit report (``"audit"``). It
-    lives and goes with the plan: a plan the memo shares (see :func:`plan`) computes each
-    once for all the Pods of its shape, and the memo charges for it."""
 
 
-def audit_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
+def audit_mode_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
     """The one-line report of a rewrite that audit mode does not make.
 
     ``health`` appends the mirror's health, where probes have established it.
@@ -322,10 +316,11 @@ def _memo_cost(key: ShapeKey, found: RewritePlan) -> int | None:
     Computed only for a new shape. A name longer than a DNS label or an image
     longer than any reference cannot be valid: such Pods are planned, never
     kept. The plan's sites and originals share the key's strings; its
-    warnings quote bounded prefixes. What callers will keep in its
-    ``derived`` (an encoded patch, audit lines) quotes each name and image
-    a few times over, and the originals once more: charged here as four
-    more copies of each name and image, and one of the originals.
+    warnings quote bounded prefixes. What callers derive from a shared plan
+    and keep beside it while it lives (the webhook's encoded patch and audit
+    lines: a plan is weakly referenceable for that) quotes each name and
+    image a few times over, and the originals once more: charged here as
+    four more copies of each name and image, and one of the originals.
     """
     namespace, _, _, _, originals, secrets, *lists = cast("_KeyParts", key)
     size = len(namespace) + 2 * len(originals or "") + ENTRY_OVERHEAD

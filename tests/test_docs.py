@@ -54,7 +54,6 @@ def test_the_reference_lists_exactly_the_fields_the_loader_accepts() -> None:
 RULE = {"source": "docker.io", "mirror": "m.example/hub"}
 # How to read each documented default back from a policy loaded without the field.
 DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
-    "mode": ({}, lambda p: p.mode),
     "onCredentialError": ({}, lambda p: p.on_credential_error),
     "mirrors": ({}, lambda p: list(p.rules)),
     "mirrors[].credential": ({"mirrors": [RULE]}, lambda p: p.rules[0].credential),

@@ -17,15 +17,18 @@ import orjson
 from mirrorgate import policy
 from mirrorgate.webhook import patch, review
 
-__all__ = ["Decision", "PullSecrets", "admit"]
+__all__ = ["Decision", "PullSecrets", "Target", "admit", "screen"]
 
-Mode = Literal["enforce", "audit"]
 Outcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
 EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
 # A namespace name is a DNS label (RFC 1123). The API server sends only
 # names of namespaces that exist; anything else is not a review from it.
 NAMESPACE_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
 POD_NAME_LOG_LIMIT = 253
+MAX_CONTAINERS = 1000
+"""Containers of one Pod (all lists) that admission plans: the default of `serve
+--max-containers`. Planning costs about 15 µs per container on the event loop that every
+admission shares; a Pod with more is admitted as written, with a warning saying why."""
 
 
 class PullSecrets(Protocol):
@@ -47,7 +50,7 @@ class Decision(NamedTuple):
     """The response body plus what the logs and metrics need to know about it."""
 
     body: review.AdmissionReview
-    mode: Mode
+    mode: policy.Mode
     outcome: Outcome
     namespace: str = ""
     name: str = ""
@@ -72,7 +75,7 @@ def _is_pod(request: review.AdmissionRequest) -> bool:
     return kind.get("group") == "" and kind.get("kind") == "Pod"
 
 
-def _audit_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dict[str, str]:
+def _audit_log_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dict[str, str]:
     """The rewrites for the API server's audit log; ``health`` adds each mirror's health."""
     # The API server prefixes each key with the webhook's name.
     if not plan.rewrites:
@@ -83,17 +86,18 @@ def _audit_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dic
          for r in plan.rewrites}).decode()}
 
 
-def _audit_report(plan: policy.RewritePlan) -> tuple[tuple[str, ...], dict[str, str]]:
-    """Audit mode's warnings and audit annotations for ``plan``, kept in its ``derived``.
+def _audit_mode_report(plan: policy.RewritePlan) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Audit mode's warnings and audit annotations for ``plan``, kept in :func:`patch.derived`.
 
     A plan shared by the Pods of one shape (:func:`policy.plan`) reports the
     same for each: made once, then copied into each response.
     """
-    found = plan.derived.get("audit")
+    kept = patch.derived(plan)
+    found = kept.get("audit-mode")
     if found is None:
-        found = plan.derived["audit"] = (
-            (*plan.warnings, *(policy.audit_line(r, health=True) for r in plan.rewrites)),
-            _audit_annotations(plan, health=True))
+        found = kept["audit-mode"] = (
+            (*plan.warnings, *(policy.audit_mode_line(r, health=True) for r in plan.rewrites)),
+            _audit_log_annotations(plan, health=True))
     return cast("tuple[tuple[str, ...], dict[str, str]]", found)
 
 
@@ -115,12 +119,41 @@ def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: s
                        unavailable=unavailable, health=health)
 
 
-async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
-                secrets: PullSecrets, health: policy.Health = policy.HEALTHY) -> Decision:
-    """Decide on one review. Raises :class:`review.BadReview` for malformed requests only.
+def _container_count(request: review.AdmissionRequest, obj: dict[str, Any], *,
+                     ephemeral: bool) -> int:
+    """The containers planning would walk: every list, or an update's ephemeral ones (old too)."""
+    pods = [obj]
+    old = request.get("oldObject")
+    if ephemeral and type(old) is dict:
+        pods.append(old)
+    count = 0
+    for pod in pods:
+        spec = pod.get("spec")
+        if type(spec) is not dict:
+            continue
+        for field in EPHEMERAL if ephemeral else policy.CONTAINER_FIELDS:
+            containers = spec.get(field)
+            if type(containers) is list:
+                count += len(containers)
+    return count
 
-    ``health`` is the probes' last conclusion, passed in: deciding never waits
-    for the network.
+
+class Target(NamedTuple):
+    """A review :func:`screen` passed on to planning: the Pod and where it is going."""
+
+    obj: dict[str, Any]
+    namespace: str
+    name: str
+    ephemeral: bool
+
+
+def screen(rev: review.Review, *, mode: policy.Mode,
+           max_containers: int = MAX_CONTAINERS) -> Decision | Target:
+    """What can be decided without the policy: a review that is not about a Pod to mutate,
+    or a Pod of more than ``max_containers`` containers (admitted as written, saying so).
+
+    Raises :class:`review.BadReview` for malformed requests. Pure: a worker
+    process runs it on large reviews (see :mod:`webhook.edge.offload`).
     """
     request = rev.request
     operation, subresource = request["operation"], request.get("subResource", "")
@@ -140,6 +173,30 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
     if NAMESPACE_RE.fullmatch(namespace) is None:
         raise rev.bad(f"namespace {policy.quote(namespace, limit=64)} is not a namespace name")
     name = _pod_name(metadata)
+    count = _container_count(request, obj, ephemeral=ephemeral)
+    if count > max_containers:
+        warning = (f"mirrorgate: the Pod has {count:,} containers, more than the "
+                   f"{max_containers:,} it rewrites (serve --max-containers); its images are "
+                   "left as written")
+        return Decision(review.allowed(rev, warnings=[warning]), mode, "skipped", namespace,
+                        name, 0, 1)
+    return Target(obj, namespace, name, ephemeral)
+
+
+async def admit(rev: review.Review, *, rules: policy.Policy, mode: policy.Mode,
+                secrets: PullSecrets, health: policy.Health = policy.HEALTHY,
+                max_containers: int = MAX_CONTAINERS) -> Decision:
+    """Decide on one review. Raises :class:`review.BadReview` for malformed requests only.
+
+    ``health`` is the probes' last conclusion, passed in: deciding never waits
+    for the network. A Pod of more than ``max_containers`` containers is not
+    planned: it is admitted as written, with a warning that says so.
+    """
+    screened = screen(rev, mode=mode, max_containers=max_containers)
+    if isinstance(screened, Decision):
+        return screened
+    request = rev.request
+    obj, namespace, name, ephemeral = screened
 
     plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
                  health=health)
@@ -148,7 +205,7 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
                         namespace, name, 0, len(plan.warnings), plan=plan)
 
     if mode == "audit":
-        lines, annotations = _audit_report(plan)
+        lines, annotations = _audit_mode_report(plan)
         return Decision(review.allowed(rev, warnings=lines, audit_annotations=annotations),
                         mode, "allowed", namespace, name, len(plan.rewrites), len(lines),
                         plan=plan)
@@ -180,6 +237,6 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: Mode,
     # records at RequestResponse level; audit annotations are for audit mode.
     return Decision(
         review.patched(rev, encoded, warnings=warnings,
-                       audit_annotations=_audit_annotations(plan) if ephemeral else None),
+                       audit_annotations=_audit_log_annotations(plan) if ephemeral else None),
         mode, "patched" if encoded else "allowed", namespace, name, len(plan.rewrites),
         len(warnings), unrewritten, plan)

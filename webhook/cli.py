@@ -1,4 +1,4 @@
-"""The `mirrorgate` command line.
+"""The `mirrorgate` command line: the parser, and dispatch to the commands in ``commands/``.
 
 Exit codes, for every command: 0 fine, 1 findings (warnings, invalid images,
 an invalid policy under `policy check`), 2 usage or configuration error with
@@ -10,290 +10,32 @@ and 2 when its port is busy.
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TextIO
 
-import yaml
-
-from mirrorgate.webhook import policyfile
-from mirrorgate.webhook.commands import offline
+from mirrorgate.webhook.commands import (
+    EXIT_OK,
+    EXIT_USAGE,
+    Command,
+    certs,
+    cluster_audit,
+    credentials,
+    export,
+    offline,
+)
 from mirrorgate.webhook.credentials.store import StoreError
 from mirrorgate.webhook.edge.limits import Limits
 from mirrorgate.webhook.policyfile import ConfigError
 from mirrorgate.webhook.version import VERSION
 
-__all__ = ["main"]
-
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
-
-Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
+__all__ = ["build_parser", "main"]
 
 
-def _read_input(path: str, stdin: TextIO) -> tuple[str, str]:
-    if path == "-":
-        return stdin.read(), "<stdin>"
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read(), path
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-
-
-def cmd_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    rules = policyfile.read_policy(args.policy).policy
-    text, source = _read_input(args.filename, sys.stdin)
-    documents = offline.load_documents(text, source=source)
-    try:
-        outputs, patches, warnings = offline.rewrite_documents(
-            documents, rules=rules, namespace=args.namespace)
-    except offline.NothingToRewrite as error:
-        raise ConfigError(f"{source}: {error}") from None
-    for warning in warnings:
-        print(f"warning: {warning}", file=err)
-    if args.output == "patch":
-        for ops in patches:
-            print(offline.dumps_json(ops), file=out)
-    elif args.output == "json":
-        value = outputs[0] if len(outputs) == 1 else {
-            "apiVersion": "v1", "kind": "List", "items": outputs}
-        print(json.dumps(value, indent=2), file=out)
-    else:
-        yaml.safe_dump_all(outputs, out, sort_keys=False)
-    return EXIT_FINDINGS if warnings else EXIT_OK
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, equals, value = text.partition("=")
-    if not key or not equals:
-        raise ConfigError(f"--label {text!r}: write KEY=VALUE")
-    return key, value
-
-
-def cmd_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    rules = policyfile.read_policy(args.policy).policy if args.policy else None
-    labels = dict(_label(text) for text in args.label)
-    status = EXIT_OK
-    for image in args.images:
-        explained = offline.explain_image(image, rules=rules, namespace=args.namespace,
-                                          labels=labels)
-        if not explained["valid"] or explained["warning"] is not None:
-            status = EXIT_FINDINGS
-        print(offline.dumps_json(explained), file=out)
-    return status
-
-
-def cmd_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    try:
-        data = pathlib.Path(args.file).read_bytes()
-    except OSError as error:
-        raise ConfigError(f"{args.file}: cannot read policy: {error.strerror}") from None
-    try:
-        loaded = policyfile.read_policy(args.file, data=data)
-    except ConfigError as error:
-        # Here an invalid policy is the finding, not a usage error.
-        print(error, file=out)
-        return EXIT_FINDINGS
-    rules = loaded.policy
-    print(f"{args.file}: valid (version {loaded.version}, mode {rules.mode}, "
-          f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
-          f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
-          file=out)
-    if args.store_file is None:
-        return EXIT_OK
-    from mirrorgate.webhook.credentials import filestore
-    from mirrorgate.webhook.health import monitor
-
-    problems = monitor.credential_problems(
-        rules, filestore.read_store(args.store_file, _store_key(args)).credentials)
-    for name, why in sorted(problems.items()):
-        # The same words the server logs and lists in /readyz.
-        print(f"  credential {name}: {why} ({args.store_file})", file=out)
-    return EXIT_FINDINGS if problems else EXIT_OK
-
-
-def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.webhook.commands import serve  # uvicorn and the app load only for this command
 
-    serve.serve(serve.Settings(
-        policy=args.policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host,
-        port=args.port, reload_interval=args.reload_interval, log_level=args.log_level,
-        kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
-        store=args.store, store_file=args.store_file, store_key_file=args.key_file,
-        credential_deadline=args.credential_deadline, audit_only=args.audit_only,
-        reconcile_interval=args.reconcile_interval,
-        credential_provider_config=args.credential_provider_config,
-        credential_provider_bin_dir=args.credential_provider_bin_dir,
-        credential_provider_timeout=args.credential_provider_timeout,
-        tls_secret=args.tls_secret, service=args.service,
-        webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
-        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name), limits=Limits(
-            max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
-            max_headers=args.max_headers, header_timeout=args.header_timeout,
-            body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
-            max_buffered_bytes=args.max_buffered_bytes),
-        health_probes=args.health_probes))
-    return EXIT_OK
-
-
-def _store_key(args: argparse.Namespace) -> bytes:
-    import os
-
-    from mirrorgate.webhook.credentials import filestore
-
-    return filestore.load_key(key_file=args.key_file, environ=os.environ)
-
-
-def cmd_credentials_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.policy.model import CREDENTIAL_NAME_RE, mirror_problem
-    from mirrorgate.webhook.credentials import filestore
-    from mirrorgate.webhook.credentials.store import Credential
-
-    if not CREDENTIAL_NAME_RE.fullmatch(args.name):
-        raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
-                          "and '-' (a DNS label, at most 63 characters)")
-    problem = mirror_problem(args.registry)
-    if problem is not None:
-        raise ConfigError(f"--registry: {problem}")
-    if not args.password_stdin:
-        raise ConfigError("pass the password on standard input with --password-stdin "
-                          "(never as an argument: it would show in ps and shell history)")
-    if sys.stdin.isatty():
-        import getpass  # a person at a terminal: do not echo the password
-
-        password = getpass.getpass("password: ")
-    else:
-        password = sys.stdin.readline().rstrip("\r\n")
-    if not password:
-        raise ConfigError("no password on standard input")
-    key = _store_key(args)
-    contents = filestore.read_store(args.store_file, key, missing_ok=True)
-    replaced = args.name in contents.credentials
-    entries = {**contents.credentials, args.name: Credential(
-        name=args.name, registry=args.registry, username=args.username, password=password)}
-    filestore.write_store(args.store_file, key, contents.replaced(entries))
-    print(f"{'updated' if replaced else 'added'} credential {args.name!r} for {args.registry} "
-          f"in {args.store_file}", file=err)
-    return EXIT_OK
-
-
-def cmd_credentials_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.webhook.credentials import filestore
-
-    entries = filestore.read_store(args.store_file, _store_key(args)).credentials
-    print(f"{'NAME':<24} {'REGISTRY':<40} USERNAME", file=out)
-    for credential in sorted(entries.values(), key=lambda c: c.name):
-        print(f"{credential.name:<24} {credential.registry:<40} {credential.username}", file=out)
-    return EXIT_OK
-
-
-def cmd_credentials_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.webhook.credentials import filestore
-
-    key = _store_key(args)
-    contents = filestore.read_store(args.store_file, key)
-    if args.name not in contents.credentials:
-        print(f"no credential {args.name!r} in {args.store_file}", file=err)
-        return EXIT_FINDINGS
-    entries = {n: c for n, c in contents.credentials.items() if n != args.name}
-    filestore.write_store(args.store_file, key, contents.replaced(entries))
-    print(f"removed credential {args.name!r} from {args.store_file}", file=err)
-    return EXIT_OK
-
-
-def cmd_credentials_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.webhook.cluster import kube
-    from mirrorgate.webhook.commands import credentials_check
-
-    rules = policyfile.read_policy(args.policy).policy if args.policy else None
-    sources = credentials_check.Sources(
-        store=args.store, store_file=args.store_file, key=lambda: _store_key(args),
-        kube=lambda: kube.Kube.connect(kubeconfig=args.kubeconfig, context=args.context),
-        namespace=args.namespace or kube.own_namespace(),
-        provider_config=args.credential_provider_config,
-        provider_bin_dir=args.credential_provider_bin_dir,
-        provider_timeout=args.credential_provider_timeout)
-    try:
-        resolved = credentials_check.check(args.name, args.image, rules=rules, sources=sources)
-    except credentials_check.CheckFailed as error:
-        print(f"mirrorgate: {error}", file=err)
-        return EXIT_FINDINGS
-    print(offline.dumps_json(resolved), file=out)
-    return EXIT_OK
-
-
-def cmd_credentials_generate_key(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import os
-
-    from mirrorgate.webhook.credentials import filestore
-
-    key = filestore.generate_key()
-    if args.out == "-":
-        print(key, file=out)
-        return EXIT_OK
-    try:
-        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise ConfigError(f"{args.out}: already exists; not overwriting a key") from None
-    except OSError as error:
-        raise ConfigError(f"{args.out}: {error.strerror}") from None
-    with os.fdopen(fd, "w") as handle:
-        handle.write(key + "\n")
-    print(f"wrote a new store key to {args.out} (mode 0600); keep it apart from the store",
-          file=err)
-    return EXIT_OK
-
-
-def cmd_certs_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate import certs
-    directory = pathlib.Path(args.out)
-    if directory.exists() and not directory.is_dir():
-        raise ConfigError(f"certs generate: --out {args.out} is not a directory; --out names "
-                          "the directory the four files are written into")
-    try:
-        leaf = certs.generate_bundle(service=args.service, namespace=args.namespace,
-                                     out=directory, dns=args.dns, ips=args.ip)
-        ca_pem = (directory / certs.CA_CERT).read_bytes()
-    except (ValueError, OSError) as error:
-        raise ConfigError(f"certs generate: {error}") from None
-    for name, note in ((certs.CA_CERT, ""),
-                       (certs.CA_KEY, " (signs certificates: keep it out of the webhook Pod)"),
-                       (certs.TLS_CERT, ""), (certs.TLS_KEY, "")):
-        print(f"wrote {directory / name}{note}", file=err)
-    print(f"serving certificate valid until {leaf.not_valid_after:%Y-%m-%d %H:%M} UTC",
-          file=err)
-    print(f"caBundle: {certs.ca_bundle_b64(ca_pem)}", file=out)
-    return EXIT_OK
-
-
-def cmd_certs_inject(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate import certs
-    from mirrorgate.webhook.cluster import kube
-
-    try:
-        ca_pem = pathlib.Path(args.ca).read_bytes()
-        bundle = certs.ca_bundle_b64(ca_pem)
-    except OSError as error:
-        raise ConfigError(f"{args.ca}: cannot read: {error.strerror}") from None
-    except ValueError as error:
-        raise ConfigError(f"{args.ca}: {error}") from None
-    try:
-        client = kube.Kube.connect(kubeconfig=args.kubeconfig, context=args.context)
-        path = kube.webhook_configuration_path(args.webhook_config)
-        configuration = client.get(path)
-        webhooks = configuration.get("webhooks") or []
-        for webhook in webhooks:
-            webhook.setdefault("clientConfig", {})["caBundle"] = bundle
-        client.replace(path, configuration)  # carries resourceVersion: no lost update
-    except kube.KubeError as error:
-        raise ConfigError(f"certs inject: {error}") from None
-    print(f"set caBundle on {len(webhooks)} webhook{'s' if len(webhooks) != 1 else ''} of "
-          f"MutatingWebhookConfiguration {args.webhook_config}", file=err)
-    return EXIT_OK
+    return serve.run(args, out, err)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -303,12 +45,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _group(commands: argparse._SubParsersAction[Any], name: str,
-           text: str) -> argparse._SubParsersAction[Any]:
+def _mode_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=offline.MODES, default=offline.ENFORCE,
+                        help="the namespace's mirrorgate.io/mode label; audit also when the "
+                             "server runs --audit-only (default: %(default)s)")
+
+
+def _group(commands: argparse._SubParsersAction[Any], name: str, text: str, *,
+           description: str | None = None, dest: str | None = None,
+           metavar: str = "COMMAND") -> argparse._SubParsersAction[Any]:
     """A command that only groups subcommands (`mirrorgate policy check`, ...)."""
-    group = commands.add_parser(name, help=text)
+    group = commands.add_parser(name, help=text, description=description)
     subcommands: argparse._SubParsersAction[Any] = group.add_subparsers(
-        dest=f"{name}_command", metavar="COMMAND", parser_class=_Parser)
+        dest=dest or f"{name}_command", metavar=metavar, parser_class=_Parser)
     subcommands.required = True
     return subcommands
 
@@ -359,7 +108,16 @@ def _limit_arguments(group: argparse._ArgumentGroup) -> None:
             ("--idle-timeout", float, "SECONDS", "how long a keep-alive connection may wait "
              "for its next request"),
             ("--max-buffered-bytes", int, "BYTES", "request-body bytes held at once across all "
-             "connections; over it, the longest-running body reads are closed")):
+             "connections; over it, the longest-running body reads are closed"),
+            ("--max-containers", int, "COUNT", "containers of one Pod that admission "
+             "rewrites; a Pod with more is admitted as written, with a warning"),
+            ("--write-timeout", float, "SECONDS", "how long an answer may wait for a client "
+             "that does not read it"),
+            ("--max-unsent-bytes", int, "BYTES", "answer bytes held at once across all "
+             "connections for clients that do not read them; over it, the connection that "
+             "stopped reading first is closed"),
+            ("--max-pipelined", int, "N", "requests of a connection read ahead of the one "
+             "being answered; the rest waits unread")):
         dest = flag[2:].replace("-", "_")
         group.add_argument(flag, type=kind, default=getattr(defaults, dest), metavar=metavar,
                            help=f"{text} (default: %(default)s)")
@@ -380,16 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "to stderr. A workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, "
                     "ReplicationController, Job, CronJob, PodTemplate) comes out as the Pod "
                     "its controller would create, as admitted: templates themselves are never "
-                    "mutated. Other objects are passed over. With `mode: audit` Pods come out "
+                    "mutated. Other objects are passed over. With --mode audit Pods come out "
                     "unchanged and every planned rewrite is a warning. Exit 1 when there are "
                     "warnings, 2 when the input has no Pod and no workload.")
     rewrite.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
     rewrite.add_argument("-n", "--namespace", help="namespace to plan for "
                          "(default: the Pod's own, else 'default')")
+    _mode_argument(rewrite)
     rewrite.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
     rewrite.add_argument("-f", "--filename", default="-", metavar="FILE",
                          help="Pod manifests, YAML or JSON ('-' for stdin, the default)")
-    rewrite.set_defaults(run=cmd_rewrite)
+    rewrite.set_defaults(run=offline.run_rewrite)
 
     explain = commands.add_parser(
         "explain", help="explain what mirrorgate makes of image references",
@@ -403,8 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the Pod's namespace (default: %(default)s)")
     explain.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
                          help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)")
+    _mode_argument(explain)
     explain.add_argument("images", nargs="+", metavar="IMAGE")
-    explain.set_defaults(run=cmd_explain)
+    explain.set_defaults(run=offline.run_explain)
 
     policy_commands = _group(commands, "policy", "work with policy files")
     check = policy_commands.add_parser(
@@ -415,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", metavar="FILE")
     _store_arguments(check, text="also check the policy's credentials against this "
                                  "encrypted credential store (offline)")
-    check.set_defaults(run=cmd_policy_check)
+    check.set_defaults(run=offline.run_policy_check)
 
     serve = commands.add_parser(
         "serve", help="run the HTTPS admission webhook",
@@ -426,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     admission.add_argument("--policy", required=True, metavar="FILE",
                            help="the policy YAML, reloaded when it changes")
     admission.add_argument("--audit-only", action="store_true",
-                           help="every endpoint only reports, whatever the policy's mode "
-                                "(a safe first install)")
+                           help="every endpoint only reports, whatever the namespace labels: "
+                                "a cluster-wide report-only override (a safe first install)")
     admission.add_argument("--host", default="127.0.0.1",
                            help="listen address (default: %(default)s)")
     admission.add_argument("--port", type=int, default=8443, help="(default: %(default)s)")
@@ -473,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "bringing back deleted ones (default: %(default)s)")
     _limit_arguments(serve.add_argument_group(
         "limits", "what any client may make the server hold (see the README's Security section)"))
-    serve.set_defaults(run=cmd_serve)
+    serve.set_defaults(run=_serve)
 
     cred_commands = _group(commands, "credentials",
                            "the encrypted file credential store; check any credential")
@@ -487,14 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--password-stdin", action="store_true",
                      help="read the password from standard input (required)")
     _store_arguments(add, required=True)
-    add.set_defaults(run=cmd_credentials_add)
+    add.set_defaults(run=credentials.run_add)
     listing = cred_commands.add_parser("list", help="list credentials (never their passwords)")
     _store_arguments(listing, required=True)
-    listing.set_defaults(run=cmd_credentials_list)
+    listing.set_defaults(run=credentials.run_list)
     remove = cred_commands.add_parser("remove", help="remove a credential")
     remove.add_argument("name", metavar="NAME")
     _store_arguments(remove, required=True)
-    remove.set_defaults(run=cmd_credentials_remove)
+    remove.set_defaults(run=credentials.run_remove)
     checking = cred_commands.add_parser(
         "check", help="resolve a credential through its source, as serve would",
         description="Resolve credential NAME for IMAGE through its source (the Kubernetes "
@@ -507,14 +267,21 @@ def build_parser() -> argparse.ArgumentParser:
     checking.add_argument("--policy", metavar="FILE",
                           help="the policy (a credential's provider and registry scope)")
     _source_arguments(checking, stores=("kubernetes", "file"))
-    checking.set_defaults(run=cmd_credentials_check)
+    checking.set_defaults(run=credentials.run_check)
+    migrating = cred_commands.add_parser(
+        "migrate", help="rewrite a v1 credential store as v2 (keeps FILE.v1)",
+        description="Rewrite the v1 store FILE (as mirrorgate 0.1.0 wrote it) as a v2 store "
+                    "with the same key and credentials; the v1 file is kept as FILE.v1. A v2 "
+                    "store is left untouched.")
+    _store_arguments(migrating, required=True)
+    migrating.set_defaults(run=credentials.run_migrate)
     keygen = cred_commands.add_parser(
         "generate-key", help="make a new store key",
         description="Print a new random 32-byte store key (base64), or write it to FILE with "
                     "mode 0600. Keep it apart from the store: a key file, or "
                     "$MIRRORGATE_STORE_KEY.")
     keygen.add_argument("--out", default="-", metavar="FILE")
-    keygen.set_defaults(run=cmd_credentials_generate_key)
+    keygen.set_defaults(run=credentials.run_generate_key)
 
     certs_commands = _group(commands, "certs", "CA and serving certificates")
     generate = certs_commands.add_parser(
@@ -529,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="extra DNS name (repeatable)")
     generate.add_argument("--ip", action="append", default=[], metavar="IP",
                           help="extra IP address (repeatable)")
-    generate.set_defaults(run=cmd_certs_generate)
+    generate.set_defaults(run=certs.run_generate)
     inject = certs_commands.add_parser(
         "inject", help="set caBundle on a MutatingWebhookConfiguration",
         description="Set caBundle (base64 of the CA PEM, exactly once) on every webhook of "
@@ -538,11 +305,62 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument("--ca", required=True, metavar="FILE", help="CA certificate (PEM)")
     inject.add_argument("--kubeconfig", metavar="FILE")
     inject.add_argument("--context")
-    inject.set_defaults(run=cmd_certs_inject)
-    from mirrorgate.webhook.commands import audit, export  # commands kept in their own modules
+    inject.set_defaults(run=certs.run_inject)
 
-    audit.add_parser(commands, _Parser)
-    export.add_parser(commands, _Parser)
+    audit_command = commands.add_parser(
+        "audit", help="report what the policy would do to the Pods in a cluster (read-only)",
+        description="List Pods through the API and report, per namespace and overall, the "
+                    "images already on a mirror, those the policy would rewrite (old → new), "
+                    "those no rule covers, those left alone for want of a credential grant, "
+                    "invalid references, and excluded images and namespaces. Needs only list "
+                    "on pods and namespaces. Exit 1 when --fail-on trips, 2 on errors. "
+                    "The JSON schema is in webhook/commands/cluster_audit.py's docstring.")
+    audit_command.add_argument("--policy", required=True, metavar="FILE",
+                               help="policy YAML file")
+    audit_command.add_argument("--kubeconfig", metavar="FILE",
+                               help="kubeconfig (default: $KUBECONFIG or ~/.kube/config, "
+                                    "else the in-cluster service account)")
+    audit_command.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    scope = audit_command.add_mutually_exclusive_group()
+    scope.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="every namespace (the default)")
+    scope.add_argument("-n", "--namespace", dest="namespaces", action="extend", nargs="+",
+                       metavar="NS", help="only these namespaces (repeatable)")
+    audit_command.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    audit_command.add_argument("--no-health", dest="health", action="store_false",
+                               help="do not probe the mirrors of planned rewrites (by default "
+                                    "each is probed once, GET /v2/, and its health shown "
+                                    "beside them)")
+    audit_command.add_argument("--fail-on", choices=tuple(cluster_audit.FAIL_ON),
+                               help="exit 1 if any container is unmirrored (not on a mirror, "
+                                    "excluded ones aside) or, with 'rewrites', would be "
+                                    "rewritten")
+    audit_command.set_defaults(run=cluster_audit.run)
+
+    runtimes = _group(commands, "export", "the policy's mirrors as containerd or CRI-O "
+                                          "configuration",
+                      description="Write the policy's mirrors as container-runtime "
+                                  "configuration, for runtimes that should pull through the "
+                                  "mirrors themselves.",
+                      dest="export_runtime", metavar="RUNTIME")
+    containerd = runtimes.add_parser(
+        "containerd", help="write <registry>/hosts.toml files for containerd's config_path",
+        description="Write DIR/<registry>/hosts.toml for each source registry (point the CRI "
+                    "plugin's registry config_path at DIR). Rules containerd cannot express "
+                    "(repository paths, wildcards) are reported on stderr and left out; exit 1 "
+                    "then. Credentials are never written.")
+    containerd.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
+    containerd.add_argument("--out", required=True, metavar="DIR",
+                            help="directory to write into, e.g. /etc/containerd/certs.d")
+    containerd.set_defaults(run=export.run_containerd)
+    cri_o = runtimes.add_parser(
+        "cri-o", help="print a registries.conf drop-in for CRI-O",
+        description=f"Print a containers-registries.conf v2 drop-in (install it as "
+                    f"{export.CRI_O_DROP_IN}). Wildcard sources cannot be expressed: they are "
+                    "reported on stderr and left out; exit 1 then. Credentials are never "
+                    "written.")
+    cri_o.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
+    cri_o.set_defaults(run=export.run_cri_o)
     return parser
 
 

@@ -9,6 +9,7 @@ Two error channels, as the API server sees them: a malformed webhook call
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, TypedDict
 
@@ -93,6 +94,11 @@ class BadReview(ValueError):
         super().__init__(message)
         self.uid = uid
         self.api_version = api_version
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # As it was made: a worker process raises these too (webhook.edge.offload).
+        return functools.partial(BadReview, uid=self.uid, api_version=self.api_version), \
+            (str(self),)
 
     def review(self) -> AdmissionReview:
         """The error as an AdmissionReview body, so that the uid still reaches the caller."""

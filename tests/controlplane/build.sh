@@ -19,6 +19,8 @@ KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.2}"
 PROMTOOL_VERSION="${PROMTOOL_VERSION:-v0.316.0}"
 # The chart in manifests/helm is linted, rendered and installed with this one.
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
+# actionlint checks the release workflow (.github/workflows/release.yml).
+ACTIONLINT_VERSION="${ACTIONLINT_VERSION:-v1.7.12}"
 CACHE="${MIRRORGATE_CACHE:-$HOME/.cache/mirrorgate}"
 BIN="$CACHE/bin"
 
@@ -32,6 +34,7 @@ if [[ "${1:-}" == "--path" ]]; then
     kustomize) echo "$BIN/kustomize-$KUSTOMIZE_VERSION" ;;
     promtool) echo "$BIN/promtool-$PROMTOOL_VERSION" ;;
     helm) echo "$BIN/helm-$HELM_VERSION" ;;
+    actionlint) echo "$BIN/actionlint-$ACTIONLINT_VERSION" ;;
     *) echo "unknown target ${2:-}" >&2; exit 2 ;;
   esac
   exit 0
@@ -91,6 +94,7 @@ for t in "${targets[@]}"; do
     # Prometheus tags its Go module v0.3xx.y for release 3.xx.y.
     promtool) build_module_cmd promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus github.com/prometheus/prometheus/cmd/promtool ;;
     helm) build_module_cmd helm "$HELM_VERSION" helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm ;;
+    actionlint) build_module_cmd actionlint "$ACTIONLINT_VERSION" github.com/rhysd/actionlint github.com/rhysd/actionlint/cmd/actionlint ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
 done

@@ -11,7 +11,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO_ROOT / "tests" / "controlplane" / "build.sh"
 
 # Built from the Go module proxy by build.sh, which pins their versions.
-BUILT = ("kube-apiserver", "etcd", "kustomize", "promtool", "helm")
+BUILT = ("kube-apiserver", "etcd", "kustomize", "promtool", "helm", "actionlint")
 
 
 class MissingBinaryError(Exception):

@@ -206,6 +206,12 @@ def helm(request: pytest.FixtureRequest) -> Path:
     return _built(request, "helm")
 
 
+@pytest.fixture(scope="session")
+def actionlint(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned actionlint binary built by tests/controlplane/build.sh."""
+    return _built(request, "actionlint")
+
+
 @pytest.fixture
 def make_namespace(
     control_plane: ControlPlane, request: pytest.FixtureRequest
@@ -276,8 +282,7 @@ DOCKERHUB_MIRROR = "mirror.e2e.example/dockerhub"
 
 def e2e_policy(registry: RegistryStack, *, extra: str = "") -> str:
     """The suite's policy: the test upstream goes to the authenticated mirror."""
-    return (f"mode: enforce\n"
-            f"mirrors:\n"
+    return (f"mirrors:\n"
             f"  - source: {registry.upstream_host}\n"
             f"    mirror: {registry.host}\n"
             f"    credential: {CREDENTIAL}\n"
@@ -366,8 +371,7 @@ GRANTED_PREFIX = "granted-"
 
 def node_policy(registry: RegistryStack) -> str:
     """The node cluster's policy: the mirror's credential only for `granted-*` namespaces."""
-    return (f"mode: enforce\n"
-            f"mirrors:\n"
+    return (f"mirrors:\n"
             f"  - source: {registry.upstream_host}\n"
             f"    mirror: {registry.host}\n"
             f"    credential: {CREDENTIAL}\n"

@@ -5,8 +5,10 @@
 #     and for the node: containerd, runc, containernetworking-plugins (CNI
 #     bridge, host-local, loopback in /usr/lib/cni), iptables (the kubelet's)
 #     and iproute2 (`ip`, with which the suite removes the node's netns and links);
-#   * kube-apiserver, etcd, kustomize, promtool, helm, and for the node kubelet,
-#     kube-controller-manager and kube-scheduler, built from the Go module proxy
+#     shellcheck, with which actionlint checks the release workflow's scripts;
+#   * kube-apiserver, etcd, kustomize, promtool, helm, actionlint (the release
+#     workflow's linter), and for the node kubelet, kube-controller-manager and
+#     kube-scheduler, built from the Go module proxy
 #     by tests/controlplane/build.sh, cached by version outside the work tree.
 # Nothing is downloaded from anywhere else.
 set -euo pipefail
@@ -20,6 +22,7 @@ declare -A PACKAGES=(
   [containernetworking-plugins]=/usr/lib/cni/bridge
   [iptables]=/usr/sbin/iptables
   [iproute2]=/bin/ip
+  [shellcheck]=/usr/bin/shellcheck
 )
 
 install_packages() {
@@ -44,4 +47,4 @@ install_packages() {
 
 install_packages
 bash tests/controlplane/build.sh kube-apiserver etcd kustomize promtool helm \
-  kubelet kube-controller-manager kube-scheduler
+  kubelet kube-controller-manager kube-scheduler actionlint

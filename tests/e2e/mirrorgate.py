@@ -32,7 +32,9 @@ from tests.e2e.procs import ManagedProcess, free_port, http_ok, wait_until
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "mirrorgate"
 SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:mirrorgate"
-SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}")
+SERVICE_ACCOUNT_GROUPS: tuple[str, ...] = ("system:serviceaccounts",
+                                           f"system:serviceaccounts:{NAMESPACE}")
+CONFINEMENT_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 OWN_WEBHOOK_LABELS = ("e2e.mirrorgate.io/suite", "e2e.mirrorgate.io/failure",
                       "e2e.mirrorgate.io/selfcerts")
 """Namespaces a test serves with a webhook configuration of its own carry one of these
@@ -53,10 +55,40 @@ def webhook_configuration(kustomize: Path) -> dict[str, Any]:
     return found
 
 
+def service_account(namespace: str) -> tuple[str, tuple[str, str]]:
+    """The user and groups of the ServiceAccount ``mirrorgate`` in ``namespace``."""
+    return (f"system:serviceaccount:{namespace}:mirrorgate",
+            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"))
+
+
+def installed_in(api: k8s.ApiClient, namespace: str) -> tuple[str, tuple[str, str]]:
+    """manifests/base's RBAC for a mirrorgate installed in ``namespace`` (as a kustomize
+    namespace override would make it): its ClusterRole and its Roles, bound to the
+    ServiceAccount mirrorgate of ``namespace``; its user and groups. The base's
+    ValidatingAdmissionPolicy confines it there as it confines the session's."""
+    rbac = k8s.RbacAuthorizationV1Api(api)
+    subject = {"kind": "ServiceAccount", "name": "mirrorgate", "namespace": namespace}
+    rbac.create_cluster_role_binding({  # type: ignore[arg-type]
+        "metadata": {"name": f"mirrorgate-{namespace}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "mirrorgate"}, "subjects": [subject]})
+    for name in ("mirrorgate", "mirrorgate-leader"):
+        role = copy.deepcopy(rbac.read_namespaced_role(name, NAMESPACE))
+        rbac.create_namespaced_role(namespace, {  # type: ignore[arg-type]
+            "metadata": {"name": name}, "rules": api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+                role.rules)})
+        rbac.create_namespaced_role_binding(namespace, {  # type: ignore[arg-type]
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [subject]})
+    return service_account(namespace)
+
+
 def install_base(api: k8s.ApiClient, kustomize: Path) -> None:
-    """Namespace, ServiceAccount and RBAC from manifests/base (what the server runs with)."""
+    """Namespace, ServiceAccount, RBAC and the ValidatingAdmissionPolicy confining its
+    writes, from manifests/base: what the server runs with."""
     kinds = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-             "RoleBinding"}
+             "RoleBinding", *CONFINEMENT_KINDS}
     for obj in render(kustomize, "base"):
         if obj["kind"] in kinds:
             try:

@@ -7,7 +7,6 @@ Shared by test_credential_providers (the API server) and test_node_credentials
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import secrets
 from collections.abc import Iterator, Mapping
@@ -66,7 +65,7 @@ class Setup:
 def _policy(registry: RegistryStack, on_error: str) -> str:
     up = registry.upstream_host
     return json.dumps({
-        "mode": "enforce", "onCredentialError": on_error,
+        "onCredentialError": on_error,
         "mirrors": [
             *({"source": source(t), "mirror": f"{up}/{t}", "credential": t} for t in TEAMS),
             {"source": "docker.io", "mirror": DOCKERHUB_MIRROR},
@@ -76,22 +75,8 @@ def _policy(registry: RegistryStack, on_error: str) -> str:
     }, indent=2)
 
 
-def _own_roles(api: k8s.ApiClient, kustomize: Path, namespace: str) -> None:
-    """manifests/base's Roles and RoleBindings, in this server's own namespace."""
-    rbac = k8s.RbacAuthorizationV1Api(api)
-    for obj in mg.render(kustomize, "base"):
-        if obj["kind"] not in ("Role", "RoleBinding"):
-            continue
-        body: Any = copy.deepcopy(obj)  # the client takes plain dicts at run time
-        body["metadata"]["namespace"] = namespace
-        if obj["kind"] == "Role":
-            rbac.create_namespaced_role(namespace, body)
-        else:
-            rbac.create_namespaced_role_binding(namespace, body)
-
-
 @contextlib.contextmanager
-def provider_setup(installed: Installed, kustomize: Path, workdir: Path) -> Iterator[Setup]:
+def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
     """A mirrorgate of its own for `installed`'s cluster, with two project robots' plugins."""
     registry, plane = installed.registry, installed.control_plane
     assert registry.token_server is not None
@@ -113,9 +98,9 @@ def provider_setup(installed: Installed, kustomize: Path, workdir: Path) -> Iter
     configuration = f"mirrorgate-e2e-{suite}"
     with plane.api_client() as api:
         own = create_namespace(api, f"mg-providers-{secrets.token_hex(3)}")
-        _own_roles(api, kustomize, own)
+        user, groups = mg.installed_in(api, own)
         server = mg.start_mirrorgate(
-            workdir / "mirrorgate", plane, policy=policy,
+            workdir / "mirrorgate", plane, policy=policy, user=user, groups=groups,
             args=["--store", "kubernetes", "--namespace", own, "--reconcile-interval", "5",
                   "--credential-provider-config", str(config),
                   "--credential-provider-bin-dir", str(issuer.bin_dir),

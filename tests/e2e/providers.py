@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from mirrorgate.certs.authority import CertificateAuthority
 from tests.e2e import plugins
@@ -73,3 +76,12 @@ def start_issuer(workdir: Path, *, server: TokenServer | None = None,
                              tls_key=workdir / "tls.key", signer=TokenSigner())
         server.start()
     return RobotIssuer(server=server, ca_path=ca_path, bin_dir=workdir / "plugins")
+
+
+@pytest.fixture(scope="module")
+def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RobotIssuer]:
+    """The test token server with robot-a (project team-a), for the provider plugin tests."""
+    issuer = start_issuer(tmp_path_factory.mktemp("issuer"))
+    issuer.add_robot("robot-a", "team-a")
+    yield issuer
+    issuer.server.stop()

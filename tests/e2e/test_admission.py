@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client as k8s
 
 from mirrorgate import policy
+from mirrorgate.webhook import admission
 from tests.e2e.conftest import CREDENTIAL, DOCKERHUB_MIRROR, Installed, MakeNamespace, pod
 from tests.e2e.kube import create_pod, warning_messages
 
@@ -188,3 +189,23 @@ def test_generated_secret_is_a_dockerconfigjson_for_the_mirror(
     config = json.loads(base64.b64decode(secret.data[".dockerconfigjson"]))
     assert list(config["auths"]) == [registry.host]
     assert config == registry.dockerconfigjson()  # username, password and a matching auth
+
+
+def test_a_pod_wider_than_max_containers_is_stored_as_written_saying_why(
+        installed: Installed, make_namespace: MakeNamespace) -> None:
+    """Issue 19: past --max-containers the Pod is not planned; the user is told why.
+
+    The warning is the proof that the webhook answered: under failurePolicy
+    Ignore the Pod would be stored as written without it too.
+    """
+    count = admission.MAX_CONTAINERS + 1
+    wide = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="wide"), spec=k8s.V1PodSpec(
+        containers=[k8s.V1Container(name=f"c{i}", image="busybox:1.36") for i in range(count)]))
+    with installed.control_plane.api_client() as api:
+        namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
+        created, warnings = create_pod(api, namespace, wide)
+    assert {c["image"] for c in created["spec"]["containers"]} == {"busybox:1.36"}
+    assert ANNOTATION not in (created["metadata"].get("annotations") or {})
+    assert warnings == [f"mirrorgate: the Pod has {count:,} containers, more than the "
+                        f"{admission.MAX_CONTAINERS:,} it rewrites (serve --max-containers); "
+                        "its images are left as written"]

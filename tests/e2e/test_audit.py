@@ -37,7 +37,6 @@ PAUSE = "registry.k8s.io/pause:3.9"
 INVALID = "Example/App:1"  # stored by the API server; no runtime accepts it
 
 POLICY = f"""\
-mode: enforce
 mirrors:
   - source: docker.io
     mirror: {HUB}

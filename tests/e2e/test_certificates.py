@@ -26,6 +26,9 @@ from tests.e2e.procs import wait_until
 
 pytestmark = pytest.mark.e2e
 
+WEBHOOKS = 3
+"""In manifests/base's configuration: enforce, audit and the policy ConfigMap's validator."""
+
 
 def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: str) -> None:
     """manifests/base's RBAC for `user`, its webhook-configuration rule on another name.
@@ -170,8 +173,8 @@ def test_certificates_are_created_injected_and_heal(
             assert stored is not None
             assert set(stored) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
             ca = stored["ca.crt"]
-            wait_until(lambda: None if _ca_bundles(api, name) == [ca, ca] else "not injected",
-                       timeout=15, what="caBundle injected")
+            wait_until(lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS
+                       else "not injected", timeout=15, what="caBundle injected")
             assert _served_certificate(server, ca) == stored["tls.crt"]
             leaf = certs.KeyPair(cert_pem=stored["tls.crt"], key_pem=stored["tls.key"])
             lifetime = leaf.not_valid_after - leaf.not_valid_before
@@ -214,7 +217,7 @@ def test_certificates_are_created_injected_and_heal(
                 wait_until(recreated, timeout=15, what="deleted Secret recreated")
                 again = _secret(api, secret)
                 assert again is not None
-                wait_until(lambda: None if _ca_bundles(api, name) == [again["ca.crt"]] * 2
+                wait_until(lambda: None if _ca_bundles(api, name) == [again["ca.crt"]] * WEBHOOKS
                            else "caBundle not updated", timeout=20, what="caBundle follows")
                 assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
                 admissions.wait_for(3, "a few more admissions on the new CA")
@@ -242,8 +245,8 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
             stored = _secret(api, secret)
             assert stored is not None
             ca = stored["ca.crt"]
-            wait_until(lambda: None if _ca_bundles(api, name) == [ca, ca] else "not injected",
-                       timeout=15, what="caBundle injected")
+            wait_until(lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS
+                       else "not injected", timeout=15, what="caBundle injected")
             namespace = make_namespace({label[0]: label[1], "mirrorgate.io/mode": "enforce"})
             with _Admissions(installed, api, namespace) as admissions:
                 admissions.wait_for(3, "admissions before the replace")
@@ -261,8 +264,8 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
                     started = time.monotonic()
                     stored_now = admission.replace_mutating_webhook_configuration(name, manifest)
                     emptied = [w.client_config.ca_bundle for w in stored_now.webhooks or ()]
-                    assert emptied == [None, None]
-                    wait_until(lambda: None if _ca_bundles(api, name) == [ca, ca]
+                    assert emptied == [None] * WEBHOOKS
+                    wait_until(lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS
                                else "caBundle still empty", timeout=10,
                                what="caBundle restored after a replace")
                     gap = time.monotonic() - started
@@ -296,8 +299,8 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
                  "--ca", str(tmp_path / "ca.crt"), "--kubeconfig", str(plane.kubeconfig)],
                 capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
             assert result.returncode == 0, result.stderr
-            assert "set caBundle on 2 webhooks" in result.stderr
-            assert _ca_bundles(api, name) == [authority.cert_pem, authority.cert_pem]
+            assert f"set caBundle on {WEBHOOKS} webhooks" in result.stderr
+            assert _ca_bundles(api, name) == [authority.cert_pem] * WEBHOOKS
             # A file that is not a PEM certificate is refused, naming it, and changes nothing.
             (tmp_path / "bad.crt").write_text("not a certificate")
             refused = subprocess.run(
@@ -307,6 +310,6 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
             assert refused.returncode == 2
             assert str(tmp_path / "bad.crt") in refused.stderr
             assert "Traceback" not in refused.stderr
-            assert _ca_bundles(api, name) == [authority.cert_pem, authority.cert_pem]
+            assert _ca_bundles(api, name) == [authority.cert_pem] * WEBHOOKS
         finally:
             mg.unregister(api, name)

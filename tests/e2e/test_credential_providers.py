@@ -22,7 +22,6 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,10 +75,10 @@ def _push_projects(registry: RegistryStack) -> None:
 
 
 @pytest.fixture(scope="module")
-def setup(installed: Installed, kustomize: Path,
+def setup(installed: Installed,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     _push_projects(installed.registry)
-    with provider_setup(installed, kustomize, tmp_path_factory.mktemp("providers")) as found:
+    with provider_setup(installed, tmp_path_factory.mktemp("providers")) as found:
         yield found
 
 
@@ -210,8 +209,8 @@ def _store_secret(api: k8s.ApiClient, namespace: str, name: str, key: str, usern
 
 def _check(setup: Setup, *args: str) -> subprocess.CompletedProcess[str]:
     """`mirrorgate credentials check` as a real process, with mirrorgate's own identity."""
-    kubeconfig = setup.installed.control_plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER,
-                                                              mg.SERVICE_ACCOUNT_GROUPS)
+    kubeconfig = setup.installed.control_plane.kubeconfig_for(
+        *mg.service_account(setup.own_namespace))
     return subprocess.run(
         [*MIRRORGATE, "credentials", "check", *args,
          "--kubeconfig", str(kubeconfig), "--namespace", setup.own_namespace],
@@ -224,7 +223,6 @@ def test_store_entries_keyed_by_project_path_and_credentials_check(setup: Setup)
     up = registry.upstream_host
     passwords = {t: setup.issuer.server.passwords.mint(setup.robots[t], 3600) for t in TEAMS}
     static = json.dumps({
-        "mode": "enforce",
         "mirrors": [{"source": f"static-{t}.e2e.example", "mirror": f"{up}/{t}",
                      "credential": f"static-{t}"} for t in TEAMS],
         "credentials": {f"static-{t}": {"namespaces": ["*"]} for t in TEAMS},

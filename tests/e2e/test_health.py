@@ -261,6 +261,10 @@ def test_audit_command_shows_health_beside_each_planned_rewrite(
 
 
 def test_readyz_stays_ready_and_lists_nothing_when_healthy(scenario: Scenario) -> None:
+    # The module's earlier tests stop and restart the mirror: wait for the probes to have
+    # seen it back, as the contract is about a healthy mirror, not about probe timing.
+    wait_until(lambda: None if scenario.gauge("mirrorgate_mirror_up", mirror=scenario.stack.host)
+               == 1.0 else "mirror not up yet", timeout=PATIENCE, what="mirror up again")
     with scenario.server.client() as http:
         response = http.get("/readyz")
     assert response.status_code == 200

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from mirrorgate.webhook.credentials.store import Credential
-from mirrorgate.webhook.health import probes
+from mirrorgate.webhook.mirrorhealth import probes
 from tests.e2e.health import DOWN_BOUND, LOGIN, PATIENCE, UP_BOUND, credential, health_policy
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import (

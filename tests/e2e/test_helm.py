@@ -208,6 +208,9 @@ def test_every_value_lints_and_reaches_the_objects(helm: Path, home: Path,
     keyed = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert ("ServiceAccount", "gate-sa") in keyed
     assert ("ConfigMap", "platform-gate-credential-providers") in keyed
+    (confined,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert confined["metadata"]["name"] == "platform-gate-writes"
+    assert "endsWith(':gate-sa')" in confined["spec"]["matchConditions"][0]["expression"]
     assert all(name.startswith(("platform-gate", "gate-sa")) for _, name in keyed), keyed
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     assert deployment["metadata"]["labels"]["app.kubernetes.io/name"] == "gate"
@@ -246,7 +249,8 @@ def test_every_value_lints_and_reaches_the_objects(helm: Path, home: Path,
     assert init["volumeMounts"] == [{"name": "credential-provider-bin",
                                      "mountPath": "/credential-providers"}]
     (configuration,) = [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
-    enforce, audit = configuration["webhooks"]
+    webhooks = {w["name"]: w for w in configuration["webhooks"]}
+    enforce, audit = webhooks["enforce.mirrorgate.io"], webhooks["audit.mirrorgate.io"]
     assert (enforce["timeoutSeconds"], enforce["failurePolicy"]) == (3, "Fail")
     assert (audit["timeoutSeconds"], audit["failurePolicy"]) == (3, "Ignore")
     assert enforce["clientConfig"]["service"]["name"] == "platform-gate"
@@ -443,7 +447,8 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
     with the namespace."""
     kubeconfig = own_control_plane.kubeconfig
     with own_control_plane.api_client() as api:
-        shop = create_namespace(api, namespace_name("helm-shop"),
+        # The example policy grants its credential to `shop` and `team-*`.
+        shop = create_namespace(api, f"team-{namespace_name('helm-shop')}",
                                 {"mirrorgate.io/mode": "enforce"})
         before = _everything(api)
 
@@ -499,6 +504,7 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
             ("Secret", mg.NAMESPACE, "mirrorgate-tls"),  # its CA: a reinstall keeps caBundle
             ("Lease", mg.NAMESPACE, "mirrorgate-reconciler"),
             ("Secret", mg.NAMESPACE, "mirrorgate-fingerprint-key"),
+            ("ConfigMap", mg.NAMESPACE, "mirrorgate-policy-accepted"),  # served if one is refused
             ("ConfigMap", mg.NAMESPACE, f"copy.{shop}.mirrorgate-harbor-pull"),  # its record
             ("Secret", shop, "mirrorgate-harbor-pull"),  # running Pods may still need it
         }

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
@@ -38,10 +37,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
 
 @pytest.fixture(scope="module")
-def node_setup(node_installed: Installed, kustomize: Path,
+def node_setup(node_installed: Installed,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    with provider_setup(node_installed, kustomize,
-                        tmp_path_factory.mktemp("node-providers")) as found:
+    with provider_setup(node_installed, tmp_path_factory.mktemp("node-providers")) as found:
         yield found
 
 

@@ -238,7 +238,8 @@ def _host_process_set_aside(api: k8s.ApiClient, node_installed: Installed,
         central_credential(api, registry)
         yield
     finally:
-        mg.register(api, node_installed.configuration, node_installed.server)
+        mg.register(api, node_installed.configuration, node_installed.server,
+                    excluded_labels=mg.OWN_WEBHOOK_LABELS)
 
 
 @pytest.fixture

@@ -770,28 +770,13 @@ def test_leader_releases_the_lease_on_shutdown(
     # of them leads, reconciling finds nothing to change.
     with plane.api_client() as api:
         own = create_namespace(api, f"mg-{namespace_name('lease')}")
-        rbac = k8s.RbacAuthorizationV1Api(api)
-        # The base Roles' rules (leases; store, key and records), in this namespace.
-        role: Any = {"metadata": {"name": "mirrorgate-leader", "namespace": own}, "rules": [
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-             "resourceNames": [LEASE], "verbs": ["get", "update"]},
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["configmaps"],
-             "verbs": ["get", "list", "watch", "create", "update", "delete"]}]}
-        binding: Any = {
-            "metadata": {"name": "mirrorgate-leader", "namespace": own},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                        "name": "mirrorgate-leader"},
-            "subjects": [{"kind": "ServiceAccount", "name": "mirrorgate",
-                          "namespace": mg.NAMESPACE}]}
-        rbac.create_namespaced_role(own, role)
-        rbac.create_namespaced_role_binding(own, binding)
+        user, groups = mg.installed_in(api, own)
         payload = base64.b64encode(json.dumps(registry.dockerconfigjson()).encode()).decode()
         k8s.CoreV1Api(api).create_namespaced_secret(own, k8s.V1Secret(
             metadata=k8s.V1ObjectMeta(name=CREDENTIAL), type="kubernetes.io/dockerconfigjson",
             data={".dockerconfigjson": payload}))
         replicas = {name: started(name, plane, policy=e2e_policy(registry),
+                                  user=user, groups=groups,
                                   args=["--store", "kubernetes", "--namespace", own],
                                   redact=[registry.password])
                     for name in ("lease-a", "lease-b")}

@@ -128,12 +128,15 @@ def test_stopped_webhook_follows_failure_policy(
 
 
 def test_manifests_choose_ignore_and_say_why(installed: Installed) -> None:
-    """The shipped failurePolicy is Ignore for both webhooks, with its reason written down."""
-    assert [w["failurePolicy"] for w in installed.configuration["webhooks"]] == \
-        ["Ignore", "Ignore"]
+    """The shipped failurePolicy is Ignore for both Pod webhooks, with its reason written down;
+    Fail only for the policy ConfigMap's validator, which no Pod waits for."""
+    assert {w["name"]: w["failurePolicy"] for w in installed.configuration["webhooks"]} == {
+        "enforce.mirrorgate.io": "Ignore", "audit.mirrorgate.io": "Ignore",
+        "policy.mirrorgate.io": "Fail"}
     source = (mg.REPO / "manifests" / "base" / "mutatingwebhookconfiguration.yaml").read_text()
     assert "failurePolicy: Ignore" in source
     assert "air-gapped" in source  # the documented reason to switch enforce to Fail
+    assert "Fail is safe here: only this one object waits for mirrorgate" in source
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
+from release.lock import locked_in_image
 from tests.e2e.procs import free_port
 from tests.image.podman import REPO_ROOT, RUN_AS, ULIMITS, build, podman, run
 from tests.webhook.reviews import patch_ops, pod, response_of, review
@@ -25,10 +25,8 @@ from tests.webhook.reviews import patch_ops, pod, response_of, review
 pytestmark = pytest.mark.image
 
 UID = int(RUN_AS.split(":")[0])
-LOCK = REPO_ROOT / "image" / "requirements.lock"
 VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
 POLICY = """\
-mode: enforce
 mirrors:
   - source: docker.io
     mirror: mirror.image-test.example/hub
@@ -67,7 +65,7 @@ def test_holds_exactly_the_locked_distributions_and_no_installer(image: str) -> 
     done = run(image, "-c", listing, options=["--entrypoint", "python3"])
     assert done.returncode == 0, done.stderr
     installed = {canonicalize_name(k): v for k, v in json.loads(done.stdout).items()}
-    assert installed == {**_locked_for_linux(), "mirrorgate": VERSION}
+    assert installed == {**locked_in_image(), "mirrorgate": VERSION}
 
 
 def test_serves_admission_on_a_read_only_root(image: str, tmp_path: Path) -> None:
@@ -145,25 +143,6 @@ def test_build_context_is_only_what_the_image_needs(tmp_path: Path) -> None:
     assert not sent.intersection(planted)
 
 
-def _locked_for_linux() -> dict[str, str]:
-    """name → version of every lock entry whose marker holds on Linux CPython,
-    except the build backend the Containerfile removes after building."""
-    locked: dict[str, str] = {}
-    for line in LOCK.read_text().splitlines():
-        if not line or line[0] in "# " or "==" not in line:
-            continue
-        requirement, _, marker = line.rstrip(" \\").partition(";")
-        name, _, version = requirement.strip().partition("==")
-        if marker.strip() and not Marker(marker.strip()).evaluate(
-                {"sys_platform": "linux", "platform_python_implementation": "CPython",
-                 "implementation_name": "cpython", "platform_system": "Linux",
-                 "os_name": "posix", "python_version": "3.11"}):
-            continue
-        locked[canonicalize_name(name)] = version
-    del locked["setuptools"]
-    return locked
-
-
 def _wait_ready(client: httpx.Client, name: str) -> None:
     deadline = time.monotonic() + 60
     while True:
@@ -178,3 +157,18 @@ def _wait_ready(client: httpx.Client, name: str) -> None:
             raise AssertionError(f"serve in the image not ready ({state.strip()}): "
                                  f"{logs.stdout}{logs.stderr}")
         time.sleep(0.2)
+
+
+def test_no_base_is_taken_unverified() -> None:
+    """The Containerfile names no default base, and BASE=official needs a digest given by
+    its user: a tag alone is refused before anything is pulled."""
+    containerfile = (REPO_ROOT / "Containerfile").read_text()
+    assert [line for line in containerfile.splitlines()
+            if line.startswith("ARG PYTHON_IMAGE")] == ["ARG PYTHON_IMAGE"]
+    for given in ({}, {"PYTHON_IMAGE": "docker.io/library/python:3.11-slim-bookworm"}):
+        done = subprocess.run(["bash", str(REPO_ROOT / "image" / "build.sh")],
+                              env={**os.environ, "BASE": "official", **given},
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert (done.returncode, done.stderr) == (2, (
+            "image/build.sh: BASE=official needs PYTHON_IMAGE=<image>@sha256:<digest>, a digest "
+            "you resolved and verified\n"))

@@ -30,9 +30,14 @@ APIS = "Parse,ParseNormalizedNamed,regexp:domain"
 def _load_runner() -> types.ModuleType:
     script = CORPUS_DIR / "check_reference.py"
     if not script.exists():
+        # The corpus is reference data beside the checkout, not in it: a fresh
+        # clone has none, CI lays it out (and there it must run).
+        where = (f"no corpus at {CORPUS_DIR} (CI lays it out beside the checkout; "
+                 "MIRRORGATE_CONFORMANCE_DIR=DIR names another place)")
         if skips_forbidden():
-            pytest.fail(f"conformance corpus missing at {CORPUS_DIR}")
-        pytest.skip(f"conformance corpus not found at {CORPUS_DIR}")
+            pytest.fail(f"conformance check required here (CI or MIRRORGATE_REQUIRE_E2E=1), "
+                        f"but {where}")
+        pytest.skip(f"conformance check DID NOT RUN: {where}")
     spec = importlib.util.spec_from_file_location("check_reference", script)
     assert spec is not None
     assert spec.loader is not None

@@ -167,10 +167,10 @@ def test_keep_records_the_problem_for_the_audit() -> None:
     (rewrite,) = result.rewrites
     assert rewrite.health.startswith("mirror harbor.corp.example/dockerhub-proxy of mirrors[0] "
                                      "is down")
-    assert policy.audit_line(rewrite, health=True).endswith(f"; health: {rewrite.health}")
+    assert policy.audit_mode_line(rewrite, health=True).endswith(f"; health: {rewrite.health}")
     healthy = policy.plan(_pod("nginx"), namespace="default", policy=_load()).rewrites[0]
-    assert policy.audit_line(healthy, health=True).endswith("; health: up")
-    assert "health" not in policy.audit_line(healthy)
+    assert policy.audit_mode_line(healthy, health=True).endswith("; health: up")
+    assert "health" not in policy.audit_mode_line(healthy)
 
 
 def test_a_pod_already_on_the_mirror_is_left_alone_when_it_is_down() -> None:

@@ -12,7 +12,6 @@ from mirrorgate.policy import model
 from mirrorgate.policy.rules import Mirror, MirrorRule, Source
 
 ISSUE_EXAMPLE = """
-mode: enforce
 mirrors:
   - source: docker.io
     mirror: harbor.corp.example/dockerhub-proxy
@@ -45,7 +44,6 @@ def _rule(source: object, mirror: object = "mirror.corp.example/m",
 def test_issue_example_loads() -> None:
     """The example policy from the issue loads into the expected rules."""
     loaded = policy.load(yaml.safe_load(ISSUE_EXAMPLE))
-    assert loaded.mode == "enforce"
     assert loaded.on_credential_error == "skip"
     assert loaded.rules == (
         MirrorRule(0, Source("docker.io", "", False),
@@ -61,13 +59,12 @@ def test_issue_example_loads() -> None:
 
 # document, attribute checks as (expression name, expected value)
 VALID = [
-    pytest.param({}, {"mode": "enforce", "on_credential_error": "skip", "rules": ()},
+    pytest.param({}, {"on_credential_error": "skip", "rules": ()},
                  id="empty-mapping-defaults"),
     pytest.param({"mirrors": None, "exclude": None, "credentials": None},
                  {"rules": (), "exclude_images": (), "exclude_namespaces": ()},
                  id="null-sections"),
-    pytest.param({"mode": "audit", "onCredentialError": "deny"},
-                 {"mode": "audit", "on_credential_error": "deny"}, id="audit-deny"),
+    pytest.param({"onCredentialError": "deny"}, {"on_credential_error": "deny"}, id="deny"),
     pytest.param({"mirrors": [_rule("index.docker.io")]},
                  {"rules": (MirrorRule(0, Source("docker.io", "", False),
                                        Mirror("mirror.corp.example", "m"), None),)},
@@ -131,19 +128,18 @@ SCHEME = f"{HOST_MSG}: write it without a scheme such as https://"
 BAD_HOST = f"{HOST_MSG}: the host must be letters, digits, '-' and '.', then an optional :port"
 CRED_MSG = "is not a valid credential name (lower-case letters, digits and '-', at most 63 " \
            "characters)"
-TOP_FIELDS = "mode, onCredentialError, health, mirrors, exclude, credentials"
+NAMESPACES_REQUIRED = "is required: the namespaces (names or globs) whose Pods may use this " \
+                      "credential"
+TOP_FIELDS = "onCredentialError, health, mirrors, exclude, credentials"
 
 INVALID = [
     pytest.param(None, [("", "the policy is empty")], id="empty-document"),
     pytest.param([], [("", "must be a mapping, got a list")], id="document-is-a-list"),
     pytest.param("mode: audit", [("", "must be a mapping, got a string")],
                  id="document-is-a-string"),
-    pytest.param({"mode": "Enforce"}, [("mode", '"Enforce" is not one of: enforce, audit')],
-                 id="mode-case"),
-    pytest.param({"mode": None}, [("mode", "null is not one of: enforce, audit")],
-                 id="mode-null"),
-    pytest.param({"mode": ["audit"]}, [("mode", '["audit"] is not one of: enforce, audit')],
-                 id="mode-list"),
+    pytest.param({"mode": "audit"}, [("mode", model._REMOVED_KEYS["mode"])], id="mode-removed"),
+    pytest.param({"mode": "enforce"}, [("mode", model._REMOVED_KEYS["mode"])],
+                 id="mode-removed-enforce"),
     pytest.param({"onCredentialError": "fail"},
                  [("onCredentialError", '"fail" is not one of: skip, deny')],
                  id="on-credential-error"),
@@ -255,11 +251,11 @@ INVALID = [
                  [("credentials.Bad_Name", f'"Bad_Name" {CRED_MSG}')],
                  id="credential-key-invalid"),
     pytest.param({"credentials": {"a": {}}},
-                 [("credentials.a.namespaces", 'is required (use ["*"] for every namespace)')],
+                 [("credentials.a.namespaces", NAMESPACES_REQUIRED)],
                  id="grant-without-namespaces"),
     pytest.param({"credentials": {"a": ["*"]}},
                  [("credentials.a", "must be a mapping, got a list"),
-                  ("credentials.a.namespaces", 'is required (use ["*"] for every namespace)')],
+                  ("credentials.a.namespaces", NAMESPACES_REQUIRED)],
                  id="grant-list"),
     pytest.param({"credentials": {"a": {"namespaces": "*"}}},
                  [("credentials.a.namespaces", "must be a list, got a string")],
@@ -314,8 +310,8 @@ def test_every_error_is_reported() -> None:
         "credentials": GRANT,
     }
     assert _errors(document) == [
+        ("mode", model._REMOVED_KEYS["mode"]),
         ("colour", f"unknown field (expected one of: {TOP_FIELDS})"),
-        ("mode", '"dry-run" is not one of: enforce, audit'),
         ("mirrors[2].source", f'"Docker.io" {UPPER}'),
         ("mirrors[3].credential", '"ghcr" is not granted to any namespace: '
                                   "add credentials.ghcr.namespaces"),
@@ -331,7 +327,7 @@ def test_policy_error_message_lists_every_error() -> None:
     with pytest.raises(policy.PolicyError) as caught:
         policy.load({"mirrors": [_rule("Docker.io")], "mode": "x"})
     assert str(caught.value).splitlines() == [
-        'mode: "x" is not one of: enforce, audit',
+        f'mode: {model._REMOVED_KEYS["mode"]}',
         f'mirrors[0].source: "Docker.io" {UPPER}',
     ]
     assert isinstance(caught.value, ValueError)

@@ -20,7 +20,6 @@ TEAM_SECRET = "mirrorgate-team-only"
 ANNOTATION = policy.ORIGINAL_IMAGES_ANNOTATION
 
 POLICY = policy.load({
-    "mode": "enforce",
     "mirrors": [
         {"source": "docker.io", "mirror": HUB, "credential": "harbor-pull"},
         {"source": "quay.io/prometheus", "mirror": "mirror.corp.example/prometheus"},
@@ -424,10 +423,10 @@ def test_pathless_mirror_rewrite_converges() -> None:
     assert second.rewrites == ()
 
 
-def test_audit_line() -> None:
-    """audit_line reports the site, the new image and the original."""
+def test_audit_mode_line() -> None:
+    """audit_mode_line reports the site, the new image and the original."""
     result = policy.plan(_pod("nginx"), namespace="default", policy=POLICY)
-    assert policy.audit_line(result.rewrites[0]) == (
+    assert policy.audit_mode_line(result.rewrites[0]) == (
         f"mirrorgate audit: containers/c0 would use {HUB}/library/nginx (was nginx)")
     assert result.rewrites[0].rule_label == "mirrors[0]"
 

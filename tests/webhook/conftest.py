@@ -11,7 +11,7 @@ import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
 from mirrorgate.webhook import logs
-from tests.e2e.providers import RobotIssuer, start_issuer
+from tests.e2e.providers import issuer  # noqa: F401 (the fixture, shared with e2e)
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.harness import Harness, make_harness
@@ -68,12 +68,3 @@ def https_server(tmp_path_factory: pytest.TempPathFactory,
     with serving.serve(directory, pair=serving_pair, policy=policies.POLICY,
                        secrets=RecordingPullSecrets(stale=False)) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RobotIssuer]:
-    """The test token server with robot-a (project team-a), for the provider plugin tests."""
-    issuer = start_issuer(tmp_path_factory.mktemp("issuer"))
-    issuer.add_robot("robot-a", "team-a")
-    yield issuer
-    issuer.server.stop()

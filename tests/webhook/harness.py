@@ -40,12 +40,14 @@ class Harness:
 
 
 def make_harness(tmp_path: Path, policy_text: str = policies.POLICY,
-                 secrets: RecordingPullSecrets | None = None) -> Harness:
+                 secrets: RecordingPullSecrets | None = None, *,
+                 audit_only: bool = False) -> Harness:
     """An app on ``policy_text`` (written to a file and read as the server reads it)."""
     path = tmp_path / "policy.yaml"
     path.write_text(policy_text)
     secrets = secrets or RecordingPullSecrets()
-    runtime = app.Runtime(policy=policyfile.read_policy(path), secrets=secrets)
+    runtime = app.Runtime(policy=policyfile.read_policy(path), secrets=secrets,
+                          audit_only=audit_only)
     client = TestClient(app.create_app(runtime), base_url="https://testserver",
                         raise_server_exceptions=False)
     return Harness(client=client, runtime=runtime, secrets=secrets)

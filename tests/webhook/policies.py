@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 
-def policy_yaml(*, mode: Literal["enforce", "audit"] = "enforce",
-                on_credential_error: Literal["skip", "deny"] = "skip",
+def policy_yaml(*, on_credential_error: Literal["skip", "deny"] = "skip",
                 prometheus_mirror: str = "mirror.corp.example/prometheus") -> str:
     """Docker Hub through an authenticated mirror, quay.io/prometheus through an open one."""
     return f"""\
-mode: {mode}
 onCredentialError: {on_credential_error}
 mirrors:
   - source: docker.io

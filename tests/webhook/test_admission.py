@@ -266,9 +266,9 @@ def assert_audit_response(response: dict[str, Any]) -> None:
     }
 
 
-def test_audit_policy_mode_reports_without_patching(tmp_path: Path) -> None:
-    """With `mode: audit`, /mutate returns warnings and audit annotations, never a patch."""
-    made = make_harness(tmp_path, policies.policy_yaml(mode="audit"))
+def test_audit_only_reports_without_patching(tmp_path: Path) -> None:
+    """With --audit-only, /mutate returns warnings and audit annotations, never a patch."""
+    made = make_harness(tmp_path, audit_only=True)
     with made.client:
         response = made.mutate(review(pod(HUB_IMAGE, PROM_IMAGE)))
     assert_audit_response(response)

@@ -34,8 +34,8 @@ from tests.webhook.reviews import (
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 REFERENCE_KEYS = {"domain", "path", "tag", "digest", "name", "normalized"}
-EXPLAIN_KEYS = {"image", "valid", "error", "reference", "outcome", "reason", "rule", "result",
-                "credential", "credentialRegistry", "warning"}
+EXPLAIN_KEYS = {"image", "mode", "valid", "error", "reference", "outcome", "reason", "rule",
+                "result", "credential", "credentialRegistry", "warning"}
 
 
 @dataclasses.dataclass
@@ -66,13 +66,6 @@ def mirrorgate(capsys: pytest.CaptureFixture[str]) -> Any:
 def policy_file(tmp_path: Path) -> Path:
     path = tmp_path / "policy.yaml"
     path.write_text(policies.POLICY)
-    return path
-
-
-@pytest.fixture
-def audit_policy_file(tmp_path: Path) -> Path:
-    path = tmp_path / "audit.yaml"
-    path.write_text(policies.policy_yaml(mode="audit"))
     return path
 
 
@@ -162,10 +155,11 @@ def test_rewrite_reads_json_from_stdin(mirrorgate: Any, policy_file: Path,
 
 
 def test_rewrite_in_audit_mode_leaves_the_pod_and_warns(
-        mirrorgate: Any, tmp_path: Path, audit_policy_file: Path) -> None:
-    """`mode: audit`: the Pod is unchanged and each planned rewrite is a warning; exit 1."""
+        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    """`--mode audit`: the Pod is unchanged and each planned rewrite is a warning; exit 1."""
     obj = rich_pod()
-    result = mirrorgate("rewrite", "--policy", str(audit_policy_file), "-o", "json", "-f",
+    result = mirrorgate("rewrite", "--policy", str(policy_file), "--mode", "audit", "-o", "json",
+                        "-f",
                         str(write_yaml(tmp_path, obj)))
     assert result.code == 1
     assert json.loads(result.out) == obj
@@ -304,7 +298,7 @@ def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> Non
     [entry] = explained(result)
     assert set(entry) == EXPLAIN_KEYS
     assert entry == {
-        "image": "nginx", "valid": True, "error": None,
+        "image": "nginx", "mode": "enforce", "valid": True, "error": None,
         "reference": {"domain": "docker.io", "path": "library/nginx", "tag": None,
                       "digest": None, "name": "docker.io/library/nginx",
                       "normalized": "docker.io/library/nginx"},
@@ -352,7 +346,8 @@ def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
     assert result.code == 1
     invalid, valid = explained(result)
     assert invalid == {
-        "image": "Nginx", "valid": False, "error": "repository name must be lowercase",
+        "image": "Nginx", "mode": "enforce", "valid": False,
+        "error": "repository name must be lowercase",
         "reference": None, "outcome": "invalid", "reason": "repository name must be lowercase",
         "rule": None, "result": "Nginx", "credential": None, "credentialRegistry": None,
         "warning": "image 'Nginx' left as written: repository name must be lowercase"}
@@ -375,13 +370,26 @@ def test_explain_credential_not_granted(mirrorgate: Any, tmp_path: Path) -> None
 # --- policy check ------------------------------------------------------------------------------
 
 
-def test_policy_check_valid(mirrorgate: Any, policy_file: Path) -> None:
-    """A valid policy: exit 0 and a one-line summary."""
-    result = mirrorgate("policy", "check", str(policy_file))
+def test_policy_check_valid(mirrorgate: Any, tmp_path: Path) -> None:
+    """A valid policy with explicit grants: exit 0 and a one-line summary."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(policies.POLICY.replace('["*"]', '["team-*", shop]'))
+    result = mirrorgate("policy", "check", str(path))
     assert result.code == 0
     assert result.out.count("\n") == 1
     assert "valid" in result.out
     assert "2 mirror rules" in result.out
+
+
+def test_policy_check_warns_of_a_grant_to_every_namespace(mirrorgate: Any,
+                                                          policy_file: Path) -> None:
+    """`"*"` is valid, but anyone who can create a Pod anywhere could use the credential."""
+    result = mirrorgate("policy", "check", str(policy_file))
+    assert result.code == 0
+    assert result.out.splitlines()[1:] == [
+        '  warning: credentials.harbor-pull.namespaces: "*" grants this credential to every '
+        "opted-in namespace: anyone who can create a Pod in one can pull with it; name the "
+        "namespaces or globs that need it"]
 
 
 def test_policy_check_accepts_the_example_policy(mirrorgate: Any) -> None:
@@ -407,7 +415,7 @@ def test_policy_check_reports_yaml_syntax_errors_with_position(mirrorgate: Any,
                                                                tmp_path: Path) -> None:
     """Broken YAML is a finding too, located by line and column."""
     path = tmp_path / "broken.yaml"
-    path.write_text("mode: enforce\nmirrors: [\n")
+    path.write_text("onCredentialError: skip\nmirrors: [\n")
     result = mirrorgate("policy", "check", str(path))
     assert result.code == 1
     assert f"{path}:3:1: not valid YAML" in result.out

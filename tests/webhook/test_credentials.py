@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import io
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.abuse_bench import release_together
 from mirrorgate.webhook import cli
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
@@ -346,3 +349,70 @@ def test_credentials_command_errors(tmp_path: Path, args: list[str], stdin: str,
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
     assert not (tmp_path / "store.json").exists()
+
+
+def _credentials_process(args: list[str], key_text: str) -> subprocess.Popen[bytes]:
+    """`mirrorgate credentials ...` as a process of its own, as people run it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mirrorgate.webhook.cli", "credentials", *args],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, filestore.KEY_ENV: key_text})
+
+
+def test_concurrent_adds_and_removes_all_take_effect(tmp_path: Path) -> None:
+    """20 `credentials add` and 5 `remove` processes at once: every one of them lands."""
+    key_text, store = filestore.generate_key(), str(tmp_path / "store.json")
+    key = base64.b64decode(key_text)
+    kept = [CREDENTIAL, *(Credential(name=f"old-{i}", registry="old.example", username="u",
+                                     password=PASSWORD) for i in range(5))]
+    _write(store, key, {c.name: c for c in kept})
+    processes = [_credentials_process(["add", f"new-{i}", "--registry", "new.example",
+                                       "--username", f"robot-{i}", "--password-stdin",
+                                       "--store", store], key_text) for i in range(20)]
+    processes += [_credentials_process(["remove", f"old-{i}", "--store", store], key_text)
+                  for i in range(5)]
+    errors = release_together(processes, [f"pw-{i}\n".encode() for i in range(20)] + [b""] * 5)
+    assert [p.returncode for p in processes] == [0] * 25, errors
+    contents = filestore.read_store(store, key)
+    assert sorted(contents.credentials) == sorted(
+        [CREDENTIAL.name, *(f"new-{i}" for i in range(20))])
+    assert contents.credentials["new-7"].password == "pw-7"
+    assert contents.generation == 1 + 25
+
+
+def test_a_writer_waits_for_the_lock_then_gives_up_writing_nothing(tmp_path: Path,
+                                                                    key: bytes) -> None:
+    """A store whose lock stays held is not written: a clear error, the store unchanged."""
+    store = tmp_path / "store.json"
+    _write(str(store), key, {CREDENTIAL.name: CREDENTIAL})
+    before = store.read_bytes()
+    fd = os.open(tmp_path / ".store.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(StoreError) as refused:
+            filestore.update_store(str(store), key, lambda contents: {}, lock_timeout=0.3)
+    finally:
+        os.close(fd)
+    assert str(refused.value) == (
+        f"{store}: another writer has held the store's lock ({tmp_path}/.store.json.lock) for "
+        "0.3 s; nothing was written, try again")
+    assert store.read_bytes() == before
+    filestore.update_store(str(store), key, lambda contents: {})  # released: it goes ahead
+    assert filestore.read_store(str(store), key).credentials == {}
+
+
+def test_a_change_by_a_writer_without_the_lock_is_never_overwritten(tmp_path: Path,
+                                                                     key: bytes) -> None:
+    """If the file changes between the locked read and the write, nothing is written."""
+    store = str(tmp_path / "store.json")
+    _write(store, key, {})
+    other = Credential(name="other", registry="o.example", username="u", password=PASSWORD)
+
+    def meanwhile(contents: filestore.StoreContents) -> dict[str, Credential]:
+        _write(store, key, {other.name: other})  # e.g. an older mirrorgate: no lock taken
+        return {CREDENTIAL.name: CREDENTIAL}
+
+    with pytest.raises(StoreError, match=r"changed by another writer while this one held the "
+                                         r"lock .*; nothing was written, try again"):
+        filestore.update_store(store, key, meanwhile)
+    assert filestore.read_store(store, key).credentials == {other.name: other}

@@ -93,6 +93,10 @@ def test_a_provider_credential_resolves_with_its_expiry(issuer: RobotIssuer,
 @pytest.mark.parametrize(("args", "status", "message"), [
     (["--fault", "exit"], 1, "plugin 'test-provider' failed with exit status 1"),
     (["--fault", "malformed"], 1, "plugin 'test-provider' did not answer with JSON"),
+    # It was an OverflowError traceback.
+    (["--cache-duration", "100000000h"], 1, "plugin 'test-provider': cacheDuration "
+                                            "'100000000h' is not a duration from 0 to 2562047h "
+                                            "(such as 12h)"),
 ])
 def test_a_failing_provider_exits_1(issuer: RobotIssuer, tmp_path: Path, args: list[str],
                                     status: int, message: str) -> None:

@@ -6,7 +6,6 @@ import hashlib
 from pathlib import Path
 
 from mirrorgate.webhook.version import VERSION
-from tests.webhook import policies
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.harness import Harness, make_harness
 from tests.webhook.reviews import HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE, pod, review
@@ -26,7 +25,7 @@ def test_readyz_shows_the_live_policy_version(harness: Harness, tmp_path: Path) 
     assert response.status_code == 200
     version = hashlib.sha256((tmp_path / "policy.yaml").read_bytes()).hexdigest()[:12]
     assert response.json() == {"ready": True, "version": VERSION, "policy": version,
-                               "mode": "enforce", "problems": {}}
+                               "mode": "namespace-label", "problems": {}}
 
 
 def test_readyz_reports_failing_checks_as_503(harness: Harness) -> None:
@@ -73,13 +72,13 @@ def test_metrics_count_admissions_rewrites_warnings_and_latency(tmp_path: Path) 
     assert value(page, "mirrorgate_admission_duration_seconds_bucket", endpoint="mutate",
                  le="+Inf") == 4
     version = made.runtime.policy.version
-    assert value(page, "mirrorgate_policy_info", version=version, mode="enforce") == 1
+    assert value(page, "mirrorgate_policy_info", version=version, mode="namespace-label") == 1
     assert value(page, "mirrorgate_policy_reload_failures_total") == 0
 
 
-def test_audit_policy_counts_would_rewrite_not_rewritten(tmp_path: Path) -> None:
-    """In audit mode the images are counted as would-rewrite, and the warnings as warnings."""
-    made = make_harness(tmp_path, policies.policy_yaml(mode="audit"))
+def test_audit_only_counts_would_rewrite_not_rewritten(tmp_path: Path) -> None:
+    """Under --audit-only the images are counted as would-rewrite, the warnings as warnings."""
+    made = make_harness(tmp_path, audit_only=True)
     with made.client:
         made.mutate(review(pod(HUB_IMAGE, PROM_IMAGE)))
         page = samples(made.client.get("/metrics").text)
@@ -89,7 +88,7 @@ def test_audit_policy_counts_would_rewrite_not_rewritten(tmp_path: Path) -> None
     assert value(page, "mirrorgate_images_rewritten_total") == 0
     assert value(page, "mirrorgate_warnings_total") == 2
     assert value(page, "mirrorgate_policy_info", version=made.runtime.policy.version,
-                 mode="audit") == 1
+                 mode="audit-only") == 1
 
 
 def test_each_app_counts_alone(tmp_path: Path) -> None:

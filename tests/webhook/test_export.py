@@ -283,7 +283,7 @@ def test_nothing_expressible_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_empty_policy_exports_an_empty_drop_in(tmp_path: Path) -> None:
-    result = run("export", "cri-o", "--policy", write_policy(tmp_path, "mode: audit\n"))
+    result = run("export", "cri-o", "--policy", write_policy(tmp_path, "onCredentialError: skip\n"))
     assert result.code == 0
     assert tomllib.loads(result.out) == {}
 

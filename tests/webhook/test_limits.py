@@ -5,6 +5,8 @@ that every case takes well under a second of waiting. Each asserts what the
 server did (the answer, the closed socket, the metric naming the reason) and
 that an ordinary admission is still answered afterwards. Before issue 10
 every one of these connections stayed open, and every flood was accepted.
+Before issue 19 a client that pipelined requests and never read the answers
+pinned its connection for good, and enough of them locked everyone out.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ import contextlib
 import dataclasses
 import socket
 import ssl
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
+from mirrorgate.webhook.edge.connections import State
 from mirrorgate.webhook.edge.limits import Limits
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
@@ -29,7 +33,7 @@ from tests.webhook.scrape import samples
 
 LIMITS = Limits(max_connections=20, max_header_bytes=8 * 1024, max_headers=40,
                 header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6,
-                max_buffered_bytes=1 << 20)
+                max_buffered_bytes=1 << 20, write_timeout=0.6)
 GRACE = 5.0
 """Longest wait for the server to act on a limit (timeouts are swept a few times a second)."""
 
@@ -47,8 +51,37 @@ def limited(tmp_path_factory: pytest.TempPathFactory,
 def patient(tmp_path_factory: pytest.TempPathFactory,
             serving_pair: KeyPair) -> Iterator[serving.Running]:
     """The same limits with long timeouts: only the connection and byte limits act."""
-    slow = dataclasses.replace(LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60)
+    slow = dataclasses.replace(LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60,
+                               write_timeout=60)
     with serving.serve(tmp_path_factory.mktemp("patient"), pair=serving_pair,
+                       policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
+                       limits=slow) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory,
+            serving_pair: KeyPair) -> Iterator[serving.Running]:
+    """Long timeouts, room for 4 connections (the limit is reached with few pinned), and
+    heads of any size (a read of pipelined requests was once taken for one head)."""
+    slow = dataclasses.replace(LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60,
+                               write_timeout=60, max_connections=4, max_header_bytes=1 << 20)
+    with serving.serve(tmp_path_factory.mktemp("crowded"), pair=serving_pair,
+                       policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
+                       limits=slow) as running:
+        yield running
+
+
+OUTPUT_BUDGET = 256 * 1024
+
+
+@pytest.fixture(scope="module")
+def frugal(tmp_path_factory: pytest.TempPathFactory,
+           serving_pair: KeyPair) -> Iterator[serving.Running]:
+    """Long timeouts and a small output budget: only the budget closes unread answers."""
+    slow = dataclasses.replace(LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60,
+                               write_timeout=60, max_unsent_bytes=OUTPUT_BUDGET)
+    with serving.serve(tmp_path_factory.mktemp("frugal"), pair=serving_pair,
                        policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
                        limits=slow) as running:
         yield running
@@ -289,3 +322,176 @@ def test_limits_must_be_positive(tmp_path: Path, serving_pair: KeyPair) -> None:
                        match="--max-connections must be positive, got 0; --idle-timeout must "
                              "be positive, got -1"):
         serve.uvicorn_config(built)
+
+
+GET = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+"""34 bytes."""
+METRICS = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def never_reading(running: serving.Running, context: ssl.SSLContext,
+                  requests: int = 1000) -> ssl.SSLSocket:
+    """A connection that pipelines ``requests`` GET /metrics and reads none of the answers.
+
+    Its receive buffer is small, so that the kernel takes few answers before
+    the server's own buffers fill (on loopback it would take megabytes).
+    """
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(GRACE)
+    raw.connect(("127.0.0.1", running.port))
+    sock = context.wrap_socket(raw, server_hostname="localhost")
+    sock.sendall(METRICS * requests)
+    return sock
+
+
+def pinned_down(running: serving.Running, count: int) -> Callable[[], bool | None]:
+    """A probe: ``count`` connections open, each with an answer due, and none answered lately.
+
+    Answers flow until the kernel's and the server's buffers are full; then
+    the server waits on the clients.
+    """
+    table = running.server.connections
+    assert table is not None
+    seen = [-1, time.monotonic()]
+
+    def probe() -> bool | None:
+        answered = running.uvicorn.server_state.total_requests
+        if answered != seen[0]:
+            seen[:] = [answered, time.monotonic()]
+            return None
+        states = [connection.state for connection in list(table.open)]
+        return (len(states) == count and all(state is State.BUSY for state in states)
+                and time.monotonic() - seen[1] > 0.3) or None
+
+    return probe
+
+
+def test_clients_that_never_read_cannot_lock_out_a_new_one(crowded: serving.Running,
+                                                           context: ssl.SSLContext) -> None:
+    """Issue 19, 1: every connection pinned by answers its client never reads."""
+    limit = crowded.server.settings.limits.max_connections
+    before = dropped(crowded).get("evicted", 0)
+    with contextlib.ExitStack() as pinned:
+        for _ in range(limit):
+            pinned.enter_context(never_reading(crowded, context, 3000))
+        serving.wait_for(pinned_down(crowded, limit), what="every connection to be pinned",
+                         timeout=30)
+        started = time.monotonic()
+        admission_works(crowded, context)
+        assert time.monotonic() - started < 1.0
+        assert dropped(crowded)["evicted"] > before
+
+
+def test_a_client_that_never_reads_is_closed_at_the_write_timeout(
+        limited: serving.Running, context: ssl.SSLContext) -> None:
+    before = dropped(limited).get("write-timeout", 0)
+    with never_reading(limited, context):
+        serving.wait_for(lambda: dropped(limited).get("write-timeout", 0) > before or None,
+                         what="the write timeout to close the connection", timeout=GRACE)
+    admission_works(limited, context)
+
+
+def test_unread_answers_over_the_output_budget_close_the_first_to_stop_reading(
+        frugal: serving.Running, context: ssl.SSLContext) -> None:
+    before = dropped(frugal).get("output-budget", 0)
+    with contextlib.ExitStack() as stack:
+        pinned = []
+        for _ in range(8):  # each holds more than 64 KB unsent once its client stops reading
+            pinned.append(stack.enter_context(never_reading(frugal, context)))
+            time.sleep(0.1)
+        serving.wait_for(lambda: dropped(frugal).get("output-budget", 0) > before or None,
+                         what="the output budget to close a connection", timeout=30)
+        table = frugal.server.connections
+        assert table is not None
+        assert table.unsent <= OUTPUT_BUDGET
+        # The first to stop reading went first; the last is still open.
+        ports = {connection.client[1] for connection in list(table.open) if connection.client}
+        assert pinned[0].getsockname()[1] not in ports
+        assert pinned[-1].getsockname()[1] in ports
+        admission_works(frugal, context)
+
+
+def test_pipelined_requests_are_parsed_only_a_few_ahead_of_the_answer(
+        crowded: serving.Running, context: ssl.SSLContext) -> None:
+    """1,000 pipelined requests, no answer read: at most max_pipelined wait parsed."""
+    table = crowded.server.connections
+    assert table is not None
+    with never_reading(crowded, context):
+        deepest = 0
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            deepest = max([deepest, *(len(c.pipeline) for c in list(table.open))])
+            time.sleep(0.01)
+    assert 0 < deepest <= LIMITS.max_pipelined
+
+
+def test_a_stray_crlf_does_not_keep_an_idle_connection_open(limited: serving.Running,
+                                                            context: ssl.SSLContext) -> None:
+    """Issue 19, 7: the parser skips CRLF between requests; the idle timer must not stop."""
+    with tls(limited, context) as sock:
+        sock.sendall(GET)
+        status, _ = serving.read_response(sock)
+        assert status.startswith(b"HTTP/1.1 200")
+        answered = time.monotonic()
+        sock.settimeout(LIMITS.idle_timeout / 3)
+        closed = False
+        while not closed and time.monotonic() - answered < GRACE:
+            try:
+                sock.sendall(b"\r\n")
+                closed = sock.recv(1) == b""
+            except TimeoutError:
+                continue
+            except (OSError, ssl.SSLError):
+                closed = True
+    assert closed, "a CRLF every 0.2 s kept an idle connection open"
+
+
+def test_a_flood_of_new_connections_does_not_evict_a_keep_alive_client(
+        patient: serving.Running, context: ssl.SSLContext) -> None:
+    """Issue 19, 7: newcomers over the limit replace their own kind, not the client in use.
+
+    Between each of its requests, twice the limit of new connections arrive:
+    half never speak, half make one request and idle.
+    """
+    with contextlib.ExitStack() as flood, tls(patient, context) as client:
+        for _ in range(2):  # a client in use, as the API server's are
+            client.sendall(GET)
+            serving.read_response(client)
+        for round_ in range(12):
+            for i in range(2 * LIMITS.max_connections):
+                sock = flood.enter_context(tls(patient, context))
+                if i % 2:
+                    sock.sendall(GET)
+                    serving.read_response(sock)
+            try:
+                client.sendall(GET)
+                status, _ = serving.read_response(client)
+            except (OSError, AssertionError) as error:
+                raise AssertionError(f"request {round_ + 1} of 12 found its connection "
+                                     f"closed: {error!r}") from None
+            assert status.startswith(b"HTTP/1.1 200")
+
+
+def test_five_thousand_pipelined_gets_are_all_answered(limited: serving.Running,
+                                                       context: ssl.SSLContext) -> None:
+    """Issue 19, 7: a read of many small requests is not counted as one request's head."""
+    count = 5000
+    with tls(limited, context) as sock:
+        sender = threading.Thread(target=sock.sendall, args=(GET * count,))
+        sender.start()
+        try:
+            for i in range(count):
+                status, body = serving.read_response(sock)
+                assert status.startswith(b"HTTP/1.1 200"), f"answer {i + 1}: {status!r} {body!r}"
+        finally:
+            sender.join(GRACE)
+
+
+def test_pipelined_requests_are_answered_in_order(limited: serving.Running,
+                                                  context: ssl.SSLContext) -> None:
+    """Queued requests start in turn (deferred a few per loop turn), each after the one before."""
+    with tls(limited, context) as sock:
+        sock.sendall((GET + b"GET /missing HTTP/1.1\r\nHost: x\r\n\r\n") * 20)
+        statuses = [serving.read_response(sock)[0][9:12] for _ in range(40)]
+    assert statuses == [b"200", b"404"] * 20

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mirrorgate import certs
-from mirrorgate.webhook.health import probes
+from mirrorgate.webhook.mirrorhealth import probes
 
 Handler = Callable[[http.server.BaseHTTPRequestHandler], None]
 TIMEOUT = 2.0

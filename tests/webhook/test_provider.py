@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 import logging
+import os
+import re
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from mirrorgate.webhook.credentials import providerconfig
 from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
+from mirrorgate.webhook.logs import JsonFormatter
 from tests.e2e.providers import RobotIssuer
 
 IMAGE = "a.example/team-a/app:1"
@@ -139,7 +147,11 @@ def test_the_request_carries_the_configured_api_version(issuer: RobotIssuer,
     (["--fault", "malformed"], {}, "plugin 'test-provider' did not answer with JSON"),
     ([], {"default_cache_duration": "0s"}, "the login has no lifetime"),
     (["--cache-key-type", "Forever"], {}, "cacheKeyType 'Forever' is not one of"),
-    (["--cache-duration", "soon"], {}, "cacheDuration is not a duration"),
+    (["--cache-duration", "soon"], {}, "cacheDuration 'soon' is not a duration from 0 to "
+                                       "2562047h (such as 12h)"),
+    # Past Go's range: it was an OverflowError out of the expiry's datetime.
+    (["--cache-duration", "100000000h"], {}, "cacheDuration '100000000h' is not a duration"),
+    (["--cache-duration", "9" * 400 + "h"], {}, "cacheDuration '9999999999"),
 ])
 def test_plugin_failures_are_one_line_reasons(issuer: RobotIssuer, tmp_path: Path,
                                               args: list[str], provider: dict[str, Any],
@@ -187,3 +199,85 @@ def test_echoed_secrets_are_redacted_from_the_logged_stderr(
     assert said(logged) == ["debug: minted password [redacted] for [redacted]"]
     for record in logged:
         assert login.password not in record.getMessage() + repr(getattr(record, "fields", ""))
+
+
+# JSON escapes each of these, and not all in the same way: Go writes < and &
+# as \u003c and \u0026, a log line writes " and \ as \" and \\, ASCII JSON é as \u00e9.
+_ESCAPED = '"<&\\é'
+
+
+@pytest.mark.parametrize(("args", "timeout", "message"), [
+    pytest.param(["--exit-status", "3"], 30.0, "failed with exit status 3", id="exit-3"),
+    pytest.param(["--kind", "CredentialProviderRequest"], 30.0,
+                 "kind is 'CredentialProviderRequest', not CredentialProviderResponse",
+                 id="wrong-kind"),
+    pytest.param(["--cache-duration", "0s"], 30.0, "the login has no lifetime",
+                 id="cache-duration-0"),
+    pytest.param(["--cache-duration", "-1h"], 30.0, "cacheDuration '-1h' is not a duration",
+                 id="cache-duration-negative"),
+    pytest.param(["--after", "flood"], 30.0, "wrote more than 1048576 bytes", id="too-much"),
+    pytest.param(["--after", "hang"], 1.0, "did not answer within 1 s", id="timeout"),
+    pytest.param(["--after", "garbage"], 30.0, "did not answer with JSON", id="bad-json"),
+])
+def test_a_refused_answer_leaks_no_form_of_its_password(
+        issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord],
+        monkeypatch: pytest.MonkeyPatch, args: list[str], timeout: float, message: str) -> None:
+    """The plugin echoes its password, then fails: no form of it in any line or reason."""
+    minted: list[str] = []
+    mint = issuer.server.passwords.mint
+
+    def recording(robot: str, ttl: int) -> str:
+        minted.append(mint(robot, ttl))
+        return minted[-1]
+
+    monkeypatch.setattr(issuer.server.passwords, "mint", recording)
+    source = _source(issuer, tmp_path, args=["--echo-secret", "--password-suffix", _ESCAPED,
+                                             *args], timeout=timeout)
+    with pytest.raises(ProviderError, match=re.escape(message)) as caught:
+        source.login("a", "test-provider", IMAGE)
+    [stderr] = said(logged)
+    # What was echoed is there, less the password in every form.
+    assert stderr.startswith('debug: password [redacted]\ndebug: auth [redacted]\n'
+                             'debug: response {"apiVersion":')
+    assert '"password":"[redacted]"' in stderr
+    [password] = [m + _ESCAPED for m in minted]
+    forms = {"raw": password, "log-escaped": orjson.dumps(password).decode()[1:-1],
+             "ascii-escaped": json.dumps(password)[1:-1],
+             "go-escaped": orjson.dumps(password).decode()[1:-1].replace("<", "\\u003c")
+                                                               .replace("&", "\\u0026"),
+             "auth": base64.b64encode(f"robot-a:{password}".encode()).decode(),
+             "minted": minted[0]}
+    lines = [JsonFormatter().format(record) for record in logged]
+    for text in [*lines, str(caught.value)]:
+        for name, form in forms.items():
+            assert form not in text, f"the {name} form of the password is in {text!r}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper has stopped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def test_a_child_in_its_own_session_neither_delays_the_answer_nor_survives(
+        issuer: RobotIssuer, tmp_path: Path) -> None:
+    """The plugin answers and exits; a setsid child holding its pipes is killed, not waited on."""
+    pid_file = tmp_path / "child.pid"
+    source = _source(issuer, tmp_path, args=["--spawn-setsid", str(pid_file)], timeout=20.0)
+    started = time.monotonic()
+    try:
+        login = source.login("a", "test-provider", IMAGE)
+        took = time.monotonic() - started
+        child = int(pid_file.read_text())
+        assert login.username == "robot-a"
+        assert took < 10.0, f"waited {took:.1f} s for the child's pipes"
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+    finally:  # what a failure would leave behind
+        if pid_file.exists() and _alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)

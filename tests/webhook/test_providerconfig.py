@@ -91,6 +91,9 @@ INVALID = [
                  "equal to 0", id="negative duration"),
     pytest.param(_config({**ECR, "defaultCacheDuration": "12 hours"}),
                  "providers[0].defaultCacheDuration: Invalid value: '12 hours'", id="bad duration"),
+    pytest.param(_config({**ECR, "defaultCacheDuration": "100000000h"}),
+                 "providers[0].defaultCacheDuration: Invalid value: '100000000h': not a duration "
+                 "such as 12h or 90s (at most 2562047h)", id="duration past Go's range"),
     pytest.param(_config({**ECR, "tokenAttributes": {"serviceAccountTokenAudience": "x"}}),
                  "providers[0].tokenAttributes: not supported by mirrorgate", id="token attrs"),
     pytest.param(_config({**ECR, "matchImage": ["x"]}),
@@ -130,6 +133,9 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     ("0", 0.0), ("0s", 0.0), ("12h", 43200.0), ("1h30m", 5400.0), ("1.5h", 5400.0),
     ("90s", 90.0), ("500ms", 0.5), ("-1m", -60.0), ("+2m", 120.0), ("1h0m0s", 3600.0),
     ("", None), ("12", None), ("h", None), ("12 h", None), ("1d", None), (12, None),
+    # Out of Go's range (int64 nanoseconds), as time.ParseDuration refuses it.
+    ("2562047h", 2562047 * 3600.0), ("2562048h", None), ("100000000h", None),
+    ("-100000000h", None), ("9" * 400 + "h", None),
 ])
 def test_go_durations(text: object, seconds: float | None) -> None:
     assert parse_duration(text) == seconds

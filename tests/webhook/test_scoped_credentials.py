@@ -7,7 +7,7 @@ import json
 import orjson
 
 from mirrorgate import policy
-from mirrorgate.webhook.commands import audit, offline
+from mirrorgate.webhook.commands import cluster_audit, offline
 from mirrorgate.webhook.credentials.scoped import ScopedStore
 from mirrorgate.webhook.credentials.store import Credential
 from tests.webhook.test_pullsecrets import StaticStore
@@ -56,13 +56,13 @@ def test_explain_names_the_credential_and_its_scope() -> None:
 
 
 def test_audit_table_shows_which_credential_each_rewrite_gets() -> None:
-    report = audit.Report(policy_path="p.yaml", scope=None, namespaces={}, fail_on=None)
-    ns = report.namespaces["shop"] = audit.NamespaceReport(
+    report = cluster_audit.Report(policy_path="p.yaml", scope=None, namespaces={}, fail_on=None)
+    ns = report.namespaces["shop"] = cluster_audit.NamespaceReport(
         name="shop", mode="audit", mode_label="audit", excluded=False)
     ns.add_pod({"metadata": {"name": "p"}, "spec": {"containers": [
         {"name": "a", "image": "quay.io/a/app:1"}, {"name": "b", "image": "quay.io/b/app:1"},
         {"name": "c", "image": "nginx:1"}]}}, POLICY)
-    table = audit.render_table(report)
+    table = cluster_audit.render_table(report)
     assert f"→ {HOST}/team-a/app:1\n{' ' * 26}with credential team-a\n" in table
     assert f"→ {HOST}/team-b/app:1\n{' ' * 26}with credential team-b\n" in table
     assert "nginx:1" in table

@@ -72,7 +72,7 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(
         while entry["msg"] != "mirrorgate serving":
             entry = read_log(process.stderr)
         assert entry["version"] == VERSION
-        assert entry["mode"] == "enforce"
+        assert entry["mode"] == "namespace-label"
         port = int(str(entry["address"]).rsplit(":", 1)[1])
 
         body = orjson.dumps(review(pod(PROM_IMAGE)))

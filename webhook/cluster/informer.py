@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.logs import logger
 
@@ -26,11 +27,12 @@ def key_of(obj: dict[str, Any]) -> Key:
     return metadata.get("namespace", ""), metadata.get("name", "")
 
 
-class Informer:
+class Informer(Loop):
     def __init__(self, client: kube.Kube, path: str, *, name: str,
                  label_selector: str | None = None, field_selector: str | None = None,
                  on_change: Callable[[str, dict[str, Any]], Any] | None = None,
                  watch_timeout: int = 60) -> None:
+        super().__init__(f"informer-{name}")
         self.client, self.path, self.name = client, path, name
         self.label_selector, self.field_selector = label_selector, field_selector
         self.on_change = on_change
@@ -38,14 +40,6 @@ class Informer:
         self.items: dict[Key, dict[str, Any]] = {}
         self.synced = threading.Event()
         self.error: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def problem(self) -> str | None:
         if not self.synced.is_set():
@@ -76,11 +70,11 @@ class Informer:
 
     def _run(self) -> None:
         backoff = 0.5
-        while not self._stop.is_set():
+        while not self.stopping:
             try:
                 version = self._relist()
                 backoff = 0.5
-                while not self._stop.is_set():
+                while not self.stopping:
                     for kind, obj in self.client.watch(
                             self.path, resource_version=version,
                             label_selector=self.label_selector,
@@ -95,7 +89,7 @@ class Informer:
                         else:
                             self.items[key] = obj
                         self._notify(kind, obj)
-                        if self._stop.is_set():
+                        if self.stopping:
                             return
             except kube.Gone:
                 continue  # relist from scratch
@@ -103,10 +97,10 @@ class Informer:
                 self.error = str(error)
                 logger.warning("informer error; retrying", extra={"fields": {
                     "informer": self.name, "error": str(error), "retry_in_s": backoff}})
-                self._stop.wait(backoff)
+                self.pause(backoff)
                 backoff = min(backoff * 2, 10.0)
             except Exception:
                 logger.exception("informer crashed; retrying", extra={"fields": {
                     "informer": self.name}})
-                self._stop.wait(backoff)
+                self.pause(backoff)
                 backoff = min(backoff * 2, 10.0)

@@ -255,6 +255,10 @@ def own_namespace(default: str = "mirrorgate") -> str:
         return default
 
 
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+"""``mirrorgate`` on every object mirrorgate makes at run time."""
+
+
 # Paths of the few resources mirrorgate touches.
 def secrets_path(namespace: str | None = None, name: str | None = None) -> str:
     base = f"/api/v1/namespaces/{quote(namespace)}/secrets" if namespace else "/api/v1/secrets"
@@ -268,6 +272,10 @@ def namespaces_path(name: str | None = None) -> str:
 def configmaps_path(namespace: str, name: str | None = None) -> str:
     base = f"/api/v1/namespaces/{quote(namespace)}/configmaps"
     return f"{base}/{quote(name)}" if name else base
+
+
+def events_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace)}/events"
 
 
 def pods_path(namespace: str | None = None) -> str:

@@ -11,9 +11,9 @@ import datetime
 import os
 import secrets
 import socket
-import threading
 from typing import Any
 
+from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.logs import logger
 
@@ -40,29 +40,21 @@ def _parse(text: str | None) -> datetime.datetime | None:
             return None
 
 
-class LeaderElector:
+class LeaderElector(Loop):
     def __init__(self, client: kube.Kube, *, namespace: str, name: str = "mirrorgate-reconciler",
                  lease_seconds: int = 15, renew_every: float = 5.0,
                  identity: str | None = None) -> None:
+        # Stopping hands the Lease back, so another replica takes over at once:
+        # waited for, a few seconds at most.
+        super().__init__("leader", stop_timeout=3.0)
         self.client, self.namespace, self.name = client, namespace, name
         self.lease_seconds, self.renew_every = lease_seconds, renew_every
         self.identity = identity or \
             f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.leading = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="leader", daemon=True)
 
     def is_leader(self) -> bool:
         return self.leading
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 3.0) -> None:
-        """Stop renewing and hand the Lease back, so another replica takes over at once."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     def _spec(self, acquired: str | None, transitions: int) -> dict[str, Any]:
         now = _format(_now())
@@ -101,7 +93,7 @@ class LeaderElector:
         return True
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self.stopping:
             try:
                 leading = self.try_acquire()
             except kube.KubeError as error:
@@ -114,7 +106,7 @@ class LeaderElector:
                 logger.info("leadership changed", extra={"fields": {
                     "leading": leading, "identity": self.identity}})
             self.leading = leading
-            self._stop.wait(self.renew_every)
+            self.pause(self.renew_every)
         if self.leading:
             self._release()
 

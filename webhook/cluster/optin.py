@@ -13,14 +13,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mirrorgate.policy import MODE_LABEL, Mode
+from mirrorgate.policy.model import MODES
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.cluster.informer import Informer
 
 __all__ = ["ENFORCE", "MODE_LABEL", "OPTED_IN_MODES", "NamespaceOptIn"]
 
-MODE_LABEL = "mirrorgate.io/mode"
-ENFORCE = "enforce"
-OPTED_IN_MODES = frozenset({ENFORCE, "audit"})
+ENFORCE: Mode = "enforce"
+OPTED_IN_MODES = frozenset(MODES)
 _FIRST_POLL, _LONGEST_POLL = 0.001, 0.02
 
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import base64
 import datetime
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mirrorgate import certs
+from mirrorgate.certs import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY
+from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.cluster.informer import Informer
 from mirrorgate.webhook.logs import logger
@@ -41,18 +42,19 @@ CA_RENEW_BEFORE = datetime.timedelta(days=180)
 # After a failed check, the next one comes this soon (not a whole interval
 # later), then twice as late after each further failure.
 RETRY_AFTER = 2.0
-# Keys of the Secret: the kubernetes.io/tls pair plus the CA and its key.
-CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+# The Secret's keys are the bundle's file names: the kubernetes.io/tls pair
+# plus the CA and its key.
 
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class SelfManagedCertificates:
+class SelfManagedCertificates(Loop):
     def __init__(self, client: kube.Kube, *, namespace: str, secret: str, service: str,
                  webhook_configuration: str | None, directory: Path,
                  check_interval: float = 300.0, extra_names: Sequence[str] = ()) -> None:
+        super().__init__("self-certs")
         self.client = client
         self.namespace, self.secret, self.service = namespace, secret, service
         self.webhook_configuration = webhook_configuration
@@ -64,14 +66,11 @@ class SelfManagedCertificates:
         self.cert_file = directory / TLS_CERT
         self.key_file = directory / TLS_KEY
         self.problem: str | None = None
-        self._stop = threading.Event()
-        self._wake = threading.Event()
         self._bundle: str | None = None  # the caBundle (base64) last set or found set
         self.informer = None if webhook_configuration is None else Informer(
             client, kube.webhook_configuration_path(), name="webhook-configuration",
             field_selector=f"metadata.name={webhook_configuration}",
             on_change=self._configuration_changed)
-        self._thread = threading.Thread(target=self._run, name="self-certs", daemon=True)
 
     # -- the Secret -------------------------------------------------------------------
 
@@ -219,10 +218,10 @@ class SelfManagedCertificates:
             # request meets a certificate its caBundle does not cover.
             assert served_ca is not None
             if self.ensure_ca_bundle(data[CA_CERT] + served_ca):
-                self._stop.wait(CA_SWITCH_GRACE)
+                self.pause(CA_SWITCH_GRACE)
         self.write_files(data)
         if switched:
-            self._stop.wait(CA_SWITCH_GRACE)  # the server's file watcher reloads meanwhile
+            self.pause(CA_SWITCH_GRACE)  # the server's file watcher reloads meanwhile
         self.ensure_ca_bundle(data[CA_CERT])
         self.problem = None
 
@@ -236,15 +235,14 @@ class SelfManagedCertificates:
                    for webhook in configuration.get("webhooks") or []}
         # Before any caBundle was set (None: the configuration came after us), any change.
         if bundles and (self._bundle is None or bundles != {self._bundle}):
-            self._wake.set()
+            self.trigger()
 
     def _run(self) -> None:
         wait, failures = self.check_interval, 0
         while True:
-            self._wake.wait(wait)
-            if self._stop.is_set():
+            self.sleep(wait)
+            if self.stopping:
                 return
-            self._wake.clear()
             try:
                 self.reconcile()
                 wait, failures = self.check_interval, 0
@@ -257,12 +255,11 @@ class SelfManagedCertificates:
                     "error": str(error), "retry_in_s": wait}})
 
     def start(self) -> None:
-        self._thread.start()
+        super().start()
         if self.informer is not None:
             self.informer.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        super().stop()
         if self.informer is not None:
             self.informer.stop()

@@ -64,17 +64,16 @@ import os
 import pathlib
 import tempfile
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import TextIO
 
 from mirrorgate import policy
+from mirrorgate.policy.reference import DEFAULT_DOMAIN
 from mirrorgate.webhook import policyfile
+from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.policyfile import ConfigError
 
-__all__ = ["Export", "add_parser", "containerd", "cri_o"]
+__all__ = ["CRI_O_DROP_IN", "Export", "containerd", "cri_o", "run_containerd", "run_cri_o"]
 
-EXIT_OK, EXIT_FINDINGS = 0, 1
-
-DOCKER_HUB = "docker.io"
 # Docker Hub's registry API host; `docker.io` itself only redirects.
 DOCKER_HUB_SERVER = "https://registry-1.docker.io"
 CAPABILITIES = ("pull", "resolve")  # a private mirror is trusted to resolve tags; never push
@@ -137,7 +136,7 @@ def _partial_warning(rule: policy.MirrorRule, whole: policy.MirrorRule | None) -
 
 
 def server_url(host: str) -> str:
-    return DOCKER_HUB_SERVER if host == DOCKER_HUB else f"https://{host}"
+    return DOCKER_HUB_SERVER if host == DEFAULT_DOMAIN else f"https://{host}"
 
 
 def mirror_url(mirror: policy.Mirror) -> tuple[str, bool]:
@@ -269,40 +268,3 @@ def run_cri_o(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     out.write(export.files["registries.conf"])
     return status
 
-
-def _containerd_parser(runtimes: argparse._SubParsersAction[Any]) -> None:
-    parser = runtimes.add_parser(
-        "containerd", help="write <registry>/hosts.toml files for containerd's config_path",
-        description="Write DIR/<registry>/hosts.toml for each source registry (point the CRI "
-                    "plugin's registry config_path at DIR). Rules containerd cannot express "
-                    "(repository paths, wildcards) are reported on stderr and left out; exit 1 "
-                    "then. Credentials are never written.")
-    parser.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
-    parser.add_argument("--out", required=True, metavar="DIR",
-                        help="directory to write into, e.g. /etc/containerd/certs.d")
-    parser.set_defaults(run=run_containerd)
-
-
-def _cri_o_parser(runtimes: argparse._SubParsersAction[Any]) -> None:
-    parser = runtimes.add_parser(
-        "cri-o", help="print a registries.conf drop-in for CRI-O",
-        description=f"Print a containers-registries.conf v2 drop-in (install it as "
-                    f"{CRI_O_DROP_IN}). Wildcard sources cannot be expressed: they are "
-                    "reported on stderr and left out; exit 1 then. Credentials are never "
-                    "written.")
-    parser.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
-    parser.set_defaults(run=run_cri_o)
-
-
-def add_parser(commands: argparse._SubParsersAction[Any],
-               parser_class: type[argparse.ArgumentParser]) -> None:
-    """Register `mirrorgate export containerd|cri-o` on the CLI's subcommands."""
-    export = commands.add_parser(
-        "export", help="the policy's mirrors as containerd or CRI-O configuration",
-        description="Write the policy's mirrors as container-runtime configuration, for "
-                    "runtimes that should pull through the mirrors themselves.")
-    runtimes = export.add_subparsers(dest="export_runtime", metavar="RUNTIME",
-                                     parser_class=parser_class)
-    runtimes.required = True
-    _containerd_parser(runtimes)
-    _cri_o_parser(runtimes)

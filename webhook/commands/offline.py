@@ -1,5 +1,5 @@
 """Offline commands: `rewrite` shows Pods (and workloads' Pods) as they would be admitted;
-`explain` one image.
+`explain` one image; `policy check` validates a policy file.
 
 They run the same planner and patch builder as the admission server, so what
 they print is what admission would do (minus pull-secret creation, which
@@ -8,33 +8,39 @@ needs a cluster).
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
+import sys
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import jsonpatch
 import yaml
 
 from mirrorgate import policy
-from mirrorgate.webhook import patch
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.policy import model
+from mirrorgate.webhook import patch, policyfile
+from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
+from mirrorgate.webhook.policyfile import ConfigError, boundedyaml
 
 __all__ = ["TEMPLATE_PATHS", "NothingToRewrite", "explain_image", "load_documents", "pod_of",
-           "rewrite_documents"]
+           "rewrite_documents", "run_explain", "run_policy_check", "run_rewrite"]
 
 DEFAULT_NAMESPACE = "default"
+ENFORCE: policy.Mode = "enforce"
+AUDIT: policy.Mode = "audit"
+MODES = model.MODES
+"""The effective mode of a namespace: its mirrorgate.io/mode label, or audit for every
+namespace when the server runs --audit-only."""
 
 
 def load_documents(text: str, *, source: str) -> list[Any]:
     """YAML or JSON documents from ``text`` (``kind: List`` items expanded)."""
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
-        raise ConfigError(f"{where}: not valid YAML or JSON: "
-                          f"{getattr(error, 'problem', None) or error}") from None
+        documents = [d for d in boundedyaml.load_all(text, source=source) if d is not None]
+    except boundedyaml.YAMLError as error:
+        raise ConfigError(str(error)) from None
     return list(_expand_lists(documents))
 
 
@@ -109,13 +115,16 @@ def pod_of(document: dict[str, Any]) -> dict[str, Any] | None:
 
 def rewrite_documents(
         documents: Sequence[Any], *, rules: policy.Policy, namespace: str | None,
+        mode: str = ENFORCE,
 ) -> tuple[list[Any], list[list[patch.Operation]], list[str]]:
     """Each Pod, and each workload's Pod, as admission would admit it; patches; warnings.
 
     Workloads (:data:`TEMPLATE_PATHS`) come out as the Pod their controller
     would create, mutated: mirrorgate never changes the templates themselves.
     Other objects (a Service, a ConfigMap) are passed over; an input with no
-    Pod and no workload raises :class:`NothingToRewrite`.
+    Pod and no workload raises :class:`NothingToRewrite`. In ``audit`` mode
+    (the namespace's label, or a server run with --audit-only) Pods come out
+    unchanged and every planned rewrite is a warning.
     """
     outputs: list[Any] = []
     patches: list[list[patch.Operation]] = []
@@ -133,8 +142,8 @@ def rewrite_documents(
         pod_namespace = namespace or _metadata(document).get("namespace") or DEFAULT_NAMESPACE
         plan = policy.plan(obj, namespace=str(pod_namespace), policy=rules)
         warnings.extend(prefix + w for w in plan.warnings)
-        if rules.mode == "audit":
-            warnings.extend(prefix + policy.audit_line(r) for r in plan.rewrites)
+        if mode == AUDIT:
+            warnings.extend(prefix + policy.audit_mode_line(r) for r in plan.rewrites)
             outputs.append(obj)
             patches.append([])
             continue
@@ -149,16 +158,19 @@ def rewrite_documents(
 
 
 def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
-                  labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+                  labels: Mapping[str, str] | None = None,
+                  mode: str = ENFORCE) -> dict[str, Any]:
     """What admission would do with ``image`` in a Pod of ``namespace``, as a JSON-ready object.
 
     Every key is always present (null when it does not apply). ``outcome`` and
     ``warning`` come from the functions admission itself decides with
-    (:mod:`policy.decision`); without a policy there is no outcome.
+    (:mod:`policy.decision`); without a policy there is no outcome. ``mode``
+    is the effective one (see :data:`MODES`): under audit, ``result`` is the
+    image as written and a rewrite is only reported.
     """
     explained: dict[str, Any] = {
-        "image": image, "valid": True, "error": None, "reference": None, "outcome": None,
-        "reason": None, "rule": None, "result": None, "credential": None,
+        "image": image, "mode": mode, "valid": True, "error": None, "reference": None,
+        "outcome": None, "reason": None, "rule": None, "result": None, "credential": None,
         "credentialRegistry": None, "warning": None,
     }
     try:
@@ -188,10 +200,96 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
         if grant is not None and grant.registry is not None:
             # The key of the generated .dockerconfigjson; null: the store entry's own.
             explained["credentialRegistry"] = str(grant.registry)
-    if decision.outcome == "rewrite":
+    if decision.outcome == "rewrite" and mode == ENFORCE:
         explained["result"] = decision.resolution.new_image
     return explained
 
 
 def dumps_json(value: Any) -> str:
     return json.dumps(value, sort_keys=False, separators=(",", ":"))
+
+
+# --- the commands ----------------------------------------------------------
+
+def _read_input(path: str, stdin: TextIO) -> tuple[str, str]:
+    if path == "-":
+        return stdin.read(), "<stdin>"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(), path
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+
+
+def run_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    rules = policyfile.read_policy(args.policy).policy
+    text, source = _read_input(args.filename, sys.stdin)
+    documents = load_documents(text, source=source)
+    try:
+        outputs, patches, warnings = rewrite_documents(
+            documents, rules=rules, namespace=args.namespace, mode=args.mode)
+    except NothingToRewrite as error:
+        raise ConfigError(f"{source}: {error}") from None
+    for warning in warnings:
+        print(f"warning: {warning}", file=err)
+    if args.output == "patch":
+        for ops in patches:
+            print(dumps_json(ops), file=out)
+    elif args.output == "json":
+        value = outputs[0] if len(outputs) == 1 else {
+            "apiVersion": "v1", "kind": "List", "items": outputs}
+        print(json.dumps(value, indent=2), file=out)
+    else:
+        yaml.safe_dump_all(outputs, out, sort_keys=False)
+    return EXIT_FINDINGS if warnings else EXIT_OK
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not key or not equals:
+        raise ConfigError(f"--label {text!r}: write KEY=VALUE")
+    return key, value
+
+
+def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    rules = policyfile.read_policy(args.policy).policy if args.policy else None
+    labels = dict(_label(text) for text in args.label)
+    status = EXIT_OK
+    for image in args.images:
+        explained = explain_image(image, rules=rules, namespace=args.namespace,
+                                  labels=labels, mode=args.mode)
+        if not explained["valid"] or explained["warning"] is not None:
+            status = EXIT_FINDINGS
+        print(dumps_json(explained), file=out)
+    return status
+
+
+def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    data = policyfile.read_policy_bytes(args.file)
+    try:
+        loaded = policyfile.read_policy(args.file, data=data)
+    except ConfigError as error:
+        # Here an invalid policy is the finding, not a usage error.
+        print(error, file=out)
+        return EXIT_FINDINGS
+    rules = loaded.policy
+    print(f"{args.file}: valid (version {loaded.version}, "
+          f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
+          f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
+          file=out)
+    for advice in policy.advice(rules):
+        print(f"  warning: {advice}", file=out)
+    if args.store_file is None:
+        return EXIT_OK
+    from mirrorgate.webhook.commands.credentials import store_key
+    from mirrorgate.webhook.credentials import filestore
+    from mirrorgate.webhook.mirrorhealth import monitor
+
+    problems = monitor.credential_problems(
+        rules, filestore.read_store(args.store_file, store_key(args)).credentials)
+    for name, why in sorted(problems.items()):
+        # The same words the server logs and lists in /readyz.
+        print(f"  credential {name}: {why} ({args.store_file})", file=out)
+    return EXIT_FINDINGS if problems else EXIT_OK

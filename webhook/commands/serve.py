@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import argparse
 import contextlib
 import dataclasses
 import gc
@@ -12,15 +12,17 @@ import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 import uvicorn
 from starlette.applications import Starlette
 
 from mirrorgate import certs, policy
 from mirrorgate.webhook import admission, logs, policyfile
-from mirrorgate.webhook.cluster import kube, leader, selfcerts
+from mirrorgate.webhook.background import Ticker
+from mirrorgate.webhook.cluster import kube, leader, policystate, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
+from mirrorgate.webhook.commands import EXIT_OK
 from mirrorgate.webhook.credentials import (
     filestore,
     fingerprints,
@@ -33,13 +35,13 @@ from mirrorgate.webhook.credentials import (
 from mirrorgate.webhook.credentials import refresher as refresher_
 from mirrorgate.webhook.credentials import store as credentials
 from mirrorgate.webhook.credentials.records import Records
-from mirrorgate.webhook.edge import app, connections, filewatch, tls
+from mirrorgate.webhook.edge import app, connections, filewatch, offload, tls
 from mirrorgate.webhook.edge.limits import Limits
-from mirrorgate.webhook.health import monitor
 from mirrorgate.webhook.logs import logger
+from mirrorgate.webhook.mirrorhealth import monitor
 from mirrorgate.webhook.version import VERSION
 
-__all__ = ["Settings", "StandalonePullSecrets", "build", "serve"]
+__all__ = ["Settings", "StandalonePullSecrets", "build", "run", "serve"]
 
 
 GC_THRESHOLD = 100_000
@@ -87,7 +89,8 @@ class Settings:
     credential_provider_timeout: float = 10.0
     """Seconds a plugin may run before it is killed."""
     audit_only: bool = False
-    """Treat every endpoint as /audit, whatever the policy's mode."""
+    """Treat every endpoint as /audit, whatever the namespace labels: a cluster-wide
+    "report only" override."""
     limits: Limits = dataclasses.field(default_factory=Limits)
     """Connections, request heads, read timeouts and buffered bodies (see webhook.connections)."""
     health_probes: bool = True
@@ -230,7 +233,7 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
     return provisioner, store
 
 
-def _health(settings: Settings, store: credentials.CredentialStore | None,
+def _mirror_health(settings: Settings, store: credentials.CredentialStore | None,
             runtime: app.Runtime, background: Background) -> None:
     """The background probes, publishing into the runtime what admission reads."""
 
@@ -276,11 +279,44 @@ def _provider_source(settings: Settings, rules: policy.Policy) -> provider.Provi
                                    timeout=settings.credential_provider_timeout)
 
 
+def _initial_policy(settings: Settings, state: policystate.PolicyState | None,
+                    ) -> tuple[policyfile.LoadedPolicy, str | None]:
+    """The policy file; if it is refused, the last accepted policy and why (with a cluster).
+
+    Without a cluster, or with no policy ever accepted there (a first install),
+    a refused policy is still a ConfigError: there is nothing safe to serve.
+    """
+    try:
+        return policyfile.read_policy(settings.policy), None
+    except policyfile.ConfigError as error:
+        refused = error
+    data = state.load_accepted() if state is not None else None
+    if state is None or data is None:
+        raise refused
+    try:
+        kept = policyfile.read_policy(f"ConfigMap {state.namespace}/{policystate.ACCEPTED}",
+                                      data=data)
+    except policyfile.ConfigError:
+        raise refused from None
+    why = f"{refused}; serving the last accepted policy {kept.version}"
+    logger.error("policy refused at start; serving the last accepted policy",
+                 extra={"fields": {"error": str(refused), "live": kept.version}})
+    state.rejected(str(refused), serving=kept.version)
+    return kept, why
+
+
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:
     """Load everything once, failing with ConfigError before any port is opened."""
-    loaded = policyfile.read_policy(settings.policy)
     background = Background()
     client = _connect(settings)
+    state = None if client is None else policystate.PolicyState(
+        client, settings.namespace or kube.own_namespace())
+    loaded, refused = _initial_policy(settings, state)
+    if state is not None:
+        background.starts.append(state.start)
+        background.stops.append(state.stop)
+        if refused is None:
+            state.accepted(loaded.data, loaded.version)
     if settings.tls_secret is not None:
         manager = _self_managed_certificates(settings, client, background)
         cert_file, key_file = str(manager.cert_file), str(manager.key_file)
@@ -292,12 +328,17 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     # The provisioner reports to the runtime's metrics and readiness, so the
     # runtime comes first and receives it just after.
     runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets(),
-                          audit_only=settings.audit_only)
+                          audit_only=settings.audit_only, policy_refused=refused,
+                          max_containers=settings.limits.max_containers)
+    # Large reviews are screened in a worker process, off the event loop.
+    runtime.screener = offload.Screener()
+    background.starts.append(runtime.screener.start)
+    background.stops.append(runtime.screener.stop)
     store: credentials.CredentialStore | None = None
     if secrets is None:
         secrets, store = _credentials(settings, client, runtime, background)
     runtime.secrets = secrets
-    _health(settings, store, runtime, background)
+    _mirror_health(settings, store, runtime, background)
     if settings.tls_secret is not None:
         runtime.readiness["certificate-upkeep"] = lambda: manager.problem
 
@@ -314,13 +355,19 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         try:
             fresh = policyfile.read_policy(settings.policy)
         except policyfile.ConfigError as error:
+            live = runtime.policy.version
             runtime.metrics.policy_reload_failures.inc()
+            runtime.policy_refused = f"{error}; still serving policy {live}"
             logger.error("policy rejected; the previous policy stays in force",
-                         extra={"fields": {"error": str(error), "live": runtime.policy.version}})
+                         extra={"fields": {"error": str(error), "live": live}})
+            if state is not None:
+                state.rejected(str(error), serving=live)
             return
+        runtime.policy_refused = None
         runtime.set_policy(fresh)
-        logger.info("policy reloaded", extra={"fields": {"version": fresh.version,
-                                                          "mode": fresh.policy.mode}})
+        if state is not None:
+            state.accepted(fresh.data, fresh.version)
+        logger.info("policy reloaded", extra={"fields": {"version": fresh.version}})
 
     def reload_certificates() -> None:
         try:
@@ -344,18 +391,14 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
 
     background.watchers += [watcher_policy, watcher_certs]
 
-    async def flush_logs() -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            logs.flush()
-
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         for start in background.starts:
             start()
         for watcher in background.watchers:
             watcher.start()
-        flusher = asyncio.get_running_loop().create_task(flush_logs())
+        flusher = Ticker(logs.flush, interval=1.0, name="flush-logs")
+        flusher.start()
         # Everything loaded so far lives as long as the process: keep it out of
         # the collector's generations. A review decodes into thousands of
         # dicts and lists that reference counting frees at once; with the
@@ -368,9 +411,9 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             yield
         finally:
             # After uvicorn has drained the requests in flight.
-            flusher.cancel()
+            await flusher.stop()
             for watcher in background.watchers:
-                await watcher.stop()
+                watcher.stop()
             for stop in background.stops:
                 stop()
             logger.info("mirrorgate stopped", extra={"fields": {}})
@@ -441,7 +484,7 @@ class _Uvicorn(uvicorn.Server):
             loaded = self.runtime.policy
             logger.info("mirrorgate serving", extra={"fields": {
                 "address": self.address, "version": VERSION, "policy": loaded.version,
-                "mode": loaded.policy.mode}})
+                "mode": self.runtime.mode}})
             logs.flush()
 
 
@@ -465,3 +508,28 @@ def serve(settings: Settings) -> None:
     address = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     # run(), not asyncio.run(serve()): run() uses the loop the config names (uvloop).
     _Uvicorn(config, runtime=server.runtime, address=address).run(sockets=[listener])
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`mirrorgate serve`: its flags as :class:`Settings`, served until SIGTERM."""
+    serve(Settings(
+        policy=args.policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host,
+        port=args.port, reload_interval=args.reload_interval, log_level=args.log_level,
+        kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
+        store=args.store, store_file=args.store_file, store_key_file=args.key_file,
+        credential_deadline=args.credential_deadline, audit_only=args.audit_only,
+        reconcile_interval=args.reconcile_interval,
+        credential_provider_config=args.credential_provider_config,
+        credential_provider_bin_dir=args.credential_provider_bin_dir,
+        credential_provider_timeout=args.credential_provider_timeout,
+        tls_secret=args.tls_secret, service=args.service,
+        webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
+        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name), limits=Limits(
+            max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
+            max_headers=args.max_headers, header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
+            max_buffered_bytes=args.max_buffered_bytes, max_containers=args.max_containers,
+            write_timeout=args.write_timeout, max_unsent_bytes=args.max_unsent_bytes,
+            max_pipelined=args.max_pipelined),
+        health_probes=args.health_probes))
+    return EXIT_OK

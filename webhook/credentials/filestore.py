@@ -19,6 +19,13 @@ brings another store or an older generation: an earlier copy of the file,
 put back, is reported instead of silently undoing a rotation. (Across a
 restart only the key protects the file: no state outside it is kept.)
 
+Writers (``credentials add`` and ``remove``) go through :func:`update_store`:
+read, change and write under an exclusive lock (``flock`` on ``.<name>.lock``
+beside the store, never removed, since unlinking a lock file lets two writers
+hold "the" lock at once), and the write goes ahead only if the file is still
+the generation that was read, so an entry added meanwhile by a writer that
+took no lock is reported, never silently dropped.
+
 The key file must be private, as ssh demands of a private key: a key file
 that group or others may read is refused.
 """
@@ -27,12 +34,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
+import errno
+import fcntl
 import os
 import secrets
 import stat
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +55,12 @@ from mirrorgate import certs
 from mirrorgate.webhook.credentials.store import Credential, StoreError
 
 __all__ = ["KEY_ENV", "FileCredentialStore", "StoreContents", "generate_key", "load_key",
-           "read_store", "write_store"]
+           "locked", "read_store", "update_store", "write_store"]
 
 FORMAT = "mirrorgate-credentials/v2"
 KEY_ENV = "MIRRORGATE_STORE_KEY"
+LOCK_TIMEOUT = 30.0
+"""Seconds a writer waits for another one to finish before it gives up, writing nothing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +133,8 @@ def _decode(path: str, raw: bytes, key: bytes) -> StoreContents:
             raise ValueError
         if envelope["format"] != FORMAT:
             raise StoreError(f"{path}: store format {envelope['format'][:40]!r} is not "
-                             f"{FORMAT!r}; re-create the store with `mirrorgate credentials "
-                             "add`")
+                             f"{FORMAT!r}; a v1 store becomes v2 with `mirrorgate credentials "
+                             "migrate`")
         store_id, generation = envelope["store"], envelope["generation"]
         if not isinstance(store_id, str) or type(generation) is not int or generation < 1:
             raise ValueError
@@ -181,6 +194,73 @@ def write_store(path: str, key: bytes, contents: StoreContents) -> None:
         certs.fsync_directory(Path(path).absolute().parent)
     except OSError as error:
         raise StoreError(f"{path}: cannot write: {error.strerror}") from None
+
+
+def _generation_on_disk(path: str) -> tuple[str, int]:
+    """(store, generation) of the file as it is now, from its envelope; ("", 0) if missing."""
+    try:
+        with open(path, "rb") as handle:
+            envelope = orjson.loads(handle.read())
+        return str(envelope["store"]), int(envelope["generation"])
+    except FileNotFoundError:
+        return "", 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return "?", -1  # unreadable now: certainly not what was read
+
+
+@contextlib.contextmanager
+def locked(path: str, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+    """The store's writer lock, held for the block (also `credentials migrate`'s)."""
+    lock_path = Path(path).absolute()
+    lock_path = lock_path.with_name(f".{lock_path.name}.lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        raise StoreError(f"{path}: cannot lock the store ({lock_path}): "
+                         f"{error.strerror}") from None
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as error:
+                if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise StoreError(f"{path}: cannot lock the store ({lock_path}): "
+                                     f"{error.strerror}") from None
+            if time.monotonic() >= deadline:
+                raise StoreError(f"{path}: another writer has held the store's lock "
+                                 f"({lock_path}) for {timeout:g} s; nothing was written, "
+                                 "try again")
+            time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def update_store(path: str, key: bytes,
+                 change: Callable[[StoreContents], Mapping[str, Credential] | None], *,
+                 missing_ok: bool = False, lock_timeout: float = LOCK_TIMEOUT) -> StoreContents:
+    """Read the store, apply ``change`` and write the result, as one step among writers.
+
+    ``change`` gets the current contents and returns the new credentials, or
+    None to write nothing. Returns the contents written (or read, for None).
+    StoreError when the lock is not had within ``lock_timeout`` seconds, or
+    when the file changed under the lock (a writer that took none): nothing
+    is written then.
+    """
+    with locked(path, lock_timeout):
+        contents = read_store(path, key, missing_ok=missing_ok)
+        credentials = change(contents)
+        if credentials is None:
+            return contents
+        if _generation_on_disk(path) != (contents.store_id, contents.generation):
+            raise StoreError(f"{path}: changed by another writer while this one held the "
+                             "lock (something writes it without locking); nothing was "
+                             "written, try again")
+        written = contents.replaced(credentials)
+        write_store(path, key, written)
+        return written
 
 
 class FileCredentialStore:

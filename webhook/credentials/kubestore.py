@@ -25,7 +25,7 @@ __all__ = ["EXPIRES_ANNOTATION", "MANAGED_BY_SELECTOR", "KubernetesCredentialSto
            "credential_from_secret", "parse_expiry", "secret_from_credential"]
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_LABEL = kube.MANAGED_BY_LABEL
 MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}=mirrorgate"
 EXPIRES_ANNOTATION = "mirrorgate.io/expires"
 """RFC 3339: when a short-lived login stops working (written by the provider refresher)."""

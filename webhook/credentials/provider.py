@@ -13,22 +13,26 @@ cached login is reused only in the first 80 % of its life, so that a refresh
 asks the plugin again.
 
 Bounded and quiet: a plugin that runs longer than the timeout, or writes more
-than 1 MiB, is killed (its whole session); only the last 8 KiB of its standard
-error are kept, and logged with every
-secret it might echo (the passwords it returned, the provider's ``env``
-values) replaced by ``[redacted]``. No password is in any message here.
+than 1 MiB, is killed, and so is everything it started
+(:mod:`~webhook.credentials.pluginprocess`); only the last 8 KiB of its
+standard error are kept (whole lines), and logged with every secret it might
+echo replaced by ``[redacted]``: the provider's ``env`` values, the passwords
+of earlier answers, and every password in this run's output, found before
+the output is parsed (so a refused answer is hidden too), in each form a line
+could show it (as written, JSON-escaped, base64 of ``user:password``). The
+same goes for the one-line reasons a run fails with. No password is in any
+message here.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import datetime
+import itertools
+import json
 import os
-import selectors
-import signal
-import subprocess
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -37,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from mirrorgate.webhook.credentials import pluginprocess
 from mirrorgate.webhook.credentials.providerconfig import (
     CredentialProvider,
     CredentialProviderConfig,
@@ -90,6 +95,40 @@ class _Issued:
 
 def _registry_of(image: str) -> str:
     return image.partition("/")[0]
+
+
+# A "username" or "password" member and its JSON string, found without
+# parsing: output refused for any reason (not JSON, cut at the limit, the
+# wrong kind, a failing exit status) holds its logins all the same.
+_LOGIN_FIELD = re.compile(rb'"(username|password)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_FIELDS_LIMIT = 32
+
+
+def candidate_secrets(output: bytes) -> set[str]:
+    """Every form in which a line could show a password of this output.
+
+    The password, as the output wrote it (JSON-escaped its own way), JSON-escaped
+    as a log line escapes it (and with ASCII escapes), and base64 of
+    ``user:password`` for every user in the output (and none). The first
+    fields only: a run's output is at most 1 MiB, its logins are a handful.
+    """
+    users, passwords, found = {""}, set(), set()
+    for match in itertools.islice(_LOGIN_FIELD.finditer(output), _FIELDS_LIMIT):
+        raw = match.group(2)
+        try:
+            value = orjson.loads(b'"' + raw + b'"')
+        except orjson.JSONDecodeError:
+            value = raw.decode("utf-8", "replace")
+        if match.group(1) == b"username":
+            users.add(value)
+        else:
+            passwords.add(value)
+            found.add(raw.decode("utf-8", "replace"))
+    for password in passwords:
+        found.update((password, orjson.dumps(password).decode()[1:-1],
+                      json.dumps(password)[1:-1]))
+        found.update(base64.b64encode(f"{user}:{password}".encode()).decode() for user in users)
+    return found
 
 
 def _redact(text: str, secrets: Iterable[str]) -> str:
@@ -159,38 +198,34 @@ class ProviderSource:
         for _, value in provider.env:
             self._remember(value)
         try:
-            process = subprocess.Popen([str(binary), *provider.args], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                       start_new_session=True)
+            finished = pluginprocess.run([str(binary), *provider.args], env, request,
+                                         timeout=self.timeout, stdout_limit=_STDOUT_LIMIT,
+                                         stderr_limit=_STDERR_LIMIT)
         except OSError as error:
             raise ProviderError(f"plugin {provider.name!r} could not start: "
                                 f"{error.strerror}") from None
+        # Whatever the output turns out to be, the logins in it are secrets
+        # from here on: in the logged stderr and in every message.
+        found = candidate_secrets(finished.stdout)
+        hidden = {*self._secrets, *found}
         try:
-            stdout, stderr, failure = _exchange(process, request, self.timeout)
-        finally:
-            if process.poll() is None:
-                # The whole session: a plugin that is a script leaves no child
-                # behind holding the pipes open.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            for pipe in (process.stdin, process.stdout, process.stderr):
-                if pipe is not None:
-                    pipe.close()
-        try:
-            if failure == "timeout":
+            if finished.failure == "timeout":
                 raise ProviderError(f"plugin {provider.name!r} did not answer within "
                                     f"{self.timeout:g} s and was killed")
-            if failure == "too much":
+            if finished.failure == "too much":
                 raise ProviderError(f"plugin {provider.name!r} wrote more than "
                                     f"{_STDOUT_LIMIT} bytes and was killed")
-            if process.returncode != 0:
+            if finished.returncode != 0:
                 raise ProviderError(f"plugin {provider.name!r} failed with exit status "
-                                    f"{process.returncode}")
-            issued = self._read(provider, image, stdout, now)
+                                    f"{finished.returncode}")
+            issued = self._read(provider, image, finished.stdout, now)
+            for secret in found:
+                self._remember(secret)  # a later run may echo this run's login
+            return issued
+        except ProviderError as error:
+            raise ProviderError(_redact(str(error), hidden)) from None
         finally:
-            self._log_stderr(provider.name, stderr)
-        return issued
+            self._log_stderr(provider.name, finished.stderr, hidden)
 
     def _remember(self, secret: str) -> None:
         self._secrets.pop(secret, None)
@@ -198,12 +233,12 @@ class ProviderSource:
         while len(self._secrets) > _SECRETS_LIMIT:
             del self._secrets[next(iter(self._secrets))]
 
-    def _log_stderr(self, provider: str, stderr: bytes) -> None:
+    def _log_stderr(self, provider: str, stderr: bytes, hidden: Iterable[str]) -> None:
         if not stderr.strip():
             return
         text = stderr.decode("utf-8", "replace").strip()
         logger.info("credential provider said", extra={"fields": {
-            "provider": provider, "stderr": _redact(text, self._secrets)}})
+            "provider": provider, "stderr": _redact(text, hidden)}})
 
     def _read(self, provider: CredentialProvider, image: str, stdout: bytes,
               now: float) -> _Issued:
@@ -228,7 +263,9 @@ class ProviderSource:
         if response.get("cacheDuration") is not None:
             lifetime = parse_duration(response["cacheDuration"])
             if lifetime is None or lifetime < 0:
-                raise ProviderError(f"{where}: cacheDuration is not a duration")
+                raise ProviderError(f"{where}: cacheDuration "
+                                    f"{str(response['cacheDuration'])[:40]!r} is not a "
+                                    "duration from 0 to 2562047h (such as 12h)")
         if not lifetime:
             # The kubelet would ask again at every pull; a pull secret must outlive that.
             raise ProviderError(f"{where}: the login has no lifetime (cacheDuration and "
@@ -253,49 +290,8 @@ class ProviderSource:
             if not (isinstance(username, str) and isinstance(password, str) and password):
                 raise ProviderError(f"{where}: auth[{str(key)[:80]!r}] has no username and "
                                     "password")
-            self._remember(password)
-            self._remember(base64.b64encode(f"{username}:{password}".encode()).decode())
             logins[key] = (username, password)
         return logins
-
-
-def _exchange(process: subprocess.Popen[bytes], request: bytes,
-              timeout: float) -> tuple[bytes, bytes, str | None]:
-    """Send the request; read stdout (up to its limit) and the tail of stderr until both end.
-
-    Returns (stdout, stderr, failure): failure is "timeout" when the deadline
-    passed first, "too much" when stdout went over its limit, else None.
-    """
-    assert process.stdin is not None
-    assert process.stdout is not None
-    assert process.stderr is not None
-    deadline = time.monotonic() + timeout
-    with contextlib.suppress(BrokenPipeError):  # a plugin may exit without reading
-        process.stdin.write(request)  # a few hundred bytes: the pipe takes them at once
-        process.stdin.close()
-    out, err = bytearray(), bytearray()
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ, out)
-        selector.register(process.stderr, selectors.EVENT_READ, err)
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return bytes(out), bytes(err), "timeout"
-            for key, _ in selector.select(left):
-                chunk = os.read(key.fd, 1 << 16)
-                if not chunk:
-                    selector.unregister(key.fileobj)
-                    continue
-                key.data.extend(chunk)
-                if len(err) > _STDERR_LIMIT:
-                    del err[:-_STDERR_LIMIT]
-                if len(out) > _STDOUT_LIMIT:
-                    return bytes(out[:_STDOUT_LIMIT]), bytes(err), "too much"
-    try:
-        process.wait(max(deadline - time.monotonic(), 0))
-    except subprocess.TimeoutExpired:
-        return bytes(out), bytes(err), "timeout"
-    return bytes(out), bytes(err), None
 
 
 def _most_specific(logins: Mapping[str, Any], image: str) -> str | None:

@@ -41,6 +41,9 @@ _MAX_BYTES = 1 << 20  # a config file is a few hundred bytes; refuse to parse an
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
                    "m": 60.0, "h": 3600.0}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+# Go durations are int64 nanoseconds: ParseDuration refuses anything longer
+# (about 292 years), and so does this, which also keeps every expiry a datetime.
+_DURATION_MAX = (2**63 - 1) / 1e9
 
 
 class ProviderConfigError(ValueError):
@@ -48,7 +51,10 @@ class ProviderConfigError(ValueError):
 
 
 def parse_duration(text: object) -> float | None:
-    """Seconds in a Go duration string (``"12h"``, ``"1h30m"``, ``"0"``); None if invalid."""
+    """Seconds in a Go duration string (``"12h"``, ``"1h30m"``, ``"0"``); None if invalid.
+
+    Invalid includes what Go refuses as out of range: more than 2562047h.
+    """
     if not isinstance(text, str) or not text:
         return None
     sign, body = (-1.0, text[1:]) if text.startswith("-") else (1.0, text.removeprefix("+"))
@@ -61,7 +67,9 @@ def parse_duration(text: object) -> float | None:
             return None
         total += float(part.group(1)) * _DURATION_UNITS[part.group(2)]
         position = part.end()
-    return sign * total if body else None
+    if not body or total > _DURATION_MAX:
+        return None
+    return sign * total
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +195,8 @@ def _provider(doc: object, where: str, seen: set[str],
         duration = parse_duration(doc["defaultCacheDuration"])
         if duration is None:
             errors.add(f"{where}.defaultCacheDuration", f"Invalid value: "
-                       f"{doc['defaultCacheDuration']!r}: not a duration such as 12h or 90s")
+                       f"{str(doc['defaultCacheDuration'])[:40]!r}: not a duration such as 12h or "
+                       "90s (at most 2562047h)")
         elif duration < 0:
             errors.add(f"{where}.defaultCacheDuration", "Invalid value: must be greater than "
                        "or equal to 0")

@@ -32,11 +32,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mirrorgate import policy
+from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.cluster.optin import ENFORCE, MODE_LABEL, OPTED_IN_MODES, NamespaceOptIn
 from mirrorgate.webhook.credentials.fingerprints import Fingerprints
 from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL, secret_from_credential
-from mirrorgate.webhook.credentials.loop import WakeableLoop
 from mirrorgate.webhook.credentials.records import Record, Records
 from mirrorgate.webhook.credentials.store import Credential, CredentialStore
 from mirrorgate.webhook.logs import logger
@@ -363,7 +363,7 @@ class PullSecretProvisioner:
                 raise EnsureError(str(error)) from None
 
 
-class Reconciler(WakeableLoop):
+class Reconciler(Loop):
     """Rotation, healing and clean-up of every generated Secret, run by the Lease holder only."""
 
     def __init__(self, provisioner: PullSecretProvisioner, client: kube.Kube, *,
@@ -384,10 +384,9 @@ class Reconciler(WakeableLoop):
             and self.provisioner.records.informer.synced.is_set()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            triggered = self._wake.wait(self.interval)
-            self._wake.clear()
-            if self._stop.is_set():
+        while not self.stopping:
+            triggered = self.sleep(self.interval)
+            if self.stopping:
                 return
             self.provisioner.record_unrecorded()  # this replica's own, leader or not
             if not self._ready():
@@ -435,10 +434,9 @@ class Reconciler(WakeableLoop):
         if not reassert:
             return counts
         for record in self.provisioner.records.all():
-            if self._stop.is_set() or not self.is_leader():
+            if self.stopping or not self.is_leader():
                 break
-            if self._wake.is_set():
-                self._wake.clear()
+            if self.take_trigger():
                 self._sweep(counts)
             current = self.provisioner.records.get(record.namespace, record.secret)
             if current is None or not current.uid \
@@ -451,7 +449,7 @@ class Reconciler(WakeableLoop):
                     logger.info("pull secret restored", extra={"fields": {"secret": where}})
             except (kube.KubeError, EnsureError) as error:
                 self._failed(counts, where, error)
-            self._stop.wait(1 / REASSERT_PER_SECOND)
+            self.pause(1 / REASSERT_PER_SECOND)
         return counts
 
     def _sweep(self, counts: dict[str, int]) -> None:
@@ -459,7 +457,7 @@ class Reconciler(WakeableLoop):
         store = self.provisioner.store.snapshot()
         fingerprints = self.provisioner.fingerprints
         for record in self.provisioner.records.all():
-            if self._stop.is_set() or not self.is_leader():
+            if self.stopping or not self.is_leader():
                 return
             where = f"{record.namespace}/{record.secret}"
             try:

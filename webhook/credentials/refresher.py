@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mirrorgate import policy
+from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.credentials.kubestore import (
     EXPIRES_ANNOTATION,
@@ -29,7 +30,6 @@ from mirrorgate.webhook.credentials.kubestore import (
     parse_expiry,
     secret_from_credential,
 )
-from mirrorgate.webhook.credentials.loop import WakeableLoop
 from mirrorgate.webhook.credentials.provider import REFRESH_AT, ProviderError, ProviderSource
 from mirrorgate.webhook.credentials.store import Credential, StoreError, rfc3339
 from mirrorgate.webhook.logs import logger
@@ -60,7 +60,7 @@ def probe_image(rules: policy.Policy, credential: str) -> str | None:
     return None
 
 
-class ProviderRefresher(WakeableLoop):
+class ProviderRefresher(Loop):
     def __init__(self, source: ProviderSource, client: kube.Kube, *,
                  store: KubernetesCredentialStore, rules: Callable[[], policy.Policy],
                  is_leader: Callable[[], bool], observe: Observer | None = None,
@@ -78,7 +78,7 @@ class ProviderRefresher(WakeableLoop):
         """When to ask again, by credential, as this replica decided it."""
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self.stopping:
             wait = self.retry
             if not self.is_leader():
                 self._next.clear()  # another replica may refresh meanwhile
@@ -87,8 +87,7 @@ class ProviderRefresher(WakeableLoop):
                     wait = self.refresh_due()
                 except Exception:
                     logger.exception("credential refresh pass failed", extra={"fields": {}})
-            self._wake.wait(max(wait, 0.05))
-            self._wake.clear()
+            self.sleep(max(wait, 0.05))
 
     def _published(self, name: str) -> dict[str, Any] | None:
         return self.store.informer.items.get((self.store.namespace, name))

@@ -1,13 +1,15 @@
-"""The HTTP application: admission endpoints, health, readiness and metrics.
+"""The HTTP application: admission endpoints, liveness, readiness and metrics.
 
-``/mutate`` enforces (unless the policy says ``mode: audit``), ``/audit``
+``/mutate`` enforces (unless the server runs ``--audit-only``), ``/audit``
 always only reports. One MutatingWebhookConfiguration holds a webhook for
 each, selected by the namespace label ``mirrorgate.io/mode``, so the mode is
-picked without any lookup on the request path.
+picked without any lookup on the request path: the label is the one switch,
+and ``--audit-only`` a cluster-wide "report only" override.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
@@ -22,13 +24,19 @@ from starlette.types import Receive, Scope, Send
 
 from mirrorgate import policy
 from mirrorgate.policy import HEALTHY, Health
-from mirrorgate.webhook import admission, logs, review
+from mirrorgate.webhook import admission, logs, policyreview, review
+from mirrorgate.webhook.edge import offload
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyfile import LoadedPolicy
 from mirrorgate.webhook.version import VERSION
 
-__all__ = ["MAX_BODY_BYTES", "Runtime", "create_app"]
+__all__ = ["AUDIT_ONLY", "BY_NAMESPACE_LABEL", "MAX_BODY_BYTES", "Runtime", "create_app"]
+
+AUDIT_ONLY = "audit-only"
+BY_NAMESPACE_LABEL = "namespace-label"
+"""The effective mode /readyz and mirrorgate_policy_info show: every endpoint only reports
+(--audit-only), or each namespace's mirrorgate.io/mode label decides."""
 
 # The API server accepts request bodies up to 3 MiB (its
 # DefaultMaxRequestSizeBytes) and etcd stores objects up to 1.5 MiB; an
@@ -51,13 +59,23 @@ class Runtime:
     health: Health = HEALTHY
     """The mirrors and credentials the background probes found unhealthy; replaced whole."""
 
+    policy_refused: str | None = None
+    """Why the newest policy was refused and what is served instead; /readyz lists it."""
     audit_only: bool = False
     """Every endpoint only reports (the audit overlay's safe first install)."""
+    max_containers: int = admission.MAX_CONTAINERS
+    """Containers of one Pod that admission plans (`serve --max-containers`)."""
+    screener: offload.Screener | None = None
+    """The worker that screens large reviews off the event loop; None: all on the loop."""
     on_policy_change: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+
+    @property
+    def mode(self) -> str:
+        return AUDIT_ONLY if self.audit_only else BY_NAMESPACE_LABEL
 
     def set_policy(self, loaded: LoadedPolicy) -> None:
         self.policy = loaded
-        self.metrics.set_policy(loaded.version, loaded.policy.mode)
+        self.metrics.set_policy(loaded.version, self.mode)
         for callback in self.on_policy_change:
             callback()
 
@@ -119,13 +137,23 @@ class AdmissionEndpoint:
         started = time.perf_counter()
         runtime, endpoint = self.runtime, self.endpoint
         loaded = runtime.policy
-        audit = self.forced_audit or runtime.audit_only or loaded.policy.mode == "audit"
-        mode: admission.Mode = "audit" if audit else "enforce"
+        mode: policy.Mode = "audit" if self.forced_audit or runtime.audit_only else "enforce"
         rev: review.Review | None = None
         try:
-            rev = review.decode(await self._body(scope, receive))
-            decision = await admission.admit(rev, rules=loaded.policy, mode=mode,
-                                             secrets=runtime.secrets, health=runtime.health)
+            body = await self._body(scope, receive)
+            screened = None
+            if len(body) > offload.LARGE_REVIEW_BYTES and runtime.screener is not None \
+                    and offload.may_be_too_wide(body, runtime.max_containers):
+                screened = await runtime.screener.screen(
+                    body, mode=mode, max_containers=runtime.max_containers)
+            if screened is not None:
+                uid, dry_run, decision = screened
+            else:
+                rev = review.decode(body)
+                uid, dry_run = rev.uid, bool(rev.request.get("dryRun", False))
+                decision = await admission.admit(rev, rules=loaded.policy, mode=mode,
+                                                 secrets=runtime.secrets, health=runtime.health,
+                                                 max_containers=runtime.max_containers)
         except review.BadReview as error:
             runtime.metrics.errors.labels(endpoint, "bad-request").inc()
             logger.warning("bad admission request", extra={"fields": {
@@ -154,12 +182,44 @@ class AdmissionEndpoint:
         seconds = time.perf_counter() - started
         runtime.metrics.record(endpoint, decision, seconds)
         logs.admission({
-            "uid": rev.uid, "namespace": decision.namespace, "pod": decision.name,
+            "uid": uid, "namespace": decision.namespace, "pod": decision.name,
             "endpoint": endpoint, "mode": decision.mode, "outcome": decision.outcome,
             "rewrites": decision.rewrites, "warnings": decision.warnings,
-            "dry_run": bool(rev.request.get("dryRun", False)), "policy": loaded.version,
+            "dry_run": dry_run, "policy": loaded.version,
             "duration_ms": round(seconds * 1000, 3)})
         await _send_json(send, decision.body)
+
+
+class PolicyEndpoint(AdmissionEndpoint):
+    """``POST /validate-policy``: writes of the policy ConfigMap (:mod:`webhook.policyreview`).
+
+    Reading a policy takes up to half a second of a core: it runs on a worker
+    thread, one review at a time, so that Pod admissions keep their event loop.
+    """
+
+    def __init__(self, runtime: Runtime, *, endpoint: str) -> None:
+        super().__init__(runtime, endpoint=endpoint, forced_audit=False)
+        self._one_at_a_time = asyncio.Lock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        runtime = self.runtime
+        try:
+            rev = review.decode(await self._body(scope, receive))
+            async with self._one_at_a_time:
+                answer = await asyncio.to_thread(policyreview.judge, rev)
+        except review.BadReview as error:
+            runtime.metrics.errors.labels(self.endpoint, "bad-request").inc()
+            await _send_json(send, error.review(), status=400)
+            return
+        except _Unreadable:
+            return
+        allowed = answer["response"]["allowed"]
+        runtime.metrics.policy_reviews.labels("allowed" if allowed else "denied").inc()
+        if not allowed:
+            logger.warning("policy refused at admission", extra={"fields": {
+                "uid": rev.uid, "user": (rev.request.get("userInfo") or {}).get("username"),
+                "error": answer["response"]["status"]["message"]}})
+        await _send_json(send, answer)
 
 
 async def _send_json(send: Send, body: Any, status: int = 200) -> None:
@@ -171,10 +231,10 @@ async def _send_json(send: Send, body: Any, status: int = 200) -> None:
 
 
 def create_app(runtime: Runtime) -> Starlette:
-    async def healthz(request: Request) -> Response:
+    async def liveness(request: Request) -> Response:
         return Response("ok\n", media_type="text/plain")
 
-    async def readyz(request: Request) -> Response:
+    async def readiness(request: Request) -> Response:
         problems: dict[str, str] = {}
         for name, check in runtime.readiness.items():
             try:
@@ -186,22 +246,26 @@ def create_app(runtime: Runtime) -> Starlette:
         ready = not problems
         for advisory in runtime.advisories:
             problems.update(advisory())
+        if runtime.policy_refused is not None:
+            # Not unready: the policy in force keeps serving, and so must this replica.
+            problems["policy"] = runtime.policy_refused
         body = {"ready": ready, "version": VERSION, "policy": runtime.policy.version,
-                "mode": runtime.policy.policy.mode, "problems": problems}
+                "mode": runtime.mode, "problems": problems}
         return _json(body, status=200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
         payload, content_type = runtime.metrics.render()
         return Response(payload, media_type=content_type)
 
-    runtime.metrics.set_policy(runtime.policy.version, runtime.policy.policy.mode)
+    runtime.metrics.set_policy(runtime.policy.version, runtime.mode)
     endpoints = {
         "/mutate": AdmissionEndpoint(runtime, endpoint="mutate", forced_audit=False),
-        "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True)}
+        "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True),
+        "/validate-policy": PolicyEndpoint(runtime, endpoint="validate-policy")}
     return _Application(endpoints, routes=[
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
+        Route("/healthz", liveness, methods=["GET"]),
+        Route("/readyz", readiness, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ])
 

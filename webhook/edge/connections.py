@@ -12,17 +12,19 @@ bounded here, around uvicorn's own protocol:
   it with ``loop.start_tls`` within the header timeout.
 - :class:`LimitedHttpProtocol` is uvicorn's httptools protocol plus the
   header limits (HTTP 431), the milestones the table orders connections by,
-  and the count of request-body bytes held.
+  the count of request-body bytes held, a bound on the pipelined requests it
+  parses ahead of an answer, and the answers its client does not read.
 - :class:`ConnectionTable` holds every open connection, least recently
   active first. A sweep closes connections whose request head or body is
-  late; a new connection over the limit, or a body over the byte budget,
-  closes the least recently active connection that is not being answered.
-  Idle clients therefore never lock the API server out: its next connection
-  takes the place of the longest-idle one (an idle keep-alive connection of
-  its own included, which it simply opens again).
+  late, or whose answer has waited unread past the write timeout; answers
+  unread over the output budget close the connections that stopped reading
+  first. A new connection over the limit closes one of the abuser's kind
+  (:meth:`ConnectionTable.victim`), never one whose answer is being taken.
+  Idle and pinned clients therefore never lock the API server out: its next
+  connection takes the place of one of theirs.
 
 Idle keep-alive connections are closed by uvicorn's own keep-alive timer,
-set to the idle timeout.
+set to the idle timeout and stopped only when a request begins.
 """
 
 from __future__ import annotations
@@ -36,8 +38,14 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 import httptools
+from uvicorn._types import ASGI3Application
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 from uvicorn.server import ServerState
 
 from mirrorgate.webhook.edge.limits import Limits
@@ -50,6 +58,12 @@ EARLY_BYTES_MAX = 1 << 20
 """Bytes held for a connection between its handshake and its hand-over to uvicorn."""
 SHUTDOWN_TIMEOUT = 2.0
 """Seconds a closing TLS connection waits for the peer's close_notify (asyncio's default: 30)."""
+PIPELINED_PER_TURN = 4
+"""Pipelined requests started per event-loop turn, across all connections (see
+:meth:`ConnectionTable.defer`)."""
+WRITE_HIGH_WATER = 64 * 1024
+"""Unsent answer bytes past which the TLS transport says a client is not reading (uvloop's
+default, 512 KiB, would let 1,024 connections hold half a gigabyte before anyone noticed)."""
 
 
 class State(enum.IntEnum):
@@ -60,13 +74,31 @@ class State(enum.IntEnum):
     BODY = 2
     """Reading a request body."""
     BUSY = 3
-    """The request is complete and being answered: never closed by the table."""
+    """A request is complete and being answered (pipelined ones may follow): closed by the
+    table only when its client stops reading the answer."""
     IDLE = 4
     """Answered; waiting for the next request (uvicorn's keep-alive timer runs)."""
 
 
 class _Refused(Exception):
     """Raised from a parser callback to stop parsing a request the limits refuse."""
+
+
+class _Flow(FlowControl):
+    """uvicorn's flow control, except that reading stays paused while bytes wait unparsed.
+
+    uvicorn resumes reading whenever an answer completes or the app asks for
+    the body; bytes that a connection may not parse yet (its pipelining bound
+    is reached) must first be parsed, or they would pile up behind the bound.
+    """
+
+    def __init__(self, transport: asyncio.Transport, connection: LimitedHttpProtocol) -> None:
+        super().__init__(transport)
+        self.connection = connection
+
+    def resume_reading(self) -> None:
+        if not self.connection.held:
+            super().resume_reading()
 
 
 class LimitedHttpProtocol(HttpToolsProtocol):
@@ -82,9 +114,24 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """When the current state began (accept, first byte, end of head, end of answer)."""
         self.raw: asyncio.Transport | None = None
         """The TCP transport, until TLS replaces it as ``transport``."""
+        self.reading = State.NEW
+        """Where the parser is: NEW, HEAD, BODY, or IDLE between requests (``state`` is BUSY
+        instead while an answer is due)."""
         self.head_bytes = 0
+        """Bytes of the current request head in earlier reads."""
+        self.began = False
+        """Whether the current request head began in the read being parsed."""
         self.chunk = 0
         """Bytes of the read being parsed."""
+        self.held = b""
+        """Bytes received and not parsed: pipelined requests beyond the bound, for later."""
+        self.ahead = table.limits.max_pipelined + 1
+        """Requests parsed and unanswered at most: one being answered, the rest queued."""
+        self.answered = 0
+        """Requests answered on this connection (a keep-alive client's show more than one)."""
+        self.unsent = 0
+        """Answer bytes unsent when its client stopped reading (while the table holds it as
+        stalled)."""
         self.buffered = 0
         """Request-body bytes received and not yet answered."""
         self.refusal: tuple[int, str] | None = None
@@ -109,8 +156,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     # -- parsing, with the limits --------------------------------------------
 
+    def pending_output(self) -> int:
+        """Answer bytes written and not yet sent, in the TLS and the TCP transport."""
+        raw = self.raw.get_write_buffer_size() if self.raw is not None else 0
+        return self.transport.get_write_buffer_size() + raw
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
+        self.flow = _Flow(self.transport, self)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         early, self.early = self.early, []
         for data in early:
             self.data_received(data)
@@ -123,8 +177,59 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             if sum(map(len, self.early)) > EARLY_BYTES_MAX:
                 self.close_for("header-limit")
             return
-        self._unset_keepalive_if_required()
+        if self.held:  # reading resumed by someone else: this waits its turn too
+            self.held += data
+            self.flow.pause_reading()
+            return
+        self._feed(data)
+
+    def _room(self) -> int:
+        """Requests that may still be parsed: the bound, less those parsed and unanswered
+        (one being answered, the rest queued)."""
+        cycle = self.cycle
+        return self.ahead - len(self.pipeline) - (cycle is not None
+                                                  and not cycle.response_complete)
+
+    def _feed(self, data: bytes) -> None:
+        """Parse ``data`` as far as the pipelining bound allows; hold the rest, unread.
+
+        httptools parses all it is given, every pipelined request in it
+        included, and uvicorn queues each one. A request head holds at least
+        two line feeds (its request line and the empty line), so bytes with
+        fewer than twice the room cannot complete more heads than there is
+        room for: every read of a client that waits for its answers is
+        parsed whole. (Its line feeds are all in its head, at the start: one
+        ``rfind`` over the body and a count over the head decide it, where
+        a count of the whole read would cost five times an admission's
+        parsing on a 60 KB body.) Others are parsed a few lines at a time.
+        """
+        room = self._room()
+        last = data.rfind(b"\n")
+        if last < 0 or data.count(b"\n", 0, last) < 2 * room - 1:
+            self._parse(data)
+            return
+        start = 0
+        while room > 0:
+            stop = start - 1
+            for _ in range(2 * room - 1):
+                stop = data.find(b"\n", stop + 1)
+                if stop < 0:
+                    if start < len(data):
+                        self._parse(data[start:] if start else data)
+                    return
+            # At most ``room`` heads end up to and including this line feed.
+            if not self._parse(data[start:stop + 1]) or self.transport.is_closing():
+                return
+            start = stop + 1
+            room = self._room()
+        if start < len(data):
+            self.held = data[start:]
+            self.flow.pause_reading()
+
+    def _parse(self, data: bytes) -> bool:
+        """Feed the parser; False if that closed the connection."""
         self.chunk = len(data)
+        self.began = False
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -133,13 +238,18 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             # Our refusals are raised from parser callbacks and arrive wrapped.
             status, message = self.refusal or (400, "Invalid HTTP request received.")
             self._reply_and_close(status, message)
-            return
-        if self.state is State.HEAD:
-            # A head still incomplete after this chunk: what it has taken so far.
+            return False
+        if self.reading is State.HEAD and not self.began:
+            # A head that goes on over reads: each read after its first is all
+            # head. Its first read may also hold earlier requests, so its part
+            # there is not known; it is counted from the next read on (or
+            # exactly, once complete).
             self.head_bytes += self.chunk
             if self.head_bytes > self.table.limits.max_header_bytes:
                 self._reply_and_close(431, "request head exceeds the "
                                            f"{self.table.limits.max_header_bytes}-byte limit")
+                return False
+        return True
 
     def _reply_and_close(self, status: int, message: str) -> None:
         payload = message.encode("ascii")
@@ -156,8 +266,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.head_bytes = 0
-        self._enter(State.HEAD)
+        # A request began: the connection is no longer idle. (Not any byte:
+        # the parser skips a stray CRLF between requests, and the idle
+        # timer must keep running through it.)
+        self._unset_keepalive_if_required()
+        self.head_bytes, self.began, self.reading = 0, True, State.HEAD
+        if self.state is not State.BUSY:
+            self._enter(State.HEAD)
 
     def on_headers_complete(self) -> None:
         limits = self.table.limits
@@ -168,7 +283,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self.head_bytes + self.chunk > limits.max_header_bytes and len(self.url) + sum(
                 len(name) + len(value) for name, value in self.headers) > limits.max_header_bytes:
             self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
-        self._enter(State.BODY)
+        self.reading = State.BODY
+        if self.state is not State.BUSY:
+            self._enter(State.BODY)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -180,15 +297,42 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self.table.relieve(self)
 
     def on_message_complete(self) -> None:
-        self.state = State.BUSY  # no deadline and no eviction while we answer
+        self.reading = State.IDLE
+        self.state = State.BUSY  # no read deadline and no eviction while the client reads
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        pipelined = bool(self.pipeline)
+        self.answered += 1
         self.table.unbuffer(self)
-        super().on_response_complete()
-        if not pipelined:
-            self._enter(State.IDLE)
+        if not self.pipeline:
+            super().on_response_complete()
+            self._enter(self.reading)  # IDLE, or a pipelined request's head or body
+        else:
+            # The next queued request is not started here, as uvicorn would:
+            # it waits its turn behind clients that wait for their answers.
+            queued, pipeline = self.pipeline.pop(), self.pipeline
+            self.pipeline = collections.deque()  # nothing queued, as uvicorn sees it
+            super().on_response_complete()  # so it starts nothing, and arms the idle timer
+            self.pipeline = pipeline
+            self._unset_keepalive_if_required()
+            if not self.transport.is_closing():
+                self.table.defer(self, *queued)
+        if self.held and not self.transport.is_closing():
+            held, self.held = self.held, b""
+            self._feed(held)
+            if not self.held and not self.transport.is_closing():
+                self.flow.resume_reading()
+
+    # -- answers the client does not read -------------------------------------
+
+    def pause_writing(self) -> None:
+        """The TLS transport holds more than its high-water mark: the client is not reading."""
+        super().pause_writing()
+        self.table.stall(self)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.table.unstall(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.transport is None:
@@ -209,16 +353,30 @@ class ConnectionTable:
         self.open: collections.OrderedDict[LimitedHttpProtocol, None] = \
             collections.OrderedDict()
         self.buffered = 0
+        self.stalled: dict[LimitedHttpProtocol, float] = {}
+        """Connections whose client does not read its answer, by when it stopped (oldest
+        first)."""
+        self.unsent = 0
+        """Their unsent answer bytes."""
         self.on_close = on_close
         """Called with the reason whenever the table drops a connection (for metrics)."""
-        self._sweep_every = min(1.0, limits.header_timeout / 4, limits.body_timeout / 4)
+        self._sweep_every = min(1.0, limits.header_timeout / 4, limits.body_timeout / 4,
+                                limits.write_timeout / 4)
         self._sweeper: asyncio.TimerHandle | None = None
+        self.deferred: collections.deque[
+            tuple[LimitedHttpProtocol, RequestResponseCycle, ASGI3Application]] = \
+            collections.deque()
+        """Pipelined requests waiting for their turn to start."""
+        self._dispatcher: asyncio.Handle | None = None
 
     def admit(self, connection: LimitedHttpProtocol) -> bool:
-        """Enter a new connection, closing the least recently active one to make room."""
-        if len(self.open) >= self.limits.max_connections and not self._evict(connection):
-            self.on_close("refused")
-            return False
+        """Enter a new connection, closing one of the abuser's kind to make room."""
+        if len(self.open) >= self.limits.max_connections:
+            victim = self.victim(connection)
+            if victim is None:
+                self.on_close("refused")
+                return False
+            victim.close_for("evicted")
         self.open[connection] = None
         if self._sweeper is None:
             self._sweeper = connection.loop.call_later(self._sweep_every, self._sweep,
@@ -229,29 +387,98 @@ class ConnectionTable:
         self.buffered -= connection.buffered
         connection.buffered = 0
 
+    def stall(self, connection: LimitedHttpProtocol) -> None:
+        """``connection``'s client stopped reading: its answer's time and bytes start to count.
+
+        Its unsent bytes are taken now: uvicorn writes nothing more to a
+        paused transport, so they can only shrink until it resumes.
+        """
+        if connection not in self.open or connection in self.stalled:
+            return
+        connection.unsent = connection.pending_output()
+        self.unsent += connection.unsent
+        self.stalled[connection] = connection.loop.time()
+        while self.unsent > self.limits.max_unsent_bytes and self.stalled:
+            next(iter(self.stalled)).close_for("output-budget")
+
+    def unstall(self, connection: LimitedHttpProtocol) -> None:
+        if self.stalled.pop(connection, None) is not None:
+            self.unsent -= connection.unsent
+            connection.unsent = 0
+
     def release(self, connection: LimitedHttpProtocol, reason: str) -> None:
         """Forget a connection (again: a no-op); count why, unless the client closed it."""
         if connection not in self.open:
             return
         del self.open[connection]
         self.unbuffer(connection)
+        self.unstall(connection)
         if reason != "closed":
             self.on_close(reason)
 
-    def _evict(self, newcomer: LimitedHttpProtocol, *,
-               states: tuple[State, ...] = (State.NEW, State.HEAD, State.BODY, State.IDLE),
-               reason: str = "evicted") -> bool:
+    def victim(self, newcomer: LimitedHttpProtocol) -> LimitedHttpProtocol | None:
+        """The connection a newcomer over the limit replaces: the abuser's kind first.
+
+        In this order, each kind least recently active first: a client that
+        does not read its answers; one with pipelined requests waiting; a
+        handshake, head or body in progress (a client that never speaks, or
+        speaks slowly); an idle connection that served one request; an idle
+        keep-alive connection that served more. A connection whose answer is
+        being read, with nothing queued behind it, is never closed. Plain LRU
+        order let a flood of fresh connections push out the one keep-alive
+        client between two of its requests.
+        """
+        for connection in self.stalled:
+            if connection is not newcomer:
+                return connection
+        # The first (least recently active) of each kind, best victim first.
+        first: list[LimitedHttpProtocol | None] = [None, None, None, None]
         for connection in self.open:
-            if connection is not newcomer and connection.state in states:
-                connection.close_for(reason)
-                return True
-        return False
+            state = connection.state
+            if state is State.BUSY:
+                kind = 0 if connection.pipeline or connection.held else -1
+            elif state is not State.IDLE:
+                kind = 1
+            else:
+                kind = 2 if connection.answered < 2 else 3
+            if kind >= 0 and first[kind] is None and connection is not newcomer:
+                first[kind] = connection
+                if kind == 0:
+                    break
+        return next((connection for connection in first if connection is not None), None)
+
+    def defer(self, connection: LimitedHttpProtocol, cycle: RequestResponseCycle,
+              app: ASGI3Application) -> None:
+        """Start a pipelined request in a later event-loop turn, a few per turn.
+
+        Each connection answers its pipelined requests one after the other,
+        but a thousand connections pipelining /metrics would otherwise start
+        a thousand renders per turn, and an admission arriving meanwhile
+        would wait behind all of them. Deferred, they take at most
+        :data:`PIPELINED_PER_TURN` requests' time from each turn; a client
+        that waits for its answers never waits behind them.
+        """
+        self.deferred.append((connection, cycle, app))
+        if self._dispatcher is None:
+            self._dispatcher = connection.loop.call_soon(self._dispatch, connection.loop)
+
+    def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._dispatcher = None
+        for _ in range(min(PIPELINED_PER_TURN, len(self.deferred))):
+            connection, cycle, app = self.deferred.popleft()
+            if not connection.transport.is_closing():
+                HttpToolsProtocol._start_asgi_task(connection, cycle, app)
+        if self.deferred:
+            self._dispatcher = loop.call_soon(self._dispatch, loop)
 
     def relieve(self, reader: LimitedHttpProtocol) -> None:
         """Over the body budget: close the longest-running body reads, ``reader``'s last."""
         while self.buffered > self.limits.max_buffered_bytes:
-            if not self._evict(reader, states=(State.BODY,), reason="body-budget"):
-                reader.close_for("body-budget")
+            oldest = next((connection for connection in self.open
+                           if connection is not reader and connection.state is State.BODY),
+                          reader)
+            oldest.close_for("body-budget")
+            if oldest is reader:
                 return
 
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -270,6 +497,10 @@ class ConnectionTable:
                 late.append((connection, "header-timeout"))
             elif state is State.BODY and waited > limits.body_timeout:
                 late.append((connection, "body-timeout"))
+        for connection, stopped in self.stalled.items():  # stopped reading first, first
+            if now - stopped <= limits.write_timeout:
+                break
+            late.append((connection, "write-timeout"))
         for connection, reason in late:
             connection.close_for(reason)
         if self.open:

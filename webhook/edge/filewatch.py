@@ -3,19 +3,27 @@
 Mounted ConfigMaps and Secrets change by an atomic symlink swap, which
 inotify on the file itself does not see; polling a stat signature (and the
 content hash only when it moves) sees every swap and costs next to nothing.
+
+Each watcher is a background :class:`Loop`, a thread of its own, never a
+ticker on the event loop: reading, hashing and parsing a file (a policy of
+15,000 rules takes about a second) would stall every admission in flight.
+``on_change`` therefore runs in that thread: the reloaders swap one reference
+and set thread-safe events.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Sequence
 
+from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.logs import logger
 
-__all__ = ["FileWatcher", "fingerprint"]
+__all__ = ["STOP_TIMEOUT", "FileWatcher", "fingerprint"]
+
+STOP_TIMEOUT = 5.0
+"""Seconds stopping waits for a reload in hand."""
 
 
 def fingerprint(paths: Sequence[str]) -> str | None:
@@ -38,18 +46,20 @@ def _signature(paths: Sequence[str]) -> tuple[tuple[int, int, int], ...] | None:
         return None
 
 
-class FileWatcher:
-    """Calls ``on_change`` when the contents of ``paths`` change (checked every ``interval`` s)."""
+class FileWatcher(Loop):
+    """Calls ``on_change`` when the contents of ``paths`` change (checked every ``interval`` s),
+    from a thread of its own (see the module's docstring)."""
 
     def __init__(self, paths: Sequence[str], on_change: Callable[[], None], *,
                  interval: float = 1.0, name: str = "files") -> None:
+        # Stopping waits for a reload in hand, as long as reading a policy may take.
+        super().__init__(f"watch-{name}", stop_timeout=STOP_TIMEOUT)
         self.paths = list(paths)
         self.on_change = on_change
         self.interval = interval
         self.name = name
         self._signature = _signature(self.paths)
         self._fingerprint = fingerprint(self.paths)
-        self._task: asyncio.Task[None] | None = None
 
     def reset(self) -> None:
         """Forget what was seen, so that the next poll reports the files again."""
@@ -72,16 +82,6 @@ class FileWatcher:
             logger.exception("reload failed", extra={"fields": {"watch": self.name}})
         return True
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
+    def _run(self) -> None:
+        while not self.pause(self.interval):
             self.poll()
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from mirrorgate.webhook.admission import MAX_CONTAINERS
+
 __all__ = ["Limits"]
 
 
@@ -31,6 +33,17 @@ class Limits:
     client keeps idle connections for 90 s and opens a new one when it finds one closed)."""
     max_buffered_bytes: int = 32 << 20
     """Request-body bytes held at once across all connections."""
+    max_containers: int = MAX_CONTAINERS
+    """Containers of one Pod that admission plans; a Pod with more is admitted as written,
+    with a warning (see :data:`webhook.admission.MAX_CONTAINERS`)."""
+    write_timeout: float = 10.0
+    """Seconds an answer may wait for a client that does not read it (its connection's
+    unsent output above the transport's high-water mark all along)."""
+    max_unsent_bytes: int = 64 << 20
+    """Answer bytes held at once, across all connections, for clients that do not read them."""
+    max_pipelined: int = 8
+    """Requests of a connection read ahead of the one being answered; the rest of what it
+    sent waits unread."""
 
     def problems(self) -> list[str]:
         """What is wrong with these values, as `serve` option names."""
@@ -41,7 +54,11 @@ class Limits:
                               ("--header-timeout", self.header_timeout),
                               ("--body-timeout", self.body_timeout),
                               ("--idle-timeout", self.idle_timeout),
-                              ("--max-buffered-bytes", self.max_buffered_bytes)):
+                              ("--max-buffered-bytes", self.max_buffered_bytes),
+                              ("--max-containers", self.max_containers),
+                              ("--write-timeout", self.write_timeout),
+                              ("--max-unsent-bytes", self.max_unsent_bytes),
+                              ("--max-pipelined", self.max_pipelined)):
             if not value > 0:
                 found.append(f"{option} must be positive, got {value}")
         return found

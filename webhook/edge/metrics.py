@@ -93,8 +93,13 @@ class Metrics:
                            ["version"], registry=r)
         build.labels(VERSION).set(1)
         self.policy = prom.Gauge(
-            "mirrorgate_policy_info", "The live policy (1) by version and mode.",
+            "mirrorgate_policy_info",
+            "The live policy (1) by version, and the effective mode: audit-only "
+            "(--audit-only) or namespace-label (each namespace's label decides).",
             ["version", "mode"], registry=r)
+        self.policy_reviews = prom.Counter(
+            "mirrorgate_policy_reviews", "Writes of the policy ConfigMap judged at admission "
+            "(/validate-policy), by outcome: allowed or denied.", ["outcome"], registry=r)
         self.policy_reload_failures = prom.Counter(
             "mirrorgate_policy_reload_failures", "Policy files rejected on reload.", registry=r)
         self.pull_secret_writes = prom.Counter(
@@ -125,8 +130,9 @@ class Metrics:
         self.connections_dropped = prom.Counter(
             "mirrorgate_connections_dropped",
             "Connections the server closed or refused under its limits, by reason "
-            "(header-timeout, body-timeout, evicted, refused, body-budget, header-limit, "
-            "bad-request, handshake-failed).", ["reason"], registry=r)
+            "(header-timeout, body-timeout, write-timeout, evicted, refused, body-budget, "
+            "output-budget, header-limit, bad-request, handshake-failed).", ["reason"],
+            registry=r)
         self.open_connections = prom.Gauge(
             "mirrorgate_open_connections", "Open client connections, TLS handshakes included.",
             registry=r)

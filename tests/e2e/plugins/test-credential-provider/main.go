@@ -11,11 +11,20 @@
 // write without end, and echo the password on stderr (which mirrorgate must
 // redact). With --fault-file, a test switches faults on and off while mirrorgate
 // keeps running the plugin.
+//
+// To check that nothing a plugin prints leaks from mirrorgate when its answer is
+// refused: --echo-secret writes the password, its base64 user:password and the
+// whole response to stderr; --password-suffix gives the password characters that
+// JSON escapes; --kind, --exit-status and --after (hang, flood or garbage, once
+// the response is written) make the answer fail in each way; --spawn-setsid
+// leaves a child in a session of its own holding the pipes.
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -23,7 +32,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -91,6 +102,12 @@ func main() {
 	apiVersion := flag.String("api-version", "", "the response's apiVersion (default: the request's)")
 	fault := flag.String("fault", "", "exit, hang, malformed, flood or echo")
 	faultFile := flag.String("fault-file", "", "a file whose content, while it exists, is the fault")
+	echoSecret := flag.Bool("echo-secret", false, "write the password, its auth and the response to stderr")
+	suffix := flag.String("password-suffix", "", "appended to the minted password")
+	kind := flag.String("kind", "CredentialProviderResponse", "the response's kind")
+	exitStatus := flag.Int("exit-status", 0, "exit status after writing the response")
+	after := flag.String("after", "", "after writing the response: hang, flood or garbage")
+	spawnSetsid := flag.String("spawn-setsid", "", "start a child in its own session holding the pipes; its pid goes to this file")
 	flag.Parse()
 	if *faultFile != "" {
 		if content, err := os.ReadFile(*faultFile); err == nil {
@@ -122,10 +139,22 @@ func main() {
 		fmt.Print(`{"apiVersion": "` + req.APIVersion + `", "kind": "CredentialProviderResponse", "auth": `)
 		return
 	}
+	if *spawnSetsid != "" {
+		child := exec.Command("sleep", "3600")
+		child.Stdout, child.Stderr = os.Stdout, os.Stderr
+		child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := child.Start(); err != nil {
+			fail("starting a child: %v", err)
+		}
+		if err := os.WriteFile(*spawnSetsid, []byte(fmt.Sprint(child.Process.Pid)), 0o600); err != nil {
+			fail("writing the child's pid: %v", err)
+		}
+	}
 	password, err := mint(*ttl)
 	if err != nil {
 		fail("minting a password: %v", err)
 	}
+	password += *suffix
 	if *fault == "echo" {
 		fmt.Fprintf(os.Stderr, "debug: minted password %s for %s\n", password, os.Getenv("ROBOT"))
 	}
@@ -136,10 +165,31 @@ func main() {
 	if *apiVersion == "" {
 		*apiVersion = req.APIVersion
 	}
-	out := response{APIVersion: *apiVersion, Kind: "CredentialProviderResponse",
+	out := response{APIVersion: *apiVersion, Kind: *kind,
 		CacheKeyType: *keyType, CacheDuration: *duration,
 		Auth: map[string]authConfig{key: {Username: os.Getenv("ROBOT"), Password: password}}}
-	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+	var encoded bytes.Buffer
+	if err := json.NewEncoder(&encoded).Encode(out); err != nil {
+		fail("encoding the response: %v", err)
+	}
+	if *echoSecret {
+		auth := base64.StdEncoding.EncodeToString([]byte(os.Getenv("ROBOT") + ":" + password))
+		fmt.Fprintf(os.Stderr, "debug: password %s\ndebug: auth %s\ndebug: response %s",
+			password, auth, encoded.String())
+	}
+	if _, err := os.Stdout.Write(encoded.Bytes()); err != nil {
 		fail("writing the response: %v", err)
 	}
+	switch *after {
+	case "hang":
+		time.Sleep(time.Hour)
+	case "flood":
+		line := strings.Repeat("x", 1023) + "\n"
+		for {
+			fmt.Print(line)
+		}
+	case "garbage":
+		fmt.Print("}")
+	}
+	os.Exit(*exitStatus)
 }

@@ -94,16 +94,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TextIO, cast
 
 from mirrorgate import policy
+from mirrorgate.policy.model import MODES
 from mirrorgate.webhook import policyfile
+from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.policyfile import ConfigError
 
 if TYPE_CHECKING:
     from mirrorgate.webhook.cluster.kube import Kube, KubeError
 
-__all__ = ["JSON_VERSION", "OUTCOMES", "UNMIRRORED", "Report", "add_parser", "audit", "run"]
+__all__ = ["FAIL_ON", "JSON_VERSION", "OUTCOMES", "UNMIRRORED", "Report", "audit_cluster", "run"]
 
 JSON_VERSION = 1
-MODE_LABEL = "mirrorgate.io/mode"
 PAGE_SIZE = 500
 
 AuditOutcome = Literal["rewrite", "not-granted", "unmatched", "invalid", "on-mirror", "excluded"]
@@ -113,8 +114,6 @@ OUTCOMES: tuple[AuditOutcome, ...] = (
 UNMIRRORED: frozenset[AuditOutcome] = frozenset({"rewrite", "not-granted", "unmatched", "invalid"})
 FAIL_ON: dict[str, frozenset[AuditOutcome]] = {
     "unmirrored": UNMIRRORED, "rewrites": frozenset({"rewrite"})}
-
-EXIT_OK, EXIT_FINDINGS = 0, 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -210,8 +209,8 @@ def namespace_mode(labels: Mapping[str, str] | None) -> tuple[str, str | None]:
     """(mode, raw label): an unreadable Namespace is ``unknown``."""
     if labels is None:
         return "unknown", None
-    raw = labels.get(MODE_LABEL)
-    return (raw if raw in ("audit", "enforce") else "none"), raw
+    raw = labels.get(policy.MODE_LABEL)
+    return (raw if raw in MODES else "none"), raw
 
 
 @dataclasses.dataclass
@@ -446,7 +445,7 @@ def _explain(error: KubeError, verb: str, resource: str, where: str) -> ConfigEr
     return ConfigError(f"cannot {verb} {resource} {where}: {error}")
 
 
-def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
+def audit_cluster(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
           policy_path: str, err: TextIO, fail_on: str | None = None) -> Report:
     """List the Pods (of ``namespaces``, or all) and judge every image."""
     from mirrorgate.webhook.cluster import kube as kubeapi
@@ -473,9 +472,9 @@ def audit(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
     return report
 
 
-def add_health(report: Report, rules: policy.Policy) -> None:
+def add_mirror_health(report: Report, rules: policy.Policy) -> None:
     """Probe, once each, the mirrors of the planned rewrites; note their health beside them."""
-    from mirrorgate.webhook.health import monitor
+    from mirrorgate.webhook.mirrorhealth import monitor
 
     by_label = {rule.label: rule for rule in rules.rules}
     tallies = [t for ns in report.namespaces.values() for t in ns.images.values()
@@ -526,46 +525,15 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         namespaces = None if args.all_namespaces or not args.namespaces \
             else list(dict.fromkeys(args.namespaces))
-        report = audit(kube, rules, namespaces=namespaces, policy_path=args.policy, err=err,
+        report = audit_cluster(kube, rules, namespaces=namespaces, policy_path=args.policy, err=err,
                        fail_on=args.fail_on)
     finally:
         kube.close()
     if args.health:
-        add_health(report, rules)
+        add_mirror_health(report, rules)
     if args.output == "json":
         print(json.dumps(report.to_json(), indent=2), file=out)
     else:
         out.write(render_table(report))
     return EXIT_FINDINGS if report.failed else EXIT_OK
 
-
-def add_parser(commands: argparse._SubParsersAction[Any],
-               parser_class: type[argparse.ArgumentParser]) -> None:
-    """Register `mirrorgate audit` on the CLI's subcommands."""
-    del parser_class  # no nested subcommands here; `commands` already makes _Parser
-    parser = commands.add_parser(
-        "audit", help="report what the policy would do to the Pods in a cluster (read-only)",
-        description="List Pods through the API and report, per namespace and overall, the "
-                    "images already on a mirror, those the policy would rewrite (old → new), "
-                    "those no rule covers, those left alone for want of a credential grant, "
-                    "invalid references, and excluded images and namespaces. Needs only list "
-                    "on pods and namespaces. Exit 1 when --fail-on trips, 2 on errors. "
-                    "The JSON schema is in webhook/commands/audit.py's docstring.")
-    parser.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
-    parser.add_argument("--kubeconfig", metavar="FILE",
-                        help="kubeconfig (default: $KUBECONFIG or ~/.kube/config, else the "
-                             "in-cluster service account)")
-    parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
-    scope = parser.add_mutually_exclusive_group()
-    scope.add_argument("-A", "--all-namespaces", action="store_true",
-                       help="every namespace (the default)")
-    scope.add_argument("-n", "--namespace", dest="namespaces", action="extend", nargs="+",
-                       metavar="NS", help="only these namespaces (repeatable)")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    parser.add_argument("--no-health", dest="health", action="store_false",
-                        help="do not probe the mirrors of planned rewrites (by default each "
-                             "is probed once, GET /v2/, and its health shown beside them)")
-    parser.add_argument("--fail-on", choices=tuple(FAIL_ON),
-                        help="exit 1 if any container is unmirrored (not on a mirror, "
-                             "excluded ones aside) or, with 'rewrites', would be rewritten")
-    parser.set_defaults(run=run)

@@ -19,16 +19,16 @@ import concurrent.futures
 import dataclasses
 import os
 import ssl
-import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 
 from mirrorgate import policy
+from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.edge.metrics import Metrics
-from mirrorgate.webhook.health import probes
 from mirrorgate.webhook.logs import logger
+from mirrorgate.webhook.mirrorhealth import probes
 
 __all__ = ["HealthMonitor", "credential_problems", "probe_mirrors"]
 
@@ -132,7 +132,7 @@ def _targets(rules: policy.Policy, credentials: Mapping[str, Credential]) -> _Ta
                     mirrors={str(r.mirror): r.mirror.host for r in rules.rules})
 
 
-class HealthMonitor:
+class HealthMonitor(Loop):
     """Probes in a thread of its own; ``publish`` receives every new health value.
 
     ``credentials`` is the store's current snapshot, or None while the store
@@ -145,6 +145,8 @@ class HealthMonitor:
                  credentials: Callable[[], Mapping[str, Credential] | None] | None,
                  publish: Callable[[policy.Health], None], metrics: Metrics,
                  probe: bool = True) -> None:
+        # Stopping waits for the round in hand (at most two probe timeouts).
+        super().__init__("mirrorgate-health", stop_timeout=30)
         self._rules, self._credentials = rules, credentials
         self._publish, self._metrics, self._probe = publish, metrics, probe
         self._hosts: dict[str, _Track] = {}
@@ -152,9 +154,6 @@ class HealthMonitor:
         self._misconfigured: Mapping[str, str] = {}
         self._health = policy.HEALTHY
         self._contexts: dict[str | None, tuple[int, ssl.SSLContext]] = {}
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=MAX_PROBE_THREADS, thread_name_prefix="mirrorgate-probe")
 
@@ -162,20 +161,9 @@ class HealthMonitor:
     def health(self) -> policy.Health:
         return self._health
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="mirrorgate-health", daemon=True)
-        self._thread.start()
-
     def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        super().stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def trigger(self) -> None:
-        """Probe now (the policy or the store changed) rather than at the next interval."""
-        self._wake.set()
 
     def problems(self) -> Mapping[str, str]:
         """What /readyz lists: down mirrors and credentials that cannot serve, with why."""
@@ -184,7 +172,7 @@ class HealthMonitor:
                 **{f"credential {name}": why for name, why in sorted(health.failing.items())}}
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
+        while not self.stopping:
             started = time.monotonic()
             settings = self._rules().health
             try:
@@ -193,8 +181,7 @@ class HealthMonitor:
                 logger.exception("health probe round failed", extra={"fields": {}})
             # Start to start, so that an outage is seen within
             # failureThreshold × interval + timeout, however long a round took.
-            self._wake.wait(max(0.0, started + settings.interval - time.monotonic()))
-            self._wake.clear()
+            self.sleep(max(0.0, started + settings.interval - time.monotonic()))
 
     def probe_round(self) -> None:
         """Probe every target once, then publish what changed (also callable directly)."""

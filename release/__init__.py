@@ -1,0 +1,1 @@
+"""`make release`: the release artifacts, built by release/release.sh and checked here."""

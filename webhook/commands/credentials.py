@@ -1,0 +1,146 @@
+"""`mirrorgate credentials add|list|remove|check|migrate|generate-key`: the encrypted file
+store (a v1 store rewritten as v2 by :mod:`~mirrorgate.webhook.credentials.migrate`), and
+any credential resolved through its source as `serve` would (:mod:`.credentials_check`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import TextIO
+
+from mirrorgate.webhook import policyfile
+from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
+from mirrorgate.webhook.credentials.store import Credential
+from mirrorgate.webhook.policyfile import ConfigError
+
+__all__ = ["run_add", "run_check", "run_generate_key", "run_list", "run_migrate", "run_remove",
+           "store_key"]
+
+
+def store_key(args: argparse.Namespace) -> bytes:
+    """The file store's key, from ``--key-file`` or ``$MIRRORGATE_STORE_KEY``."""
+    import os
+
+    from mirrorgate.webhook.credentials import filestore
+
+    return filestore.load_key(key_file=args.key_file, environ=os.environ)
+
+
+def run_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mirrorgate.policy.model import CREDENTIAL_NAME_RE, mirror_problem
+    from mirrorgate.webhook.credentials import filestore
+
+    if not CREDENTIAL_NAME_RE.fullmatch(args.name):
+        raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
+                          "and '-' (a DNS label, at most 63 characters)")
+    problem = mirror_problem(args.registry)
+    if problem is not None:
+        raise ConfigError(f"--registry: {problem}")
+    if not args.password_stdin:
+        raise ConfigError("pass the password on standard input with --password-stdin "
+                          "(never as an argument: it would show in ps and shell history)")
+    if sys.stdin.isatty():
+        import getpass  # a person at a terminal: do not echo the password
+
+        password = getpass.getpass("password: ")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise ConfigError("no password on standard input")
+    added = Credential(name=args.name, registry=args.registry, username=args.username,
+                       password=password)
+    replaced = False
+
+    def put(contents: filestore.StoreContents) -> Mapping[str, Credential]:
+        nonlocal replaced
+        replaced = added.name in contents.credentials
+        return {**contents.credentials, added.name: added}
+
+    # Under the store's lock: concurrent adds each keep their entry.
+    filestore.update_store(args.store_file, store_key(args), put, missing_ok=True)
+    print(f"{'updated' if replaced else 'added'} credential {args.name!r} for {args.registry} "
+          f"in {args.store_file}", file=err)
+    return EXIT_OK
+
+
+def run_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mirrorgate.webhook.credentials import filestore
+
+    entries = filestore.read_store(args.store_file, store_key(args)).credentials
+    print(f"{'NAME':<24} {'REGISTRY':<40} USERNAME", file=out)
+    for credential in sorted(entries.values(), key=lambda c: c.name):
+        print(f"{credential.name:<24} {credential.registry:<40} {credential.username}", file=out)
+    return EXIT_OK
+
+
+def run_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mirrorgate.webhook.credentials import filestore
+
+    found = False
+
+    def drop(contents: filestore.StoreContents) -> Mapping[str, Credential] | None:
+        nonlocal found
+        found = args.name in contents.credentials
+        return {n: c for n, c in contents.credentials.items() if n != args.name} \
+            if found else None
+
+    filestore.update_store(args.store_file, store_key(args), drop)
+    if not found:
+        print(f"no credential {args.name!r} in {args.store_file}", file=err)
+        return EXIT_FINDINGS
+    print(f"removed credential {args.name!r} from {args.store_file}", file=err)
+    return EXIT_OK
+
+
+def run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mirrorgate.webhook.cluster import kube
+    from mirrorgate.webhook.commands import credentials_check, offline
+
+    rules = policyfile.read_policy(args.policy).policy if args.policy else None
+    sources = credentials_check.Sources(
+        store=args.store, store_file=args.store_file, key=lambda: store_key(args),
+        kube=lambda: kube.Kube.connect(kubeconfig=args.kubeconfig, context=args.context),
+        namespace=args.namespace or kube.own_namespace(),
+        provider_config=args.credential_provider_config,
+        provider_bin_dir=args.credential_provider_bin_dir,
+        provider_timeout=args.credential_provider_timeout)
+    try:
+        resolved = credentials_check.check(args.name, args.image, rules=rules, sources=sources)
+    except credentials_check.CheckFailed as error:
+        print(f"mirrorgate: {error}", file=err)
+        return EXIT_FINDINGS
+    print(offline.dumps_json(resolved), file=out)
+    return EXIT_OK
+
+
+def run_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mirrorgate.webhook.credentials import migrate
+
+    done = migrate.migrate(args.store_file, store_key(args))
+    print(f"{args.store_file}: v2 already, nothing to do" if done.kept is None else
+          f"migrated {args.store_file} to v2 ({done.credentials} credentials); the v1 store "
+          f"is kept at {done.kept}: delete it once the server runs on v2", file=err)
+    return EXIT_OK
+
+
+def run_generate_key(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import os
+
+    from mirrorgate.webhook.credentials import filestore
+
+    key = filestore.generate_key()
+    if args.out == "-":
+        print(key, file=out)
+        return EXIT_OK
+    try:
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise ConfigError(f"{args.out}: already exists; not overwriting a key") from None
+    except OSError as error:
+        raise ConfigError(f"{args.out}: {error.strerror}") from None
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    print(f"wrote a new store key to {args.out} (mode 0600); keep it apart from the store",
+          file=err)
+    return EXIT_OK
