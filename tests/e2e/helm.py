@@ -37,9 +37,10 @@ def set_args(values: Mapping[str, str]) -> list[str]:
 
 
 def template(helm: Path, home: Path, values: Mapping[str, str] | None = None,
-             namespace: str = mg.NAMESPACE) -> list[dict[str, Any]]:
-    """`helm template mirrorgate CHART -n NAMESPACE --set ...` as a list of objects."""
+             namespace: str = mg.NAMESPACE, files: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    """`helm template mirrorgate CHART -n NAMESPACE -f FILE... --set ...` as a list of objects."""
     output = run(helm, "template", "mirrorgate", str(CHART), "--namespace", namespace,
+                 *[arg for file in files for arg in ("-f", str(file))],
                  *set_args(values or {}), home=home).stdout
     return [doc for doc in yaml.safe_load_all(output) if doc]
 

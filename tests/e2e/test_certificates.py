@@ -10,7 +10,9 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 from kubernetes import client as k8s
@@ -56,7 +58,7 @@ def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: st
         "rules": [{"apiGroups": ["admissionregistration.k8s.io"],
                    "resources": ["mutatingwebhookconfigurations"],
                    "resourceNames": [webhook_configuration],
-                   "verbs": ["get", "update", "patch"]}]})
+                   "verbs": ["get", "list", "watch", "patch"]}]})
     rbac.create_cluster_role_binding({  # type: ignore[arg-type]
         "metadata": {"name": f"{user}-webhook"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -113,6 +115,12 @@ class _Admissions:
             self.created += 1
             self._stop.wait(0.2)
 
+    def wait_for(self, more: int, what: str) -> None:
+        """Until ``more`` Pods beyond those created so far have been admitted."""
+        target = self.created + more
+        wait_until(lambda: None if self.created >= target else "no admissions yet",
+                   timeout=15, what=what)
+
     def __enter__(self) -> _Admissions:
         self._thread.start()
         return self
@@ -122,9 +130,17 @@ class _Admissions:
         self._thread.join(timeout=30)
 
 
-def test_certificates_are_created_injected_and_heal(
-        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path) -> None:
-    """No Secret at first; then an expired and a deleted one: admission never stops."""
+class _OwnServer(NamedTuple):
+    server: mg.Mirrorgate
+    secret: str  # its --tls-secret
+    name: str  # its webhook configuration
+    label: tuple[str, str]  # the namespace label that configuration selects
+    configuration: dict[str, Any]  # to register, without caBundle
+
+
+def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
+    """A server of the test's own with the base's RBAC, keeping its own certificates and
+    webhook configuration (which selects only the test's namespaces)."""
     plane = installed.control_plane
     secret = f"e2e-tls-{secrets.token_hex(3)}"
     name = f"e2e-selfcerts-{secrets.token_hex(3)}"
@@ -135,14 +151,23 @@ def test_certificates_are_created_injected_and_heal(
     server = mg.start_mirrorgate(
         tmp_path, plane, policy=e2e_policy(installed.registry), tls_secret=secret, user=user,
         groups=(), args=["--store", "kubernetes", "--webhook-config", name,
-                         "--cert-check-interval", "0.5", "--tls-name", "127.0.0.1"])
+                         "--tls-name", "127.0.0.1", *args])
     configuration = copy.deepcopy(installed.configuration)
     for webhook in configuration["webhooks"]:
-        # Only this test's namespaces; Fail, so that a broken certificate shows.
         webhook["namespaceSelector"] = {"matchLabels": {label[0]: label[1]}}
+    return _OwnServer(server, secret, name, label, configuration)
+
+
+def test_certificates_are_created_injected_and_heal(
+        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path) -> None:
+    """No Secret at first; then an expired and a deleted one: admission never stops."""
+    plane = installed.control_plane
+    server, secret, name, label, configuration = _own_server(
+        installed, tmp_path, "--cert-check-interval", "0.5")
     with plane.api_client() as api:
         try:
-            # Registered with no caBundle: the server fills it in.
+            # Registered with no caBundle: the server fills it in; Fail, so that
+            # a broken certificate shows.
             mg.register(api, configuration, server, name=name, failure_policy="Fail")
             stored = _secret(api, secret)
             assert stored is not None
@@ -195,15 +220,66 @@ def test_certificates_are_created_injected_and_heal(
                 wait_until(lambda: None if _ca_bundles(api, name) == [again["ca.crt"]] * WEBHOOKS
                            else "caBundle not updated", timeout=20, what="caBundle follows")
                 assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
-                on_old_ca = admissions.created
-                wait_until(lambda: None if admissions.created >= on_old_ca + 3
-                           else "no admissions yet", timeout=15,
-                           what="a few more admissions on the new CA")
+                admissions.wait_for(3, "a few more admissions on the new CA")
             assert admissions.created >= 10
             assert admissions.failures == []
         finally:
             mg.unregister(api, name)
             server.stop()
+
+
+def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
+        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path,
+        e2e_figures: dict[str, str]) -> None:
+    """`kubectl replace` or `helm upgrade --force` stores the configuration as the
+    manifests write it, without caBundle: the API server then cannot verify
+    mirrorgate. The server checks its certificates every 300 s (the default
+    here) but watches its configuration, so caBundle is back within 10 s; the
+    Pods created meanwhile (failurePolicy Fail, so that the gap shows) are counted."""
+    plane = installed.control_plane
+    server, secret, name, label, configuration = _own_server(installed, tmp_path)
+    try:
+        with plane.api_client() as api:
+            admission = k8s.AdmissionregistrationV1Api(api)
+            mg.register(api, configuration, server, name=name, failure_policy="Fail")
+            stored = _secret(api, secret)
+            assert stored is not None
+            ca = stored["ca.crt"]
+            wait_until(lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS
+                       else "not injected", timeout=15, what="caBundle injected")
+            namespace = make_namespace({label[0]: label[1], "mirrorgate.io/mode": "enforce"})
+            with _Admissions(installed, api, namespace) as admissions:
+                admissions.wait_for(3, "admissions before the replace")
+                assert admissions.failures == []
+                for round_ in range(2):  # the second time, the watch is an old one
+                    # The manifest as written (no caBundle), with the live
+                    # resourceVersion, as `kubectl replace` sends it.
+                    manifest = api.sanitize_for_serialization(
+                        admission.read_mutating_webhook_configuration(name))
+                    manifest["metadata"] = {
+                        "name": name, "resourceVersion": manifest["metadata"]["resourceVersion"]}
+                    for webhook in manifest["webhooks"]:
+                        del webhook["clientConfig"]["caBundle"]
+                    before = admissions.created
+                    started = time.monotonic()
+                    stored_now = admission.replace_mutating_webhook_configuration(name, manifest)
+                    emptied = [w.client_config.ca_bundle for w in stored_now.webhooks or ()]
+                    assert emptied == [None] * WEBHOOKS
+                    wait_until(lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS
+                               else "caBundle still empty", timeout=10,
+                               what="caBundle restored after a replace")
+                    gap = time.monotonic() - started
+                    during = admissions.created - before
+                    refused = len(admissions.failures)
+                    admissions.failures.clear()
+                    admissions.wait_for(3, "admissions after the restore")
+                    assert admissions.failures == [], admissions.failures
+                    e2e_figures[f"caBundle restored after a replace (round {round_ + 1})"] = (
+                        f"{gap:.2f} s, {during} Pods created meanwhile, {refused} refused")
+    finally:
+        with plane.api_client() as api:
+            mg.unregister(api, name)
+        server.stop()
 
 
 def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path) -> None:

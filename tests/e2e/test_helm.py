@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from kubernetes import client as k8s
 from kubernetes import dynamic
 from kubernetes.dynamic.resource import ResourceList
 
-from mirrorgate import certs
+from mirrorgate import certs, policy
+from mirrorgate.webhook.credentials import providerconfig
 from tests.e2e import helm as h
 from tests.e2e import mirrorgate as mg
 from tests.e2e.controlplane import ControlPlane
@@ -131,22 +133,245 @@ def test_every_chart_object_carries_helms_labels(helm: Path, home: Path) -> None
 
 
 @pytest.mark.parametrize("values", [
-    {}, {"mode": "enforce", "failurePolicy": "Fail", "replicas": "1"},
+    {}, {"mode": "enforce", "webhook.failurePolicy": "Fail", "replicas": "1"},
     {"certificates.mode": "cert-manager", **CREDENTIAL_VALUES},
     {"excludedNamespaces[0]": "shop", "image.digest": "sha256:" + "a" * 64},
     {"monitoring.enabled": "true", "monitoring.labels.release": "prometheus"},
 ], ids=["defaults", "enforce-fail-one-replica", "cert-manager-credentials", "excluded-digest",
         "monitoring"])
 def test_lint_is_clean(helm: Path, home: Path, values: dict[str, str]) -> None:
-    done = h.run(helm, "lint", "--strict", str(h.CHART), *h.set_args(values), home=home)
+    _assert_lint_clean(helm, home, *h.set_args(values))
+
+
+def _assert_lint_clean(helm: Path, home: Path, *args: str) -> None:
+    done = h.run(helm, "lint", "--strict", str(h.CHART), *args, home=home)
     assert "0 chart(s) failed" in done.stdout
     assert "[WARNING]" not in done.stdout
     assert "[ERROR]" not in done.stdout
 
 
+# Every value a real cluster may need, set at once (README's chart table).
+EVERY_VALUE: dict[str, Any] = {
+    "mode": "enforce",
+    "nameOverride": "gate",
+    "fullnameOverride": "platform-gate",
+    "serviceAccount": {"create": True, "name": "gate-sa",
+                       "annotations": {"eks.amazonaws.com/role-arn":
+                                       "arn:aws:iam::123456789012:role/gate"}},
+    "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+    "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}},
+    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                   "whenUnsatisfiable": "ScheduleAnyway",
+                                   "labelSelector": {"matchLabels": {
+                                       "app.kubernetes.io/name": "gate"}}}],
+    "priorityClassName": "system-cluster-critical",
+    "podAnnotations": {"example.com/team": "platform"},
+    "podLabels": {"example.com/tier": "admission"},
+    "logLevel": "debug",
+    "extraArgs": ["--reconcile-interval=60"],
+    "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy.corp.example:3128"}],
+    "extraVolumes": [{"name": "azure-json", "secret": {"secretName": "azure-json"}}],
+    "extraVolumeMounts": [{"name": "azure-json", "mountPath": "/etc/kubernetes/azure",
+                           "readOnly": True}],
+    "webhook": {"timeoutSeconds": 3, "failurePolicy": "Fail"},
+    "mirrorCA": {"secret": "mirror-ca", "key": "bundle.pem"},
+    "credentialProviders": {
+        "config": {"apiVersion": "kubelet.config.k8s.io/v1", "kind": "CredentialProviderConfig",
+                   "providers": [{"name": "ecr-credential-provider",
+                                  "matchImages": ["*.dkr.ecr.*.amazonaws.com"],
+                                  "defaultCacheDuration": "12h",
+                                  "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+                                  "args": ["get-credentials"]}]},
+        "image": {"repository": "registry.example.com/ecr-credential-provider",
+                  "tag": "v1.34.0", "digest": "sha256:" + "b" * 64, "pullPolicy": "Always"},
+        "path": "/bin",
+        "command": ["cp", "/bin/ecr-credential-provider", "/credential-providers/"]},
+}
+
+
+@pytest.fixture(scope="module")
+def every_value(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("values") / "every-value.yaml"
+    path.write_text(yaml.safe_dump(EVERY_VALUE))
+    return path
+
+
+def test_every_value_lints_and_reaches_the_objects(helm: Path, home: Path,
+                                                   every_value: Path) -> None:
+    """helm lint --strict and helm template with every value set; each lands where it
+    should, and the names follow fullnameOverride all the way to the server's options."""
+    _assert_lint_clean(helm, home, "-f", str(every_value))
+    objects = h.template(helm, home, files=[every_value], namespace="platform")
+    keyed = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert ("ServiceAccount", "gate-sa") in keyed
+    assert ("ConfigMap", "platform-gate-credential-providers") in keyed
+    (confined,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert confined["metadata"]["name"] == "platform-gate-writes"
+    assert "endsWith(':gate-sa')" in confined["spec"]["matchConditions"][0]["expression"]
+    assert all(name.startswith(("platform-gate", "gate-sa")) for _, name in keyed), keyed
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert deployment["metadata"]["labels"]["app.kubernetes.io/name"] == "gate"
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"]["example.com/tier"] == "admission"
+    assert template["metadata"]["annotations"]["example.com/team"] == "platform"
+    assert "checksum/credential-providers" in template["metadata"]["annotations"]
+    spec = template["spec"]
+    for key in ("nodeSelector", "tolerations", "affinity", "topologySpreadConstraints",
+                "priorityClassName"):
+        assert spec[key] == EVERY_VALUE[key], key
+    assert spec["serviceAccountName"] == "gate-sa"
+    (init,) = spec["initContainers"]
+    assert init["image"] == ("registry.example.com/ecr-credential-provider:v1.34.0@sha256:"
+                             + "b" * 64)
+    assert init["command"] == EVERY_VALUE["credentialProviders"]["command"]
+    assert init["imagePullPolicy"] == "Always"
+    (container,) = spec["containers"]
+    args = container["args"]
+    for arg in ("--tls-secret=platform-gate-tls", "--webhook-config=platform-gate",
+                "--service=platform-gate", "--log-level=debug", "--reconcile-interval=60",
+                "--credential-provider-config=/etc/mirrorgate-credential-providers/config.yaml",
+                "--credential-provider-bin-dir=/var/lib/mirrorgate/credential-providers"):
+        assert arg in args, arg
+    assert "--audit-only" not in args
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env == {"SSL_CERT_FILE": "/etc/mirrorgate-ca/bundle.pem",
+                   "HTTPS_PROXY": "http://proxy.corp.example:3128"}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert mounts["azure-json"] == "/etc/kubernetes/azure"
+    assert "azure-json" in volumes
+    assert mounts["mirror-ca"] == "/etc/mirrorgate-ca"
+    assert volumes["mirror-ca"]["secret"] == {
+        "secretName": "mirror-ca", "items": [{"key": "bundle.pem", "path": "bundle.pem"}]}
+    assert init["volumeMounts"] == [{"name": "credential-provider-bin",
+                                     "mountPath": "/credential-providers"}]
+    (configuration,) = [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
+    webhooks = {w["name"]: w for w in configuration["webhooks"]}
+    enforce, audit = webhooks["enforce.mirrorgate.io"], webhooks["audit.mirrorgate.io"]
+    assert (enforce["timeoutSeconds"], enforce["failurePolicy"]) == (3, "Fail")
+    assert (audit["timeoutSeconds"], audit["failurePolicy"]) == (3, "Ignore")
+    assert enforce["clientConfig"]["service"]["name"] == "platform-gate"
+    (sa,) = [o for o in objects if o["kind"] == "ServiceAccount"]
+    assert sa["metadata"]["annotations"] == EVERY_VALUE["serviceAccount"]["annotations"]
+    subjects = [s for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+                for s in o["subjects"]]
+    assert {(s["name"], s["namespace"]) for s in subjects} == {("gate-sa", "platform")}
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole"
+               and o["metadata"]["name"] == "platform-gate"]
+    assert {"resources": ["mutatingwebhookconfigurations"], "resourceNames": ["platform-gate"],
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "verbs": ["get", "list", "watch", "patch"]} in role["rules"]
+
+
+def test_an_existing_service_account_is_bound_not_made(helm: Path, home: Path) -> None:
+    objects = h.template(helm, home, {"serviceAccount.create": "false",
+                                      "serviceAccount.name": "platform-admission"})
+    assert "ServiceAccount" not in {o["kind"] for o in objects}
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "platform-admission"
+    done = h.run(helm, "template", "mirrorgate", str(h.CHART), "--set",
+                 "serviceAccount.create=false", home=home, check=False)
+    assert done.returncode != 0
+    assert "serviceAccount.name: the ServiceAccount to run as" in done.stderr
+
+
+def test_plugins_without_their_config_are_refused(helm: Path, home: Path) -> None:
+    done = h.run(helm, "template", "mirrorgate", str(h.CHART), "--set",
+                 "credentialProviders.image.repository=plugins.example/p", home=home,
+                 check=False)
+    assert done.returncode != 0
+    assert "credentialProviders.config is empty" in done.stderr
+
+
+def test_the_policy_excludes_the_release_namespace_by_its_name(helm: Path, home: Path) -> None:
+    """Wherever the chart is installed, its own namespace is excluded by name (not the
+    literal `mirrorgate`), as the webhook's namespaceSelector excludes it."""
+    for namespace in ("platform-admission", mg.NAMESPACE):
+        objects = h.template(helm, home, namespace=namespace)
+        (stored,) = [o for o in objects if o["kind"] == "ConfigMap"]
+        policy = yaml.safe_load(stored["data"]["policy.yaml"])
+        assert policy["exclude"]["namespaces"] == ["kube-system", namespace]
+        (configuration,) = [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
+        for webhook in configuration["webhooks"]:
+            (by_name,) = [e for e in webhook["namespaceSelector"]["matchExpressions"]
+                          if e["key"] == "kubernetes.io/metadata.name"]
+            assert namespace in by_name["values"]
+    # A policy of one's own without an exclude section gets one.
+    objects = h.template(helm, home, {"policy.exclude": "null"}, namespace="elsewhere")
+    (stored,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert yaml.safe_load(stored["data"]["policy.yaml"])["exclude"] == {
+        "namespaces": ["elsewhere"]}
+
+
+def _notes(helm: Path, home: Path, mode: str) -> str:
+    """NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
+    done = h.run(helm, "install", "mirrorgate", str(h.CHART), "--namespace", mg.NAMESPACE,
+                 "--dry-run=client", "--set", f"mode={mode}", home=home)
+    return done.stdout[done.stdout.index("NOTES:"):]
+
+
+def test_notes_lead_from_audit_to_enforce_without_a_trap(helm: Path, home: Path) -> None:
+    """A namespace labelled `audit` stays report-only after mode=enforce: in audit mode the
+    NOTES have namespaces labelled `enforce` (reported on only, until the switch); in
+    enforce mode they list the `audit`-labelled ones and say how to relabel them."""
+    audit = _notes(helm, home, "audit")
+    assert "kubectl label namespace NAME mirrorgate.io/mode=enforce\n" in audit
+    assert "mirrorgate.io/mode=audit stays report-only" in audit
+    assert "--reuse-values --set mode=enforce" in audit
+    enforce = _notes(helm, home, "enforce")
+    assert "kubectl get namespaces -l mirrorgate.io/mode=audit" in enforce
+    assert "kubectl label namespace NAME mirrorgate.io/mode=enforce --overwrite" in enforce
+
+
+RECIPES = mg.REPO / "docs" / "credential-providers.md"
+
+
+def _recipes() -> list[Any]:
+    blocks = re.findall(r"```yaml\n(# values: ([^\n]+)\n.*?)```", RECIPES.read_text(), re.DOTALL)
+    return [pytest.param(text, id=name) for text, name in blocks]
+
+
+@pytest.mark.parametrize("recipe", _recipes())
+def test_cloud_recipes_lint_render_and_suit_mirrorgate(helm: Path, home: Path, tmp_path: Path,
+                                                       recipe: str) -> None:
+    """docs/credential-providers.md as far as it runs without a cloud: each values file
+    lints and renders, its CredentialProviderConfig is one mirrorgate accepts, and its
+    policy's credentials are served by the providers it names."""
+    values = tmp_path / "values.yaml"
+    values.write_text(recipe)
+    _assert_lint_clean(helm, home, "-f", str(values))
+    objects = {(o["kind"], o["metadata"]["name"]): o
+               for o in h.template(helm, home, files=[values])}
+    config = yaml.safe_load(
+        objects[("ConfigMap", "mirrorgate-credential-providers")]["data"]["config.yaml"])
+    rules = policy.load(yaml.safe_load(
+        objects[("ConfigMap", "mirrorgate-policy")]["data"]["policy.yaml"]))
+    parsed = providerconfig.parse(config, source="credentialProviders.config")
+    assert providerconfig.policy_problems(parsed, rules, source="credentialProviders.config") \
+        == []
+    assert {g.provider for g in rules.grants.values() if g.provider} == set(parsed.providers)
+    spec = objects[("Deployment", "mirrorgate")]["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["command"] == ["cp", "-R", "/plugins/.", "/credential-providers/"]
+    assert {e["name"] for e in spec["containers"][0]["env"]} >= {"SSL_CERT_FILE"}
+    annotations = objects[("ServiceAccount", "mirrorgate")]["metadata"]["annotations"]
+    assert len(annotations) == 1
+
+
 @pytest.mark.parametrize(("values", "named"), [
     ({"mode": "enforcing"}, "at '/mode'"),
-    ({"failurePolicy": "fail"}, "at '/failurePolicy'"),
+    ({"webhook.failurePolicy": "fail"}, "at '/webhook/failurePolicy'"),
+    ({"failurePolicy": "Fail"}, "'failurePolicy'"),  # moved under webhook
+    ({"webhook.timeoutSeconds": "60"}, "at '/webhook/timeoutSeconds'"),
+    ({"serviceAccount.annotation.a": "b"}, "'annotation'"),
+    ({"logLevel": "verbose"}, "at '/logLevel'"),
+    ({"extraArgs[0]": "reconcile-interval=60"}, "at '/extraArgs/0'"),
+    ({"mirrorCA.configMap": "ca", "mirrorCA.secret": "ca"}, "at '/mirrorCA'"),
+    ({"credentialProviders.image.tags": "v1"}, "'tags'"),
+    ({"nodeSelector.disk": "1"}, "at '/nodeSelector/disk'"),
     ({"certificates.mode": "vault"}, "at '/certificates/mode'"),
     ({"replicas": "0"}, "at '/replicas'"),
     ({"image.digest": "latest"}, "at '/image/digest'"),
@@ -166,18 +391,22 @@ def test_bad_values_are_refused_naming_the_field(helm: Path, home: Path,
     assert "panic" not in done.stderr
 
 
-@pytest.mark.parametrize("values", [
-    {}, {"mode": "enforce", "failurePolicy": "Fail", **CREDENTIAL_VALUES},
-    {"mode": "enforce", "certificates.mode": "cert-manager", "excludedNamespaces[0]": "shop"},
-], ids=["defaults", "enforce-fail-credentials", "cert-manager"])
+@pytest.mark.parametrize(("values", "every"), [
+    ({}, False), ({"mode": "enforce", "webhook.failurePolicy": "Fail", **CREDENTIAL_VALUES}, False),
+    ({"mode": "enforce", "certificates.mode": "cert-manager", "excludedNamespaces[0]": "shop"},
+     False),
+    ({}, True),
+], ids=["defaults", "enforce-fail-credentials", "cert-manager", "every-value"])
 def test_render_is_accepted_by_server_side_dry_run(helm: Path, home: Path,
                                                    own_control_plane: ControlPlane,
-                                                   values: dict[str, str]) -> None:
+                                                   every_value: Path, values: dict[str, str],
+                                                   every: bool) -> None:
     with own_control_plane.api_client() as api:
         cert_manager_crds(api)
         namespace = create_namespace(api, namespace_name("helm-dry-run"))
         client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
-        for obj in h.template(helm, home, values, namespace=namespace):
+        for obj in h.template(helm, home, values, namespace=namespace,
+                              files=[every_value] if every else []):
             resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
             client.server_side_apply(  # type: ignore[no-untyped-call]
                 resource, body=obj, namespace=obj["metadata"].get("namespace"),

@@ -29,12 +29,12 @@ def key_of(obj: dict[str, Any]) -> Key:
 
 class Informer(Loop):
     def __init__(self, client: kube.Kube, path: str, *, name: str,
-                 label_selector: str | None = None,
+                 label_selector: str | None = None, field_selector: str | None = None,
                  on_change: Callable[[str, dict[str, Any]], Any] | None = None,
                  watch_timeout: int = 60) -> None:
         super().__init__(f"informer-{name}")
         self.client, self.path, self.name = client, path, name
-        self.label_selector = label_selector
+        self.label_selector, self.field_selector = label_selector, field_selector
         self.on_change = on_change
         self.watch_timeout = watch_timeout
         self.items: dict[Key, dict[str, Any]] = {}
@@ -55,7 +55,8 @@ class Informer(Loop):
                     "informer": self.name}})
 
     def _relist(self) -> str:
-        items, version = self.client.list(self.path, label_selector=self.label_selector)
+        items, version = self.client.list(self.path, label_selector=self.label_selector,
+                                          field_selector=self.field_selector)
         fresh = {key_of(obj): obj for obj in items}
         gone = [obj for key, obj in self.items.items() if key not in fresh]
         self.items = fresh  # one atomic swap: readers never see a half-built cache
@@ -77,6 +78,7 @@ class Informer(Loop):
                     for kind, obj in self.client.watch(
                             self.path, resource_version=version,
                             label_selector=self.label_selector,
+                            field_selector=self.field_selector,
                             timeout_seconds=self.watch_timeout):
                         version = (obj.get("metadata") or {}).get("resourceVersion", version)
                         if kind == "BOOKMARK":

@@ -97,6 +97,17 @@ def _error(status: int, data: bytes, what: str, method: str) -> KubeError:
     return KubeError(status, reason or "Error", message)
 
 
+def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
+    """The query of a list or watch narrowed by labels and fields (``metadata.name=x``:
+    one object, which RBAC's resourceNames can then allow)."""
+    query = {}
+    if label_selector:
+        query["labelSelector"] = label_selector
+    if field_selector:
+        query["fieldSelector"] = field_selector
+    return query
+
+
 class Kube:
     """A connection to one API server; thread-safe (the pool is)."""
 
@@ -205,12 +216,11 @@ class Kube:
         self._call("DELETE", path, body=body, timeout=timeout)
 
     def list(self, path: str, *, label_selector: str | None = None,
+             field_selector: str | None = None,
              limit: int = 500) -> tuple[list[dict[str, Any]], str]:
         """Every object under ``path`` (paginated) and the list's resourceVersion."""
         items: list[dict[str, Any]] = []
-        query: dict[str, Any] = {"limit": limit}
-        if label_selector:
-            query["labelSelector"] = label_selector
+        query: dict[str, Any] = {"limit": limit, **_selectors(label_selector, field_selector)}
         while True:
             page = self._call("GET", path, query=query)
             items.extend(page.get("items") or ())
@@ -220,12 +230,12 @@ class Kube:
             query["continue"] = token
 
     def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
+              field_selector: str | None = None,
               timeout_seconds: int = 300) -> Iterator[tuple[str, dict[str, Any]]]:
         """Events ``(type, object)`` after ``resource_version``; ends when the server closes."""
         query: dict[str, Any] = {"watch": "true", "resourceVersion": resource_version,
-                                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
-        if label_selector:
-            query["labelSelector"] = label_selector
+                                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds,
+                                 **_selectors(label_selector, field_selector)}
         response = self._call("GET", path, query=query, stream=True,
                               timeout=(self.timeout, timeout_seconds + 30))
         try:
@@ -287,5 +297,6 @@ def leases_path(namespace: str, name: str | None = None) -> str:
     return f"{base}/{quote(name)}" if name else base
 
 
-def webhook_configuration_path(name: str) -> str:
-    return f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{quote(name)}"
+def webhook_configuration_path(name: str | None = None) -> str:
+    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    return f"{path}/{quote(name)}" if name else path

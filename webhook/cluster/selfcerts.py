@@ -6,7 +6,10 @@ certificate for the Service that is not near expiry, creating or renewing
 what is missing, expired or damaged; the serving files the server reads are
 written from that Secret (and the server's certificate watcher picks them
 up); and every webhook of the MutatingWebhookConfiguration carries that CA
-as its ``caBundle``.
+as its ``caBundle``. That configuration is also watched: a replace-style
+apply (``kubectl replace``, ``helm upgrade --force``) stores it without
+``caBundle``, and the API server then cannot verify mirrorgate until it is
+set again, so a change to it wakes the check at once.
 
 The CA lives ten years while the leaf is renewed a month before its 90
 days are up, so ``caBundle`` rarely changes. Replicas race safely: writes
@@ -26,6 +29,7 @@ from mirrorgate import certs
 from mirrorgate.certs import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY
 from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
+from mirrorgate.webhook.cluster.informer import Informer
 from mirrorgate.webhook.logs import logger
 
 __all__ = ["SelfManagedCertificates"]
@@ -35,6 +39,9 @@ RENEW_BEFORE = datetime.timedelta(days=30)
 # new caBundle before the certificate it must verify changes.
 CA_SWITCH_GRACE = 2.0
 CA_RENEW_BEFORE = datetime.timedelta(days=180)
+# After a failed check, the next one comes this soon (not a whole interval
+# later), then twice as late after each further failure.
+RETRY_AFTER = 2.0
 # The Secret's keys are the bundle's file names: the kubernetes.io/tls pair
 # plus the CA and its key.
 
@@ -59,6 +66,11 @@ class SelfManagedCertificates(Loop):
         self.cert_file = directory / TLS_CERT
         self.key_file = directory / TLS_KEY
         self.problem: str | None = None
+        self._bundle: str | None = None  # the caBundle (base64) last set or found set
+        self.informer = None if webhook_configuration is None else Informer(
+            client, kube.webhook_configuration_path(), name="webhook-configuration",
+            field_selector=f"metadata.name={webhook_configuration}",
+            on_change=self._configuration_changed)
 
     # -- the Secret -------------------------------------------------------------------
 
@@ -162,26 +174,38 @@ class SelfManagedCertificates(Loop):
             return False
         path = kube.webhook_configuration_path(self.webhook_configuration)
         bundle = base64.b64encode(ca_pem).decode()
-        try:
-            configuration = self.client.get(path)
-        except kube.NotFound:
-            logger.warning("webhook configuration not found; caBundle not set yet",
-                           extra={"fields": {"name": self.webhook_configuration}})
-            return False
-        webhooks = configuration.get("webhooks") or []
-        operations = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle",
-                       "value": bundle}
-                      for i, webhook in enumerate(webhooks)
-                      if (webhook.get("clientConfig") or {}).get("caBundle") != bundle]
-        if not operations:
-            return False
-        # Guard on the version we read: a concurrent edit makes this fail and retry.
-        version = (configuration.get("metadata") or {}).get("resourceVersion")
-        self.client.patch(path, [{"op": "test", "path": "/metadata/resourceVersion",
-                                  "value": version}, *operations], patch_type="json")
-        logger.info("caBundle updated", extra={"fields": {
-            "webhookconfiguration": self.webhook_configuration, "webhooks": len(operations)}})
-        return True
+        for _ in range(3):
+            try:
+                configuration = self.client.get(path)
+            except kube.NotFound:
+                logger.warning("webhook configuration not found; caBundle not set yet",
+                               extra={"fields": {"name": self.webhook_configuration}})
+                return False
+            webhooks = configuration.get("webhooks") or []
+            operations = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle",
+                           "value": bundle}
+                          for i, webhook in enumerate(webhooks)
+                          if (webhook.get("clientConfig") or {}).get("caBundle") != bundle]
+            self._bundle = bundle
+            if not operations:
+                return False
+            # Guard on the version we read: after a concurrent edit (another
+            # replica woken by the same change), whose failed test the API
+            # server answers 422 Invalid, read again.
+            version = (configuration.get("metadata") or {}).get("resourceVersion")
+            try:
+                self.client.patch(path, [{"op": "test", "path": "/metadata/resourceVersion",
+                                          "value": version}, *operations], patch_type="json")
+            except kube.KubeError as error:
+                if error.status != 422:
+                    raise
+                continue
+            logger.info("caBundle updated", extra={"fields": {
+                "webhookconfiguration": self.webhook_configuration,
+                "webhooks": len(operations)}})
+            return True
+        raise kube.KubeError(0, "Conflict", f"MutatingWebhookConfiguration "
+                                            f"{self.webhook_configuration} kept changing under us")
 
     def reconcile(self) -> None:
         data = self.ensure_secret()
@@ -203,12 +227,39 @@ class SelfManagedCertificates(Loop):
 
     # -- the loop ---------------------------------------------------------------------
 
+    def _configuration_changed(self, kind: str, configuration: dict[str, Any]) -> None:
+        """The informer's callback: wake the check when a webhook lost our caBundle."""
+        if kind == "DELETED":
+            return  # nothing to set; a new one comes as ADDED
+        bundles = {(webhook.get("clientConfig") or {}).get("caBundle")
+                   for webhook in configuration.get("webhooks") or []}
+        # Before any caBundle was set (None: the configuration came after us), any change.
+        if bundles and (self._bundle is None or bundles != {self._bundle}):
+            self.trigger()
+
     def _run(self) -> None:
-        while not self.pause(self.check_interval):
+        wait, failures = self.check_interval, 0
+        while True:
+            self.sleep(wait)
+            if self.stopping:
+                return
             try:
                 self.reconcile()
+                wait, failures = self.check_interval, 0
             except (kube.KubeError, ValueError, OSError) as error:
-                # The certificate in use keeps serving; the next round retries.
+                # The certificate in use keeps serving; the check is retried soon.
                 self.problem = f"certificate upkeep failed: {error}"
+                wait = min(RETRY_AFTER * 2 ** failures, self.check_interval)
+                failures += 1
                 logger.warning("certificate upkeep failed", extra={"fields": {
-                    "error": str(error)}})
+                    "error": str(error), "retry_in_s": wait}})
+
+    def start(self) -> None:
+        super().start()
+        if self.informer is not None:
+            self.informer.start()
+
+    def stop(self) -> None:
+        super().stop()
+        if self.informer is not None:
+            self.informer.stop()

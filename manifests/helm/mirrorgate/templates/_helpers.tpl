@@ -1,6 +1,26 @@
+{{/* The chart's name, nameOverride replacing it (the name label). */}}
+{{- define "mirrorgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{/* The objects' name (and the stem of mirrorgate-tls, mirrorgate-policy, ...):
+fullnameOverride, else the name. Unlike most charts the release name is no
+prefix: one installation per cluster, whose defaults match the kustomize base. */}}
+{{- define "mirrorgate.fullname" -}}
+{{- default (include "mirrorgate.name" .) .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{- define "mirrorgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ default (include "mirrorgate.fullname" .) .Values.serviceAccount.name }}
+{{- else -}}
+{{ required "serviceAccount.name: the ServiceAccount to run as when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end -}}
+{{- end }}
+
 {{/* The label every object carries; also the Pods' selector. */}}
 {{- define "mirrorgate.selectorLabels" -}}
-app.kubernetes.io/name: mirrorgate
+app.kubernetes.io/name: {{ include "mirrorgate.name" . }}
 {{- end }}
 
 {{/* Object labels: the selector label and Helm's own bookkeeping. */}}
@@ -35,4 +55,30 @@ and Grafana select by (monitoring.labels, e.g. release: prometheus). */}}
 {{- with .Values.monitoring.labels }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{/* The policy as given, its exclude.namespaces completed with the release
+namespace (by its own name, wherever the chart is installed): mirrorgate
+never rewrites its own Pods, even where the webhook's namespaceSelector is
+not what decides (`mirrorgate audit`, a copied policy file). */}}
+{{- define "mirrorgate.policy" -}}
+{{- $policy := deepCopy .Values.policy -}}
+{{- $exclude := $policy.exclude | default dict -}}
+{{- $namespaces := $exclude.namespaces | default list -}}
+{{- if not (has .Release.Namespace $namespaces) -}}
+{{- $namespaces = append $namespaces .Release.Namespace -}}
+{{- end -}}
+{{- $_ := set $exclude "namespaces" $namespaces -}}
+{{- $_ := set $policy "exclude" $exclude -}}
+{{- toYaml $policy -}}
+{{- end }}
+
+{{- define "mirrorgate.providersImage" -}}
+{{- with .Values.credentialProviders.image -}}
+{{- if .digest -}}
+{{ .repository }}{{ with .tag }}:{{ . }}{{ end }}@{{ .digest }}
+{{- else -}}
+{{ .repository }}:{{ required "credentialProviders.image.tag: the plugin image's tag (or a digest)" .tag }}
+{{- end -}}
+{{- end -}}
 {{- end }}
