@@ -1,7 +1,7 @@
 """mirrorgate in the cluster from its own image, on the real node (issue #12, item 2).
 
 The image `make image` builds is pushed to the loopback upstream and installed
-the way README "Installing" tells users: a kustomization of one's own on
+the way docs/install.md tells users: a kustomization of one's own on
 `manifests/overlays/enforce`, the image set through `images:`, the policy
 replaced with `configMapGenerator` (as `examples/custom-policy`), and the
 pull secret for mirrorgate's own image on its ServiceAccount. Two replicas
@@ -18,7 +18,7 @@ it stops being Ready), which is what availability depends on.
 
 How the Pods reach the API server: this machine's API servers listen on
 loopback only and there is no kube-proxy, so the `kubernetes` Service has no
-usable endpoint. A test-only patch (the one thing not in the README) points
+usable endpoint. A test-only patch (the one thing not in docs/install.md) points
 the in-cluster client at the CNI bridge's gateway, where the test relays
 bytes to the API server (TLS end to end, under a name the serving
 certificate carries, through hostAliases).
@@ -77,7 +77,7 @@ class InCluster:
 
 
 def _kustomization(workdir: Path, node: Node, relay_port: int) -> Path:
-    """The user's kustomization (README), plus the API route this machine needs."""
+    """The user's kustomization (docs/install.md), plus the API route this machine needs."""
     (workdir / "mirrorgate").symlink_to(mg.REPO)
     mine = workdir / "mine"
     mine.mkdir()
