@@ -83,3 +83,16 @@ def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
 def test_the_readme_is_for_users() -> None:
     """At most 300 lines; the rest is under docs/."""
     assert len((REPOSITORY / "README.md").read_text().splitlines()) <= README_LIMIT
+
+
+def test_the_readme_draws_the_flow() -> None:
+    """One Mermaid diagram: Pod -> API server -> mirrorgate (patch + Secret) -> kubelet -> mirror.
+
+    Mermaid ends a message at `;` and starts a comment at `#`: neither may appear in it."""
+    (diagram,) = re.findall(r"```mermaid\n(.*?)```", (REPOSITORY / "README.md").read_text(), re.S)
+    messages = re.findall(r"^\s*(\w+)-{1,2}>>(\w+): (.*)$", diagram, re.M)
+    assert [(a, b) for a, b, _ in messages] == [
+        ("C", "A"), ("A", "M"), ("M", "A"), ("M", "A"), ("A", "K"), ("K", "R")]
+    assert "Secret" in messages[2][2]
+    assert "patch" in messages[3][2]
+    assert not any(";" in text or "#" in text for _, _, text in messages)
