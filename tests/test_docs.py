@@ -181,6 +181,15 @@ def test_supported_kubernetes_version_is_the_tested_one() -> None:
     assert f"Tested: **{pinned[1]}**" in section
 
 
+def test_operations_lists_exactly_the_shipped_alerts() -> None:
+    """docs/operations.md's alert table names every alert of the monitoring overlay, no other."""
+    rule = yaml.safe_load(
+        (REPOSITORY / "manifests" / "overlays" / "monitoring" / "prometheusrule.yaml").read_text())
+    shipped = {r["alert"] for group in rule["spec"]["groups"] for r in group["rules"]}
+    table = (DOCS / "operations.md").read_text().split("## Monitoring", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `(Mirrorgate\w+)` \|", table, re.M)) == shipped
+
+
 def test_changelog_names_the_current_version() -> None:
     """CHANGELOG.md has an entry for the version pyproject.toml sets, or Unreleased on top."""
     version = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["version"]
