@@ -58,7 +58,7 @@ test-e2e: install e2e-deps
 # Benchmarks, not timed tests: figures are ratios against a baseline measured
 # in the same run, because this machine is shared and noisy.
 # Each records its report in bench/results.json; bench.figures then writes the
-# README's figures from it.
+# figures of docs/development.md from it.
 bench-policy: install
 	$(PY) -m bench.policy_bench --check
 	$(PY) -m bench.figures

@@ -1,10 +1,10 @@
-"""Render the README's benchmark figures from bench/results.json (the last runs).
+"""Render the benchmark figures of docs/development.md from bench/results.json (the last runs).
 
-    python -m bench.figures            # rewrite README.md between the markers
-    python -m bench.figures --check    # exit 1 if README.md is not what the results give
+    python -m bench.figures            # rewrite docs/development.md between the markers
+    python -m bench.figures --check    # exit 1 if docs/development.md is not what the results give
 
 `make bench`, `make bench-policy` and `make bench-secrets` record their
-reports (bench/results.py) and then run this, so that the README's figures
+reports (bench/results.py) and then run this, so that the figures
 are always those of the last run, never typed by hand.
 """
 
@@ -20,7 +20,7 @@ from bench import results
 
 __all__ = ["BEGIN", "END", "render", "render_figures"]
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+TARGET = Path(__file__).resolve().parents[1] / "docs" / "development.md"
 BEGIN = "<!-- figures:begin (written by `python -m bench.figures` from bench/results.json) -->"
 END = "<!-- figures:end -->"
 
@@ -62,7 +62,8 @@ server far more than that, with or without a webhook."""),
 1,000 idle keep-alive TLS connections open and after they close, an ordinary
 admission's latency while they are open, and the RSS growth after a flood of
 reviews each carrying a different 2.5 MB image (answered "invalid" with a
-bounded warning, kept in no memo). See [Security](#security) for the limits."""),
+bounded warning, kept in no memo). See
+[Security](security.md#limits-what-any-client-can-make-the-server-hold) for the limits."""),
     ("abuse-loop", """\
 **Big Pods and policy reloads**: the real HTTPS server under the same
 benchmark, beside the previous version's code (`--before`, a checkout of it
@@ -123,12 +124,12 @@ def render_figures(recorded: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def render(readme: str, recorded: Mapping[str, Any]) -> str:
-    """``readme`` with the text between the markers replaced."""
-    head, begin, rest = readme.partition(BEGIN)
+def render(document: str, recorded: Mapping[str, Any]) -> str:
+    """``document`` with the text between the markers replaced."""
+    head, begin, rest = document.partition(BEGIN)
     _, end, tail = rest.partition(END)
     if not begin or not end:
-        raise ValueError(f"README.md lacks the markers {BEGIN!r} … {END!r}")
+        raise ValueError(f"{TARGET.name} lacks the markers {BEGIN!r} … {END!r}")
     return f"{head}{BEGIN}\n{render_figures(recorded)}\n{END}{tail}"
 
 
@@ -136,18 +137,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.figures",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 if README.md differs from what the results give")
+                        help="exit 1 if docs/development.md differs from what the results give")
     args = parser.parse_args(argv)
-    current = README.read_text()
+    current = TARGET.read_text()
     wanted = render(current, results.load())
     if args.check:
         if wanted != current:
-            print("README.md figures are stale: run python -m bench.figures", file=sys.stderr)
+            print("docs/development.md figures are stale: run python -m bench.figures",
+                  file=sys.stderr)
             return 1
         return 0
     if wanted != current:
-        README.write_text(wanted)
-        print("README.md figures rewritten from bench/results.json", file=sys.stderr)
+        TARGET.write_text(wanted)
+        print("docs/development.md figures rewritten from bench/results.json", file=sys.stderr)
     return 0
 
 

@@ -1,7 +1,7 @@
-"""What the benchmarks measured last, kept in bench/results.json for the README.
+"""What the benchmarks measured last, kept in bench/results.json for docs/development.md.
 
 Each benchmark prints its report as usual and records the same text under
-its section; ``python -m bench.figures`` renders the README's figures from
+its section; ``python -m bench.figures`` renders the figures of docs/development.md from
 the file, so that they are always those of the last run.
 """
 

@@ -28,7 +28,7 @@ case "${BASE:-debian}" in
     args+=(--build-arg "PYTHON_IMAGE=$(ARCH="${arch:-}" bash image/debian-base.sh)") ;;
   official)
     # The official image only by a digest its user resolved and checked: the
-    # project ships none it could not verify (README "1. The image").
+    # project ships none it could not verify (docs/install.md, "1. The image").
     if [[ "${PYTHON_IMAGE:-}" != *@sha256:* ]]; then
       echo "image/build.sh: BASE=official needs PYTHON_IMAGE=<image>@sha256:<digest>, a digest" \
            "you resolved and verified" >&2

@@ -25,7 +25,11 @@ from tests.webhook.serving import client_context, serve
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 README = (REPOSITORY / "README.md").read_text()
-REFERENCE = (REPOSITORY / "docs" / "policy-reference.md").read_text()
+DOCS = REPOSITORY / "docs"
+REFERENCE = (DOCS / "policy-reference.md").read_text()
+CLI_DOC = (DOCS / "cli.md").read_text()
+INSTALL = (DOCS / "install.md").read_text()
+DEVELOPMENT = DOCS / "development.md"
 
 
 # --- the policy reference ----------------------------------------------------------------------
@@ -107,9 +111,9 @@ def test_the_reference_lists_every_outcome() -> None:
     assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == set(policy.OUTCOMES)
 
 
-def test_the_readme_error_example_is_the_loaders() -> None:
-    """The README's sample error is word for word what loading that policy says."""
-    message = re.search(r"`(mirrors\[2\]\.source: .*?)`\.", README, re.S)
+def test_the_reference_error_example_is_the_loaders() -> None:
+    """The reference's sample error is word for word what loading that policy says."""
+    message = re.search(r"`(mirrors\[2\]\.source: .*?)`\.", REFERENCE, re.S)
     assert message is not None
     document = {"mirrors": [{"source": f"s{i}.example", "mirror": f"m.example/{i}"}
                             for i in range(2)] + [{"source": "Docker.io", "mirror": "m.example/x"}]}
@@ -118,7 +122,13 @@ def test_the_readme_error_example_is_the_loaders() -> None:
     assert str(caught.value) == " ".join(message[1].split())
 
 
-# --- README examples ---------------------------------------------------------------------------
+def test_the_readme_policy_loads() -> None:
+    """The README's policy, every field of it, is a valid policy."""
+    (block,) = [b for b in yaml_blocks(README) if "mirrors:" in b]
+    assert isinstance(policy.load(yaml.safe_load(block)), policy.Policy)
+
+
+# --- README and docs/cli.md examples ------------------------------------------------------------
 
 def console_examples(text: str) -> list[tuple[str, str]]:
     """``(command, output)`` for every `$ mirrorgate ...` line of a console block."""
@@ -129,10 +139,14 @@ def console_examples(text: str) -> list[tuple[str, str]]:
     return examples
 
 
-@pytest.mark.parametrize(("command", "output"), console_examples(README))
-def test_readme_console_examples_are_what_the_cli_prints(
+def test_the_cli_page_has_console_examples() -> None:
+    assert len(console_examples(CLI_DOC)) >= 3
+
+
+@pytest.mark.parametrize(("command", "output"), console_examples(README + CLI_DOC))
+def test_console_examples_are_what_the_cli_prints(
         command: str, output: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each `$ mirrorgate ...` example, run in the repository, prints what the README shows."""
+    """Each `$ mirrorgate ...` example, run in the repository, prints what the docs show."""
     monkeypatch.chdir(REPOSITORY)
     out, err = io.StringIO(), io.StringIO()
     cli.main(shlex.split(command)[1:], out=out, err=err)
@@ -159,12 +173,21 @@ def test_the_sample_admissionreview_answers_as_the_readme_shows(tmp_path: Path) 
 
 
 def test_supported_kubernetes_version_is_the_tested_one() -> None:
-    """The README's tested version is the one build.sh pins for the e2e suite."""
+    """docs/install.md's tested version is the one build.sh pins for the e2e suite."""
     build = (REPOSITORY / "tests" / "controlplane" / "build.sh").read_text()
     pinned = re.search(r'K8S_VERSION="\$\{K8S_VERSION:-(v[0-9.]+)\}"', build)
     assert pinned is not None
-    section = README.split("### Supported Kubernetes versions", 1)[1].split("\n### ", 1)[0]
+    section = INSTALL.split("## Supported Kubernetes versions", 1)[1].split("\n## ", 1)[0]
     assert f"Tested: **{pinned[1]}**" in section
+
+
+def test_operations_lists_exactly_the_shipped_alerts() -> None:
+    """docs/operations.md's alert table names every alert of the monitoring overlay, no other."""
+    rule = yaml.safe_load(
+        (REPOSITORY / "manifests" / "overlays" / "monitoring" / "prometheusrule.yaml").read_text())
+    shipped = {r["alert"] for group in rule["spec"]["groups"] for r in group["rules"]}
+    table = (DOCS / "operations.md").read_text().split("## Monitoring", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `(Mirrorgate\w+)` \|", table, re.M)) == shipped
 
 
 def test_changelog_names_the_current_version() -> None:
@@ -177,9 +200,11 @@ def test_changelog_names_the_current_version() -> None:
 
 # --- figures -----------------------------------------------------------------------------------
 
-def test_readme_figures_are_those_of_the_last_bench_run() -> None:
-    """The README's figures section is exactly what bench.figures renders from results.json."""
-    assert figures.render(README, results.load()) == README
+def test_figures_are_those_of_the_last_bench_run() -> None:
+    """docs/development.md's figures are exactly what bench.figures renders from results.json."""
+    assert figures.TARGET == DEVELOPMENT
+    document = DEVELOPMENT.read_text()
+    assert figures.render(document, results.load()) == document
 
 
 def test_render_replaces_only_the_marked_section() -> None:

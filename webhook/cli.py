@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="how often the leader re-asserts every generated pull secret, "
                               "bringing back deleted ones (default: %(default)s)")
     _limit_arguments(serve.add_argument_group(
-        "limits", "what any client may make the server hold (see the README's Security section)"))
+        "limits", "what any client may make the server hold (see docs/security.md)"))
     serve.set_defaults(run=_serve)
 
     cred_commands = _group(commands, "credentials",

@@ -443,7 +443,7 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
     Helm made is gone. What stays: the namespace (made by --create-namespace, not
     Helm's) and what mirrorgate made at run time (its CA Secret, Lease,
     fingerprint key, the pull secret running Pods may still need and its record);
-    README's clean-up command removes all but the CA and the Lease, which go
+    docs/operations.md's clean-up command removes all but the CA and the Lease, which go
     with the namespace."""
     kubeconfig = own_control_plane.kubeconfig
     with own_control_plane.api_client() as api:
@@ -510,7 +510,8 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
         }
         assert _everything(api) - before == {("Namespace", "", mg.NAMESPACE), *made_at_run_time}
         assert before - _everything(api) == set()
-        # README: kubectl delete secret,configmap -A -l app.kubernetes.io/managed-by=mirrorgate
+        # docs/operations.md:
+        # kubectl delete secret,configmap -A -l app.kubernetes.io/managed-by=mirrorgate
         client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
         for kind in ("Secret", "ConfigMap"):
             resource = client.resources.get(api_version="v1", kind=kind)

@@ -1,5 +1,6 @@
-"""README "Installing" as written: the kustomization it shows sets the image
-through `images:` on top of the overlay it names."""
+"""The install docs as written (README "Install" and docs/install.md): the
+kustomization each shows sets the image through `images:` on top of the overlay
+it names."""
 
 from __future__ import annotations
 
@@ -14,21 +15,24 @@ from tests.e2e import mirrorgate as mg
 
 pytestmark = pytest.mark.e2e
 
-README = (mg.REPO / "README.md").read_text()
+PAGES = ("README.md", "docs/install.md")
 
 
-def _readme_kustomization() -> str:
-    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", README, re.DOTALL)
+def _shown_kustomization(page: str) -> str:
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", (mg.REPO / page).read_text(),
+                                      re.DOTALL)
                 if "kind: Kustomization" in b]
     return str(block)
 
 
-def test_readme_kustomization_sets_the_image(kustomize: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("page", PAGES)
+def test_the_shown_kustomization_sets_the_image(page: str, kustomize: Path,
+                                                tmp_path: Path) -> None:
     """The block verbatim, in a directory beside a checkout named `mirrorgate`."""
     (tmp_path / "mirrorgate").symlink_to(mg.REPO)
     mine = tmp_path / "mine"
     mine.mkdir()
-    text = _readme_kustomization()
+    text = _shown_kustomization(page)
     (mine / "kustomization.yaml").write_text(text)
     done = subprocess.run([str(kustomize), "build", str(mine)], capture_output=True, text=True,
                           timeout=120, check=False)

@@ -2,7 +2,7 @@
 issue #20, item 1 in part).
 
 The image `make image` builds is pushed to the loopback upstream and installed
-the two ways README "Installing" tells users. First a kustomization of one's
+the two ways docs/install.md tells users. First a kustomization of one's
 own on `manifests/overlays/enforce`, the image set through `images:`, the
 policy replaced with `configMapGenerator` (as `examples/custom-policy`), and
 the pull secret for mirrorgate's own image on its ServiceAccount (one
@@ -22,7 +22,7 @@ it stops being Ready), which is what availability depends on.
 
 How the Pods reach the API server: this machine's API servers listen on
 loopback only and there is no kube-proxy, so the `kubernetes` Service has no
-usable endpoint. A test-only patch (the one thing not in the README) points
+usable endpoint. A test-only patch (the one thing not in docs/install.md) points
 the in-cluster client at the CNI bridge's gateway, where the test relays
 bytes to the API server (TLS end to end, under a name the serving
 certificate carries, through hostAliases).
@@ -84,7 +84,7 @@ class InCluster:
 
 
 def _kustomization(workdir: Path, node: Node, relay_port: int) -> Path:
-    """The user's kustomization (README), plus the API route this machine needs."""
+    """The user's kustomization (docs/install.md), plus the API route this machine needs."""
     (workdir / "mirrorgate").symlink_to(mg.REPO)
     mine = workdir / "mine"
     mine.mkdir()
@@ -246,7 +246,7 @@ def _host_process_set_aside(api: k8s.ApiClient, node_installed: Installed,
 def kustomized(route: Route, node_installed: Installed, kustomize: Path,
                tmp_path: Path) -> Iterator[InCluster]:
     """mirrorgate from its image through `kustomize build` of a kustomization on
-    overlays/enforce (README "Installing"); its RBAC, namespace and credential are the
+    overlays/enforce (docs/install.md); its RBAC, namespace and credential are the
     session's objects and stay."""
     node = route.node
     directory = _kustomization(tmp_path, node, route.relay_port)

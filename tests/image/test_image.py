@@ -187,7 +187,7 @@ def test_no_base_is_taken_unverified() -> None:
 ])
 def test_a_store_key_from_a_secret_volume_is_read_as_user_65532(
         image: str, tmp_path: Path, owner: tuple[int, int], mode: int, outcome: str) -> None:
-    """The README's advice for the store key, as the kubelet lays a Secret volume out."""
+    """docs/security.md's advice for the store key, as the kubelet lays a Secret volume out."""
     from mirrorgate.webhook.credentials import filestore  # the host's copy writes the store
     from mirrorgate.webhook.credentials.store import Credential
 
