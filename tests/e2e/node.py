@@ -46,7 +46,7 @@ from kubernetes import client as k8s
 from mirrorgate.certs.authority import CertificateAuthority
 from tests.e2e.binaries import MissingBinaryError, built_binary
 from tests.e2e.controlplane import ControlPlane, start_control_plane
-from tests.e2e.nodehost import BRIDGE, HostState, machine_lock
+from tests.e2e.nodehost import BRIDGE, HostState, machine_lock, recover_unfinished
 from tests.e2e.noderuntime import CNI_BIN_DIR, ContainerdRuntime, containerd_runtime
 from tests.e2e.procs import ManagedProcess, free_port, stop_all, wait_until
 from tests.e2e.registry import RegistryStack
@@ -244,6 +244,7 @@ class Node:
             left = self.host.leftovers()
             if left:
                 raise RuntimeError("the node left the host changed: " + "; ".join(left))
+            self.host.forget()
 
     def _drain(self) -> None:
         """Delete every Pod through the API and let the kubelet stop them properly.
@@ -381,7 +382,12 @@ def start_node(workdir: Path, registry: RegistryStack) -> Node:
     locked = time.monotonic()
     try:
         workdir.mkdir(parents=True, exist_ok=True)
+        undone = recover_unfinished()
+        if undone:
+            print("\nnode: a node of an earlier run was killed before it restored the host; "
+                  "undone now: " + "; ".join(undone), flush=True)
         host = HostState.capture(workdir)
+        host.journal()
         plane = _start_node_control_plane(workdir)
     except BaseException:
         cleanup.close()

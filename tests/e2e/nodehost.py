@@ -10,6 +10,13 @@ left the machine as it found it.
 The fixed paths also mean that only one node can run on a machine at a time:
 `machine_lock()` takes an exclusive flock under /run/lock for as long as a
 node runs, across every process on the machine.
+
+A suite that is killed (SIGKILL, a timeout, the end of a session) never gets
+to `restore()`. So the state `capture()` found is also written to a journal
+under /run/lock while the node runs, and removed once it has been restored;
+the next node, holding the lock, finds a journal left behind and restores the
+host to it first (`recover_unfinished()`). Without that, the killed node's
+chains and links would count as the host's own from then on.
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LOCK_PATH = Path("/run/lock/mirrorgate-e2e-node.lock")
+# The host as the running node found it; gone once the node has restored it.
+JOURNAL_PATH = Path("/run/lock/mirrorgate-e2e-node.host.json")
 # Another suite's node usually runs for a few minutes: wait that long, then fail.
 LOCK_TIMEOUT = float(os.environ.get("MIRRORGATE_NODE_LOCK_TIMEOUT", "900"))
 
@@ -107,6 +118,47 @@ def machine_lock(timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
         os.close(fd)
 
 
+def recover_unfinished() -> list[str]:
+    """Restore the host a node of a killed run left changed; what it undid, or [].
+
+    Call holding `machine_lock()`, before `HostState.capture()`: the lock
+    proves that the node which wrote the journal is gone. Processes it left
+    running (their command lines name its work directory) are killed first.
+    """
+    if not JOURNAL_PATH.exists():
+        return []
+    try:
+        earlier = HostState.from_journal(JOURNAL_PATH.read_text())
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        JOURNAL_PATH.unlink(missing_ok=True)
+        return [f"an unreadable journal ({error}), removed"]
+    killed = _kill_processes_naming(earlier.workdir)
+    undone = [*(f"process {pid}" for pid in killed), *earlier.leftovers()]
+    earlier.restore()
+    left = earlier.leftovers()
+    if left:
+        raise RuntimeError(f"a node of an earlier run left the host changed ({JOURNAL_PATH}) "
+                           "and restoring it failed: " + "; ".join(left))
+    HostState.forget()
+    return undone
+
+
+def _kill_processes_naming(workdir: Path) -> list[int]:
+    """SIGKILL every process whose command line names ``workdir``; their PIDs."""
+    marker = str(workdir).encode()
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if marker in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    if killed:
+        time.sleep(1)  # let the kernel reap them before their mounts and links go
+    return killed
+
+
 def _run(*argv: str) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60).stdout
 
@@ -184,6 +236,32 @@ class HostState:
         return cls(sysctls=_sysctls(), chains=_chains(),
                    paths=frozenset(p for p in FIXED_PATHS if os.path.lexists(p)),
                    netns=_netns(), links=_links(), cgroups=tuple(_cgroups()), workdir=workdir)
+
+    def journal(self) -> None:
+        """Write this state where the next node finds it should this run die unrestored."""
+        record = {"sysctls": self.sysctls, "workdir": str(self.workdir),
+                  "chains": [[tool, table, sorted(chains)]
+                             for (tool, table), chains in self.chains.items()],
+                  "paths": sorted(map(str, self.paths)), "netns": sorted(self.netns),
+                  "links": sorted(self.links), "cgroups": [str(c) for c in self.cgroups]}
+        partial = JOURNAL_PATH.with_suffix(".partial")
+        partial.write_text(json.dumps(record))
+        partial.replace(JOURNAL_PATH)
+
+    @staticmethod
+    def forget() -> None:
+        """The host is restored: nothing for the next node to undo."""
+        JOURNAL_PATH.unlink(missing_ok=True)
+
+    @classmethod
+    def from_journal(cls, text: str) -> HostState:
+        record = json.loads(text)
+        return cls(sysctls=dict(record["sysctls"]),
+                   chains={(tool, table): frozenset(chains)
+                           for tool, table, chains in record["chains"]},
+                   paths=frozenset(map(Path, record["paths"])), netns=frozenset(record["netns"]),
+                   links=frozenset(record["links"]), cgroups=tuple(map(Path, record["cgroups"])),
+                   workdir=Path(record["workdir"]))
 
     def _created_paths(self) -> list[Path]:
         return [p for p in FIXED_PATHS if p not in self.paths and os.path.lexists(p)]

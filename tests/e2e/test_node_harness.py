@@ -19,7 +19,13 @@ from kubernetes import client as k8s
 from tests.e2e import nodepods
 from tests.e2e.kube import create_namespace
 from tests.e2e.node import start_node
-from tests.e2e.nodehost import NodeLockError, machine_lock
+from tests.e2e.nodehost import (
+    JOURNAL_PATH,
+    HostState,
+    NodeLockError,
+    machine_lock,
+    recover_unfinished,
+)
 from tests.e2e.nodepods import push_workload
 from tests.e2e.registry import RegistryStack
 
@@ -66,3 +72,29 @@ def test_a_second_suite_waits_for_the_node_lock_then_says_who_holds_it() -> None
     assert "only one node may run per machine" in refused.stderr
     # Released: the next one gets it at once.
     assert subprocess.run(waiter, cwd=REPO, timeout=60, capture_output=True).returncode == 0
+
+
+def test_a_node_killed_before_it_restored_the_host_is_undone_by_the_next(
+        tmp_path: Path) -> None:
+    """A run killed mid-node (SIGKILL, a session's end) leaves its journal: the next node,
+    holding the lock, restores the host the killed one found before capturing its own."""
+    chain = "MIRRORGATE-SELFTEST"
+    with machine_lock(timeout=0):
+        assert recover_unfinished() == []  # no journal: nothing to undo
+        found = HostState.capture(tmp_path)
+        found.journal()
+        # What the killed node did: a chain of its own, a rule jumping to it.
+        subprocess.run(["iptables", "-w", "5", "-N", chain], check=True)
+        subprocess.run(["iptables", "-w", "5", "-A", "FORWARD", "-j", chain], check=True)
+        try:
+            undone = recover_unfinished()
+        finally:
+            subprocess.run(["iptables", "-w", "5", "-D", "FORWARD", "-j", chain], check=False,
+                           capture_output=True)
+            subprocess.run(["iptables", "-w", "5", "-X", chain], check=False,
+                           capture_output=True)
+        assert undone == [f"iptables -t filter chain {chain}"]
+        assert chain not in subprocess.run(["iptables", "-w", "5", "-S"], check=True,
+                                           capture_output=True, text=True).stdout
+        assert not JOURNAL_PATH.exists()
+        assert recover_unfinished() == []
