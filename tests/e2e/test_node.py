@@ -9,16 +9,21 @@ production node would do. `containerd` in a registry's log is the node;
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import secrets
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 from kubernetes import client as k8s
 
 from mirrorgate import policy
@@ -32,8 +37,9 @@ from tests.e2e.conftest import (
     node_policy,
 )
 from tests.e2e.dockerconfig import Credentials
+from tests.e2e.fixtures_secrets import as_dict
 from tests.e2e.kube import create_namespace, create_pod, namespace_name
-from tests.e2e.node import Node
+from tests.e2e.node import NODE_NAME, NODE_USER, NODES_GROUP, Node
 from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import RegistryStack, htpasswd_line
@@ -108,6 +114,71 @@ def test_api_server_reaches_kubelet_and_pods(node_cluster: Node) -> None:
             "web:8080", namespace, "")
     assert stored["status"]["podIP"].startswith("10.244.0.")
     assert answer.strip() == workload.greeting
+
+
+def _kubelet_certificate(node: Node) -> bytes:
+    """The client certificate (PEM) in the kubelet's own kubeconfig."""
+    assert node.kubelet_kubeconfig is not None
+    [user] = yaml.safe_load(node.kubelet_kubeconfig.read_text())["users"]
+    return base64.b64decode(user["user"]["client-certificate-data"])
+
+
+def _forbidden(call: Callable[[], object]) -> str:
+    """The API server's message for a call it must refuse with 403."""
+    with pytest.raises(k8s.ApiException) as refused:
+        call()
+    assert refused.value.status == 403, refused.value
+    return str(json.loads(str(refused.value.body))["message"])
+
+
+def test_the_kubelet_runs_on_its_own_node_identity(node_cluster: Node) -> None:
+    """Node,RBAC and NodeRestriction, as in production: the kubelet gets what its Pods need.
+
+    The kubelet's kubeconfig holds a certificate of the cluster CA for
+    `system:node:localhost` in `system:nodes`, and no RBAC binding names that
+    user or group. With that certificate, the Secret of a Pod bound to the
+    node can be read (the Pod pulled with it), a Secret no Pod of the node
+    uses cannot, nor can Secrets be listed; and NodeRestriction refuses the
+    node a label reserved for administrators on its own Node.
+    """
+    plane, registry = node_cluster.control_plane, node_cluster.registry
+    pem = _kubelet_certificate(node_cluster)
+    cert = x509.load_pem_x509_certificate(pem)
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(plane.ca_pem))
+    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)] == \
+        [NODE_USER] == [f"system:node:{NODE_NAME}"]
+    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == \
+        [NODES_GROUP]
+    workload = push_workload(registry, "node/identity")
+    with plane.api_client() as api:
+        rbac = k8s.RbacAuthorizationV1Api(api)
+        bindings = [as_dict(api, b) for b in
+                    [*rbac.list_cluster_role_binding().items,
+                     *rbac.list_role_binding_for_all_namespaces().items]]
+        namespace = make_namespace(api, "identity", granted=False)
+        bound = nodepods.upstream_pull_secret(api, namespace, registry)
+        unused = nodepods.create_pull_secret(api, namespace, "unused", registry.host,
+                                             registry.username, registry.password)
+        create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)],
+                                                pull_secrets=[bound]))
+        nodepods.wait_running(api, namespace, "app")
+    granted = [(b["metadata"]["name"], s["name"]) for b in bindings for s in b.get("subjects", [])
+               if s["name"] in (NODE_USER, NODES_GROUP)]
+    assert granted == []
+    # The very certificate and key of the kubelet's kubeconfig (the plane issues one per identity).
+    with plane.api_client(NODE_USER, [NODES_GROUP]) as kubelet:
+        assert Path(kubelet.configuration.cert_file).read_bytes() == pem
+        core = k8s.CoreV1Api(kubelet)
+        readable = as_dict(kubelet, core.read_namespaced_secret(bound, namespace))
+        unrelated = _forbidden(lambda: core.read_namespaced_secret(unused, namespace))
+        listing = _forbidden(lambda: core.list_namespaced_secret(namespace))
+        label = "node-restriction.kubernetes.io/e2e"
+        restricted = _forbidden(lambda: core.patch_node(
+            NODE_NAME, {"metadata": {"labels": {label: "yes"}}}))
+    assert readable["metadata"]["name"] == bound
+    assert "no relationship found between node 'localhost' and this object" in unrelated
+    assert NODE_USER in listing
+    assert label in restricted
 
 
 def test_1_without_mirrorgate_the_kubelet_gives_the_mirror_no_credential(
