@@ -37,11 +37,12 @@ from tests.e2e.conftest import (
     node_policy,
 )
 from tests.e2e.dockerconfig import Credentials
-from tests.e2e.fixtures_secrets import as_dict
+from tests.e2e.fixtures_secrets import as_dict, read_secret
 from tests.e2e.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.node import NODE_NAME, NODE_USER, NODES_GROUP, Node
 from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.procs import wait_until
+from tests.e2e.provider_setup import password_of
 from tests.e2e.registry import RegistryStack, htpasswd_line
 from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
 
@@ -317,21 +318,33 @@ def mirror_answers(registry: RegistryStack, password: str) -> int:
     return 200
 
 
+@contextlib.contextmanager
+def rotated(api: k8s.ApiClient, registry: RegistryStack, password: str) -> Iterator[float]:
+    """The rotation: the mirror takes only `password`, then the central credential holds it.
+
+    Yields when the credential changed (time.monotonic()); both are put back after.
+    """
+    with mirror_password(registry, password):
+        wait_until(lambda: None if mirror_answers(registry, registry.password) == 401
+                   else "old password still accepted", timeout=10,
+                   what="the mirror refusing the old password")
+        try:
+            started = time.monotonic()
+            central_credential(api, registry, password=password)
+            yield started
+        finally:
+            central_credential(api, registry)
+
+
 def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
         node_installed: Installed) -> None:
     """The mirror's password changes and the central credential with it: a new Pod pulls."""
     registry = node_installed.registry
     workload = push_workload(registry, "node/rotation")
     new_password = f"rotated-{secrets.token_urlsafe(12)}"
-    with node_installed.control_plane.api_client() as api, \
-            mirror_password(registry, new_password):
+    with node_installed.control_plane.api_client() as api:
         namespace = make_namespace(api, "rotation", ENFORCE, granted=True)
-        wait_until(lambda: None if mirror_answers(registry, registry.password) == 401
-                   else "old password still accepted", timeout=10,
-                   what="the mirror refusing the old password")
-        try:
-            started = time.monotonic()
-            central_credential(api, registry, password=new_password)
+        with rotated(api, registry, new_password) as started:
             create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app",
                                                                            workload.image)]))
             nodepods.wait_running(api, namespace, "app", timeout=ROTATION_LIMIT)
@@ -339,12 +352,72 @@ def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
             line = nodepods.log(api, namespace, "app").strip()
             old_status = mirror_answers(registry, registry.password)
             new_status = mirror_answers(registry, new_password)
-        finally:
-            central_credential(api, registry)
     print(f"\nFIGURE node_rotation_to_running_seconds={seconds:.2f}")
     assert line == workload.greeting
     assert (old_status, new_status) == (401, 200)
     assert 200 in manifest_statuses(by_node(registry.access_log("mirror"), workload))
+
+
+def test_4_rotation_rewrites_the_copy_of_a_namespace_with_running_pods(
+        node_installed: Installed) -> None:
+    """Rotation of an existing copy: Pod A runs in N; the credential rotates, the mirror
+    refuses the old password; Pod B in N pulls with the new login; Pod C in N, with
+    A's image already on the node, starts under KubeletEnsureSecretPulledImages.
+
+    mirrorgate rewrites N's copy in place (same uid), so the kubelet knows it
+    by its coordinates: C starts from the node's copy without a pull (the
+    kubelet records the new hash). A copy deleted and made again (a new uid)
+    would make the kubelet pull again with it.
+    """
+    registry = node_installed.registry
+    running = push_workload(registry, "node/rotation-existing")
+    fresh = push_workload(registry, "node/rotation-fresh")
+    new_password = f"rotated-{secrets.token_urlsafe(12)}"
+
+    def copy_in(api: k8s.ApiClient, namespace: str) -> dict[str, Any]:
+        found = read_secret(api, namespace, SECRET)
+        assert found is not None, f"no {SECRET} in {namespace}"
+        return found
+
+    def copy_rotated(api: k8s.ApiClient, namespace: str) -> str | None:
+        # Never the passwords themselves in a message.
+        return None if password_of(copy_in(api, namespace)) == new_password else "old password"
+
+    with node_installed.control_plane.api_client() as api:
+        namespace = make_namespace(api, "rotation-existing", ENFORCE, granted=True)
+        create_pod(api, namespace, nodepods.pod("a", [nodepods.container("app", running.image)]))
+        nodepods.wait_running(api, namespace, "a")
+        before = copy_in(api, namespace)
+        with rotated(api, registry, new_password) as started:
+            # No Pod asks for it: mirrorgate rewrites the copy because the store changed.
+            wait_until(lambda: copy_rotated(api, namespace), timeout=ROTATION_LIMIT,
+                       what=f"{namespace}/{SECRET} holding the new password")
+            rotated_after = time.monotonic() - started
+            after = copy_in(api, namespace)
+            stored_b, _ = create_pod(api, namespace, nodepods.pod(
+                "b", [nodepods.container("app", fresh.image)]))
+            nodepods.wait_running(api, namespace, "b", timeout=ROTATION_LIMIT)
+            pulled_b = by_node(registry.access_log("mirror"), fresh)
+            mark = len(by_node(registry.access_log("mirror"), running))
+            stored_c, _ = create_pod(api, namespace, nodepods.pod(
+                "c", [nodepods.container("app", running.image)]))
+            nodepods.wait_running(api, namespace, "c")
+            logs = [nodepods.log(api, namespace, name).strip() for name in ("a", "b", "c")]
+            old_status = mirror_answers(registry, registry.password)
+        asked_for_c = by_node(registry.access_log("mirror"), running)[mark:]
+    print(f"\nFIGURE node_existing_copy_rotated_seconds={rotated_after:.2f}")
+    assert logs == [running.greeting, fresh.greeting, running.greeting]
+    # The same object, rewritten: the kubelet matches it by namespace, name and uid.
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
+    for stored in (stored_b, stored_c):
+        assert stored["spec"]["imagePullSecrets"] == [{"name": SECRET}]
+    assert stored_c["spec"]["containers"][0]["image"] == mirror_image(registry, running)
+    # B's pull: the mirror took only the new password by then.
+    assert old_status == 401
+    assert 200 in manifest_statuses(pulled_b)
+    # C: from the node's copy, under the rotated Secret, with no request to the mirror.
+    assert asked_for_c == []
 
 
 def runs_untouched_from_the_upstream(installed: Installed, repository: str,
