@@ -164,12 +164,15 @@ def _kubeconfig(url: str, ca_pem: bytes, admin: KeyPair, *, user: str = ADMIN_US
 
 
 def start_control_plane(workdir: Path, *, apiserver_args: Sequence[str] = (),
-                        ca: CertificateAuthority | None = None) -> ControlPlane:
+                        ca: CertificateAuthority | None = None,
+                        authorization_modes: Sequence[str] = ("RBAC",)) -> ControlPlane:
     """Start etcd then kube-apiserver, wait for /readyz; on any error stop both and raise.
 
     ``apiserver_args`` are appended to kube-apiserver's flags (the benchmarks
     add an audit log). ``ca`` is the cluster CA to use, for a caller that must
     issue certificates named in those flags (the node's kubelet client).
+    ``authorization_modes`` is `--authorization-mode` (a node cluster adds the
+    Node authorizer before RBAC); a repeated flag would append, not replace.
     """
     etcd_bin = built_binary("etcd")
     apiserver_bin = built_binary("kube-apiserver")
@@ -266,7 +269,7 @@ def start_control_plane(workdir: Path, *, apiserver_args: Sequence[str] = (),
                 f"--tls-cert-file={serving_cert}",
                 f"--tls-private-key-file={serving_key}",
                 f"--client-ca-file={ca_path}",
-                "--authorization-mode=RBAC",
+                f"--authorization-mode={','.join(authorization_modes)}",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={sa_public}",
                 f"--service-account-signing-key-file={sa_private}",

@@ -1,7 +1,8 @@
 """A real Kubernetes node for the e2e suite: containerd + runc + CNI, kubelet, and the
 controllers that turn a Deployment into running Pods.
 
-    etcd + kube-apiserver (controlplane.py, with flags to reach the kubelet)
+    etcd + kube-apiserver (controlplane.py, with flags to reach the kubelet;
+                          Node,RBAC authorization and NodeRestriction)
       kube-controller-manager, kube-scheduler        (pinned by build.sh)
       kubelet  --CRI-->  containerd 2 --> runc        (containerd built by build.sh,
                                                        see noderuntime.py; Debian's runc)
@@ -54,6 +55,7 @@ from tests.e2e.testimages import PAUSE_REPOSITORY, PAUSE_TAG, pause_image, push_
 
 NODE_NAME = "localhost"
 NODE_USER = f"system:node:{NODE_NAME}"
+NODES_GROUP = "system:nodes"
 POD_SUBNET = "10.244.0.0/24"
 NODE_READY_TIMEOUT = 180.0
 DRAIN_TIMEOUT = 90.0
@@ -164,6 +166,8 @@ class Node:
     sandbox_image: str
     host: HostState
     runtime: ContainerdRuntime
+    # The kubelet's kubeconfig: its own identity, `system:node:localhost`.
+    kubelet_kubeconfig: Path | None = None
     processes: list[ManagedProcess] = field(default_factory=list, repr=False)
     timings: dict[str, float] = field(default_factory=dict)
     _cleanup: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
@@ -338,20 +342,6 @@ def _node_ready(api: k8s.ApiClient) -> str | None:
     return "no Ready condition yet"
 
 
-def _bind_nodes_group(api: k8s.ApiClient) -> None:
-    """system:nodes -> ClusterRole system:node: the kubelet's rights under RBAC alone.
-
-    The API server runs `--authorization-mode=RBAC` only (as for the rest of
-    the suite), so the Node authorizer's job is done by this binding.
-    """
-    k8s.RbacAuthorizationV1Api(api).create_cluster_role_binding(k8s.V1ClusterRoleBinding(
-        metadata=k8s.V1ObjectMeta(name="mirrorgate-e2e:nodes"),
-        role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
-                               name="system:node"),
-        subjects=[k8s.RbacV1Subject(kind="Group", name="system:nodes",
-                                    api_group="rbac.authorization.k8s.io")]))
-
-
 @contextlib.contextmanager
 def _stop_on_error(node: Node) -> Iterator[None]:
     try:
@@ -425,7 +415,11 @@ def _start_node_control_plane(workdir: Path) -> ControlPlane:
     (pki / "kubelet-client.crt").write_bytes(kubelet_client.cert_pem)
     (pki / "kubelet-client.key").write_bytes(kubelet_client.key_pem)
     (pki / "kubelet-client.key").chmod(0o600)
-    return start_control_plane(workdir / "controlplane", ca=ca, apiserver_args=[
+    # As a production cluster: kubelets are authorised by the Node authorizer,
+    # and NodeRestriction keeps each to its own Node and the Pods bound to it.
+    return start_control_plane(workdir / "controlplane", ca=ca,
+                               authorization_modes=("Node", "RBAC"), apiserver_args=[
+        "--enable-admission-plugins=NodeRestriction",
         f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
         f"--kubelet-client-key={pki / 'kubelet-client.key'}",
         # The node's Hostname address ("localhost"), not its InternalIP: the
@@ -468,17 +462,23 @@ def _run_containerd(node: Node, extra_config: str = "", log_name: str = "contain
 
 
 def _start_kubelet(node: Node, binary: Path) -> ManagedProcess:
-    """The kubelet as `system:node:localhost`; it registers the node itself."""
+    """The kubelet on its own node identity; it registers the node itself.
+
+    A client certificate of the cluster CA for `system:node:localhost` in
+    `system:nodes`, as a kubelet gets from TLS bootstrapping: the Node
+    authorizer grants it no more than what the Pods bound to it reference,
+    and NodeRestriction lets it change only its own Node and those Pods. No
+    RBAC binding adds to that.
+    """
     plane = node.control_plane
-    with plane.api_client() as api:
-        _bind_nodes_group(api)
     kubelet_dir = node.workdir / "kubelet"
     kubelet_dir.mkdir()
     kubelet_yaml = node.workdir / "kubelet.yaml"
     kubelet_yaml.write_text(kubelet_config(
         kubelet_dir, socket=node.socket, port=free_port(), healthz_port=free_port(),
         client_ca=plane.ca_path))
-    kubeconfig = plane.kubeconfig_for(NODE_USER, ["system:nodes"])
+    kubeconfig = plane.kubeconfig_for(NODE_USER, [NODES_GROUP])
+    node.kubelet_kubeconfig = kubeconfig
     kubelet = ManagedProcess("kubelet", [
         str(binary), f"--config={kubelet_yaml}", f"--kubeconfig={kubeconfig}",
         f"--root-dir={kubelet_dir / 'root'}", f"--cert-dir={kubelet_dir / 'pki'}",

@@ -9,16 +9,21 @@ production node would do. `containerd` in a registry's log is the node;
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import secrets
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 from kubernetes import client as k8s
 
 from mirrorgate import policy
@@ -32,10 +37,12 @@ from tests.e2e.conftest import (
     node_policy,
 )
 from tests.e2e.dockerconfig import Credentials
+from tests.e2e.fixtures_secrets import as_dict, read_secret
 from tests.e2e.kube import create_namespace, create_pod, namespace_name
-from tests.e2e.node import Node
+from tests.e2e.node import NODE_NAME, NODE_USER, NODES_GROUP, Node
 from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.procs import wait_until
+from tests.e2e.provider_setup import password_of
 from tests.e2e.registry import RegistryStack, htpasswd_line
 from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
 
@@ -108,6 +115,71 @@ def test_api_server_reaches_kubelet_and_pods(node_cluster: Node) -> None:
             "web:8080", namespace, "")
     assert stored["status"]["podIP"].startswith("10.244.0.")
     assert answer.strip() == workload.greeting
+
+
+def _kubelet_certificate(node: Node) -> bytes:
+    """The client certificate (PEM) in the kubelet's own kubeconfig."""
+    assert node.kubelet_kubeconfig is not None
+    [user] = yaml.safe_load(node.kubelet_kubeconfig.read_text())["users"]
+    return base64.b64decode(user["user"]["client-certificate-data"])
+
+
+def _forbidden(call: Callable[[], object]) -> str:
+    """The API server's message for a call it must refuse with 403."""
+    with pytest.raises(k8s.ApiException) as refused:
+        call()
+    assert refused.value.status == 403, refused.value
+    return str(json.loads(str(refused.value.body))["message"])
+
+
+def test_the_kubelet_runs_on_its_own_node_identity(node_cluster: Node) -> None:
+    """Node,RBAC and NodeRestriction, as in production: the kubelet gets what its Pods need.
+
+    The kubelet's kubeconfig holds a certificate of the cluster CA for
+    `system:node:localhost` in `system:nodes`, and no RBAC binding names that
+    user or group. With that certificate, the Secret of a Pod bound to the
+    node can be read (the Pod pulled with it), a Secret no Pod of the node
+    uses cannot, nor can Secrets be listed; and NodeRestriction refuses the
+    node a label reserved for administrators on its own Node.
+    """
+    plane, registry = node_cluster.control_plane, node_cluster.registry
+    pem = _kubelet_certificate(node_cluster)
+    cert = x509.load_pem_x509_certificate(pem)
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(plane.ca_pem))
+    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)] == \
+        [NODE_USER] == [f"system:node:{NODE_NAME}"]
+    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == \
+        [NODES_GROUP]
+    workload = push_workload(registry, "node/identity")
+    with plane.api_client() as api:
+        rbac = k8s.RbacAuthorizationV1Api(api)
+        bindings = [as_dict(api, b) for b in
+                    [*rbac.list_cluster_role_binding().items,
+                     *rbac.list_role_binding_for_all_namespaces().items]]
+        namespace = make_namespace(api, "identity", granted=False)
+        bound = nodepods.upstream_pull_secret(api, namespace, registry)
+        unused = nodepods.create_pull_secret(api, namespace, "unused", registry.host,
+                                             registry.username, registry.password)
+        create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)],
+                                                pull_secrets=[bound]))
+        nodepods.wait_running(api, namespace, "app")
+    granted = [(b["metadata"]["name"], s["name"]) for b in bindings for s in b.get("subjects", [])
+               if s["name"] in (NODE_USER, NODES_GROUP)]
+    assert granted == []
+    # The very certificate and key of the kubelet's kubeconfig (the plane issues one per identity).
+    with plane.api_client(NODE_USER, [NODES_GROUP]) as kubelet:
+        assert Path(kubelet.configuration.cert_file).read_bytes() == pem
+        core = k8s.CoreV1Api(kubelet)
+        readable = as_dict(kubelet, core.read_namespaced_secret(bound, namespace))
+        unrelated = _forbidden(lambda: core.read_namespaced_secret(unused, namespace))
+        listing = _forbidden(lambda: core.list_namespaced_secret(namespace))
+        label = "node-restriction.kubernetes.io/e2e"
+        restricted = _forbidden(lambda: core.patch_node(
+            NODE_NAME, {"metadata": {"labels": {label: "yes"}}}))
+    assert readable["metadata"]["name"] == bound
+    assert "no relationship found between node 'localhost' and this object" in unrelated
+    assert NODE_USER in listing
+    assert label in restricted
 
 
 def test_1_without_mirrorgate_the_kubelet_gives_the_mirror_no_credential(
@@ -246,21 +318,33 @@ def mirror_answers(registry: RegistryStack, password: str) -> int:
     return 200
 
 
+@contextlib.contextmanager
+def rotated(api: k8s.ApiClient, registry: RegistryStack, password: str) -> Iterator[float]:
+    """The rotation: the mirror takes only `password`, then the central credential holds it.
+
+    Yields when the credential changed (time.monotonic()); both are put back after.
+    """
+    with mirror_password(registry, password):
+        wait_until(lambda: None if mirror_answers(registry, registry.password) == 401
+                   else "old password still accepted", timeout=10,
+                   what="the mirror refusing the old password")
+        try:
+            started = time.monotonic()
+            central_credential(api, registry, password=password)
+            yield started
+        finally:
+            central_credential(api, registry)
+
+
 def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
         node_installed: Installed) -> None:
     """The mirror's password changes and the central credential with it: a new Pod pulls."""
     registry = node_installed.registry
     workload = push_workload(registry, "node/rotation")
     new_password = f"rotated-{secrets.token_urlsafe(12)}"
-    with node_installed.control_plane.api_client() as api, \
-            mirror_password(registry, new_password):
+    with node_installed.control_plane.api_client() as api:
         namespace = make_namespace(api, "rotation", ENFORCE, granted=True)
-        wait_until(lambda: None if mirror_answers(registry, registry.password) == 401
-                   else "old password still accepted", timeout=10,
-                   what="the mirror refusing the old password")
-        try:
-            started = time.monotonic()
-            central_credential(api, registry, password=new_password)
+        with rotated(api, registry, new_password) as started:
             create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app",
                                                                            workload.image)]))
             nodepods.wait_running(api, namespace, "app", timeout=ROTATION_LIMIT)
@@ -268,12 +352,72 @@ def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
             line = nodepods.log(api, namespace, "app").strip()
             old_status = mirror_answers(registry, registry.password)
             new_status = mirror_answers(registry, new_password)
-        finally:
-            central_credential(api, registry)
     print(f"\nFIGURE node_rotation_to_running_seconds={seconds:.2f}")
     assert line == workload.greeting
     assert (old_status, new_status) == (401, 200)
     assert 200 in manifest_statuses(by_node(registry.access_log("mirror"), workload))
+
+
+def test_4_rotation_rewrites_the_copy_of_a_namespace_with_running_pods(
+        node_installed: Installed) -> None:
+    """Rotation of an existing copy: Pod A runs in N; the credential rotates, the mirror
+    refuses the old password; Pod B in N pulls with the new login; Pod C in N, with
+    A's image already on the node, starts under KubeletEnsureSecretPulledImages.
+
+    mirrorgate rewrites N's copy in place (same uid), so the kubelet knows it
+    by its coordinates: C starts from the node's copy without a pull (the
+    kubelet records the new hash). A copy deleted and made again (a new uid)
+    would make the kubelet pull again with it.
+    """
+    registry = node_installed.registry
+    running = push_workload(registry, "node/rotation-existing")
+    fresh = push_workload(registry, "node/rotation-fresh")
+    new_password = f"rotated-{secrets.token_urlsafe(12)}"
+
+    def copy_in(api: k8s.ApiClient, namespace: str) -> dict[str, Any]:
+        found = read_secret(api, namespace, SECRET)
+        assert found is not None, f"no {SECRET} in {namespace}"
+        return found
+
+    def copy_rotated(api: k8s.ApiClient, namespace: str) -> str | None:
+        # Never the passwords themselves in a message.
+        return None if password_of(copy_in(api, namespace)) == new_password else "old password"
+
+    with node_installed.control_plane.api_client() as api:
+        namespace = make_namespace(api, "rotation-existing", ENFORCE, granted=True)
+        create_pod(api, namespace, nodepods.pod("a", [nodepods.container("app", running.image)]))
+        nodepods.wait_running(api, namespace, "a")
+        before = copy_in(api, namespace)
+        with rotated(api, registry, new_password) as started:
+            # No Pod asks for it: mirrorgate rewrites the copy because the store changed.
+            wait_until(lambda: copy_rotated(api, namespace), timeout=ROTATION_LIMIT,
+                       what=f"{namespace}/{SECRET} holding the new password")
+            rotated_after = time.monotonic() - started
+            after = copy_in(api, namespace)
+            stored_b, _ = create_pod(api, namespace, nodepods.pod(
+                "b", [nodepods.container("app", fresh.image)]))
+            nodepods.wait_running(api, namespace, "b", timeout=ROTATION_LIMIT)
+            pulled_b = by_node(registry.access_log("mirror"), fresh)
+            mark = len(by_node(registry.access_log("mirror"), running))
+            stored_c, _ = create_pod(api, namespace, nodepods.pod(
+                "c", [nodepods.container("app", running.image)]))
+            nodepods.wait_running(api, namespace, "c")
+            logs = [nodepods.log(api, namespace, name).strip() for name in ("a", "b", "c")]
+            old_status = mirror_answers(registry, registry.password)
+        asked_for_c = by_node(registry.access_log("mirror"), running)[mark:]
+    print(f"\nFIGURE node_existing_copy_rotated_seconds={rotated_after:.2f}")
+    assert logs == [running.greeting, fresh.greeting, running.greeting]
+    # The same object, rewritten: the kubelet matches it by namespace, name and uid.
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
+    for stored in (stored_b, stored_c):
+        assert stored["spec"]["imagePullSecrets"] == [{"name": SECRET}]
+    assert stored_c["spec"]["containers"][0]["image"] == mirror_image(registry, running)
+    # B's pull: the mirror took only the new password by then.
+    assert old_status == 401
+    assert 200 in manifest_statuses(pulled_b)
+    # C: from the node's copy, under the rotated Secret, with no request to the mirror.
+    assert asked_for_c == []
 
 
 def runs_untouched_from_the_upstream(installed: Installed, repository: str,
