@@ -18,15 +18,16 @@ from mirrorgate.webhook.version import VERSION
 from tests.commands import MIRRORGATE
 from tests.webhook import policies
 from tests.webhook.reviews import PROM_IMAGE, patch_ops, pod, review
-from tests.webhook.serving import client_context, write_pair
+from tests.webhook.serving import client_context, write_atomically, write_pair
 
 TIMEOUT = 60
 
 
-def serve_command(directory: Path, pair: KeyPair, port: int) -> list[str]:
+def serve_command(directory: Path, pair: KeyPair, port: int, *,
+                  policy_text: str = policies.POLICY) -> list[str]:
     cert, key = write_pair(directory, pair)
     policy = directory / "policy.yaml"
-    policy.write_text(policies.POLICY)
+    policy.write_text(policy_text)
     return [*MIRRORGATE, "serve", "--policy", str(policy),
             "--tls-cert", str(cert), "--tls-key", str(key), "--host", "127.0.0.1",
             "--port", str(port),
@@ -102,6 +103,73 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(
         assert process.wait(TIMEOUT) == 0
         messages = [json.loads(line)["msg"] for line in remaining.splitlines()]
         assert "mirrorgate stopped" in messages
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(TIMEOUT)
+        if process.stderr:
+            process.stderr.close()
+
+
+# Valid but unsafe: a "*" grant, a mirror whose certificate is not verified.
+UNSAFE_POLICY = """\
+mirrors:
+  - {source: docker.io, mirror: harbor.corp.example/hub, credential: harbor-pull}
+  - {source: quay.io, mirror: m.example/quay, insecureSkipVerify: true}
+credentials:
+  harbor-pull: {namespaces: ["*"]}
+"""
+# Another unsafe one: a credential sent to a plain-HTTP mirror.
+CLEAR_TEXT_POLICY = """\
+mirrors:
+  - {source: docker.io, mirror: 'http://cache.local:5000/hub', credential: cache}
+credentials:
+  cache: {namespaces: [team-a]}
+"""
+SAFE_POLICY = "mirrors:\n  - {source: docker.io, mirror: harbor.corp.example/hub}\n"
+
+
+def test_the_policys_warnings_are_logged_once_per_load(
+        tmp_path: Path, serving_pair: KeyPair) -> None:
+    """At start and at each accepted reload, one warning line per warning of the policy
+    put in force, naming the file and the field; a rejected reload brings none."""
+    command = serve_command(tmp_path, serving_pair, 0, policy_text=UNSAFE_POLICY)
+    policy_file = str(tmp_path / "policy.yaml")
+    process = subprocess.Popen([*command, "--reload-interval", "0.05"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def lines_until(msg: str) -> list[dict[str, object]]:
+        """The log lines before the next one whose message is ``msg`` (which is dropped)."""
+        seen = []
+        while (entry := read_log(process.stderr))["msg"] != msg:
+            seen.append(entry)
+        return seen
+
+    def warned(entries: list[dict[str, object]]) -> list[tuple[object, ...]]:
+        return [(e["level"], e["file"], str(e["warning"]).split(":")[0]) for e in entries
+                if e["msg"] == "policy warning"]
+
+    try:
+        at_start = lines_until("mirrorgate serving")
+        assert warned(at_start) == [
+            ("warning", policy_file, "mirrors[1].insecureSkipVerify"),
+            ("warning", policy_file, "credentials.harbor-pull.namespaces")]
+        texts = [str(e["warning"]) for e in at_start if e["msg"] == "policy warning"]
+        assert 'TLS certificates of "m.example" are not verified' in texts[0]
+        assert texts[1].startswith('credentials.harbor-pull.namespaces: "*" grants')
+
+        write_atomically(tmp_path / "policy.yaml", CLEAR_TEXT_POLICY.encode())
+        lines_until("policy reloaded")
+        write_atomically(tmp_path / "policy.yaml", policies.INVALID_POLICY.encode())
+        after_reload = lines_until("policy rejected; the previous policy stays in force")
+        assert warned(after_reload) == [("warning", policy_file, "mirrors[0].mirror")]
+        assert "cross the network in clear" in str(after_reload[-1]["warning"])
+
+        write_atomically(tmp_path / "policy.yaml", SAFE_POLICY.encode())
+        assert warned(lines_until("policy reloaded")) == [], "a rejected policy warns of nothing"
+        process.send_signal(signal.SIGTERM)
+        assert warned(lines_until("mirrorgate stopped")) == [], "a safe policy warns of nothing"
+        assert process.wait(TIMEOUT) == 0
     finally:
         if process.poll() is None:
             process.kill()
