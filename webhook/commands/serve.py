@@ -321,7 +321,6 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     state = None if client is None else policystate.PolicyState(
         client, settings.namespace or kube.own_namespace())
     loaded, refused = _initial_policy(settings, state)
-    _log_warnings(loaded)
     if state is not None:
         background.starts.append(state.start)
         background.stops.append(state.stop)
@@ -432,6 +431,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
 
     application = app.create_app(runtime)
     application.router.lifespan_context = lifespan
+    _log_warnings(loaded)  # once it is sure to be served
     return Server(settings=settings, runtime=runtime, certificates=certificates,
                   application=application)
 
