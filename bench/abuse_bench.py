@@ -29,8 +29,17 @@ within 1 s, keep-alive admissions p99 <= 50 ms, RSS <= 250 MB. With
 e.g. a worktree of main) the same scenario runs against it too, in the same
 sitting, and the table shows both.
 
+Last (``abuse-policy-review``), hostile reviews of the policy ConfigMap at
+/validate-policy: a few processes each send, back to back, a review of the
+largest policy a review may carry, an alias bomb and nesting as deep as that
+size allows, while one client makes ordinary Pod admissions; the same client
+alone just before is the baseline. Targets: p99 <= 50 ms and none over 1 s
+beside them; every hostile review answered as expected within the webhook's
+5 s.
+
     python -m bench.abuse_bench [--check] [--idle N] [--flood N] [--time-cap SECONDS]
                                 [--pinned N] [--baseline-server PATH] [--only-pinned]
+                                [--review-clients N] [--review-seconds S] [--only-policy-review]
 """
 
 from __future__ import annotations
@@ -118,6 +127,20 @@ def open_idle(port: int, context: ssl.SSLContext, count: int) -> list[Connection
     if failures:
         raise SystemExit(f"opening idle connections failed: {failures[:3]}")
     return opened
+
+
+def serve_plainly(workdir: pathlib.Path, executable: str | None = None,
+                  ) -> tuple[ssl.SSLContext, server_bench.Server]:
+    """``mirrorgate serve`` (this one, or ``executable``) with its default limits on the
+    benchmark's policy, its files in ``workdir``; a client context that trusts it."""
+    context, tls_args = server_bench.serving_files(workdir, policy=server_bench.POLICY)
+    port = server_bench.free_port()
+    server = server_bench.start("mirrorgate", [
+        executable or str(pathlib.Path(sys.executable).parent / "mirrorgate"), "serve",
+        "--policy", str(workdir / "policy.yaml"), *tls_args, "--port", str(port),
+        # Its mirrors are fictional; bench.health_bench measures probing.
+        "--no-health-probes"], port, workdir, context)
+    return context, server
 
 
 def normal_latencies(port: int, context: ssl.SSLContext, count: int, *,
@@ -326,18 +349,33 @@ def big_pods(port: int, context: ssl.SSLContext, cafile: str, *, clients: int,
     return BigPods(normal, big)
 
 
-def policy_files() -> dict[str, str]:
-    """The policy texts of the reload scenarios, by what the table calls them."""
+def alias_bomb() -> list[str]:
+    """Nine anchors, each a list of nine aliases of the one before: *i stands for 9^9 strings."""
     bomb = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     bomb += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]"
              for a, b in zip("abcdefgh", "bcdefghi", strict=True)]
-    # The benchmark's own policy around them, so that the admissions beside it stay patched.
+    return bomb
+
+
+def valid_rules(max_bytes: int) -> tuple[str, int]:
+    """The longest valid policy of at most ``max_bytes`` bytes, and its number of rules.
+
+    The benchmark's own policy around the extra rules, so that the admissions
+    beside it stay patched.
+    """
     head, exclude = server_bench.POLICY.split("exclude:")
     rules: list[str] = []
-    while len(head) + sum(map(len, rules)) + len(rules) + len(exclude) < (1 << 20) - 200:
+    while len(head) + sum(map(len, rules)) + len(rules) + len(exclude) < max_bytes - 200:
         n = len(rules)
         rules.append(f"  - {{source: r{n}.example.com, mirror: mirror.corp.example/r{n}}}")
-    texts = {f"{len(rules) + 3:,} valid rules": head + "\n".join(rules) + "\nexclude:" + exclude,
+    return head + "\n".join(rules) + "\nexclude:" + exclude, len(rules) + 3
+
+
+def policy_files() -> dict[str, str]:
+    """The policy texts of the reload scenarios, by what the table calls them."""
+    bomb = alias_bomb()
+    valid, count = valid_rules(1 << 20)
+    texts = {f"{count:,} valid rules": valid,
              "nested 100,000 deep": "mode: " + "[" * 100_000 + "]" * 100_000 + "\n",
              "alias bomb, 9^9 strings under mode": "\n".join([*bomb, "mode: *i"]) + "\n",
              "alias bomb under mirrors[].source": "\n".join(
@@ -701,12 +739,8 @@ def pinned_run(executable: str, count: int, *, fresh: int, normal: int,
     """The scenario against ``executable`` (a ``mirrorgate`` script) with its default limits."""
     with tempfile.TemporaryDirectory(prefix="mirrorgate-pinned-") as tmp:
         workdir = pathlib.Path(tmp)
-        context, tls_args = server_bench.serving_files(workdir, policy=server_bench.POLICY)
-        port = server_bench.free_port()
-        server = server_bench.start("mirrorgate", [
-            executable, "serve", "--policy", str(workdir / "policy.yaml"), *tls_args,
-            "--port", str(port), "--no-health-probes"], port, workdir, context)
-        pid = server.process.pid
+        context, server = serve_plainly(workdir, executable)
+        port, pid = server.port, server.process.pid
         requests = server_bench.bodies(server_bench.SIZES[0], port)
         fork = multiprocessing.get_context("fork")
         opened, stop = fork.Event(), fork.Event()
@@ -814,6 +848,181 @@ def pinned_scenario(args: argparse.Namespace) -> list[str]:
                              normal=args.pinned_normal)
 
 
+# -- hostile policy reviews at /validate-policy beside Pod admissions ----------
+
+REVIEW_TARGETS = {"p99_ms": 50.0, "max_s": 1.0, "hostile_s": WEBHOOK_TIMEOUT}
+
+
+def hostile_policies() -> dict[str, tuple[str, str | None]]:
+    """The policies hostile clients send, by what the table calls them, each with what its
+    answer must say: None, allowed; else words of the denial.
+
+    The largest a review may carry (a valid policy costs the most to judge), an alias
+    bomb, and nesting as deep as that size allows.
+    """
+    from mirrorgate.webhook.policyreview import MAX_REVIEWED_POLICY_BYTES as limit
+
+    largest, count = valid_rules(limit)
+    depth = (limit - len("mode: \n")) // 2
+    texts = {
+        f"largest accepted, {count:,} valid rules": (largest, None),
+        "alias bomb, 9^9 strings under mode": ("\n".join([*alias_bomb(), "mode: *i"]) + "\n",
+                                               "values with its aliases expanded"),
+        f"nested {depth:,} deep": ("mode: " + "[" * depth + "]" * depth + "\n",
+                                    "exceeded maximum nesting depth"),
+    }
+    return {f"{name} ({len(text.encode()):,} bytes)": (text, denial)
+            for name, (text, denial) in texts.items()}
+
+
+def policy_review_body(text: str, uid: str) -> bytes:
+    """An UPDATE of the labelled policy ConfigMap, as the API server sends /validate-policy."""
+    body = pods.admission_review({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "mirrorgate-policy", "namespace": "mirrorgate",
+                     "labels": {"mirrorgate.io/policy": "true"}},
+        "data": {"policy.yaml": text}}, uid=uid, kind="ConfigMap", resource="configmaps")
+    body["request"]["operation"] = "UPDATE"
+    return orjson.dumps(body)
+
+
+def policy_review_verdict(status: int, answer: bytes, denial: str | None) -> str | None:
+    """What is wrong with a hostile review's answer; None when it is the one expected."""
+    if status != 200:
+        return f"HTTP {status}"
+    response = orjson.loads(answer).get("response", {})
+    if denial is None:
+        return None if response.get("allowed") is True else f"not allowed: {answer[:200]!r}"
+    message = (response.get("status") or {}).get("message", "")
+    if response.get("allowed") is not False or denial not in message or len(message) > 2_000:
+        return f"not denied as expected: {answer[:200]!r}"
+    return None
+
+
+def policy_review_sender(port: int, cafile: str, seconds: float, first: int,
+                         answers: Any) -> None:
+    """One client sending the hostile reviews in turn, back to back (a process of its own)."""
+    context = ssl.create_default_context(cafile=cafile)
+    kinds = list(hostile_policies().items())
+    requests = [(name, http_request("POST", "/validate-policy?timeout=5s", port,
+                                    policy_review_body(text, f"hostile-{i}")), denial)
+                for i, (name, (text, denial)) in enumerate(kinds)]
+    connection = Connection(port, context)
+    found: list[tuple[str, float, str | None]] = []
+    end = time.monotonic() + seconds
+    try:
+        for turn in range(first, 10**9):
+            if time.monotonic() >= end:
+                break
+            name, request, denial = requests[turn % len(requests)]
+            started = time.perf_counter()
+            status, answer = connection.exchange(request)
+            found.append((name, time.perf_counter() - started,
+                          policy_review_verdict(status, answer, denial)))
+    finally:
+        connection.close()
+        answers.put(found)
+
+
+@dataclasses.dataclass
+class PolicyReviews:
+    baseline: list[float]
+    """Normal admissions with no other client."""
+    beside: list[float]
+    """Normal admissions while the hostile clients send."""
+    hostile: list[tuple[str, float, str | None]]
+    """Each hostile review: its kind, answer latency and what was wrong with the answer."""
+    peak_growth_mb: float
+
+
+def policy_review_run(clients: int, seconds: float) -> PolicyReviews:
+    """Normal admissions alone, then beside ``clients`` processes of hostile policy reviews."""
+    with tempfile.TemporaryDirectory(prefix="mirrorgate-reviews-") as tmp:
+        workdir = pathlib.Path(tmp)
+        context, server = serve_plainly(workdir)
+        port, pid = server.port, server.process.pid
+        spawn = multiprocessing.get_context("spawn")
+        answers = spawn.Queue()
+        senders = [spawn.Process(target=policy_review_sender,
+                                 args=(port, str(workdir / "ca.crt"), seconds, i, answers))
+                   for i in range(clients)]
+        try:
+            normal_latencies(port, context, 500)  # warm
+            end = time.monotonic() + seconds
+            baseline = normal_latencies(port, context, 10**9, until=lambda: time.monotonic() > end)
+            before = rss_mb(pid)
+            pathlib.Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+            for sender in senders:
+                sender.start()
+            time.sleep(2.0)  # the senders have loaded Python and sent
+            beside = normal_latencies(port, context, 10**9,
+                                      until=lambda: not any(s.is_alive() for s in senders))
+            hostile = [answer for _ in senders for answer in answers.get(timeout=120)]
+            growth = rss_mb(pid, "VmHWM") - before
+            for sender in senders:
+                sender.join()
+        finally:
+            for sender in senders:
+                if sender.is_alive():
+                    sender.kill()
+            server_bench.stop_servers([server])
+    return PolicyReviews(baseline, beside, hostile, growth)
+
+
+def _rate(latencies: Sequence[float]) -> str:
+    """Admissions per second of one client in a closed loop (each waits for the last)."""
+    return f"{len(latencies) / sum(latencies):,.0f}/s" if latencies else "none"
+
+
+def policy_review_report(run: PolicyReviews, *, clients: int, seconds: float) -> list[str]:
+    """Print the scenario's table; the targets it missed."""
+    print(f"\nHostile policy reviews at /validate-policy: {clients} clients each sending the "
+          f"reviews below in turn, back to back, for {seconds:.0f} s, beside one client of "
+          f"normal Pod admissions; the baseline is that client alone for {seconds:.0f} s, "
+          "just before (real HTTPS server, loopback, default limits)\n")
+    print("| measure | value | target |")
+    print("| --- | --- | --- |")
+    base_p99, base_max = percentile(run.baseline, 0.99), max(run.baseline)
+    print(f"| normal admissions alone: p50 / p99 / max | "
+          f"{percentile(run.baseline, 0.5) * 1e3:.1f} / "
+          f"{base_p99 * 1e3:.1f} / {base_max * 1e3:,.0f} ms "
+          f"({len(run.baseline):,}, {_rate(run.baseline)}) | |")
+    p99, largest = percentile(run.beside, 0.99), max(run.beside, default=0.0)
+    print(f"| normal admissions beside the hostile reviews: p50 / p99 / max | "
+          f"{percentile(run.beside, 0.5) * 1e3:.1f} / {p99 * 1e3:.1f} / {largest * 1e3:,.0f} ms "
+          f"({len(run.beside):,}, {_rate(run.beside)}; p99 {p99 / base_p99:.1f}× and max "
+          f"{largest / base_max:.1f}× "
+          f"the baseline's) | p99 ≤ {REVIEW_TARGETS['p99_ms']:.0f} ms, none over "
+          f"{REVIEW_TARGETS['max_s']:.0f} s |")
+    missed = []
+    for kind, (_, denial) in hostile_policies().items():
+        latencies = [latency for name, latency, _ in run.hostile if name == kind]
+        wrong = [why for name, _, why in run.hostile if name == kind and why is not None]
+        late = sum(1 for latency in latencies if latency > REVIEW_TARGETS["hostile_s"])
+        print(f"| hostile: {kind}: answer p50 / max | {_ms(latencies, 0.5)} / "
+              f"{max(latencies, default=0) * 1e3:,.0f} ms ({len(latencies):,} answered, "
+              f"{late} past {WEBHOOK_TIMEOUT:.0f} s, {len(wrong)} wrong) | within "
+              f"{WEBHOOK_TIMEOUT:.0f} s, {'allowed' if denial is None else 'denied'} |")
+        if not latencies or wrong or late:
+            missed.append(f"policy reviews: {kind.split(' (')[0]}")
+    print(f"| server peak RSS growth meanwhile | {run.peak_growth_mb:+.0f} MB | |")
+    print("\n(Reviews are judged one at a time on a worker thread: each hostile answer "
+          "includes its wait behind the others' in the queue. Every normal admission checked "
+          "for its patch.)")
+    if not run.beside or p99 * 1e3 > REVIEW_TARGETS["p99_ms"] \
+            or largest > REVIEW_TARGETS["max_s"]:
+        missed.append("normal admissions beside hostile policy reviews")
+    return missed
+
+
+def policy_review_scenario(args: argparse.Namespace) -> list[str]:
+    """Run the scenario and record it (``abuse-policy-review``); the targets missed."""
+    run = policy_review_run(args.review_clients, args.review_seconds)
+    with results.capture("abuse-policy-review", command="make bench-abuse"):
+        return policy_review_report(run, clients=args.review_clients,
+                                    seconds=args.review_seconds)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.abuse_bench",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -845,13 +1054,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the mirrorgate script of an earlier version, run beside")
     parser.add_argument("--only-pinned", action="store_true",
                         help="run only the pinned-connections scenario")
+    parser.add_argument("--review-clients", type=int, default=3,
+                        help="clients sending hostile policy reviews (default: %(default)s)")
+    parser.add_argument("--review-seconds", type=float, default=20.0,
+                        help="how long they send, and the baseline lasts")
+    parser.add_argument("--only-policy-review", action="store_true",
+                        help="run only the hostile policy reviews scenario")
     args = parser.parse_args(argv)
     if args.only_pinned:
         missed = pinned_scenario(args)
     elif args.only_loop:
         missed = loop_main(args)
+    elif args.only_policy_review:
+        missed = policy_review_scenario(args)
     else:
-        missed = limits_scenarios(args) + pinned_scenario(args) + loop_main(args)
+        missed = (limits_scenarios(args) + pinned_scenario(args) + loop_main(args)
+                  + policy_review_scenario(args))
     if args.check and missed:
         print(f"FAIL: {', '.join(missed)}", file=sys.stderr)
         return 1
@@ -881,15 +1099,8 @@ def limits_scenarios(args: argparse.Namespace) -> list[str]:
     adds = concurrent_credential_adds(args.adds)
     with tempfile.TemporaryDirectory(prefix="mirrorgate-abuse-") as tmp:
         workdir = pathlib.Path(tmp)
-        context, tls_args = server_bench.serving_files(workdir, policy=server_bench.POLICY)
-        port = server_bench.free_port()
-        server = server_bench.start("mirrorgate", [
-            str(pathlib.Path(sys.executable).parent / "mirrorgate"), "serve",
-            "--policy", str(workdir / "policy.yaml"), *tls_args, "--port", str(port),
-            # Its mirrors are fictional; bench.health_bench measures probing.
-            "--no-health-probes"],
-            port, workdir, context)
-        pid = server.process.pid
+        context, server = serve_plainly(workdir)
+        port, pid = server.port, server.process.pid
         try:
             normal_latencies(port, context, 500)  # warm: memos, first-touch allocations
             baseline = settle(pid)

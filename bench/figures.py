@@ -81,6 +81,16 @@ one whenever the server closes one. Beside them, a keep-alive client already
 in use goes on with its admissions and fresh connections make one each.
 *before* is the previous version under the same run, in the same sitting
 (`--baseline-server`)."""),
+    ("abuse-policy-review", """\
+**Hostile policy reviews**: the real HTTPS server with its default limits
+while three processes post reviews of the policy ConfigMap to
+`/validate-policy` back to back (anyone who reaches the port can): the
+largest policy a review may carry (128 KiB of valid rules), an alias bomb,
+and nesting as deep as that size allows. Beside them one client makes
+ordinary Pod admissions over a keep-alive connection; the same client alone,
+just before, is the baseline. Policy reviews are judged one at a time on a
+worker thread, off the event loop but sharing the interpreter's lock with it;
+every hostile answer is checked (allowed, or denied naming the bound)."""),
     ("pods", """\
 **Pod start on a real node**: the e2e suite's node (kubelet, containerd),
 one Pod at a time, from just before the create call to the moment the

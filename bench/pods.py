@@ -108,10 +108,11 @@ def pod(images: Sequence[str], *, name: str = "billing-api-7d9c5b7f4-x2x9q",
     }
 
 
-def admission_review(pod_object: dict[str, Any], *, uid: str) -> dict[str, Any]:
-    """A CREATE review for ``pod_object`` as the API server sends it."""
-    gvk = {"group": "", "version": "v1", "kind": "Pod"}
-    gvr = {"group": "", "version": "v1", "resource": "pods"}
+def admission_review(pod_object: dict[str, Any], *, uid: str, kind: str = "Pod",
+                     resource: str = "pods") -> dict[str, Any]:
+    """A CREATE review for ``pod_object`` (or another core ``kind``) as the API server sends it."""
+    gvk = {"group": "", "version": "v1", "kind": kind}
+    gvr = {"group": "", "version": "v1", "resource": resource}
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from mirrorgate.certs import CertificateAuthority
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import serve
 from mirrorgate.webhook.credentials import filestore
+from mirrorgate.webhook.policyfile import boundedyaml
+from tests.commands import MIRRORGATE
 from tests.e2e.providers import RobotIssuer
 from tests.webhook import serving
 from tests.webhook.test_credentials import _run
@@ -158,3 +161,53 @@ def test_serve_refuses_a_provider_setup_it_cannot_run(
     with pytest.raises(policyfile.ConfigError) as raised:
         serve.build(settings)
     assert str(raised.value) == message
+
+
+def _hostile_config(kind: str) -> str:
+    """A CredentialProviderConfig whose YAML would cost without bound to read or quote."""
+    head = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n"
+    provider = ("providers:\n  - name: test-provider\n    matchImages: ['a.example']\n"
+                "    apiVersion: credentialprovider.kubelet.k8s.io/v1\n")
+    if kind == "nested":  # a RecursionError traceback before
+        return head + provider + "    defaultCacheDuration: " + "[" * 100_000 + "]" * 100_000
+    # 9**9 strings in 500 bytes; the duration's error quoted it whole, gigabytes, before.
+    lines = ["x0: &x0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 9)}]" for i in range(1, 9)]
+    return head + "\n".join(lines) + "\n" + provider + "    defaultCacheDuration: *x8\n"
+
+
+HOSTILE_REFUSALS = {
+    # x5, the eighth line, passes the bound at its third alias (each *x4 holds 66,430).
+    "alias-bomb": f":8:25: holds more than {boundedyaml.MAX_VALUES:,} values with its aliases "
+                  "expanded",
+    # libyaml stops at 1,000 levels by itself.
+    "nested": ":7:1024: not valid YAML: exceeded maximum nesting depth",
+}
+MEMORY_CAP = 1 << 30
+"""Address space the command may take (the alias bomb took gigabytes before)."""
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_REFUSALS))
+@pytest.mark.parametrize("command", ["credentials check", "serve"])
+def test_a_hostile_provider_config_is_refused_in_one_line_within_bounds(
+        tmp_path: Path, ca: CertificateAuthority, store: list[str], kind: str,
+        command: str) -> None:
+    """As a policy file is: the file, line and column and the bound passed, exit 2, no
+    traceback, under 1 GiB of address space and well inside the time cap."""
+    config = tmp_path / "providers.yaml"
+    config.write_text(_hostile_config(kind))
+    provider_options = ["--credential-provider-config", str(config),
+                        "--credential-provider-bin-dir", str(tmp_path)]
+    policy = str(_provider_policy(tmp_path))
+    if command == "serve":
+        cert, key = serving.write_pair(tmp_path, ca.issue_serving(dns_names=["localhost"]))
+        argv = ["serve", "--policy", policy, "--tls-cert", str(cert), "--tls-key", str(key),
+                "--host", "127.0.0.1", "--port", "0", "--no-health-probes", "--store", "file",
+                *store, *provider_options]
+    else:
+        argv = ["credentials", "check", "team-a", "--image", "a.example/team-a/app:1",
+                "--policy", policy, *provider_options]
+    done = subprocess.run(["prlimit", f"--as={MEMORY_CAP}", *MIRRORGATE, *argv],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"mirrorgate: error: {config}{HOSTILE_REFUSALS[kind]}\n"

@@ -125,8 +125,14 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
         providerconfig.load(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("providers: [\n")
-    with pytest.raises(ProviderConfigError, match="not valid YAML at line"):
+    with pytest.raises(ProviderConfigError) as raised:
         providerconfig.load(bad)
+    assert str(raised.value) == f"{bad}:2:1: not valid YAML: did not find expected node content"
+    two = tmp_path / "two.yaml"
+    two.write_text("kind: CredentialProviderConfig\n---\nkind: CredentialProviderConfig\n")
+    with pytest.raises(ProviderConfigError) as raised:
+        providerconfig.load(two)
+    assert str(raised.value) == f"{two}: 2 YAML documents; a CredentialProviderConfig is one"
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

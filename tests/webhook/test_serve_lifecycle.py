@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -18,15 +19,16 @@ from mirrorgate.webhook.version import VERSION
 from tests.commands import MIRRORGATE
 from tests.webhook import policies
 from tests.webhook.reviews import PROM_IMAGE, patch_ops, pod, review
-from tests.webhook.serving import client_context, write_pair
+from tests.webhook.serving import client_context, write_atomically, write_pair
 
 TIMEOUT = 60
 
 
-def serve_command(directory: Path, pair: KeyPair, port: int) -> list[str]:
+def serve_command(directory: Path, pair: KeyPair, port: int, *,
+                  policy_text: str = policies.POLICY) -> list[str]:
     cert, key = write_pair(directory, pair)
     policy = directory / "policy.yaml"
-    policy.write_text(policies.POLICY)
+    policy.write_text(policy_text)
     return [*MIRRORGATE, "serve", "--policy", str(policy),
             "--tls-cert", str(cert), "--tls-key", str(key), "--host", "127.0.0.1",
             "--port", str(port),
@@ -53,6 +55,21 @@ def test_a_busy_port_is_a_one_line_error(tmp_path: Path, serving_pair: KeyPair,
     assert done.stdout == ""
 
 
+@contextlib.contextmanager
+def running(command: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """`mirrorgate serve` as a process with its log on a pipe; killed if still running after."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(TIMEOUT)
+        if process.stderr:
+            process.stderr.close()
+
+
 def read_log(stream: IO[str] | None) -> dict[str, object]:
     assert stream is not None
     line = stream.readline()
@@ -65,9 +82,7 @@ def read_log(stream: IO[str] | None) -> dict[str, object]:
 def test_sigterm_drains_the_request_in_flight_and_exits_0(
         tmp_path: Path, serving_pair: KeyPair, ca: CertificateAuthority) -> None:
     """The request whose body is still arriving is answered; the last log line is written."""
-    process = subprocess.Popen(serve_command(tmp_path, serving_pair, 0),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
+    with running(serve_command(tmp_path, serving_pair, 0)) as process:
         entry = read_log(process.stderr)
         while entry["msg"] != "mirrorgate serving":
             entry = read_log(process.stderr)
@@ -102,9 +117,62 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(
         assert process.wait(TIMEOUT) == 0
         messages = [json.loads(line)["msg"] for line in remaining.splitlines()]
         assert "mirrorgate stopped" in messages
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(TIMEOUT)
-        if process.stderr:
-            process.stderr.close()
+
+
+# Valid but unsafe: a "*" grant, a mirror whose certificate is not verified.
+UNSAFE_POLICY = """\
+mirrors:
+  - {source: docker.io, mirror: harbor.corp.example/hub, credential: harbor-pull}
+  - {source: quay.io, mirror: m.example/quay, insecureSkipVerify: true}
+credentials:
+  harbor-pull: {namespaces: ["*"]}
+"""
+# Another unsafe one: a credential sent to a plain-HTTP mirror.
+CLEAR_TEXT_POLICY = """\
+mirrors:
+  - {source: docker.io, mirror: 'http://cache.local:5000/hub', credential: cache}
+credentials:
+  cache: {namespaces: [team-a]}
+"""
+SAFE_POLICY = "mirrors:\n  - {source: docker.io, mirror: harbor.corp.example/hub}\n"
+
+
+def test_the_policys_warnings_are_logged_once_per_load(
+        tmp_path: Path, serving_pair: KeyPair) -> None:
+    """At start and at each accepted reload, one warning line per warning of the policy
+    put in force, naming the file and the field; a rejected reload brings none."""
+    command = serve_command(tmp_path, serving_pair, 0, policy_text=UNSAFE_POLICY)
+    policy_file = tmp_path / "policy.yaml"
+    with running([*command, "--reload-interval", "0.05"]) as process:
+
+        def lines_until(msg: str) -> list[dict[str, object]]:
+            """The log lines before the next one whose message is ``msg`` (dropped)."""
+            seen = []
+            while (entry := read_log(process.stderr))["msg"] != msg:
+                seen.append(entry)
+            return seen
+
+        def warned(entries: list[dict[str, object]]) -> list[tuple[object, ...]]:
+            return [(e["level"], e["file"], str(e["warning"]).split(":")[0]) for e in entries
+                    if e["msg"] == "policy warning"]
+
+        at_start = lines_until("mirrorgate serving")
+        assert warned(at_start) == [
+            ("warning", str(policy_file), "mirrors[1].insecureSkipVerify"),
+            ("warning", str(policy_file), "credentials.harbor-pull.namespaces")]
+        texts = [str(e["warning"]) for e in at_start if e["msg"] == "policy warning"]
+        assert 'TLS certificates of "m.example" are not verified' in texts[0]
+        assert texts[1].startswith('credentials.harbor-pull.namespaces: "*" grants')
+
+        write_atomically(policy_file, CLEAR_TEXT_POLICY.encode())
+        lines_until("policy reloaded")
+        write_atomically(policy_file, policies.INVALID_POLICY.encode())
+        after_reload = lines_until("policy rejected; the previous policy stays in force")
+        assert warned(after_reload) == [("warning", str(policy_file), "mirrors[0].mirror")]
+        assert "cross the network in clear" in str(after_reload[-1]["warning"])
+
+        write_atomically(policy_file, SAFE_POLICY.encode())
+        assert warned(lines_until("policy reloaded")) == [], "a rejected policy warns of nothing"
+        process.send_signal(signal.SIGTERM)
+        assert warned(lines_until("mirrorgate stopped")) == [], "a safe policy warns of nothing"
+        assert process.wait(TIMEOUT) == 0

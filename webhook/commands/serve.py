@@ -305,6 +305,15 @@ def _initial_policy(settings: Settings, state: policystate.PolicyState | None,
     return kept, why
 
 
+def _log_warnings(loaded: policyfile.LoadedPolicy) -> None:
+    """One line per warning of a policy just put in force: valid, so it is served, but
+    unsafe or rarely meant (what `policy check` prints). Warnings name fields, hosts and
+    credential names, never a login."""
+    for warning in loaded.policy.warnings:
+        logger.warning("policy warning", extra={"fields": {
+            "file": loaded.path, "version": loaded.version, "warning": str(warning)}})
+
+
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:
     """Load everything once, failing with ConfigError before any port is opened."""
     background = Background()
@@ -368,6 +377,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         if state is not None:
             state.accepted(fresh.data, fresh.version)
         logger.info("policy reloaded", extra={"fields": {"version": fresh.version}})
+        _log_warnings(fresh)
 
     def reload_certificates() -> None:
         try:
@@ -421,6 +431,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
 
     application = app.create_app(runtime)
     application.router.lifespan_context = lifespan
+    _log_warnings(loaded)  # once it is sure to be served
     return Server(settings=settings, runtime=runtime, certificates=certificates,
                   application=application)
 

@@ -20,11 +20,9 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from mirrorgate import policy
+from mirrorgate.webhook.policyfile import boundedyaml
 
 __all__ = ["CredentialProvider", "CredentialProviderConfig", "ProviderConfigError",
            "image_matches", "load", "parse_duration", "policy_problems"]
@@ -251,12 +249,15 @@ def load(path: str | Path) -> CredentialProviderConfig:
     if len(data) > _MAX_BYTES:
         raise ProviderConfigError(f"{path}: larger than {_MAX_BYTES} bytes")
     try:
-        document: Any = yaml.safe_load(data)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ProviderConfigError(f"{path}: not valid YAML{where}") from None
-    return parse(document, source=str(path))
+        # Bounded as a policy file is: an alias bomb or deep nesting is refused,
+        # naming the line and column, before anything walks it or quotes it.
+        documents = boundedyaml.load_all(data, source=str(path))
+    except boundedyaml.YAMLError as error:
+        raise ProviderConfigError(str(error)) from None
+    if len(documents) > 1:
+        raise ProviderConfigError(f"{path}: {len(documents)} YAML documents; a "
+                                  "CredentialProviderConfig is one")
+    return parse(documents[0] if documents else None, source=str(path))
 
 
 

@@ -1,4 +1,5 @@
-"""YAML from files people give us, loaded within bounds: the policy and `rewrite`'s manifests.
+"""YAML from files people give us, loaded within bounds: the policy, `rewrite`'s manifests
+and the kubelet's CredentialProviderConfig.
 
 PyYAML's safe loader runs no code, but it bounds nothing either. 400 bytes
 of aliases (``&a [x, x, ...]``, ``&b [*a, *a, ...]``, ...) decode to a value
