@@ -58,7 +58,7 @@ from tests.e2e.conftest import GRANTED_PREFIX, install_mirrorgate, node_policy
 from tests.e2e.kube import create_namespace
 from tests.e2e.node import start_node
 from tests.e2e.nodepods import Workload, push_workload
-from tests.e2e.registry import RegistryStack, start_registry_stack
+from tests.e2e.registry import RegistryStack
 
 SERIES = ("baseline", "mirrorgate", "baseline again")
 CASES = ("cached", "first pull")
@@ -171,28 +171,25 @@ def report(case: str, results: dict[str, Samples]) -> tuple[float, float]:
 
 @contextlib.contextmanager
 def cluster(workdir: Path) -> Iterator[tuple[k8s.ApiClient, Setup]]:
-    registry = start_registry_stack(workdir / "registry")
+    node = start_node(workdir / "node")
+    registry = node.registry
     try:
-        node = start_node(workdir / "node", registry)
-        try:
-            print(f"node ready in {node.timings['node_ready_s']:.1f} s", file=sys.stderr)
-            with install_mirrorgate(node.control_plane, registry, built_binary("kustomize"),
-                                    workdir / "mirrorgate", node_policy(registry)), \
-                    node.control_plane.api_client() as api:
-                baseline = create_namespace(api, "bench-baseline")
-                namespaces = {
-                    "baseline": baseline, "baseline again": baseline,
-                    "mirrorgate": create_namespace(api, f"{GRANTED_PREFIX}bench-mirrorgate",
-                                                   {"mirrorgate.io/mode": "enforce"}),
-                }
-                secret = nodepods.create_pull_secret(
-                    api, namespaces["baseline"], "mirror-pull", registry.host,
-                    registry.username, registry.password)
-                yield api, Setup(registry=registry, namespaces=namespaces, secret=secret)
-        finally:
-            node.stop()
+        print(f"node ready in {node.timings['node_ready_s']:.1f} s", file=sys.stderr)
+        with install_mirrorgate(node.control_plane, registry, built_binary("kustomize"),
+                                workdir / "mirrorgate", node_policy(registry)), \
+                node.control_plane.api_client() as api:
+            baseline = create_namespace(api, "bench-baseline")
+            namespaces = {
+                "baseline": baseline, "baseline again": baseline,
+                "mirrorgate": create_namespace(api, f"{GRANTED_PREFIX}bench-mirrorgate",
+                                               {"mirrorgate.io/mode": "enforce"}),
+            }
+            secret = nodepods.create_pull_secret(
+                api, namespaces["baseline"], "mirror-pull", registry.host,
+                registry.username, registry.password)
+            yield api, Setup(registry=registry, namespaces=namespaces, secret=secret)
     finally:
-        registry.stop()
+        node.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,8 +16,10 @@ Fixtures (all need `@pytest.mark.e2e` on the test):
 Node fixtures (need `@pytest.mark.node`, which implies `e2e`; started only when used):
   node_cluster    session  Node: a separate cluster with a real kubelet, containerd,
                            controller-manager and scheduler (see tests/e2e/node.py)
-  node_installed  session  Installed: mirrorgate serving the node cluster, with the
-                           policy of `node_policy` (granted namespaces: `granted-*`)
+  node_installed  session  Release: mirrorgate installed on the node cluster from its
+                           image with `helm install` (tests/e2e/incluster.py), with the
+                           policy of `node_policy` (granted namespaces: `granted-*`);
+                           needs `@pytest.mark.image` too
 
 A missing binary skips these tests loudly, or fails them when MIRRORGATE_REQUIRE_E2E=1
 or CI is set (as `make test` and CI do), naming the command that provides it.
@@ -31,7 +33,7 @@ import json
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import pytest
 from kubernetes import client as k8s
@@ -43,6 +45,9 @@ from tests.e2e.kube import create_namespace, namespace_name
 from tests.e2e.node import Node, start_node
 from tests.e2e.registry import RegistryStack, start_registry_stack
 from tests.environment import skips_forbidden
+
+if TYPE_CHECKING:
+    from tests.e2e.incluster import Release
 
 MakeNamespace = Callable[..., str]
 _T = TypeVar("_T")
@@ -116,7 +121,8 @@ def _uses_fixture(item: pytest.Item, fixtures: frozenset[str]) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `node` must imply `e2e` by then
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse e2e (node) fixtures without the `e2e` (`node`) marker, so -m works.
+    """Refuse e2e (node) fixtures without the `e2e` (`node`) marker, and the node's Helm
+    release without `installed` and `image`, so -m works.
 
     `node` implies `e2e`: `-m e2e` runs the node tests too, `-m "not e2e"` none.
     """
@@ -125,7 +131,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
     # The node self-test starts a node of its own: first, before any session node runs.
     items.sort(key=lambda item: item.get_closest_marker("node_selftest") is None)
-    for fixtures, marker in ((E2E_FIXTURES | NODE_FIXTURES, "e2e"), (NODE_FIXTURES, "node")):
+    # The release is mirrorgate's image installed by its chart: `-m installed` (and
+    # `-m image`) must select every test that uses it.
+    release = frozenset({"node_installed"})
+    for fixtures, marker in ((E2E_FIXTURES | NODE_FIXTURES, "e2e"), (NODE_FIXTURES, "node"),
+                             (release, "installed"), (release, "image")):
         unmarked = [item.nodeid for item in items
                     if _uses_fixture(item, fixtures) and item.get_closest_marker(marker) is None]
         if unmarked:
@@ -248,11 +258,13 @@ def pytest_runtest_makereport(
             component = funcargs.get(name)
             if isinstance(component, ControlPlane | RegistryStack | Node):
                 report.sections.append((f"{title} logs (tail)", component.describe()))
-        for name in ("installed", "node_installed"):
-            installed = funcargs.get(name)
-            if isinstance(installed, Installed):
-                report.sections.append((f"{name}: mirrorgate log (tail)",
-                                        installed.server.process.describe_failure(40)))
+        installed = funcargs.get("installed")
+        if isinstance(installed, Installed):
+            report.sections.append(("installed: mirrorgate log (tail)",
+                                    installed.server.process.describe_failure(40)))
+        release = funcargs.get("node_installed")
+        if release is not None:
+            report.sections.append(("node_installed: replicas' logs (tail)", release.describe()))
     return report
 
 
@@ -380,14 +392,15 @@ def node_policy(registry: RegistryStack) -> str:
 
 
 @pytest.fixture(scope="session")
-def node_cluster(request: pytest.FixtureRequest, registry: RegistryStack,
+def node_cluster(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    """A one-node cluster of its own (kubelet, containerd, controllers), under the machine lock.
+    """A one-node cluster of its own (kubelet, containerd, controllers, registries on its
+    bridge), under the machine lock.
 
     Its teardown fails the session if the host is left changed (sysctls,
     iptables chains, cgroups, mounts, network namespaces, fixed paths).
     """
-    with _running(request.config, lambda workdir: start_node(workdir, registry),
+    with _running(request.config, start_node,
                   tmp_path_factory.mktemp("node")) as node:
         request.config.stash.setdefault(_TIMINGS, {}).update(
             {**{f"node_{k}": v for k, v in node.control_plane.timings.items()},
@@ -399,10 +412,11 @@ def node_cluster(request: pytest.FixtureRequest, registry: RegistryStack,
 
 
 @pytest.fixture(scope="session")
-def node_installed(node_cluster: Node, kustomize: Path,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    """mirrorgate registered with the node cluster's API server (policy: `node_policy`)."""
-    with install_mirrorgate(node_cluster.control_plane, node_cluster.registry, kustomize,
-                            tmp_path_factory.mktemp("node-mirrorgate"),
-                            node_policy(node_cluster.registry)) as found:
+def node_installed(node_cluster: Node, helm: Path,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    """mirrorgate installed on the node cluster from its image by `helm install` of its chart
+    (tests/e2e/incluster.py): the policy of `node_policy`, probes on, enforce."""
+    from tests.e2e.incluster import installed_release  # it imports this module's helpers
+
+    with installed_release(node_cluster, helm, tmp_path_factory.mktemp("node-release")) as found:
         yield found

@@ -16,7 +16,13 @@ which resolves to 127.0.0.1, where the kubelet listens. Pods get addresses on
 a bridge in network namespaces this node's runtime creates; the API server
 reaches them there (pods/proxy).
 
-The sandbox (pause) image is built by the suite, pushed to the loopback
+The node has registries of its own (token server, upstream, authenticated
+mirror: registry.py) on the CNI bridge's address, 10.244.0.1, which the node
+makes before anything else: containerd and the kubelet on the host reach them
+there, and so do Pods, so mirrorgate installed in the cluster probes the very
+mirror address the node pulls from. Their CA is private, as a company's is.
+
+The sandbox (pause) image is built by the suite, pushed to the node's
 upstream and pre-pulled into containerd with `ctr` and the upstream's
 credentials before the kubelet starts: the kubelet's pull secrets never apply
 to the sandbox image, and the upstream serves nothing anonymously.
@@ -50,13 +56,15 @@ from tests.e2e.controlplane import ControlPlane, start_control_plane
 from tests.e2e.nodehost import BRIDGE, HostState, machine_lock, recover_unfinished
 from tests.e2e.noderuntime import CNI_BIN_DIR, ContainerdRuntime, containerd_runtime
 from tests.e2e.procs import ManagedProcess, free_port, stop_all, wait_until
-from tests.e2e.registry import RegistryStack
+from tests.e2e.registry import RegistryStack, start_registry_stack
 from tests.e2e.testimages import PAUSE_REPOSITORY, PAUSE_TAG, pause_image, push_upstream
 
 NODE_NAME = "localhost"
 NODE_USER = f"system:node:{NODE_NAME}"
 NODES_GROUP = "system:nodes"
 POD_SUBNET = "10.244.0.0/24"
+# The CNI bridge's own address (isGateway): the subnet's first, in the host's namespace.
+GATEWAY = POD_SUBNET.rsplit(".", 1)[0] + ".1"
 NODE_READY_TIMEOUT = 180.0
 DRAIN_TIMEOUT = 90.0
 # Debian's packages, installed by tests/e2e/deps.sh.
@@ -136,6 +144,10 @@ podLogsDir: "{workdir}/pod-logs"
 volumePluginDir: "{workdir}/volume-plugins"
 # Other suites share this disk: evict only when it is really full.
 evictionHard: {{memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}}
+# A changed ConfigMap reaches the Pods that mount it at their next sync: every 5 s
+# rather than every minute, so a policy changed by `helm upgrade` is served within
+# seconds (the replicas reload it from the file; the chart does not restart them).
+syncFrequency: 5s
 # The cluster has no DNS (no CoreDNS image can be pulled); Pods use the host's resolv.conf.
 resolvConf: /etc/resolv.conf
 # KEP-2535: an image the kubelet pulled with a Secret is reused by another Pod
@@ -188,10 +200,10 @@ class Node:
         return out.stdout
 
     def default_hosts_toml(self, host: str, ca_path: Path | None = None) -> str:
-        """The hosts.toml every loopback registry has: its address and our CA.
+        """The hosts.toml each of the node's registries has: its address and its CA.
 
-        `ca_path` is the registry's CA if it is not the session registry's (a
-        stack of a test module's own). The `[host]` table repeats the server
+        `ca_path` is the registry's CA if it is not the node's registries' (a
+        cache or stack of a test module's own). The `[host]` table repeats the server
         because containerd 1.6 rejects a hosts.toml without one ("invalid
         `host` tree") and falls back to defaults.
         """
@@ -244,6 +256,7 @@ class Node:
                 finally:
                     _kill_leftover_processes(self.socket)
                     self.control_plane.stop()
+                    self.registry.stop()  # before its address, on the bridge, goes
                     self.host.restore()
             left = self.host.leftovers()
             if left:
@@ -357,14 +370,24 @@ def _stop_on_error(node: Node) -> Iterator[None]:
         raise
 
 
-def start_node(workdir: Path, registry: RegistryStack) -> Node:
-    """Start a one-node cluster (under the machine lock); `Node.stop()` undoes it all."""
+def _make_bridge() -> None:
+    """The CNI bridge with its gateway address, before the first Pod (the bridge plugin
+    takes an existing bridge and address as they are), so the node's registries can
+    listen there from the start. Removed with the node's other links (nodehost.py)."""
+    for command in (["ip", "link", "add", BRIDGE, "type", "bridge"],
+                    ["ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE],
+                    ["ip", "link", "set", BRIDGE, "up"]):
+        subprocess.run(command, check=True, capture_output=True, timeout=30)
+
+
+def start_node(workdir: Path) -> Node:
+    """Start a one-node cluster (under the machine lock) with registries of its own on
+    the bridge; `Node.stop()` undoes it all."""
     binaries = {name: built_binary(name)
                 for name in ("kubelet", "kube-controller-manager", "kube-scheduler")}
     runtime = containerd_runtime()
     host_binary("runc")  # checked for a clear error; containerd runs it from PATH
     _require_cni()
-    sandbox_image = push_upstream(registry, PAUSE_REPOSITORY, PAUSE_TAG, pause_image())
 
     cleanup = contextlib.ExitStack()
     started = time.monotonic()
@@ -378,15 +401,30 @@ def start_node(workdir: Path, registry: RegistryStack) -> Node:
                   "undone now: " + "; ".join(undone), flush=True)
         host = HostState.capture(workdir)
         host.journal()
-        plane = _start_node_control_plane(workdir)
     except BaseException:
         cleanup.close()
+        raise
+    registry: RegistryStack | None = None
+    try:
+        _make_bridge()
+        phase = time.monotonic()
+        registry = start_registry_stack(workdir / "registry", address=GATEWAY)
+        registry_ready = time.monotonic() - phase
+        sandbox_image = push_upstream(registry, PAUSE_REPOSITORY, PAUSE_TAG, pause_image())
+        plane = _start_node_control_plane(workdir)
+    except BaseException:
+        with cleanup:
+            if registry is not None:
+                registry.stop()
+            host.restore()
+            host.forget()
         raise
     containerd_dir = workdir / "containerd"
     node = Node(control_plane=plane, registry=registry, workdir=workdir,
                 socket=containerd_dir / "containerd.sock", hosts_dir=containerd_dir / "certs.d",
                 sandbox_image=sandbox_image, host=host, runtime=runtime, _cleanup=cleanup)
     node.timings["node_lock_wait_s"] = locked - started
+    node.timings["registries_ready_s"] = registry_ready
     with _stop_on_error(node):
         _start_containerd(node)
         phase = time.monotonic()
@@ -431,7 +469,7 @@ def _start_node_control_plane(workdir: Path) -> ControlPlane:
 
 
 def _start_containerd(node: Node) -> None:
-    """The CNI configuration, a hosts.toml per loopback registry, then containerd itself."""
+    """The CNI configuration, a hosts.toml per registry of the node, then containerd itself."""
     registry, containerd_dir = node.registry, node.socket.parent
     cni_dir = node.workdir / "cni"
     (cni_dir / "net.d").mkdir(parents=True)

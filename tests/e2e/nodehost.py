@@ -133,6 +133,9 @@ def recover_unfinished() -> list[str]:
         JOURNAL_PATH.unlink(missing_ok=True)
         return [f"an unreadable journal ({error}), removed"]
     killed = _kill_processes_naming(earlier.workdir)
+    # Containers outlive their killed shims (a Pod's pause, say) and name no directory
+    # of the node: they are found by the Pod cgroups they keep from being removed.
+    killed += _kill_processes_in([top for top in _cgroups() if top not in earlier.cgroups])
     undone = [*(f"process {pid}" for pid in killed), *earlier.leftovers()]
     earlier.restore()
     left = earlier.leftovers()
@@ -157,6 +160,22 @@ def _kill_processes_naming(workdir: Path) -> list[int]:
     if killed:
         time.sleep(1)  # let the kernel reap them before their mounts and links go
     return killed
+
+
+def _kill_processes_in(cgroups: list[Path]) -> list[int]:
+    """SIGKILL every process in ``cgroups`` or below them; their PIDs."""
+    pids: set[int] = set()
+    for top in cgroups:
+        for directory, _subdirs, _files in os.walk(top):
+            with contextlib.suppress(OSError):
+                pids.update(int(p) for p in (Path(directory) / "cgroup.procs").read_text().split())
+    pids.discard(os.getpid())
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if pids:
+        time.sleep(1)  # reaped before their cgroups go
+    return sorted(pids)
 
 
 def _run(*argv: str) -> str:

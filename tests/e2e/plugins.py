@@ -9,8 +9,10 @@ CredentialProviderConfig gives it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+from tests.e2e.oci import OciImage, build_image
 from tests.e2e.testimages import go_binary
 
 SOURCES = Path(__file__).resolve().parent / "plugins"
@@ -24,3 +26,18 @@ def install(bin_dir: Path, as_name: str = PLUGIN) -> Path:
     target.write_bytes(go_binary(PLUGIN, sources=SOURCES))
     target.chmod(0o755)
     return target
+
+
+IMAGE_PATH = "plugins"
+"""Where the plugin image holds the plugins (the chart's credentialProviders.path)."""
+INSTALL_COMMAND = ["/install-plugins", f"/{IMAGE_PATH}", "/credential-providers"]
+"""The chart's credentialProviders.command for that image: it has no cp."""
+
+
+def image(names: Sequence[str]) -> OciImage:
+    """An image of the plugin under each of `names` in /plugins, as a user ships plugins
+    for the chart's initContainer, with a static copier (`images/install-plugins`)."""
+    plugin = go_binary(PLUGIN, sources=SOURCES)
+    files = {f"{IMAGE_PATH}/{name}": (plugin, 0o755) for name in names}
+    files["install-plugins"] = (go_binary("install-plugins"), 0o755)
+    return build_image(files=files, command=INSTALL_COMMAND)

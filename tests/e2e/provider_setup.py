@@ -119,8 +119,9 @@ def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
             server.stop()
 
 
-def published_login(api: k8s.ApiClient, setup: Setup, team: str) -> dict[str, Any] | None:
-    return read_secret(api, setup.own_namespace, team)
+def published_login(api: k8s.ApiClient, home: str, team: str) -> dict[str, Any] | None:
+    """The login mirrorgate published for ``team`` in its namespace ``home``, if any."""
+    return read_secret(api, home, team)
 
 
 def password_of(secret: Mapping[str, Any]) -> str:
@@ -137,12 +138,12 @@ def create_pod(api: k8s.ApiClient, namespace: str, images: list[str]) -> tuple[d
     return as_dict(api, created), warning_messages(headers)
 
 
-def wait_published(api: k8s.ApiClient, setup: Setup, team: str,
+def wait_published(api: k8s.ApiClient, home: str, team: str,
                     not_password: str | None = None) -> dict[str, Any]:
     found: list[dict[str, Any]] = []
 
     def ready() -> str | None:
-        secret = published_login(api, setup, team)
+        secret = published_login(api, home, team)
         if secret is None:
             return f"no published login for {team}"
         if not_password is not None and password_of(secret) == not_password:

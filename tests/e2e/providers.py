@@ -33,7 +33,7 @@ class RobotIssuer:
 
     @property
     def mint_url(self) -> str:
-        return f"https://127.0.0.1:{self.server.port}/robot-token"
+        return f"{self.server.url}/robot-token"
 
     def add_robot(self, name: str, project: str) -> None:
         secret = self.secrets[name] = secrets.token_urlsafe(18)

@@ -256,12 +256,13 @@ def set_mirror_password(stack: RegistryStack, password: str) -> None:
     temporary.replace(htpasswd)  # a new mtime: the registry reloads it
 
 
-def start_registry_stack(workdir: Path) -> RegistryStack:
-    """Start token server, upstream and mirror; seed the upstream; stop all on any error."""
+def start_registry_stack(workdir: Path, address: str = "127.0.0.1") -> RegistryStack:
+    """Start token server, upstream and mirror on ``address`` (an IP of this host); seed the
+    upstream; stop all on any error."""
     docker_registry()  # fail early, naming the package, when it is missing
     workdir.mkdir(parents=True, exist_ok=True)
     ca = CertificateAuthority.generate(common_name="mirrorgate e2e registry CA")
-    serving = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
+    serving = ca.issue_serving(dns_names=["localhost"], ips=[address])
     ca_path = workdir / "ca.crt"
     tls_cert, tls_key = workdir / "tls.crt", workdir / "tls.key"
     ca_path.write_bytes(ca.cert_pem)
@@ -281,9 +282,10 @@ def start_registry_stack(workdir: Path) -> RegistryStack:
         tls_cert=tls_cert,
         tls_key=tls_key,
         signer=signer,
+        address=address,
     )
-    upstream_host = f"127.0.0.1:{free_port()}"
-    mirror_host = f"127.0.0.1:{free_port()}"
+    upstream_host = f"{address}:{free_port()}"
+    mirror_host = f"{address}:{free_port()}"
     image = build_image()
     stack = RegistryStack(
         host=mirror_host,

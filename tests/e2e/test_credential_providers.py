@@ -99,9 +99,9 @@ def test_two_projects_on_one_host_each_pull_only_their_own_across_refreshes(
     seen: dict[str, list[str]] = {t: [] for t in TEAMS}
     with setup.installed.control_plane.api_client() as api:
         for team in TEAMS:
-            wait_published(api, setup, team)
+            wait_published(api, setup.own_namespace, team)
         for _ in range(3):
-            published = {t: password_of(wait_published(api, setup, t)) for t in TEAMS}
+            published = {t: password_of(wait_published(api, setup.own_namespace, t)) for t in TEAMS}
             pod, warnings = create_pod(api, setup.namespace,
                                     [f"{source(t)}/{REPOSITORY}:{TAG}" for t in TEAMS])
             assert warnings == []
@@ -125,7 +125,7 @@ def test_two_projects_on_one_host_each_pull_only_their_own_across_refreshes(
                     robot.pull(f"{other}/{REPOSITORY}", TAG)
                 assert refused.value.status in (401, 403)
             for team in TEAMS:
-                wait_published(api, setup, team, not_password=published[team])
+                wait_published(api, setup.own_namespace, team, not_password=published[team])
     for team in TEAMS:
         assert len(set(seen[team])) == 3, f"{team}: the same login in two rounds"
     text = metrics_text(setup.server)
@@ -146,12 +146,12 @@ def test_a_failing_plugin_keeps_the_last_login_until_it_expires_then_skip_and_de
     images = [f"{source(t)}/{REPOSITORY}:{TAG}" for t in TEAMS]
     fault = setup.fault_files["team-b"]
     with setup.installed.control_plane.api_client() as api:
-        last = wait_published(api, setup, "team-b")
+        last = wait_published(api, setup.own_namespace, "team-b")
         fault.write_text("exit")
         failed = wait_log(server, "credential refresh failed", timeout=3 * TTL,
                           credential="team-b")
         assert failed["reason"] == "plugin 'team-b-provider' failed with exit status 1"
-        kept = published_login(api, setup, "team-b")
+        kept = published_login(api, setup.own_namespace, "team-b")
         assert kept is not None
         assert password_of(kept) == password_of(last)  # the last good login stays
         assert failed["kept_until"] == kept["metadata"]["annotations"]["mirrorgate.io/expires"]
@@ -164,7 +164,7 @@ def test_a_failing_plugin_keeps_the_last_login_until_it_expires_then_skip_and_de
         expiry = datetime.datetime.fromisoformat(failed["kept_until"]).timestamp()
         wait_until(lambda: None if time.time() > expiry + 0.5 else "not expired",
                    timeout=3 * TTL, what="the kept login to expire", interval=0.5)
-        expired = published_login(api, setup, "team-b")
+        expired = published_login(api, setup.own_namespace, "team-b")
         assert expired is not None
         assert password_of(expired) == password_of(last)  # still there, but never attached now
 
@@ -186,7 +186,7 @@ def test_a_failing_plugin_keeps_the_last_login_until_it_expires_then_skip_and_de
         finally:
             rewrite_policy(server, setup.policy)
             fault.unlink()
-        wait_published(api, setup, "team-b", not_password=password_of(last))
+        wait_published(api, setup.own_namespace, "team-b", not_password=password_of(last))
         pod, warnings = create_pod(api, setup.namespace, images)
         assert warnings == []
         assert [c["image"] for c in pod["spec"]["containers"]] == \

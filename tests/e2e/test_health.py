@@ -18,7 +18,6 @@ import contextlib
 import io
 import json
 import secrets
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,8 @@ from mirrorgate import policy
 from mirrorgate.webhook import cli
 from tests.e2e import mirrorgate as mg
 from tests.e2e import nodepods
-from tests.e2e.conftest import Installed, central_credential
+from tests.e2e.conftest import CREDENTIAL as NODE_CREDENTIAL
+from tests.e2e.conftest import GRANTED_PREFIX, Installed, central_credential
 from tests.e2e.fixtures_secrets import (
     MODE_LABEL,
     SUITE_LABEL,
@@ -40,8 +40,8 @@ from tests.e2e.fixtures_secrets import (
     own_configuration,
     rewrite_policy,
 )
+from tests.e2e.incluster import Release, installed_policy
 from tests.e2e.kube import create_namespace, namespace_name, warning_messages
-from tests.e2e.node import Node
 from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.procs import wait_until
 from tests.e2e.registry import RegistryStack, set_mirror_password, start_mirror, stop_mirror
@@ -272,30 +272,47 @@ def test_readyz_stays_ready_and_lists_nothing_when_healthy(scenario: Scenario) -
     assert not [k for k in problems if k.startswith(("mirror ", "credential "))], problems
 
 
-# On the node cluster: the same contract, with the kubelet and containerd pulling.
+# On the node cluster: the same contract, with the kubelet and containerd pulling, against
+# mirrorgate installed by its chart (`node_installed`): two replicas, each probing the
+# node's own mirror (its private CA given through mirrorCA) on its own, so a state is
+# waited for on both before a Pod depends on it. Its policy (tests/e2e/incluster.py)
+# sends the upstream to the mirror with onMirrorDown: fallback; `keep` is set by
+# `helm upgrade` for its scenario.
 
-NODE = pytest.mark.node
+NODE, INSTALLED, IMAGE = pytest.mark.node, pytest.mark.installed, pytest.mark.image
+
+
+class NodeScenario(Scenario):
+    """The session's release, the node's registries, and a granted, enforced namespace."""
+
+    def __init__(self, api: k8s.ApiClient, release: Release, namespace: str) -> None:
+        self.api, self.release, self.stack, self.namespace = \
+            api, release, release.registry, namespace
+
+    def gauge(self, name: str, **labels: str) -> float:
+        found = self.release.gauges(name, **labels)
+        assert len(set(found)) == 1, f"replicas differ on {name}{labels}: {found}"
+        return found[0]
+
+    def wait_gauge(self, name: str, value: float, **labels: str) -> None:
+        self.release.wait_gauge(name, value, timeout=PATIENCE, **labels)
 
 
 @pytest.fixture(scope="module")
-def node_scenario(node_cluster: Node, node_installed: Installed, own_registry: RegistryStack,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
-    """This module's mirrorgate serving the node cluster; containerd trusts its registries."""
-    stack = own_registry
-    hosts = (stack.upstream_host, stack.host)
-    for host in hosts:
-        node_cluster.write_hosts_toml(host, node_cluster.default_hosts_toml(host, stack.ca_path))
-    try:
-        with serving(node_installed, stack, tmp_path_factory.mktemp("node-health")) as running:
-            # The user's own Secret for the upstream: what a Pod left as written pulls with.
-            nodepods.upstream_pull_secret(running.api, running.namespace, stack)
-            yield running
-    finally:  # these ports may serve another stack, with another CA, later in the session
-        for host in hosts:
-            shutil.rmtree(node_cluster.hosts_dir / host)
+def node_scenario(node_installed: Release) -> Iterator[NodeScenario]:
+    with node_installed.control_plane.api_client() as api:
+        namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('health')}",
+                                     {MODE_LABEL: "enforce"})
+        # The user's own Secret for the upstream: what a Pod left as written pulls with.
+        nodepods.upstream_pull_secret(api, namespace, node_installed.registry)
+        running = NodeScenario(api, node_installed, namespace)
+        running.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=running.stack.host)
+        running.wait_gauge("mirrorgate_credential_valid", 1.0, credential=NODE_CREDENTIAL)
+        yield running
 
 
-def node_pod(scenario: Scenario, hint: str) -> tuple[Workload, str, dict[str, Any], list[str]]:
+def node_pod(scenario: NodeScenario, hint: str
+             ) -> tuple[Workload, str, dict[str, Any], list[str]]:
     """A fresh workload on the upstream and a Pod of it (with the upstream Secret), created.
 
     Returns the workload, the Pod's name, the Pod as admitted, and the warnings.
@@ -329,8 +346,10 @@ def timed_stop(stack: RegistryStack) -> tuple[float, float]:
 
 
 @NODE
+@INSTALLED
+@IMAGE
 def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_mirror(
-        node_scenario: Scenario) -> None:
+        node_scenario: NodeScenario) -> None:
     """Down: a new Pod is left as written and the node pulls it from the upstream and runs it.
 
     Restarted: rewrites resume, and a new Pod pulls through the mirror and runs.
@@ -338,9 +357,9 @@ def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_m
     scenario, stack = node_scenario, node_scenario.stack
     began, stopping = timed_stop(stack)
     try:
-        wait_admitted_as(scenario, stack.upstream_image, "fallback to the upstream")
-        print(f"\nnode: fallback {time.monotonic() - began:.2f} s after the mirror began "
-              f"stopping (stopping took {stopping:.2f} s; contract: {DOWN_BOUND:.2f} s)")
+        scenario.wait_gauge("mirrorgate_mirror_up", 0.0, mirror=stack.host)
+        print(f"\nnode: both replicas saw the mirror down {time.monotonic() - began:.2f} s "
+              f"after it began stopping (stopping took {stopping:.2f} s)")
         down, name, created, warnings = node_pod(scenario, "down")
         assert created["spec"]["containers"][0]["image"] == down.image
         assert created["spec"]["imagePullSecrets"] == [{"name": nodepods.UPSTREAM_SECRET}]
@@ -354,11 +373,13 @@ def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_m
     assert 200 in manifest_statuses(by_node(stack.access_log("upstream"), down))
     assert by_node(stack.access_log("mirror"), down) == []  # the mirror was down throughout
 
-    seconds = wait_admitted_as(scenario, stack.mirror_image, "rewrites resume")
-    print(f"node: rewrites resumed after {seconds:.2f} s (contract: {UP_BOUND:.2f} s)")
+    restarted = time.monotonic()
+    scenario.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=stack.host)
+    print(f"node: both replicas saw the mirror up after {time.monotonic() - restarted:.2f} s")
     up, name, created, warnings = node_pod(scenario, "up")
     assert created["spec"]["containers"][0]["image"] == f"{stack.host}/{up.repository}:{up.tag}"
-    assert {"name": policy.pull_secret_name(CREDENTIAL)} in created["spec"]["imagePullSecrets"]
+    assert {"name": policy.pull_secret_name(NODE_CREDENTIAL)} in \
+        created["spec"]["imagePullSecrets"]
     assert warnings == []
     seconds = runs(scenario, name, up)
     print(f"node: rewritten Pod running after {seconds:.2f} s")
@@ -367,20 +388,23 @@ def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_m
 
 
 @NODE
+@INSTALLED
+@IMAGE
 def test_node_password_changed_at_the_mirror_pod_runs_from_upstream(
-        node_scenario: Scenario) -> None:
+        node_scenario: NodeScenario) -> None:
     """credential_valid 0: the Pod is left as written, with a warning, and runs from upstream."""
     scenario, stack = node_scenario, node_scenario.stack
-    scenario.wait_gauge("mirrorgate_credential_valid", 1.0, credential=CREDENTIAL)
+    scenario.wait_gauge("mirrorgate_credential_valid", 1.0, credential=NODE_CREDENTIAL)
     set_mirror_password(stack, secrets.token_urlsafe(18))
     try:
-        scenario.wait_gauge("mirrorgate_credential_valid", 0.0, credential=CREDENTIAL)
+        scenario.wait_gauge("mirrorgate_credential_valid", 0.0, credential=NODE_CREDENTIAL)
         workload, name, created, warnings = node_pod(scenario, "password")
         assert created["spec"]["containers"][0]["image"] == workload.image
         assert warnings == [
             f"containers/app: image '{workload.image}' left as written: credential "
-            f"'{CREDENTIAL}' of mirrors[0] cannot log in to mirror {stack.host}: login refused "
-            "by /v2/ (HTTP 401) (onMirrorDown: fallback)"]
+            f"'{NODE_CREDENTIAL}' of mirrors[0] cannot log in to mirror {stack.host}: login "
+            "refused by /v2/ (HTTP 401) (onMirrorDown: fallback)"]
+        # Through the private CA given as mirrorCA: the mirror itself is up.
         assert scenario.gauge("mirrorgate_mirror_up", mirror=stack.host) == 1.0
         seconds = runs(scenario, name, workload)
         print(f"\nnode: Pod left as written (credential invalid) running after {seconds:.2f} s")
@@ -388,15 +412,20 @@ def test_node_password_changed_at_the_mirror_pod_runs_from_upstream(
         set_mirror_password(stack, stack.password)
     assert 200 in manifest_statuses(by_node(stack.access_log("upstream"), workload))
     assert by_node(stack.access_log("mirror"), workload) == []
-    scenario.wait_gauge("mirrorgate_credential_valid", 1.0, credential=CREDENTIAL)
+    scenario.wait_gauge("mirrorgate_credential_valid", 1.0, credential=NODE_CREDENTIAL)
 
 
 @NODE
+@INSTALLED
+@IMAGE
 def test_node_keep_rewrites_while_the_mirror_is_down_and_the_pull_fails(
-        node_scenario: Scenario) -> None:
+        node_scenario: NodeScenario) -> None:
     """keep: the Pod names the down mirror, so the node cannot pull it (what keep means)."""
     scenario, stack = node_scenario, node_scenario.stack
-    rewrite_policy(scenario.server, _policy(stack, "keep"))
+    # As an operator changes it: `helm upgrade`; the replicas reload the ConfigMap.
+    keep = installed_policy(stack)
+    keep["mirrors"][0]["onMirrorDown"] = "keep"
+    scenario.release.set_policy(keep)
     stop_mirror(stack)
     try:
         scenario.wait_gauge("mirrorgate_mirror_up", 0.0, mirror=stack.host)
@@ -410,7 +439,7 @@ def test_node_keep_rewrites_while_the_mirror_is_down_and_the_pull_fails(
         print(f"\nnode: keep, mirror down: pull failed: {message[:200]}")
     finally:
         start_mirror(stack)
-        rewrite_policy(scenario.server, _policy(stack))
+        scenario.release.set_policy(installed_policy(stack))
     assert stack.host in message, message
     assert by_node(stack.access_log("upstream"), workload) == []  # no fallback on the node
     scenario.wait_gauge("mirrorgate_mirror_up", 1.0, mirror=stack.host)

@@ -32,12 +32,12 @@ from tests.e2e import nodepods
 from tests.e2e.conftest import (
     CREDENTIAL,
     GRANTED_PREFIX,
-    Installed,
     central_credential,
     node_policy,
 )
 from tests.e2e.dockerconfig import Credentials
 from tests.e2e.fixtures_secrets import as_dict, read_secret
+from tests.e2e.incluster import Release
 from tests.e2e.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.node import NODE_NAME, NODE_USER, NODES_GROUP, Node
 from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
@@ -47,6 +47,8 @@ from tests.e2e.registry import RegistryStack, htpasswd_line
 from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
+# Against mirrorgate installed from its image by its chart (tests/e2e/incluster.py).
+INSTALLED, IMAGE = pytest.mark.installed, pytest.mark.image
 
 SECRET = policy.pull_secret_name(CREDENTIAL)
 ENFORCE = {"mirrorgate.io/mode": "enforce"}
@@ -221,7 +223,9 @@ def test_1_without_mirrorgate_the_kubelet_gives_the_mirror_no_credential(
     assert nodepods.NO_CREDENTIAL in message, message
 
 
-def test_2_enforce_deployment_pulls_through_the_mirror(node_installed: Installed) -> None:
+@INSTALLED
+@IMAGE
+def test_2_enforce_deployment_pulls_through_the_mirror(node_installed: Release) -> None:
     """Deployment → controller-manager → mirrorgate → the kubelet pulls via the mirror."""
     registry = node_installed.registry
     workload = push_workload(registry, "node/deployment")
@@ -249,8 +253,10 @@ def test_2_enforce_deployment_pulls_through_the_mirror(node_installed: Installed
     assert by_node(registry.access_log("upstream"), workload) == []  # the node never went there
 
 
+@INSTALLED
+@IMAGE
 def test_3_init_and_ephemeral_containers_pull_through_the_mirror(
-        node_installed: Installed) -> None:
+        node_installed: Release) -> None:
     """An initContainer, and a `kubectl debug` container added later, both rewritten and run."""
     registry = node_installed.registry
     init, app, debug = (push_workload(registry, f"node/{kind}") for kind in
@@ -336,8 +342,10 @@ def rotated(api: k8s.ApiClient, registry: RegistryStack, password: str) -> Itera
             central_credential(api, registry)
 
 
+@INSTALLED
+@IMAGE
 def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
-        node_installed: Installed) -> None:
+        node_installed: Release) -> None:
     """The mirror's password changes and the central credential with it: a new Pod pulls."""
     registry = node_installed.registry
     workload = push_workload(registry, "node/rotation")
@@ -358,8 +366,10 @@ def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
     assert 200 in manifest_statuses(by_node(registry.access_log("mirror"), workload))
 
 
+@INSTALLED
+@IMAGE
 def test_4_rotation_rewrites_the_copy_of_a_namespace_with_running_pods(
-        node_installed: Installed) -> None:
+        node_installed: Release) -> None:
     """Rotation of an existing copy: Pod A runs in N; the credential rotates, the mirror
     refuses the old password; Pod B in N pulls with the new login; Pod C in N, with
     A's image already on the node, starts under KubeletEnsureSecretPulledImages.
@@ -420,7 +430,7 @@ def test_4_rotation_rewrites_the_copy_of_a_namespace_with_running_pods(
     assert asked_for_c == []
 
 
-def runs_untouched_from_the_upstream(installed: Installed, repository: str,
+def runs_untouched_from_the_upstream(installed: Release, repository: str,
                                      labels: dict[str, str], *,
                                      granted: bool) -> tuple[Workload, dict[str, Any], list[str]]:
     """A Pod with the user's own upstream Secret runs as written, pulled from the upstream.
@@ -445,8 +455,10 @@ def runs_untouched_from_the_upstream(installed: Installed, repository: str,
     return workload, created, warnings
 
 
+@INSTALLED
+@IMAGE
 def test_5_audit_mode_runs_the_original_image_and_names_the_rewrite(
-        node_installed: Installed) -> None:
+        node_installed: Release) -> None:
     """audit: the Pod runs from the upstream, untouched; the warning names the mirror image."""
     workload, _, warnings = runs_untouched_from_the_upstream(node_installed, "node/audit", AUDIT,
                                                              granted=True)
@@ -454,15 +466,19 @@ def test_5_audit_mode_runs_the_original_image_and_names_the_rewrite(
     assert any(mirrored in w and workload.image in w for w in warnings), warnings
 
 
+@INSTALLED
+@IMAGE
 def test_6_namespace_without_the_grant_pulls_from_the_upstream(
-        node_installed: Installed) -> None:
+        node_installed: Release) -> None:
     """enforce, but not granted the credential: images stay as written, pulled upstream."""
     _, _, warnings = runs_untouched_from_the_upstream(node_installed, "node/no-grant", ENFORCE,
                                                       granted=False)
     assert any(CREDENTIAL in w for w in warnings), warnings
 
 
-def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Installed) -> None:
+@INSTALLED
+@IMAGE
+def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Release) -> None:
     """KubeletEnsureSecretPulledImages (beta in 1.37, enabled): no reuse without the grant.
 
     A granted namespace pulls the image through the mirror with mirrorgate's

@@ -3,7 +3,7 @@
 A kind cluster's node pulls through a local pull-through cache, usually
 plain HTTP, and reaches it by an address that is not loopback. Here the
 caches listen on the node's bridge address (the host side of the Pods'
-network, created by the node's own CNI): containerd treats loopback
+network, where the node's own registries listen too): containerd treats loopback
 registries specially (it falls back to HTTP and skips verification for them),
 so only a non-loopback address shows that the runtime does what the exported
 ``hosts.toml`` says, and nothing else.
@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ipaddress
 import json
 import secrets
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,10 +39,9 @@ from kubernetes import client as k8s
 from tests.commands import MIRRORGATE
 from tests.e2e import mirrorgate as mg
 from tests.e2e import nodepods
-from tests.e2e.conftest import Installed
 from tests.e2e.fixtures_secrets import MODE_LABEL, SUITE_LABEL, own_configuration
 from tests.e2e.kube import create_namespace, create_pod, namespace_name
-from tests.e2e.node import POD_SUBNET, Node
+from tests.e2e.node import GATEWAY, Node
 from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.noderuntime import deprecated_registry_auth
 from tests.e2e.procs import wait_until
@@ -55,8 +52,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node]
 REPO = Path(__file__).resolve().parents[2]
 CACHE_FILLING = "Go-http-client"
 LOGIN = "dev-cache"
-# The bridge's own address: the subnet's first (the CNI config's isGateway).
-NODE_ADDRESS = str(ipaddress.ip_network(POD_SUBNET)[1])
+# The bridge's own address, made by the node before anything else (node.py).
+NODE_ADDRESS = GATEWAY
 
 
 @dataclass
@@ -100,29 +97,6 @@ def dev_policy(upstream: str, plain: DevCache, tls: DevCache) -> str:
             f"credentials:\n  {LOGIN}: {{namespaces: ['*']}}\n")
 
 
-def _bridge_up() -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind((NODE_ADDRESS, 0))
-        except OSError:
-            return False
-    return True
-
-
-def _ensure_bridge(node: Node) -> None:
-    """The bridge appears with the first Pod sandbox: run one if none has been yet."""
-    if _bridge_up():
-        return
-    workload = push_workload(node.registry, "dev/bridge")
-    with node.control_plane.api_client() as api:
-        namespace = create_namespace(api, namespace_name("bridge"))
-        secret = nodepods.upstream_pull_secret(api, namespace, node.registry)
-        create_pod(api, namespace, nodepods.pod("first", [nodepods.container(
-            "app", workload.image)], pull_secrets=[secret]))
-        nodepods.wait_running(api, namespace, "first")
-    assert _bridge_up(), f"no {NODE_ADDRESS} on the node's bridge after a Pod ran"
-
-
 def _docker_config(path: Path, cache: DevCache) -> Path:
     """What `docker login HOST` writes."""
     assert cache.username is not None
@@ -139,10 +113,13 @@ def _mirrorgate_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[
 
 
 @pytest.fixture(scope="module")
-def dev(node_cluster: Node, node_installed: Installed,
+def dev(node_cluster: Node, kustomize: Path,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    """A dev cluster's mirrorgate beside the session's release: a process of this module
+    with the file store, in a namespace of its own (its Lease and key there, confined
+    there by the release's ValidatingAdmissionPolicy), registered for this module's
+    namespace only. The release leaves that namespace's Pods alone: it has no grant."""
     node, stack = node_cluster, node_cluster.registry
-    _ensure_bridge(node)
     workdir = tmp_path_factory.mktemp("dev-caches")
     with contextlib.ExitStack() as stop:
         plain = start_dev_cache(stack, workdir / "plain", address=NODE_ADDRESS, tls=False,
@@ -165,13 +142,17 @@ def dev(node_cluster: Node, node_installed: Installed,
         assert tls.password not in added.stdout + added.stderr
         suite = f"dev-{secrets.token_hex(4)}"
         with node.control_plane.api_client() as api:
+            own = create_namespace(api, f"mg-dev-{secrets.token_hex(3)}")
+            user, groups = mg.installed_in(api, own)
             server = mg.start_mirrorgate(
                 workdir / "mirrorgate", node.control_plane, policy=policy_file.read_text(),
-                args=["--store", "file", "--store-file", str(store), "--key-file", str(key)],
+                user=user, groups=groups,
+                args=["--store", "file", "--store-file", str(store), "--key-file", str(key),
+                      "--namespace", own],
                 redact=[tls.password], health_probes=True)
             stop.callback(server.stop)
             name = f"mirrorgate-e2e-{suite}"
-            mg.register(api, own_configuration(node_installed.configuration), server,
+            mg.register(api, own_configuration(mg.webhook_configuration(kustomize)), server,
                         name=name, namespace_label=(SUITE_LABEL, suite), failure_policy="Fail")
             stop.callback(mg.unregister, api, name)
             namespace = create_namespace(api, namespace_name("dev"),

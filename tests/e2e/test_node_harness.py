@@ -27,18 +27,17 @@ from tests.e2e.nodehost import (
     recover_unfinished,
 )
 from tests.e2e.nodepods import push_workload
-from tests.e2e.registry import RegistryStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.node_selftest]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_stopped_node_leaves_the_host_as_it_found_it(registry: RegistryStack,
-                                                     tmp_path_factory: pytest.TempPathFactory
+def test_stopped_node_leaves_the_host_as_it_found_it(tmp_path_factory: pytest.TempPathFactory
                                                      ) -> None:
-    workload = push_workload(registry, "node/self-test")
-    node = start_node(tmp_path_factory.mktemp("node-self-test"), registry)
+    node = start_node(tmp_path_factory.mktemp("node-self-test"))
     try:
+        registry = node.registry
+        workload = push_workload(registry, "node/self-test")
         with pytest.raises(NodeLockError, match="only one node"), machine_lock(timeout=0):
             pass  # held by the running node, even against this very process
         with node.control_plane.api_client() as api:

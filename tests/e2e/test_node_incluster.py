@@ -1,37 +1,19 @@
 """mirrorgate in the cluster from its own image, on the real node (issue #12, item 2;
-issue #20, item 1 in part).
+issue #20, items 1 and 4).
 
-The image `make image` builds is pushed to the loopback upstream and installed
-the two ways docs/install.md tells users. First a kustomization of one's
-own on `manifests/overlays/enforce`, the image set through `images:`, the
-policy replaced with `configMapGenerator` (as `examples/custom-policy`), and
-the pull secret for mirrorgate's own image on its ServiceAccount (one
-scenario). Then `helm install` of `manifests/helm/mirrorgate` (enforce, the
-image, the policy and the test route as values; marked `installed`), which
-the availability test upgrades. Two replicas with their PodDisruptionBudget,
-self-managed certificates, the central credential an ordinary
-`kubernetes.io/dockerconfigjson` Secret.
-
-How the API server reaches the webhook Service: the node's kube-apiserver runs
-with `--enable-aggregator-routing=true`, so it resolves the Service to the
-Ready addresses of its EndpointSlices and dials a Pod directly, as it does
-for aggregated APIs. kube-proxy would need iptables NAT rules on this shared
-machine for nothing the API server needs; the endpoint routing exercises the
-same Service, EndpointSlice and readiness path (a Pod leaves the rotation when
-it stops being Ready), which is what availability depends on.
-
-How the Pods reach the API server: this machine's API servers listen on
-loopback only and there is no kube-proxy, so the `kubernetes` Service has no
-usable endpoint. A test-only patch (the one thing not in docs/install.md) points
-the in-cluster client at the CNI bridge's gateway, where the test relays
-bytes to the API server (TLS end to end, under a name the serving
-certificate carries, through hostAliases).
+The session's release (`node_installed`, tests/e2e/incluster.py) is the chart
+installed as docs/install.md tells users; the other node scenarios run against
+it too. Here: what the release is made of, the same Deployment scenario through
+the other way users install (a kustomization of one's own on
+`manifests/overlays/enforce`, the image set through `images:`, the policy
+replaced with `configMapGenerator`, as `examples/custom-policy`, the pull secret
+for mirrorgate's own image on its ServiceAccount), and availability under load
+through a replica's loss, a caBundle emptied by a replace, and a `helm upgrade`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -46,41 +28,27 @@ from kubernetes import dynamic
 
 from mirrorgate import policy
 from tests.e2e import apiload, nodepods
-from tests.e2e import helm as h
 from tests.e2e import mirrorgate as mg
-from tests.e2e.conftest import (
-    CREDENTIAL,
-    GRANTED_PREFIX,
-    Installed,
-    central_credential,
-    node_policy,
-)
+from tests.e2e.conftest import CREDENTIAL, GRANTED_PREFIX, node_policy
 from tests.e2e.fixtures_secrets import log_entries
+from tests.e2e.incluster import (
+    API_NAME,
+    MIRROR_CA,
+    MIRROR_CA_FILE,
+    REPOSITORY,
+    ROLLOUT_TIMEOUT,
+    TAG,
+    Release,
+    push_image,
+    replicas,
+    rolled_out,
+    wait_rolled_out,
+)
 from tests.e2e.kube import create_namespace, namespace_name
-from tests.e2e.node import POD_SUBNET, Node
+from tests.e2e.node import GATEWAY, Node
 from tests.e2e.procs import wait_until
-from tests.e2e.registry import RegistryStack
-from tests.e2e.relay import relay
-from tests.image.podman import build, push
 
-pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.image]
-
-REPOSITORY = "mirrorgate/mirrorgate"
-TAG = "in-cluster"
-# The CNI bridge's own address (isGateway): the subnet's first, in the host's namespace.
-GATEWAY = POD_SUBNET.rsplit(".", 1)[0] + ".1"
-# A name the API server's serving certificate carries (tests/e2e/controlplane.py).
-API_NAME = "kubernetes.default.svc"
-ROLLOUT_TIMEOUT = 180.0
-
-
-@dataclass
-class InCluster:
-    node: Node
-    objects: list[dict[str, Any]]
-    image: str
-    helm: Path | None = None  # installed by Helm: its binary and home
-    home: Path | None = None
+pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.image, pytest.mark.installed]
 
 
 def _kustomization(workdir: Path, node: Node, relay_port: int) -> Path:
@@ -94,12 +62,14 @@ def _kustomization(workdir: Path, node: Node, relay_port: int) -> Path:
          "value": [{"ip": GATEWAY, "hostnames": [API_NAME]}]},
         {"op": "add", "path": "/spec/template/spec/containers/0/env",
          "value": [{"name": "KUBERNETES_SERVICE_HOST", "value": API_NAME},
-                   {"name": "KUBERNETES_SERVICE_PORT", "value": str(relay_port)}]},
-        # The mirror listens on the host's loopback, where the kubelet pulls from
-        # but a Pod cannot reach: probed from the Pod it would be down, and every
-        # image would fall back to the upstream.
-        {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-         "value": "--no-health-probes"},
+                   {"name": "KUBERNETES_SERVICE_PORT", "value": str(relay_port)},
+                   # The node's registries' private CA, which the base has no place
+                   # for: kustomize users patch it in as they patch anything else.
+                   {"name": "SSL_CERT_FILE", "value": "/etc/mirror-ca/ca.crt"}]},
+        {"op": "add", "path": "/spec/template/spec/volumes/-",
+         "value": {"name": "mirror-ca", "configMap": {"name": MIRROR_CA}}},
+        {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+         "value": {"name": "mirror-ca", "mountPath": "/etc/mirror-ca", "readOnly": True}},
     ]
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
@@ -121,22 +91,6 @@ def _kustomization(workdir: Path, node: Node, relay_port: int) -> Path:
     return mine
 
 
-def _bridge_up(api: k8s.ApiClient, node: Node) -> None:
-    """The CNI makes the bridge with the first Pod; make sure one has run."""
-    with socket.socket() as probe:
-        try:
-            probe.bind((GATEWAY, 0))
-            return
-        except OSError:
-            pass
-    workload = nodepods.push_workload(node.registry, "node/bridge")
-    namespace = create_namespace(api, namespace_name("bridge"))
-    secret = nodepods.upstream_pull_secret(api, namespace, node.registry)
-    k8s.CoreV1Api(api).create_namespaced_pod(namespace, nodepods.pod(
-        "bridge", [nodepods.container("hello", workload.image)], pull_secrets=[secret]))
-    nodepods.wait_running(api, namespace, "bridge")
-
-
 def _apply(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
     client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
     for obj in objects:
@@ -144,6 +98,18 @@ def _apply(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
         client.server_side_apply(  # type: ignore[no-untyped-call]
             resource, body=obj, namespace=obj["metadata"].get("namespace"),
             field_manager="mirrorgate-incluster", force_conflicts=True)
+
+
+def _remove(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
+    """Everything the kustomization applied but the namespace (the release's home)."""
+    client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
+    for obj in reversed(objects):
+        if obj["kind"] == "Namespace":
+            continue
+        resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        with contextlib.suppress(dynamic.exceptions.NotFoundError):
+            resource.delete(name=obj["metadata"]["name"],
+                            namespace=obj["metadata"].get("namespace"))
 
 
 def _held_load(api: k8s.ApiClient, node: Node, hint: str, image: str, *,
@@ -155,184 +121,35 @@ def _held_load(api: k8s.ApiClient, node: Node, hint: str, image: str, *,
                         lambda name: _held(name, image), minimum_s=minimum_s)
 
 
-def _replicas(api: k8s.ApiClient, *, terminating: bool = False) -> list[k8s.V1Pod]:
-    """mirrorgate's Pods; those being deleted only with ``terminating``."""
-    pods = k8s.CoreV1Api(api).list_namespaced_pod(
-        mg.NAMESPACE, label_selector="app.kubernetes.io/name=mirrorgate").items
-    return [p for p in pods
-            if terminating or p.metadata is None or p.metadata.deletion_timestamp is None]
-
-
-def _rolled_out(api: k8s.ApiClient) -> str | None:
-    deployment = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
-        k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE))
-    status = deployment.get("status", {})
-    if status.get("availableReplicas") != 2 or status.get("updatedReplicas") != 2:
-        return f"Deployment status {status}"
-    slices = k8s.DiscoveryV1Api(api).list_namespaced_endpoint_slice(
-        mg.NAMESPACE, label_selector="kubernetes.io/service-name=mirrorgate").items
-    ready = [e for s in slices for e in (s.endpoints or []) if e.conditions and e.conditions.ready]
-    if len(ready) != 2:
-        return f"{len(ready)} ready endpoints"
-    webhooks = k8s.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
-        "mirrorgate").webhooks or []
-    if not all(w.client_config.ca_bundle for w in webhooks):
-        return "caBundle not yet set by mirrorgate"
-    return None
-
-
-def _wait_rolled_out(api: k8s.ApiClient) -> None:
-    """Until both replicas serve; on a timeout, the replicas' last log lines say why."""
-    try:
-        wait_until(lambda: _rolled_out(api), timeout=ROLLOUT_TIMEOUT,
-                   what="mirrorgate rolled out in the cluster", interval=0.5)
-    except TimeoutError as error:
-        core = k8s.CoreV1Api(api)
-        tails = []
-        for replica in _replicas(api):
-            assert replica.metadata is not None
-            restarted = any(c.restart_count for c in (replica.status.container_statuses or [])) \
-                if replica.status else False
-            try:
-                tails.append(core.read_namespaced_pod_log(
-                    str(replica.metadata.name), mg.NAMESPACE, previous=restarted,
-                    tail_lines=20))
-            except k8s.ApiException as failed:
-                tails.append(f"(no log: {failed.status} {failed.reason})")
-        raise TimeoutError(f"{error}\n" + "\n---\n".join(tails)) from None
-
-
 @dataclass
-class Route:
-    """The image pushed, the CNI bridge up and the relay to the API server open."""
-
+class Kustomized:
     node: Node
-    image: str
-    relay_port: int
-
-
-@pytest.fixture(scope="module")
-def route(node_cluster: Node) -> Iterator[Route]:
-    registry = node_cluster.registry
-    image = build("build.sh", env={"TAG": "localhost/mirrorgate:under-test"})
-    push(image, f"{registry.upstream_host}/{REPOSITORY}:{TAG}", ca_path=registry.ca_path,
-         username=registry.upstream_username, password=registry.upstream_password)
-    plane = node_cluster.control_plane
-    api_port = int(plane.url.rsplit(":", 1)[1])
-    with plane.api_client() as api:
-        _bridge_up(api, node_cluster)
-    with relay(GATEWAY, ("127.0.0.1", api_port)) as relayed:
-        yield Route(node=node_cluster, image=image, relay_port=relayed.port)
-
-
-@contextlib.contextmanager
-def _host_process_set_aside(api: k8s.ApiClient, node_installed: Installed,
-                            registry: RegistryStack) -> Iterator[None]:
-    """The session's out-of-cluster mirrorgate holds the same webhook name: its
-    registration is set aside meanwhile and put back after. The central credential
-    and the pull secret for mirrorgate's own image are made (or kept)."""
-    mg.unregister(api, "mirrorgate")
-    try:
-        with contextlib.suppress(k8s.ApiException):  # made by the session already
-            nodepods.upstream_pull_secret(api, mg.NAMESPACE, registry)
-        central_credential(api, registry)
-        yield
-    finally:
-        mg.register(api, node_installed.configuration, node_installed.server,
-                    excluded_labels=mg.OWN_WEBHOOK_LABELS)
+    objects: list[dict[str, Any]]
 
 
 @pytest.fixture
-def kustomized(route: Route, node_installed: Installed, kustomize: Path,
-               tmp_path: Path) -> Iterator[InCluster]:
+def kustomized(node_installed: Release, kustomize: Path, tmp_path: Path) -> Iterator[Kustomized]:
     """mirrorgate from its image through `kustomize build` of a kustomization on
-    overlays/enforce (docs/install.md); its RBAC, namespace and credential are the
-    session's objects and stay."""
-    node = route.node
-    directory = _kustomization(tmp_path, node, route.relay_port)
+    overlays/enforce (docs/install.md), while the session's release is set aside."""
+    node = node_installed.node
+    directory = _kustomization(tmp_path, node, node_installed.relay_port)
     objects = [o for o in yaml.safe_load_all(subprocess.run(
         [str(kustomize), "build", str(directory)], check=True, capture_output=True,
         text=True, timeout=120).stdout) if o]
-    with node.control_plane.api_client() as api, \
-            _host_process_set_aside(api, node_installed, node.registry):
+    with node.control_plane.api_client() as api, node_installed.set_aside():
         try:
-            _apply(api, [o for o in objects if o["kind"] != "Namespace"])
-            _wait_rolled_out(api)
-            yield InCluster(node=node, objects=objects, image=route.image)
+            _apply(api, objects)
+            wait_rolled_out(api)
+            yield Kustomized(node=node, objects=objects)
         finally:
             _remove(api, objects)
 
 
-def _helm_values(workdir: Path, node: Node, relay_port: int) -> Path:
-    """The chart's values for this cluster: enforce, the pushed image, the node's policy,
-    and the API route this machine needs (module docstring)."""
-    values = {
-        "mode": "enforce",
-        "image": {"repository": f"{node.registry.upstream_host}/{REPOSITORY}", "tag": TAG},
-        "imagePullSecrets": [nodepods.UPSTREAM_SECRET],
-        "policy": yaml.safe_load(node_policy(node.registry)),
-        "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": API_NAME},
-                     {"name": "KUBERNETES_SERVICE_PORT", "value": str(relay_port)}],
-        # The mirror listens on the host's loopback, which a Pod cannot reach.
-        "extraArgs": ["--no-health-probes"],
-    }
-    path = workdir / "values.yaml"
-    path.write_text(yaml.safe_dump(values))
-    return path
-
-
-def _helm(helm_binary: Path, home: Path, node: Node, *args: str) -> None:
-    h.run(helm_binary, *args, str(h.CHART), "--namespace", mg.NAMESPACE, home=home,
-          kubeconfig=node.control_plane.kubeconfig)
-
-
-@pytest.fixture(scope="module")
-def in_cluster(route: Route, node_installed: Installed, helm: Path, kustomize: Path,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[InCluster]:
-    """mirrorgate from its image through `helm install` of manifests/helm/mirrorgate.
-    The chart takes over the session's ServiceAccount and RBAC objects (the same
-    names); after `helm uninstall` they are made again for the session's mirrorgate."""
-    node = route.node
-    workdir = tmp_path_factory.mktemp("helm-in-cluster")
-    home = workdir / "home"
-    values = _helm_values(workdir, node, route.relay_port)
-    with node.control_plane.api_client() as api, \
-            _host_process_set_aside(api, node_installed, node.registry):
-        try:
-            # --take-ownership, --force-conflicts: of what the session and the
-            # kustomize scenario applied under the same names.
-            _helm(helm, home, node, "install", "mirrorgate", "--take-ownership",
-                  "--force-conflicts", "-f", str(values))
-            # hostAliases is no chart value: a test-only patch, as in the kustomization.
-            k8s.AppsV1Api(api).patch_namespaced_deployment("mirrorgate", mg.NAMESPACE, {
-                "spec": {"template": {"spec": {"hostAliases": [
-                    {"ip": GATEWAY, "hostnames": [API_NAME]}]}}}})
-            _wait_rolled_out(api)
-            yield InCluster(node=node, objects=[], image=route.image, helm=helm, home=home)
-        finally:
-            h.run(helm, "uninstall", "mirrorgate", "--namespace", mg.NAMESPACE,
-                  "--wait", home=home, kubeconfig=node.control_plane.kubeconfig, check=False)
-            mg.install_base(api, kustomize)
-
-
-def _remove(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
-    """What the session's mirrorgate does not share: the webhook registration
-    and the workload (Deployment, Service, PodDisruptionBudget)."""
-    client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
-    for obj in objects:
-        if obj["kind"] in ("MutatingWebhookConfiguration", "Deployment", "Service",
-                           "PodDisruptionBudget"):
-            resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            with contextlib.suppress(dynamic.exceptions.NotFoundError):
-                resource.delete(name=obj["metadata"]["name"],
-                                namespace=obj["metadata"].get("namespace"))
-
-
-def _deployment_scenario(in_cluster: InCluster) -> None:
+def _deployment_scenario(node: Node) -> None:
     """The node's Deployment scenario, admitted by the in-cluster replicas."""
-    registry = in_cluster.node.registry
+    registry = node.registry
     workload = nodepods.push_workload(registry, "node/in-cluster")
-    with in_cluster.node.control_plane.api_client() as api:
+    with node.control_plane.api_client() as api:
         namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('in-cluster')}",
                                      {"mirrorgate.io/mode": "enforce"})
         pods, logs = nodepods.run_deployment(api, namespace, workload)
@@ -347,19 +164,17 @@ def _deployment_scenario(in_cluster: InCluster) -> None:
 
 
 def test_deployment_pulls_through_the_mirror_via_the_kustomize_overlay(
-        kustomized: InCluster) -> None:
-    """Installed through `kustomize build` of overlays/enforce (runs first: the Helm
-    release of the tests below replaces it)."""
-    _deployment_scenario(kustomized)
+        kustomized: Kustomized) -> None:
+    """Installed through `kustomize build` of overlays/enforce, the release set aside."""
+    _deployment_scenario(kustomized.node)
 
 
-@pytest.mark.installed
-def test_runs_from_its_image_as_installed(in_cluster: InCluster) -> None:
+def test_runs_from_its_image_as_installed(node_installed: Release) -> None:
     """Two replicas of the pushed image, non-root, read-only root, Ready behind
     the Service; the PodDisruptionBudget guards them; mirrorgate made its own
     certificate and caBundle."""
-    with in_cluster.node.control_plane.api_client() as api:
-        pods = _replicas(api)
+    with node_installed.node.control_plane.api_client() as api:
+        pods = replicas(api)
         stored = [api.sanitize_for_serialization(p) for p in pods]
 
         # The disruption controller updates the budget's status on its own
@@ -371,7 +186,7 @@ def test_runs_from_its_image_as_installed(in_cluster: InCluster) -> None:
             return None if status.get("disruptionsAllowed") == 1 else f"status {status}"
 
         wait_until(budget_counts_both, timeout=60, what="the PodDisruptionBudget's status")
-    registry = in_cluster.node.registry
+    registry = node_installed.node.registry
     assert len(stored) == 2
     for pod in stored:
         container = pod["spec"]["containers"][0]
@@ -379,6 +194,23 @@ def test_runs_from_its_image_as_installed(in_cluster: InCluster) -> None:
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert pod["spec"]["securityContext"]["runAsUser"] == 65532
         assert pod["status"]["phase"] == "Running"
+
+
+def test_probes_the_node_mirror_through_the_private_ca_given_as_mirror_ca(
+        node_installed: Release) -> None:
+    """The node's mirror presents a certificate of a private CA; the chart's `mirrorCA`
+    (a ConfigMap the user made) is the replicas' trust store, so each replica's probes
+    find the mirror up and the credential's login valid."""
+    registry = node_installed.registry
+    with node_installed.control_plane.api_client() as api:
+        [container] = [c for c in api.sanitize_for_serialization(
+            k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE)
+        )["spec"]["template"]["spec"]["containers"] if c["name"] == "mirrorgate"]
+    assert {"name": "SSL_CERT_FILE", "value": MIRROR_CA_FILE} in container["env"]
+    node_installed.wait_gauge("mirrorgate_mirror_up", 1.0, timeout=60, mirror=registry.host)
+    node_installed.wait_gauge("mirrorgate_credential_valid", 1.0, timeout=60,
+                              credential=CREDENTIAL)
+    assert len(node_installed.gauges("mirrorgate_mirror_up", mirror=registry.host)) == 2
 
 
 def _admission_logged(api: k8s.ApiClient, namespace: str,
@@ -392,23 +224,22 @@ def _admission_logged(api: k8s.ApiClient, namespace: str,
 
     def logged() -> str | None:
         core = k8s.CoreV1Api(api)
-        replicas = _replicas(api)
-        found[:] = [e for p in replicas if p.metadata
+        serving = replicas(api)
+        found[:] = [e for p in serving if p.metadata
                     for e in log_entries(core.read_namespaced_pod_log(
                         str(p.metadata.name), mg.NAMESPACE))
                     if e.get("msg") == "admission" and e.get("namespace") == namespace]
-        return None if found else f"no admission line for {namespace} in {len(replicas)} replicas"
+        return None if found else f"no admission line for {namespace} in {len(serving)} replicas"
 
     wait_until(logged, timeout=timeout, what=f"an in-cluster admission line for {namespace}",
                interval=0.2)
     return found
 
 
-@pytest.mark.installed
 def test_deployment_pulls_through_the_mirror_via_in_cluster_mirrorgate(
-        in_cluster: InCluster) -> None:
+        node_installed: Release) -> None:
     """The node's Deployment scenario, admitted by the Helm-installed replicas."""
-    _deployment_scenario(in_cluster)
+    _deployment_scenario(node_installed.node)
 
 
 # Availability under load (issue #12, item 3; issue #20, item 4): 16 concurrent
@@ -430,7 +261,7 @@ def _held(name: str, image: str) -> k8s.V1Pod:
 def _old_replicas_stopped(api: k8s.ApiClient, image: str) -> str | None:
     """Every mirrorgate Pod not running ``image`` is gone or its container has ended
     (the Pod object may outlive it while the node tears its sandbox down)."""
-    for replica in _replicas(api, terminating=True):
+    for replica in replicas(api, terminating=True):
         assert replica.spec is not None
         if replica.spec.containers[0].image == image:
             continue
@@ -451,7 +282,7 @@ def _deployment_done(api: k8s.ApiClient, image: str) -> str | None:
             or status.get("updatedReplicas") != 2 or status.get("availableReplicas") != 2
             or status.get("replicas") != 2):
         return f"Deployment status {status}"
-    return _rolled_out(api)
+    return rolled_out(api)
 
 
 def _ca_bundles_set(api: k8s.ApiClient) -> str | None:
@@ -460,19 +291,18 @@ def _ca_bundles_set(api: k8s.ApiClient) -> str | None:
     return None if all(w.client_config.ca_bundle for w in webhooks) else "caBundle empty"
 
 
-@pytest.mark.installed
 def test_a_replaced_configuration_gets_its_ca_bundle_back_under_load(
-        in_cluster: InCluster, e2e_figures: dict[str, str]) -> None:
+        node_installed: Release, e2e_figures: dict[str, str]) -> None:
     """A replace-style apply of the webhook configuration (as `kubectl replace` sends the
     chart's manifest: no caBundle) while Pods are created: the replicas, which watch it,
     set caBundle again within 10 s. The Pods created in the gap are counted: under
     Ignore each one the API server failed open on is stored unrewritten."""
-    registry = in_cluster.node.registry
+    registry = node_installed.node.registry
     image = f"{registry.upstream_host}/node/gap:1"
     mirrored = f"{registry.host}/node/gap:1"
-    plane = in_cluster.node.control_plane
+    plane = node_installed.node.control_plane
     with plane.api_client() as api:
-        load = _held_load(api, in_cluster.node, "gap", image, minimum_s=4.0)
+        load = _held_load(api, node_installed.node, "gap", image, minimum_s=4.0)
         namespace = load.namespace
         before = apiload.api_server_samples(api)
         with load.running():
@@ -505,26 +335,22 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_under_load(
     assert unrewritten == counts.fail_open  # each miss is one the API server failed open on
 
 
-@pytest.mark.installed
 def test_admission_stays_available_through_replica_loss_and_rollout(
-        in_cluster: InCluster, e2e_figures: dict[str, str]) -> None:
-    registry = in_cluster.node.registry
+        node_installed: Release, e2e_figures: dict[str, str]) -> None:
+    registry = node_installed.node.registry
     image = f"{registry.upstream_host}/node/load:1"  # never pulled: the Pods are held
     mirrored = f"{registry.host}/node/load:1"
-    new_version = build("build.sh", env={"TAG": f"localhost/mirrorgate:{ROLLOUT_TAG}",
-                                         "VERSION": "0.1.0+rollout"})
+    push_image(registry, ROLLOUT_TAG, version="0.1.0+rollout")
     new_reference = f"{registry.upstream_host}/{REPOSITORY}:{ROLLOUT_TAG}"
-    push(new_version, new_reference, ca_path=registry.ca_path,
-         username=registry.upstream_username, password=registry.upstream_password)
-    plane = in_cluster.node.control_plane
+    plane = node_installed.node.control_plane
     marks: dict[str, float] = {}
     with plane.api_client() as api:
-        load = _held_load(api, in_cluster.node, "load", image, minimum_s=20.0)
+        load = _held_load(api, node_installed.node, "load", image, minimum_s=20.0)
         namespace = load.namespace
         before = apiload.api_server_samples(api)
         with load.running():
             time.sleep(5)
-            (victim, *_) = _replicas(api)
+            (victim, *_) = replicas(api)
             assert victim.metadata is not None
             deleted = time.monotonic()
             k8s.CoreV1Api(api).delete_namespaced_pod(str(victim.metadata.name), mg.NAMESPACE)
@@ -533,10 +359,7 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
                        what="a replacement replica Ready", interval=0.5)
             marks["replaced"] = time.monotonic() - deleted
             rollout = time.monotonic()
-            assert in_cluster.helm is not None
-            assert in_cluster.home is not None
-            _helm(in_cluster.helm, in_cluster.home, in_cluster.node, "upgrade", "mirrorgate",
-                  "--reuse-values", "--set", f"image.tag={ROLLOUT_TAG}")
+            node_installed.upgrade("--set", f"image.tag={ROLLOUT_TAG}")
             wait_until(lambda: _deployment_done(api, new_reference), timeout=ROLLOUT_TIMEOUT,
                        what="the new version rolled out", interval=0.5)
             # The load lasts until every old replica has terminated, not just left the

@@ -146,6 +146,7 @@ class TokenServer:
         tls_key: Path,
         signer: TokenSigner,
         robots: Mapping[str, Robot] | None = None,
+        address: str = "127.0.0.1",
     ) -> None:
         self.signer = signer
         self.robots = dict(robots or {})
@@ -155,13 +156,14 @@ class TokenServer:
         """How many robot passwords were minted (the tests count refreshes by it)."""
         handler = _make_handler(signer, dict(users), self)
         # Port 0: the kernel picks the port while the socket is bound, so no race.
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer((address, 0), handler)
         self._server.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(tls_cert, tls_key)
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port: int = self._server.server_address[1]
-        self.realm = f"https://127.0.0.1:{self.port}/token"
+        self.url = f"https://{address}:{self.port}"
+        self.realm = f"{self.url}/token"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="e2e-token-server", daemon=True
         )
