@@ -62,6 +62,8 @@ from tests.e2e.testimages import PAUSE_REPOSITORY, PAUSE_TAG, pause_image, push_
 NODE_NAME = "localhost"
 NODE_USER = f"system:node:{NODE_NAME}"
 NODES_GROUP = "system:nodes"
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
+"""Who the API server is when it calls the kubelet (logs, pods/proxy)."""
 POD_SUBNET = "10.244.0.0/24"
 # The CNI bridge's own address (isGateway): the subnet's first, in the host's namespace.
 GATEWAY = POD_SUBNET.rsplit(".", 1)[0] + ".1"
@@ -446,8 +448,9 @@ def start_node(workdir: Path) -> Node:
 def _start_node_control_plane(workdir: Path) -> ControlPlane:
     """etcd + kube-apiserver, with what the API server needs to call the kubelet."""
     ca = CertificateAuthority.generate(common_name="mirrorgate e2e node cluster CA")
-    kubelet_client = ca.issue_client(common_name="kube-apiserver-kubelet-client",
-                                     organizations=["system:masters"])
+    # No group: RBAC grants it the kubelet API alone (`_authorise_kubelet_client`), as
+    # kubeadm's clusters do, not cluster-admin through system:masters.
+    kubelet_client = ca.issue_client(common_name=KUBELET_CLIENT_USER)
     pki = workdir / "pki"
     pki.mkdir()
     (pki / "kubelet-client.crt").write_bytes(kubelet_client.cert_pem)
@@ -455,8 +458,8 @@ def _start_node_control_plane(workdir: Path) -> ControlPlane:
     (pki / "kubelet-client.key").chmod(0o600)
     # As a production cluster: kubelets are authorised by the Node authorizer,
     # and NodeRestriction keeps each to its own Node and the Pods bound to it.
-    return start_control_plane(workdir / "controlplane", ca=ca,
-                               authorization_modes=("Node", "RBAC"), apiserver_args=[
+    plane = start_control_plane(workdir / "controlplane", ca=ca,
+                                authorization_modes=("Node", "RBAC"), apiserver_args=[
         "--enable-admission-plugins=NodeRestriction",
         f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
         f"--kubelet-client-key={pki / 'kubelet-client.key'}",
@@ -466,6 +469,24 @@ def _start_node_control_plane(workdir: Path) -> ControlPlane:
         # Webhook Services resolve to their endpoints' Pod addresses (no kube-proxy).
         "--enable-aggregator-routing=true",
     ])
+    try:
+        with plane.api_client() as api:
+            _authorise_kubelet_client(api)
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+def _authorise_kubelet_client(api: k8s.ApiClient) -> None:
+    """The API server's identity at the kubelet may use the kubelet's API (logs, exec,
+    port-forward, proxy), as the bootstrap ClusterRole `system:kubelet-api-admin` says."""
+    k8s.RbacAuthorizationV1Api(api).create_cluster_role_binding({  # type: ignore[arg-type]
+        "metadata": {"name": "kube-apiserver-kubelet-api-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "system:kubelet-api-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": KUBELET_CLIENT_USER}]})
 
 
 def _start_containerd(node: Node) -> None:

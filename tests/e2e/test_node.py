@@ -39,7 +39,7 @@ from tests.e2e.dockerconfig import Credentials
 from tests.e2e.fixtures_secrets import as_dict, read_secret
 from tests.e2e.incluster import Release
 from tests.e2e.kube import create_namespace, create_pod, namespace_name
-from tests.e2e.node import NODE_NAME, NODE_USER, NODES_GROUP, Node
+from tests.e2e.node import KUBELET_CLIENT_USER, NODE_NAME, NODE_USER, NODES_GROUP, Node
 from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.procs import wait_until
 from tests.e2e.provider_setup import password_of
@@ -101,8 +101,20 @@ def exported_hosts_toml(node: Node, tmp_path: Path) -> Iterator[str]:
                               node.default_hosts_toml(registry.upstream_host))
 
 
+def _allowed(api: k8s.ApiClient, user: str, verb: str, resource: str,
+             subresource: str = "") -> bool:
+    review = k8s.AuthorizationV1Api(api).create_subject_access_review(
+        k8s.V1SubjectAccessReview(spec=k8s.V1SubjectAccessReviewSpec(
+            user=user, resource_attributes=k8s.V1ResourceAttributes(
+                verb=verb, resource=resource, subresource=subresource or None))))
+    return bool(review.status and review.status.allowed)
+
+
 def test_api_server_reaches_kubelet_and_pods(node_cluster: Node) -> None:
-    """Pod logs through the API (from the kubelet); a Pod by its own address (pods/proxy)."""
+    """Pod logs through the API (from the kubelet); a Pod by its own address (pods/proxy).
+
+    The API server calls the kubelet as a user RBAC lets use the kubelet's API and
+    nothing else (no system:masters)."""
     registry = node_cluster.registry
     workload = push_workload(registry, "node/reachable")
     with node_cluster.control_plane.api_client() as api:
@@ -115,8 +127,14 @@ def test_api_server_reaches_kubelet_and_pods(node_cluster: Node) -> None:
         # The API server proxies to the Pod's own address on the bridge.
         answer = k8s.CoreV1Api(api).connect_get_namespaced_pod_proxy_with_path(
             "web:8080", namespace, "")
+        kubelet_api = [_allowed(api, KUBELET_CLIENT_USER, verb, "nodes", sub)
+                       for verb, sub in (("get", "log"), ("create", "proxy"))]
+        beyond = [_allowed(api, KUBELET_CLIENT_USER, verb, resource)
+                  for verb, resource in (("get", "secrets"), ("create", "pods"))]
     assert stored["status"]["podIP"].startswith("10.244.0.")
     assert answer.strip() == workload.greeting
+    assert kubelet_api == [True, True]
+    assert beyond == [False, False]
 
 
 def _kubelet_certificate(node: Node) -> bytes:

@@ -22,7 +22,7 @@ from tests.e2e import mirrorgate as mg
 from tests.e2e import nodepods
 from tests.e2e.conftest import GRANTED_PREFIX
 from tests.e2e.fixtures_secrets import MODE_LABEL, read_secret
-from tests.e2e.incluster import Release
+from tests.e2e.incluster import PROVIDERS_REPOSITORY, Release
 from tests.e2e.kube import create_namespace, namespace_name
 from tests.e2e.nodepods import push_workload
 from tests.e2e.provider_setup import (
@@ -42,11 +42,21 @@ def test_the_kubelet_pulls_each_project_with_its_own_robot_across_refreshes(
     registry = node_installed.registry
     up = registry.upstream_host
     with node_installed.control_plane.api_client() as api:
+        # The plugins came from the image the values name, through the initContainer.
+        deployment = api.sanitize_for_serialization(
+            k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE))
+        [copier] = deployment["spec"]["template"]["spec"]["initContainers"]
+        assert (copier["name"], copier["image"]) == (
+            "credential-providers", f"{up}/{PROVIDERS_REPOSITORY}:1")
         namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('providers')}",
                                      {MODE_LABEL: "enforce"})
         for round_ in range(2):
             workloads = {t: push_workload(registry, f"{t}/hello", f"r{round_}") for t in TEAMS}
             before = {t: password_of(wait_published(api, mg.NAMESPACE, t)) for t in TEAMS}
+            if round_ == 0:  # the other replica's store has each published login, too
+                for team in TEAMS:
+                    node_installed.wait_gauge("mirrorgate_credential_valid", 1.0,
+                                              timeout=60, credential=team)
             pod, warnings = create_pod(api, namespace,
                                        [f"{source(t)}/hello:r{round_}" for t in TEAMS])
             assert warnings == []

@@ -30,7 +30,7 @@ from mirrorgate import policy
 from tests.e2e import apiload, nodepods
 from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import CREDENTIAL, GRANTED_PREFIX, node_policy
-from tests.e2e.fixtures_secrets import log_entries
+from tests.e2e.fixtures_secrets import log_entries, read_secret
 from tests.e2e.incluster import (
     API_NAME,
     MIRROR_CA,
@@ -44,7 +44,7 @@ from tests.e2e.incluster import (
     rolled_out,
     wait_rolled_out,
 )
-from tests.e2e.kube import create_namespace, namespace_name
+from tests.e2e.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.node import GATEWAY, Node
 from tests.e2e.procs import wait_until
 
@@ -211,6 +211,45 @@ def test_probes_the_node_mirror_through_the_private_ca_given_as_mirror_ca(
     node_installed.wait_gauge("mirrorgate_credential_valid", 1.0, timeout=60,
                               credential=CREDENTIAL)
     assert len(node_installed.gauges("mirrorgate_mirror_up", mirror=registry.host)) == 2
+
+
+def test_leader_election_and_reconciliation_run_in_the_cluster(node_installed: Release) -> None:
+    """No process outside the cluster serves or leads it: the webhook names the Service,
+    a replica holds the reconciler's Lease, and that leader puts back a deleted copy of
+    a pull secret at its next pass (the chart's default interval, 30 s)."""
+    registry = node_installed.registry
+    with node_installed.control_plane.api_client() as api:
+        webhooks = k8s.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
+            "mirrorgate").webhooks or []
+        lease = k8s.CoordinationV1Api(api).read_namespaced_lease(
+            "mirrorgate-reconciler", mg.NAMESPACE)
+        names = [str(p.metadata.name) for p in replicas(api) if p.metadata]
+        namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('reconcile')}",
+                                     {"mirrorgate.io/mode": "enforce"})
+        workload = nodepods.push_workload(registry, "node/reconcile")
+        create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app",
+                                                                           workload.image)]))
+        nodepods.wait_running(api, namespace, "app")
+        secret = policy.pull_secret_name(CREDENTIAL)
+        before = read_secret(api, namespace, secret)
+        assert before is not None
+        k8s.CoreV1Api(api).delete_namespaced_secret(secret, namespace)
+        deleted = time.monotonic()
+
+        def back() -> str | None:
+            found = read_secret(api, namespace, secret)
+            return None if found is not None else f"{namespace}/{secret} not made again yet"
+        wait_until(back, timeout=45, what="the deleted copy made again by the leader",
+                   interval=0.5)
+        seconds = time.monotonic() - deleted
+    print(f"\nnode: a deleted copy made again by the in-cluster leader in {seconds:.1f} s")
+    assert webhooks
+    assert all(w.client_config.service is not None and w.client_config.url is None
+               for w in webhooks)
+    assert lease.spec is not None
+    assert lease.spec.holder_identity is not None
+    assert any(lease.spec.holder_identity.startswith(f"{name}-") for name in names), \
+        (lease.spec.holder_identity, names)
 
 
 def _admission_logged(api: k8s.ApiClient, namespace: str,

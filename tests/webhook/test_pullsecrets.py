@@ -14,6 +14,7 @@ import datetime
 import hashlib
 import hmac
 import json
+import time
 from collections.abc import Callable, Mapping
 from io import StringIO
 from typing import Any
@@ -208,6 +209,33 @@ def reconciler(client: ScriptedKube, record: dict[str, Any]) -> Reconciler:
                                       "credential": CREDENTIAL.name}],
                          "credentials": {CREDENTIAL.name: {"namespaces": ["*"]}}})
     return Reconciler(made, made.client, rules=lambda: rules, is_leader=lambda: True)
+
+
+def test_a_pass_reasserts_every_copy_each_interval_however_often_it_is_triggered() -> None:
+    """Triggers more often than the interval (a provider's login refreshed every 15 s
+    against the default 30 s) still leave a re-assertion, the heal of a deleted copy,
+    due each interval: a quiet interval never comes."""
+    made = reconciler(ScriptedKube({}), record_object(uid="u", created="2020-01-01T00:00:00Z"))
+    made.interval = 0.3
+    passes: list[bool] = []
+
+    def reconcile_once(*, reassert: bool = False) -> dict[str, int]:
+        passes.append(reassert)
+        return {}
+
+    made.reconcile_once = reconcile_once  # type: ignore[method-assign]
+    made.provisioner.record_unrecorded = lambda: None  # type: ignore[method-assign]
+    made._ready = lambda: True  # type: ignore[method-assign]  # the informers, synced
+    made.start()
+    try:
+        ends = time.monotonic() + 1.5
+        while time.monotonic() < ends:
+            made.trigger()
+            time.sleep(0.05)
+    finally:
+        made.stop()
+    assert passes.count(False) >= 10  # the triggered passes ran
+    assert passes.count(True) >= 3, passes  # and every 0.3 s a re-assertion among them
 
 
 @pytest.mark.parametrize(("age", "dropped"), [

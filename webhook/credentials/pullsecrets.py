@@ -384,15 +384,22 @@ class Reconciler(Loop):
             and self.provisioner.records.informer.synced.is_set()
 
     def _run(self) -> None:
+        # The re-assertion is due by the clock, not by a quiet interval: triggers (a
+        # provider's login refreshed every 15 s, namespaces coming and going) must not
+        # put it off for ever, or a deleted copy would never be healed.
+        due = time.monotonic() + self.interval
         while not self.stopping:
-            triggered = self.sleep(self.interval)
+            self.sleep(max(0.0, due - time.monotonic()))
             if self.stopping:
                 return
             self.provisioner.record_unrecorded()  # this replica's own, leader or not
+            reassert = time.monotonic() >= due
+            if reassert:
+                due = time.monotonic() + self.interval
             if not self._ready():
                 continue
             try:
-                self.reconcile_once(reassert=not triggered)
+                self.reconcile_once(reassert=reassert)
             except Exception:
                 logger.exception("reconcile failed", extra={"fields": {}})
 
