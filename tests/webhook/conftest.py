@@ -11,6 +11,7 @@ import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
 from mirrorgate.webhook import logs
+from mirrorgate.webhook.edge import offload
 from tests.e2e.providers import issuer  # noqa: F401 (the fixture, shared with e2e)
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
@@ -41,6 +42,15 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
     made = make_harness(tmp_path)
     with made.client:
         yield made
+
+
+@pytest.fixture
+def screener() -> Iterator[offload.Screener]:
+    """The worker process that screens large reviews, started and stopped with the test."""
+    made = offload.Screener()
+    made.start()
+    yield made
+    made.stop()
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -76,14 +75,6 @@ def test_an_ephemeral_update_counts_the_ephemeral_containers_old_and_new(
 
 def test_the_limit_must_be_positive() -> None:
     assert Limits(max_containers=0).problems() == ["--max-containers must be positive, got 0"]
-
-
-@pytest.fixture
-def screener() -> Iterator[offload.Screener]:
-    made = offload.Screener()
-    made.start()
-    yield made
-    made.stop()
 
 
 def padded(obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
