@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from collections.abc import Iterator
 from io import StringIO
@@ -51,6 +52,19 @@ def screener() -> Iterator[offload.Screener]:
     made.start()
     yield made
     made.stop()
+
+
+@pytest.fixture
+def workerless(monkeypatch: pytest.MonkeyPatch) -> offload.Screener:
+    """A screener that could start no worker process (no /dev/shm, a process limit): a fault
+    faked here, as it cannot be caused in a test."""
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_process)
+    made = offload.Screener()
+    made.start()
+    return made
 
 
 @pytest.fixture

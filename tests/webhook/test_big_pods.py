@@ -11,7 +11,6 @@ loop; `make bench-abuse` measures the admissions beside such Pods.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import copy
 from typing import Any
 
@@ -123,14 +122,8 @@ def test_the_endpoint_answers_large_reviews_through_the_worker(
 
 
 def test_without_a_worker_large_reviews_are_decided_on_the_loop(
-        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No /dev/shm or a process limit: a fault faked here, as it cannot be caused in a test."""
-    def no_process(*args: object, **kwargs: object) -> None:
-        raise OSError(38, "Function not implemented")
-
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_process)
-    harness.runtime.screener = offload.Screener()
-    harness.runtime.screener.start()
+        harness: Harness, workerless: offload.Screener) -> None:
+    harness.runtime.screener = workerless
     response = harness.mutate(padded(pod(*[PROM_IMAGE] * 2_000)))
     assert response["warnings"] == [too_wide(2_000, admission.MAX_CONTAINERS)]
     narrow = pod(PROM_IMAGE)

@@ -60,8 +60,9 @@ LARGE_POLICY_REVIEW_BYTES = 8 << 10
 about 2 ms in the server (a valid policy of some 100 rules, or an alias-laden document
 refused at its bound), less than the round trip's share of a busy worker's queue."""
 MAX_QUEUED_POLICY_REVIEWS = 4
-"""Policy reviews waiting for the worker or in it; each takes at most some 100 ms there
-under load, so the last waits well within the webhook's 5 s timeout."""
+"""Policy reviews waiting for the worker or in it. The largest takes 33 ms there alone and
+some 100 ms on a busy machine (`make bench-abuse`): the last in the queue is answered well
+within the webhook's 5 s timeout."""
 
 Screened = tuple[str, bool, admission.Decision]
 """The review's uid and dryRun, and the decision, for what the worker could decide alone."""
