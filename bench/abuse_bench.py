@@ -976,6 +976,8 @@ def _rate(latencies: Sequence[float]) -> str:
 
 def policy_review_report(run: PolicyReviews, *, clients: int, seconds: float) -> list[str]:
     """Print the scenario's table; the targets it missed."""
+    from mirrorgate.webhook.edge.offload import LARGE_POLICY_REVIEW_BYTES
+
     print(f"\nHostile policy reviews at /validate-policy: {clients} clients each sending the "
           f"reviews below in turn, back to back, for {seconds:.0f} s, beside one client of "
           f"normal Pod admissions; the baseline is that client alone for {seconds:.0f} s, "
@@ -1006,9 +1008,10 @@ def policy_review_report(run: PolicyReviews, *, clients: int, seconds: float) ->
         if not latencies or wrong or late:
             missed.append(f"policy reviews: {kind.split(' (')[0]}")
     print(f"| server peak RSS growth meanwhile | {run.peak_growth_mb:+.0f} MB | |")
-    print("\n(Reviews are judged one at a time on a worker thread: each hostile answer "
-          "includes its wait behind the others' in the queue. Every normal admission checked "
-          "for its patch.)")
+    print(f"\n(Reviews over {LARGE_POLICY_REVIEW_BYTES >> 10} KiB are judged one at a time "
+          "in the review worker process, smaller ones on a thread of the server: each hostile "
+          "answer includes its wait behind the others' in the queue. Every normal admission "
+          "checked for its patch.)")
     if not run.beside or p99 * 1e3 > REVIEW_TARGETS["p99_ms"] \
             or largest > REVIEW_TARGETS["max_s"]:
         missed.append("normal admissions beside hostile policy reviews")

@@ -88,9 +88,10 @@ while three processes post reviews of the policy ConfigMap to
 largest policy a review may carry (128 KiB of valid rules), an alias bomb,
 and nesting as deep as that size allows. Beside them one client makes
 ordinary Pod admissions over a keep-alive connection; the same client alone,
-just before, is the baseline. Policy reviews are judged one at a time on a
-worker thread, off the event loop but sharing the interpreter's lock with it;
-every hostile answer is checked (allowed, or denied naming the bound)."""),
+just before, is the baseline. A review over 8 KiB is judged in the review
+worker process (`webhook/edge/offload.py`), one at a time, so that it does
+not hold the interpreter's lock the admissions need; every hostile answer is
+checked (allowed, or denied naming the bound)."""),
     ("pods", """\
 **Pod start on a real node**: the e2e suite's node (kubelet, containerd),
 one Pod at a time, from just before the create call to the moment the

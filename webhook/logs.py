@@ -8,6 +8,9 @@ avoids the costs the stdlib charges by default: no caller lookup (a frame
 walk per record), no thread or process names, a timestamp formatted once a
 second, and lines written to a block-buffered stream that :func:`flush`
 empties every second (warnings and errors are flushed at once).
+
+A warning that anyone who reaches the port can cause at will is written
+through a :class:`Sampled`, within a budget.
 """
 
 from __future__ import annotations
@@ -15,18 +18,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
+import weakref
 from typing import Any, TextIO
 
 import orjson
 
-__all__ = ["JsonFormatter", "admission", "configure", "flush", "logger"]
+__all__ = ["JsonFormatter", "Sampled", "admission", "configure", "flush", "logger"]
 
 logger = logging.getLogger("mirrorgate")
 
 _stream: TextIO | None = None
 _formatter: JsonFormatter | None = None
+_sampled: weakref.WeakSet[Sampled] = weakref.WeakSet()
 
 
 class JsonFormatter(logging.Formatter):
@@ -109,7 +115,52 @@ def configure(level: str = "info") -> None:
     logging.getLogger("uvicorn.access").disabled = True
 
 
+class Sampled:
+    """One warning, written within a budget: a client could otherwise cause it at will.
+
+    In each ``interval`` seconds the first ``burst`` occurrences are written
+    in full, and so is the first of each kind never seen before (up to
+    ``kinds`` kinds remembered for the life of the process); the others are
+    counted, and once the interval is over one line says how many were left
+    out (written by :func:`flush`, or by the next occurrence).
+    """
+
+    def __init__(self, message: str, *, burst: int, interval: float, kinds: int = 256) -> None:
+        self.message, self.burst, self.interval, self.kinds = message, burst, interval, kinds
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()  # flush() may come from another server's thread (tests)
+        self._since, self._written, self._left_out = time.monotonic(), 0, 0
+        _sampled.add(self)
+
+    def warning(self, kind: str, fields: dict[str, Any]) -> None:
+        with self._lock:
+            self._summarize(time.monotonic())
+            new = kind not in self._seen and len(self._seen) < self.kinds
+            if new:
+                self._seen.add(kind)
+            if not new and self._written >= self.burst:
+                self._left_out += 1
+                return
+            self._written += 1
+        logger.warning(self.message, extra={"fields": fields})
+
+    def summarize(self) -> None:
+        """Say how many were left out, once their interval is over."""
+        with self._lock:
+            self._summarize(time.monotonic())
+
+    def _summarize(self, now: float) -> None:
+        if now - self._since < self.interval:
+            return
+        if self._left_out:
+            logger.warning(f"{self.message}: more not logged", extra={"fields": {
+                "not_logged": self._left_out, "seconds": round(now - self._since, 1)}})
+        self._since, self._written, self._left_out = now, 0, 0
+
+
 def flush() -> None:
     """Write out buffered lines (the server calls this every second and at exit)."""
+    for sampled in list(_sampled):
+        sampled.summarize()
     if _stream is not None:
         _stream.flush()

@@ -11,10 +11,12 @@ force stays. A valid policy comes back with ``policy check``'s warnings.
 
 from __future__ import annotations
 
+import re
+
 from mirrorgate.webhook import review
 from mirrorgate.webhook.policyfile import ConfigError, parse_policy
 
-__all__ = ["POLICY_KEY", "POLICY_LABEL", "judge"]
+__all__ = ["POLICY_KEY", "POLICY_LABEL", "Judged", "judge", "judge_body", "refusal_kind"]
 
 POLICY_LABEL = "mirrorgate.io/policy"
 """On the ConfigMap whose writes the API server sends to /validate-policy."""
@@ -23,8 +25,35 @@ POLICY_KEY = "policy.yaml"
 MAX_REVIEWED_POLICY_BYTES = 128 * 1024
 """A policy judged at admission is at most this long (a policy file may be longer:
 :data:`webhook.policyfile.MAX_POLICY_BYTES`): a thousand rules take about 70 KiB,
-and reading this much takes about half a second of one core (/validate-policy answers
-whoever reaches the port, one review at a time)."""
+and reading this much takes some 35 ms of one core (/validate-policy answers whoever
+reaches the port: :mod:`webhook.edge.offload` judges long ones in its worker process)."""
+
+Judged = tuple[review.AdmissionReview, str | None]
+"""The answer to a policy review, and who wrote the ConfigMap (for the log)."""
+
+
+def judge_body(body: bytes) -> Judged:
+    """Decode a review and :func:`judge` it (in the server, or in its worker process).
+
+    Raises :class:`review.BadReview` for a malformed review.
+    """
+    rev = review.decode(body)
+    user = rev.request.get("userInfo")
+    return judge(rev), user.get("username") if isinstance(user, dict) else None
+
+
+_SOURCE = re.compile(r"^ConfigMap \S* data\.policy\.yaml(:\d+:\d+)?", re.MULTILINE)
+_VARYING = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|\d+")
+
+
+def refusal_kind(message: str) -> str:
+    """What a refusal says, without what varies from one policy to the next.
+
+    The ConfigMap's name, positions, numbers and quoted values go: an invalid
+    YAML is one kind wherever it breaks, a policy too long one kind whatever
+    its length. The field paths of an invalid policy's errors stay.
+    """
+    return _VARYING.sub("#", _SOURCE.sub("", message))[:500]
 
 
 def judge(rev: review.Review) -> review.AdmissionReview:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from collections.abc import Iterator
 from io import StringIO
@@ -11,6 +12,7 @@ import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
 from mirrorgate.webhook import logs
+from mirrorgate.webhook.edge import offload
 from tests.e2e.providers import issuer  # noqa: F401 (the fixture, shared with e2e)
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
@@ -41,6 +43,28 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
     made = make_harness(tmp_path)
     with made.client:
         yield made
+
+
+@pytest.fixture
+def screener() -> Iterator[offload.Screener]:
+    """The worker process that screens large reviews, started and stopped with the test."""
+    made = offload.Screener()
+    made.start()
+    yield made
+    made.stop()
+
+
+@pytest.fixture
+def workerless(monkeypatch: pytest.MonkeyPatch) -> offload.Screener:
+    """A screener that could start no worker process (no /dev/shm, a process limit): a fault
+    faked here, as it cannot be caused in a test."""
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_process)
+    made = offload.Screener()
+    made.start()
+    return made
 
 
 @pytest.fixture

@@ -11,9 +11,7 @@ loop; `make bench-abuse` measures the admissions beside such Pods.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -78,14 +76,6 @@ def test_the_limit_must_be_positive() -> None:
     assert Limits(max_containers=0).problems() == ["--max-containers must be positive, got 0"]
 
 
-@pytest.fixture
-def screener() -> Iterator[offload.Screener]:
-    made = offload.Screener()
-    made.start()
-    yield made
-    made.stop()
-
-
 def padded(obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """A review of ``obj`` over LARGE_REVIEW_BYTES (padding in a field nothing reads)."""
     body = review(obj, **kwargs)
@@ -132,14 +122,8 @@ def test_the_endpoint_answers_large_reviews_through_the_worker(
 
 
 def test_without_a_worker_large_reviews_are_decided_on_the_loop(
-        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No /dev/shm or a process limit: a fault faked here, as it cannot be caused in a test."""
-    def no_process(*args: object, **kwargs: object) -> None:
-        raise OSError(38, "Function not implemented")
-
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_process)
-    harness.runtime.screener = offload.Screener()
-    harness.runtime.screener.start()
+        harness: Harness, workerless: offload.Screener) -> None:
+    harness.runtime.screener = workerless
     response = harness.mutate(padded(pod(*[PROM_IMAGE] * 2_000)))
     assert response["warnings"] == [too_wide(2_000, admission.MAX_CONTAINERS)]
     narrow = pod(PROM_IMAGE)

@@ -31,7 +31,8 @@ from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyfile import LoadedPolicy
 from mirrorgate.webhook.version import VERSION
 
-__all__ = ["AUDIT_ONLY", "BY_NAMESPACE_LABEL", "MAX_BODY_BYTES", "Runtime", "create_app"]
+__all__ = ["AUDIT_ONLY", "BY_NAMESPACE_LABEL", "MAX_BODY_BYTES", "REFUSALS_LOGGED",
+           "REFUSAL_LOG_INTERVAL", "Runtime", "create_app"]
 
 AUDIT_ONLY = "audit-only"
 BY_NAMESPACE_LABEL = "namespace-label"
@@ -190,35 +191,61 @@ class AdmissionEndpoint:
         await _send_json(send, decision.body)
 
 
+REFUSALS_LOGGED = 10
+"""Policy refusals logged in full per :data:`REFUSAL_LOG_INTERVAL`, beside the first of each
+kind: anyone who reaches the port can cause some fifty a second."""
+REFUSAL_LOG_INTERVAL = 60.0
+
+
 class PolicyEndpoint(AdmissionEndpoint):
     """``POST /validate-policy``: writes of the policy ConfigMap (:mod:`webhook.policyreview`).
 
-    Reading a policy takes up to half a second of a core: it runs on a worker
-    thread, one review at a time, so that Pod admissions keep their event loop.
+    Reading a policy takes up to some 35 ms of a core, and holds the GIL
+    wherever it runs in the server: a review over
+    :data:`offload.LARGE_POLICY_REVIEW_BYTES` is judged in the worker process
+    (:mod:`webhook.edge.offload`), a smaller one (2 ms at most) on a thread,
+    one at a time. When the worker's queue is full the policy is refused
+    unjudged, saying so: the webhook fails closed, and the writer may retry.
     """
 
     def __init__(self, runtime: Runtime, *, endpoint: str) -> None:
         super().__init__(runtime, endpoint=endpoint, forced_audit=False)
         self._one_at_a_time = asyncio.Lock()
+        self._refusals = logs.Sampled("policy refused at admission", burst=REFUSALS_LOGGED,
+                                      interval=REFUSAL_LOG_INTERVAL)
+
+    async def _judged(self, body: bytes) -> policyreview.Judged:
+        screener = self.runtime.screener
+        if len(body) > offload.LARGE_POLICY_REVIEW_BYTES and screener is not None:
+            try:
+                return await screener.judge_policy(body)
+            except offload.Busy:
+                rev = review.decode(body)
+                return review.denied(rev, (
+                    f"mirrorgate: {offload.MAX_QUEUED_POLICY_REVIEWS} policy reviews are "
+                    "already waiting to be judged; this policy was not judged, try again"),
+                    code=429), None
+            except offload.Unavailable:
+                pass
+        async with self._one_at_a_time:
+            return await asyncio.to_thread(policyreview.judge_body, body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
         try:
-            rev = review.decode(await self._body(scope, receive))
-            async with self._one_at_a_time:
-                answer = await asyncio.to_thread(policyreview.judge, rev)
+            answer, user = await self._judged(await self._body(scope, receive))
         except review.BadReview as error:
             runtime.metrics.errors.labels(self.endpoint, "bad-request").inc()
             await _send_json(send, error.review(), status=400)
             return
         except _Unreadable:
             return
-        allowed = answer["response"]["allowed"]
-        runtime.metrics.policy_reviews.labels("allowed" if allowed else "denied").inc()
-        if not allowed:
-            logger.warning("policy refused at admission", extra={"fields": {
-                "uid": rev.uid, "user": (rev.request.get("userInfo") or {}).get("username"),
-                "error": answer["response"]["status"]["message"]}})
+        response = answer["response"]
+        runtime.metrics.policy_reviews.labels("allowed" if response["allowed"] else "denied").inc()
+        if not response["allowed"]:
+            message = response["status"]["message"]
+            self._refusals.warning(policyreview.refusal_kind(message), {
+                "uid": response["uid"], "user": user, "error": message})
         await _send_json(send, answer)
 
 
