@@ -101,10 +101,15 @@ def _apply(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
 
 
 def _remove(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
-    """Everything the kustomization applied but the namespace (the release's home)."""
+    """Everything the kustomization applied but the namespace (the release's home): the
+    Deployment first, its replicas gone before their RBAC, so the leader can hand its
+    Lease back as it stops."""
     client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
+    k8s.AppsV1Api(api).delete_namespaced_deployment("mirrorgate", mg.NAMESPACE)
+    wait_until(lambda: None if not replicas(api, terminating=True) else "replicas stopping",
+               timeout=ROLLOUT_TIMEOUT, what="the kustomized replicas gone", interval=0.5)
     for obj in reversed(objects):
-        if obj["kind"] == "Namespace":
+        if obj["kind"] in ("Namespace", "Deployment"):
             continue
         resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         with contextlib.suppress(dynamic.exceptions.NotFoundError):
@@ -221,9 +226,6 @@ def test_leader_election_and_reconciliation_run_in_the_cluster(node_installed: R
     with node_installed.control_plane.api_client() as api:
         webhooks = k8s.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
             "mirrorgate").webhooks or []
-        lease = k8s.CoordinationV1Api(api).read_namespaced_lease(
-            "mirrorgate-reconciler", mg.NAMESPACE)
-        names = [str(p.metadata.name) for p in replicas(api) if p.metadata]
         namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('reconcile')}",
                                      {"mirrorgate.io/mode": "enforce"})
         workload = nodepods.push_workload(registry, "node/reconcile")
@@ -239,9 +241,12 @@ def test_leader_election_and_reconciliation_run_in_the_cluster(node_installed: R
         def back() -> str | None:
             found = read_secret(api, namespace, secret)
             return None if found is not None else f"{namespace}/{secret} not made again yet"
-        wait_until(back, timeout=45, what="the deleted copy made again by the leader",
+        wait_until(back, timeout=60, what="the deleted copy made again by the leader",
                    interval=0.5)
         seconds = time.monotonic() - deleted
+        lease = k8s.CoordinationV1Api(api).read_namespaced_lease(
+            "mirrorgate-reconciler", mg.NAMESPACE)
+        names = [str(p.metadata.name) for p in replicas(api) if p.metadata]
     print(f"\nnode: a deleted copy made again by the in-cluster leader in {seconds:.1f} s")
     assert webhooks
     assert all(w.client_config.service is not None and w.client_config.url is None
