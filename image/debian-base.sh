@@ -23,8 +23,9 @@ SUITE=bookworm   # Debian 12: Python 3.11, the version the project supports and 
 # official base. ca-certificates: Debian's CA store (/etc/ssl/certs/ca-certificates.crt,
 # Python's and Go's default), without which no mirror with a public CA's
 # certificate (Let's Encrypt, a SaaS registry, a cloud's API for a credential
-# plugin) could be verified; the official base carries it too. Nothing else: no
-# apt, no shell beyond the Essential set.
+# plugin) could be verified; named, not left to python3-venv's pip wheel that
+# depends on it; the official base carries it too. Nothing else: no apt, no shell
+# beyond the Essential set.
 PACKAGES=python3,python3-venv,ca-certificates
 
 sources=()

@@ -1,6 +1,8 @@
 """The image's trust store: Debian's CA store for public mirrors and cloud APIs, and the
 chart's `mirrorCA` added to it by the chart's own initContainer, run from the image as
-the kubelet runs it (the `image` marker; the chart rendered by the pinned helm)."""
+the kubelet runs it (the `image` marker; the chart rendered by the pinned helm). Both
+consumers are checked: mirrorgate's own probes (Python's ssl) and a Go program verifying
+as the credential-provider plugins do (`go/tls-get`), each with a real handshake."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from mirrorgate import certs
 from tests.e2e import helm as h
 from tests.e2e.binaries import built_binary
+from tests.e2e.testimages import go_binary
 from tests.image.podman import RUN_AS, ULIMITS, podman
 from tests.webhook.test_probes import answer, https_server
 
@@ -50,14 +53,34 @@ def _probe(image: str, *args: str, options: tuple[str, ...] = ()) -> dict[str, A
     return found
 
 
-def test_the_system_roots_are_debian_s_ca_store(image: str) -> None:
+@pytest.fixture(scope="module")
+def tls_get(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go consumer, a static binary to mount into the image."""
+    path = tmp_path_factory.mktemp("go") / "tls-get"
+    path.write_bytes(go_binary("tls-get", sources=Path(__file__).resolve().parent / "go"))
+    path.chmod(0o755)
+    return path
+
+
+def _go_get(image: str, tls_get: Path, *args: str, options: tuple[str, ...] = ()
+            ) -> dict[str, Any]:
+    done = podman("run", "--rm", "--read-only", "--user", RUN_AS, "--network=host", *ULIMITS,
+                  "-v", f"{tls_get}:/tls-get:ro", *options, "--entrypoint", "/tls-get", image,
+                  *args, check=False)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def test_the_system_roots_are_debian_s_ca_store(image: str, tls_get: Path) -> None:
     """As the Deployment's user, with nothing set: Python's default context loads
-    Debian's roots, and Debian's bundle, where Go looks first, is readable."""
+    Debian's roots from its bundle, and Go finds the same roots."""
     found = _probe(image)
     assert found["env"] is None
     assert found["cas"] > 100
     assert found["in_system_bundle"] == found["cas"]
     assert PUBLIC_ROOT in found["names"]
+    assert _go_get(image, tls_get) == {"roots": found["cas"]}
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +124,10 @@ def _init(image: str, spec: dict[str, Any], hosts: dict[str, Path]
 
 
 def test_mirror_ca_is_added_to_the_system_roots(image: str, chart_pod: dict[str, Any],
-                                                tmp_path: Path) -> None:
+                                                tls_get: Path, tmp_path: Path) -> None:
     """The chart's initContainer and environment, run from the image: a mirror whose
-    certificate a private CA signed is probed up through the TLS handshake, and the
-    store still holds every Debian root. Without `mirrorCA` the same probe fails
+    certificate a private CA signed is probed up through the TLS handshake (and reached
+    by Go), and the store still holds every Debian root. Without `mirrorCA` both fail
     verification: the private CA is what made the difference."""
     ca = certs.CertificateAuthority.generate(common_name=PRIVATE_CA)
     pair = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
@@ -112,9 +135,11 @@ def test_mirror_ca_is_added_to_the_system_roots(image: str, chart_pod: dict[str,
     assert _init(image, chart_pod, hosts) == (0, "")
     (container,) = chart_pod["containers"]
     env = [arg for e in container["env"] for arg in ("--env", f"{e['name']}={e['value']}")]
+    chart = (*env, *_volumes(container, hosts))
     with https_server(pair, tmp_path, answer(401)) as mirror:
-        given = _probe(image, mirror, options=(*env, *_volumes(container, hosts)))
-        alone = _probe(image, mirror)
+        given, alone = _probe(image, mirror, options=chart), _probe(image, mirror)
+        go_given, go_alone = (_go_get(image, tls_get, mirror, options=chart),
+                              _go_get(image, tls_get, mirror))
     assert given["env"] == "/etc/mirrorgate-trust/ca-certificates.crt"
     assert given["probe"] == [True, "HTTP 401"]
     assert given["cas"] == alone["cas"] + 1
@@ -122,6 +147,9 @@ def test_mirror_ca_is_added_to_the_system_roots(image: str, chart_pod: dict[str,
     assert PUBLIC_ROOT in given["names"]
     assert alone["probe"][0] is False
     assert alone["probe"][1].startswith("TLS verification failed: ")
+    assert go_given == {"roots": given["cas"], "status": 401}
+    assert go_alone["roots"] == alone["cas"]
+    assert "x509: certificate signed by unknown authority" in go_alone["error"]
     # The mirror-ca volume is still mounted for whatever names it (a plugin's CA_FILE).
     assert f"/etc/mirrorgate-ca/{KEY}" in {
         f"{m['mountPath']}/{KEY}" for m in container["volumeMounts"] if m["name"] == "mirror-ca"}
