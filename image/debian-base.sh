@@ -20,8 +20,13 @@ ARCH="${ARCH:-$native}"
 
 SUITE=bookworm   # Debian 12: Python 3.11, the version the project supports and the official base carries
 # python3-venv: the build stage makes the virtualenv with ensurepip, as on the
-# official base. Nothing else: no apt, no shell beyond the Essential set.
-PACKAGES=python3,python3-venv
+# official base. ca-certificates: Debian's CA store (/etc/ssl/certs/ca-certificates.crt,
+# Python's and Go's default), without which no mirror with a public CA's
+# certificate (Let's Encrypt, a SaaS registry, a cloud's API for a credential
+# plugin) could be verified; named, not left to python3-venv's pip wheel that
+# depends on it; the official base carries it too. Nothing else: no apt, no shell
+# beyond the Essential set.
+PACKAGES=python3,python3-venv,ca-certificates
 
 sources=()
 for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do

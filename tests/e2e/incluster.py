@@ -64,7 +64,9 @@ POLICY_RELOAD_TIMEOUT = 60.0
 MIRROR_CA = "mirror-ca"
 """The ConfigMap holding the node registries' private CA, given to the chart as mirrorCA."""
 MIRROR_CA_FILE = "/etc/mirrorgate-ca/ca.crt"
-"""Where the chart mounts it (and points SSL_CERT_FILE)."""
+"""Where the chart mounts it (the plugins' CA_FILE)."""
+TRUST_STORE_FILE = "/etc/mirrorgate-trust/ca-certificates.crt"
+"""Where SSL_CERT_FILE points: the image's system roots with mirrorCA's bundle added."""
 PROVIDERS_REPOSITORY = "mirrorgate-e2e/credential-providers"
 # Probes every 2 s, so the health scenarios see a stopped mirror within seconds, with
 # the chart's own 2 s timeout: shorter ones flap on this shared machine while it pushes

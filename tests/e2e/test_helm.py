@@ -177,6 +177,7 @@ EVERY_VALUE: dict[str, Any] = {
     "extraVolumeMounts": [{"name": "azure-json", "mountPath": "/etc/kubernetes/azure",
                            "readOnly": True}],
     "webhook": {"timeoutSeconds": 3, "failurePolicy": "Fail"},
+    "image": {"pullPolicy": "Always"},
     "mirrorCA": {"secret": "mirror-ca", "key": "bundle.pem"},
     "credentialProviders": {
         "config": {"apiVersion": "kubelet.config.k8s.io/v1", "kind": "CredentialProviderConfig",
@@ -223,12 +224,22 @@ def test_every_value_lints_and_reaches_the_objects(helm: Path, home: Path,
                 "priorityClassName"):
         assert spec[key] == EVERY_VALUE[key], key
     assert spec["serviceAccountName"] == "gate-sa"
-    (init,) = spec["initContainers"]
+    trust, init = spec["initContainers"]
     assert init["image"] == ("registry.example.com/ecr-credential-provider:v1.34.0@sha256:"
                              + "b" * 64)
     assert init["command"] == EVERY_VALUE["credentialProviders"]["command"]
     assert init["imagePullPolicy"] == "Always"
     (container,) = spec["containers"]
+    # mirrorCA's bundle is added to the image's own roots by the image itself, at start.
+    assert trust["name"] == "trust-store"
+    assert container["imagePullPolicy"] == "Always"
+    assert (trust["image"], trust["imagePullPolicy"]) == (
+        container["image"], container["imagePullPolicy"])
+    assert trust["command"][-1] == "/etc/mirrorgate-ca/bundle.pem"
+    assert trust["volumeMounts"] == [
+        {"name": "mirror-ca", "mountPath": "/etc/mirrorgate-ca", "readOnly": True},
+        {"name": "trust-store", "mountPath": "/etc/mirrorgate-trust"}]
+    assert trust["securityContext"] == container["securityContext"]
     args = container["args"]
     for arg in ("--tls-secret=platform-gate-tls", "--webhook-config=platform-gate",
                 "--service=platform-gate", "--log-level=debug", "--reconcile-interval=60",
@@ -237,13 +248,15 @@ def test_every_value_lints_and_reaches_the_objects(helm: Path, home: Path,
         assert arg in args, arg
     assert "--audit-only" not in args
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env == {"SSL_CERT_FILE": "/etc/mirrorgate-ca/bundle.pem",
+    assert env == {"SSL_CERT_FILE": "/etc/mirrorgate-trust/ca-certificates.crt",
                    "HTTPS_PROXY": "http://proxy.corp.example:3128"}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert mounts["azure-json"] == "/etc/kubernetes/azure"
     assert "azure-json" in volumes
     assert mounts["mirror-ca"] == "/etc/mirrorgate-ca"
+    assert mounts["trust-store"] == "/etc/mirrorgate-trust"
+    assert volumes["trust-store"] == {"name": "trust-store", "emptyDir": {"sizeLimit": "4Mi"}}
     assert volumes["mirror-ca"]["secret"] == {
         "secretName": "mirror-ca", "items": [{"key": "bundle.pem", "path": "bundle.pem"}]}
     assert init["volumeMounts"] == [{"name": "credential-provider-bin",
@@ -356,7 +369,8 @@ def test_cloud_recipes_lint_render_and_suit_mirrorgate(helm: Path, home: Path, t
     spec = objects[("Deployment", "mirrorgate")]["spec"]["template"]["spec"]
     (init,) = spec["initContainers"]
     assert init["command"] == ["cp", "-R", "/plugins/.", "/credential-providers/"]
-    assert {e["name"] for e in spec["containers"][0]["env"]} >= {"SSL_CERT_FILE"}
+    # The clouds' APIs and registries are verified with the image's own roots.
+    assert "SSL_CERT_FILE" not in {e["name"] for e in spec["containers"][0].get("env", [])}
     annotations = objects[("ServiceAccount", "mirrorgate")]["metadata"]["annotations"]
     assert len(annotations) == 1
 
@@ -370,6 +384,8 @@ def test_cloud_recipes_lint_render_and_suit_mirrorgate(helm: Path, home: Path, t
     ({"logLevel": "verbose"}, "at '/logLevel'"),
     ({"extraArgs[0]": "reconcile-interval=60"}, "at '/extraArgs/0'"),
     ({"mirrorCA.configMap": "ca", "mirrorCA.secret": "ca"}, "at '/mirrorCA'"),
+    ({"mirrorCA.configmap": "ca"}, "'configmap'"),
+    ({"mirrorCA.key": "ca.crt; rm -rf /"}, "at '/mirrorCA/key'"),
     ({"credentialProviders.image.tags": "v1"}, "'tags'"),
     ({"nodeSelector.disk": "1"}, "at '/nodeSelector/disk'"),
     ({"certificates.mode": "vault"}, "at '/certificates/mode'"),

@@ -45,7 +45,8 @@ def test_the_kubelet_pulls_each_project_with_its_own_robot_across_refreshes(
         # The plugins came from the image the values name, through the initContainer.
         deployment = api.sanitize_for_serialization(
             k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE))
-        [copier] = deployment["spec"]["template"]["spec"]["initContainers"]
+        [copier] = [c for c in deployment["spec"]["template"]["spec"]["initContainers"]
+                    if c["name"] == "credential-providers"]
         assert (copier["name"], copier["image"]) == (
             "credential-providers", f"{up}/{PROVIDERS_REPOSITORY}:1")
         namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('providers')}",

@@ -34,10 +34,10 @@ from tests.e2e.fixtures_secrets import log_entries, read_secret
 from tests.e2e.incluster import (
     API_NAME,
     MIRROR_CA,
-    MIRROR_CA_FILE,
     REPOSITORY,
     ROLLOUT_TIMEOUT,
     TAG,
+    TRUST_STORE_FILE,
     Release,
     push_image,
     replicas,
@@ -204,14 +204,15 @@ def test_runs_from_its_image_as_installed(node_installed: Release) -> None:
 def test_probes_the_node_mirror_through_the_private_ca_given_as_mirror_ca(
         node_installed: Release) -> None:
     """The node's mirror presents a certificate of a private CA; the chart's `mirrorCA`
-    (a ConfigMap the user made) is the replicas' trust store, so each replica's probes
-    find the mirror up and the credential's login valid."""
+    (a ConfigMap the user made) is added to the image's system roots in the replicas'
+    trust store, so each replica's probes find the mirror up and the credential's login
+    valid."""
     registry = node_installed.registry
     with node_installed.control_plane.api_client() as api:
         [container] = [c for c in api.sanitize_for_serialization(
             k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE)
         )["spec"]["template"]["spec"]["containers"] if c["name"] == "mirrorgate"]
-    assert {"name": "SSL_CERT_FILE", "value": MIRROR_CA_FILE} in container["env"]
+    assert {"name": "SSL_CERT_FILE", "value": TRUST_STORE_FILE} in container["env"]
     node_installed.wait_gauge("mirrorgate_mirror_up", 1.0, timeout=60, mirror=registry.host)
     node_installed.wait_gauge("mirrorgate_credential_valid", 1.0, timeout=60,
                               credential=CREDENTIAL)
