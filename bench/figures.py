@@ -94,7 +94,7 @@ not hold the interpreter's lock the admissions need; every hostile answer is
 checked (allowed, or denied naming the bound)."""),
     ("pods", """\
 **Pod start on a real node**: the e2e suite's node (kubelet, containerd),
-one Pod at a time, from just before the create call to the moment the
+mirrorgate installed in it from its image by its chart, one Pod at a time, from just before the create call to the moment the
 container's process began (it prints its own clock). Both series pull the
 same image through the same authenticated mirror: the *baseline* names the
 mirror image with a hand-made Secret in a namespace mirrorgate does not see;

@@ -1,10 +1,12 @@
 """Pod start on a real node: creation to Running, with and without mirrorgate.
 
-Everything runs for this benchmark alone and is stopped at the end: the
-loopback registries (token-auth upstream, htpasswd mirror), the node cluster
-of the e2e suite (``tests.e2e.node``: etcd, kube-apiserver,
-controller-manager, scheduler, kubelet, containerd; under the machine-wide
-node lock) and mirrorgate registered with it, as the e2e suite runs them.
+Everything runs for this benchmark alone and is stopped at the end: the node
+cluster of the e2e suite (``tests.e2e.node``: etcd, kube-apiserver,
+controller-manager, scheduler, kubelet, containerd, and its registries, a
+token-auth upstream and an htpasswd mirror, on its bridge; under the
+machine-wide node lock) and mirrorgate installed in it from its image by
+`helm install` of its chart (``tests.e2e.incluster``), as the e2e suite runs
+them.
 
 Both series pull the same images through the same authenticated mirror:
 
@@ -54,7 +56,8 @@ from bench import results
 from bench.server_bench import percentile
 from tests.e2e import nodepods
 from tests.e2e.binaries import built_binary
-from tests.e2e.conftest import GRANTED_PREFIX, install_mirrorgate, node_policy
+from tests.e2e.conftest import GRANTED_PREFIX
+from tests.e2e.incluster import installed_release
 from tests.e2e.kube import create_namespace
 from tests.e2e.node import start_node
 from tests.e2e.nodepods import Workload, push_workload
@@ -175,8 +178,7 @@ def cluster(workdir: Path) -> Iterator[tuple[k8s.ApiClient, Setup]]:
     registry = node.registry
     try:
         print(f"node ready in {node.timings['node_ready_s']:.1f} s", file=sys.stderr)
-        with install_mirrorgate(node.control_plane, registry, built_binary("kustomize"),
-                                workdir / "mirrorgate", node_policy(registry)), \
+        with installed_release(node, built_binary("helm"), workdir / "release"), \
                 node.control_plane.api_client() as api:
             baseline = create_namespace(api, "bench-baseline")
             namespaces = {

@@ -43,6 +43,7 @@ from tests.e2e import helm as h
 from tests.e2e import mirrorgate as mg
 from tests.e2e import nodepods, plugins
 from tests.e2e.conftest import GRANTED_PREFIX, central_credential, node_policy
+from tests.e2e.controlplane import ControlPlane
 from tests.e2e.fixtures_secrets import log_entries, metric, policy_version
 from tests.e2e.kube import create_namespace
 from tests.e2e.node import GATEWAY, Node
@@ -167,7 +168,7 @@ class Release:
         return self.node.registry
 
     @property
-    def control_plane(self) -> Any:
+    def control_plane(self) -> ControlPlane:
         return self.node.control_plane
 
     def run_helm(self, *args: str, check: bool = True) -> None:
