@@ -94,9 +94,10 @@ not hold the interpreter's lock the admissions need; every hostile answer is
 checked (allowed, or denied naming the bound)."""),
     ("pods", """\
 **Pod start on a real node**: the e2e suite's node (kubelet, containerd),
-mirrorgate installed in it from its image by its chart, one Pod at a time, from just before the create call to the moment the
-container's process began (it prints its own clock). Both series pull the
-same image through the same authenticated mirror: the *baseline* names the
+mirrorgate installed in it from its image by its chart, one Pod at a time,
+from just before the create call to the moment the container's process
+began (it prints its own clock). Both series pull the same image through the
+same authenticated mirror: the *baseline* names the
 mirror image with a hand-made Secret in a namespace mirrorgate does not see;
 *mirrorgate* names the upstream image in an `enforce` namespace and is
 rewritten, its Secret already there. The create call is the only step
