@@ -129,22 +129,37 @@ def open_idle(port: int, context: ssl.SSLContext, count: int) -> list[Connection
     return opened
 
 
-def serve_plainly(workdir: pathlib.Path, executable: str | None = None,
-                  ) -> tuple[ssl.SSLContext, server_bench.Server]:
+def serve_plainly(
+    workdir: pathlib.Path,
+    executable: str | None = None,
+) -> tuple[ssl.SSLContext, server_bench.Server]:
     """``mirrorgate serve`` (this one, or ``executable``) with its default limits on the
     benchmark's policy, its files in ``workdir``; a client context that trusts it."""
     context, tls_args = server_bench.serving_files(workdir, policy=server_bench.POLICY)
     port = server_bench.free_port()
-    server = server_bench.start("mirrorgate", [
-        executable or str(pathlib.Path(sys.executable).parent / "mirrorgate"), "serve",
-        "--policy", str(workdir / "policy.yaml"), *tls_args, "--port", str(port),
-        # Its mirrors are fictional; bench.health_bench measures probing.
-        "--no-health-probes"], port, workdir, context)
+    server = server_bench.start(
+        "mirrorgate",
+        [
+            executable or str(pathlib.Path(sys.executable).parent / "mirrorgate"),
+            "serve",
+            "--policy",
+            str(workdir / "policy.yaml"),
+            *tls_args,
+            "--port",
+            str(port),
+            # Its mirrors are fictional; bench.health_bench measures probing.
+            "--no-health-probes",
+        ],
+        port,
+        workdir,
+        context,
+    )
     return context, server
 
 
-def normal_latencies(port: int, context: ssl.SSLContext, count: int, *,
-                     until: Callable[[], bool] = lambda: False) -> list[float]:
+def normal_latencies(
+    port: int, context: ssl.SSLContext, count: int, *, until: Callable[[], bool] = lambda: False
+) -> list[float]:
     """Small admissions over one keep-alive connection, each checked for its patch."""
     requests = server_bench.bodies(server_bench.SIZES[0], port)
     tally = server_bench.Tally()
@@ -172,8 +187,7 @@ def flood_template() -> tuple[bytes, bytes]:
     return before, after
 
 
-def flood(port: int, context: ssl.SSLContext, count: int, connections: int,
-          deadline: float) -> int:
+def flood(port: int, context: ssl.SSLContext, count: int, connections: int, deadline: float) -> int:
     """Reviews with unique 2.5 MB images; every answer must be allowed with a bounded warning."""
     before, after = flood_template()
     filler = b"a" * IMAGE_BYTES
@@ -192,12 +206,18 @@ def flood(port: int, context: ssl.SSLContext, count: int, connections: int,
                     return
                 image = f"quay.io/prometheus/{ticket:08d}-".encode() + filler
                 body = before + image + after
-                status, answer = connection.exchange(http_request(
-                    "POST", "/mutate?timeout=10s", port, body))
+                status, answer = connection.exchange(
+                    http_request("POST", "/mutate?timeout=10s", port, body)
+                )
                 response = orjson.loads(answer).get("response", {}) if status == 200 else {}
                 warnings = response.get("warnings") or []
-                if status != 200 or response.get("allowed") is not True or len(warnings) != 1 \
-                        or len(warnings[0]) > 2_000 or "patch" in response:
+                if (
+                    status != 200
+                    or response.get("allowed") is not True
+                    or len(warnings) != 1
+                    or len(warnings[0]) > 2_000
+                    or "patch" in response
+                ):
                     failures.append(f"HTTP {status}: {answer[:200]!r}")
                     return
                 with lock:
@@ -211,8 +231,9 @@ def flood(port: int, context: ssl.SSLContext, count: int, connections: int,
     return sent[0]
 
 
-def release_together(processes: Sequence[subprocess.Popen[bytes]],
-                     inputs: Sequence[bytes]) -> list[bytes]:
+def release_together(
+    processes: Sequence[subprocess.Popen[bytes]], inputs: Sequence[bytes]
+) -> list[bytes]:
     """Give each process its standard input once all wait for it; their standard errors.
 
     Started one after the other, processes that load Python would otherwise
@@ -222,8 +243,8 @@ def release_together(processes: Sequence[subprocess.Popen[bytes]],
     readers = [p for p, data in zip(processes, inputs, strict=True) if data]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not all(
-            pathlib.Path(f"/proc/{p.pid}/wchan").read_text().endswith("pipe_read")
-            for p in readers):
+        pathlib.Path(f"/proc/{p.pid}/wchan").read_text().endswith("pipe_read") for p in readers
+    ):
         time.sleep(0.05)
     for process, data in zip(processes, inputs, strict=True):
         assert process.stdin is not None
@@ -251,30 +272,65 @@ def concurrent_credential_adds(count: int, python: str = sys.executable) -> dict
     with tempfile.TemporaryDirectory(prefix="mirrorgate-adds-") as tmp:
         key_text, store = filestore.generate_key(), str(pathlib.Path(tmp) / "store.json")
         key = base64.b64decode(key_text)
-        first = Credential(name="first", registry="r.example", username="u",
-                           password=secrets.token_urlsafe(12))
+        first = Credential(
+            name="first", registry="r.example", username="u", password=secrets.token_urlsafe(12)
+        )
         filestore.write_store(store, key, filestore.StoreContents({}).replaced({"first": first}))
         started = time.monotonic()
-        processes = [subprocess.Popen(
-            [python, "-m", "mirrorgate.webhook.cli", "credentials", "add", f"add-{i}",
-             "--registry", "r.example", "--username", "u", "--password-stdin", "--store", store],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp,
-            env={**os.environ, filestore.KEY_ENV: key_text}) for i in range(count)]
-        answers = release_together(processes, [f"{secrets.token_urlsafe(12)}\n".encode()
-                                               for _ in processes])
+        processes = [
+            subprocess.Popen(
+                [
+                    python,
+                    "-m",
+                    "mirrorgate.webhook.cli",
+                    "credentials",
+                    "add",
+                    f"add-{i}",
+                    "--registry",
+                    "r.example",
+                    "--username",
+                    "u",
+                    "--password-stdin",
+                    "--store",
+                    store,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                cwd=tmp,
+                env={**os.environ, filestore.KEY_ENV: key_text},
+            )
+            for i in range(count)
+        ]
+        answers = release_together(
+            processes, [f"{secrets.token_urlsafe(12)}\n".encode() for _ in processes]
+        )
         seconds = time.monotonic() - started
         entries = len(filestore.read_store(store, key).credentials)
     statuses = [process.returncode for process in processes]
-    return {"entries": entries, "expected": count + 1, "exited_0": statuses.count(0),
-            "failed": count - statuses.count(0), "seconds": seconds,
-            "failed_silently": sum(1 for status, err in zip(statuses, answers, strict=True)
-                                   if status != 0 and not err.strip())}
+    return {
+        "entries": entries,
+        "expected": count + 1,
+        "exited_0": statuses.count(0),
+        "failed": count - statuses.count(0),
+        "seconds": seconds,
+        "failed_silently": sum(
+            1
+            for status, err in zip(statuses, answers, strict=True)
+            if status != 0 and not err.strip()
+        ),
+    }
 
 
 # --- issue 19: big Pods and policy reloads, against today's code -------------------------------
 
-LOOP_TARGETS = {"normal_p99_ms": 100.0, "normal_max_s": 1.0, "reload_s": 2.0, "reload_mb": 100.0,
-                "reload_p99_ms": 50.0}
+LOOP_TARGETS = {
+    "normal_p99_ms": 100.0,
+    "normal_max_s": 1.0,
+    "reload_s": 2.0,
+    "reload_mb": 100.0,
+    "reload_p99_ms": 50.0,
+}
 BIG_POD_CONTAINERS = 50_000
 WEBHOOK_TIMEOUT = 5.0
 """timeoutSeconds of the webhooks in manifests/: the API server gives up on an answer then."""
@@ -289,11 +345,22 @@ CHECK_MEMORY_CAP = 1 << 30
 def big_pod_body(uid: str) -> bytes:
     """A CREATE review of a Pod of 50,000 small containers: 3 MB, under the API server's 3 MiB."""
     images = server_bench.IMAGES
-    return orjson.dumps(pods.admission_review({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "wide", "namespace": "team-a"},
-        "spec": {"containers": [{"name": f"c{i}", "image": images[i % len(images)]}
-                                for i in range(BIG_POD_CONTAINERS)]}}, uid=uid))
+    return orjson.dumps(
+        pods.admission_review(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "wide", "namespace": "team-a"},
+                "spec": {
+                    "containers": [
+                        {"name": f"c{i}", "image": images[i % len(images)]}
+                        for i in range(BIG_POD_CONTAINERS)
+                    ]
+                },
+            },
+            uid=uid,
+        )
+    )
 
 
 def big_pod_verdict(status: int, answer: bytes) -> str | None:
@@ -331,18 +398,22 @@ class BigPods:
     big: list[tuple[float, str | None]]
 
 
-def big_pods(port: int, context: ssl.SSLContext, cafile: str, *, clients: int,
-             seconds: float) -> BigPods:
+def big_pods(
+    port: int, context: ssl.SSLContext, cafile: str, *, clients: int, seconds: float
+) -> BigPods:
     """Normal admissions timed while ``clients`` processes send 3 MB Pods back to back."""
     spawn = multiprocessing.get_context("spawn")
     answers = spawn.Queue()
-    senders = [spawn.Process(target=big_pod_sender, args=(port, cafile, seconds, answers))
-               for _ in range(clients)]
+    senders = [
+        spawn.Process(target=big_pod_sender, args=(port, cafile, seconds, answers))
+        for _ in range(clients)
+    ]
     for sender in senders:
         sender.start()
     time.sleep(2.0)  # the senders have started and sent
-    normal = normal_latencies(port, context, 10**9,
-                              until=lambda: not any(s.is_alive() for s in senders))
+    normal = normal_latencies(
+        port, context, 10**9, until=lambda: not any(s.is_alive() for s in senders)
+    )
     big = [answer for _ in senders for answer in answers.get(timeout=120)]
     for sender in senders:
         sender.join()
@@ -352,8 +423,10 @@ def big_pods(port: int, context: ssl.SSLContext, cafile: str, *, clients: int,
 def alias_bomb() -> list[str]:
     """Nine anchors, each a list of nine aliases of the one before: *i stands for 9^9 strings."""
     bomb = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
-    bomb += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]"
-             for a, b in zip("abcdefgh", "bcdefghi", strict=True)]
+    bomb += [
+        f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]"
+        for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+    ]
     return bomb
 
 
@@ -375,11 +448,15 @@ def policy_files() -> dict[str, str]:
     """The policy texts of the reload scenarios, by what the table calls them."""
     bomb = alias_bomb()
     valid, count = valid_rules(1 << 20)
-    texts = {f"{count:,} valid rules": valid,
-             "nested 100,000 deep": "mode: " + "[" * 100_000 + "]" * 100_000 + "\n",
-             "alias bomb, 9^9 strings under mode": "\n".join([*bomb, "mode: *i"]) + "\n",
-             "alias bomb under mirrors[].source": "\n".join(
-                 [*bomb, "mirrors:", "  - source: *i", "    mirror: m.example/a"]) + "\n"}
+    texts = {
+        f"{count:,} valid rules": valid,
+        "nested 100,000 deep": "mode: " + "[" * 100_000 + "]" * 100_000 + "\n",
+        "alias bomb, 9^9 strings under mode": "\n".join([*bomb, "mode: *i"]) + "\n",
+        "alias bomb under mirrors[].source": "\n".join(
+            [*bomb, "mirrors:", "  - source: *i", "    mirror: m.example/a"]
+        )
+        + "\n",
+    }
     return {f"{name} ({len(text.encode()):,} bytes)": text for name, text in texts.items()}
 
 
@@ -399,7 +476,9 @@ def policy_check_cost(mirrorgate: list[str], path: pathlib.Path) -> Check:
     started = time.monotonic()
     process = subprocess.Popen(
         ["prlimit", f"--as={CHECK_MEMORY_CAP}", *mirrorgate, "policy", "check", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     peak = 0.0
     while process.poll() is None:
         with contextlib.suppress(OSError, RuntimeError):
@@ -450,17 +529,25 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
     temporary.replace(path)
 
 
-def reload_beside_admissions(server: server_bench.Server, context: ssl.SSLContext,
-                             policy: pathlib.Path, text: str) -> Reload:
+def reload_beside_admissions(
+    server: server_bench.Server, context: ssl.SSLContext, policy: pathlib.Path, text: str
+) -> Reload:
     """Replace the policy file while a client admits for RELOAD_WINDOW s; time the verdict."""
     port, pid = server.port, server.process.pid
     seen = scrape(port, context)
     before = rss_mb(pid)
     pathlib.Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
     found: list[server_bench.Tally] = []
-    admitting = threading.Thread(target=lambda: found.append(server_bench.drive(
-        [Connection(port, context)], server_bench.bodies(server_bench.SIZES[0], port), 10**9,
-        time.perf_counter() + RELOAD_WINDOW)[0]))
+    admitting = threading.Thread(
+        target=lambda: found.append(
+            server_bench.drive(
+                [Connection(port, context)],
+                server_bench.bodies(server_bench.SIZES[0], port),
+                10**9,
+                time.perf_counter() + RELOAD_WINDOW,
+            )[0]
+        )
+    )
     admitting.start()
     started = time.monotonic()
     write_atomically(policy, text)
@@ -485,18 +572,42 @@ class LoopRun:
     reloads: dict[str, Reload | None]
 
 
-def loop_scenarios(name: str, tree: pathlib.Path, workdir: pathlib.Path, context: ssl.SSLContext,
-                   tls_args: list[str], *, clients: int, seconds: float,
-                   reload_kinds: Sequence[str]) -> LoopRun:
+def loop_scenarios(
+    name: str,
+    tree: pathlib.Path,
+    workdir: pathlib.Path,
+    context: ssl.SSLContext,
+    tls_args: list[str],
+    *,
+    clients: int,
+    seconds: float,
+    reload_kinds: Sequence[str],
+) -> LoopRun:
     """The big-Pod and policy scenarios against the code in ``tree`` (its own server)."""
-    mirrorgate = ["env", f"PYTHONPATH={tree}", str(pathlib.Path(sys.executable).parent /
-                                                   "mirrorgate")]
+    mirrorgate = [
+        "env",
+        f"PYTHONPATH={tree}",
+        str(pathlib.Path(sys.executable).parent / "mirrorgate"),
+    ]
     policy = workdir / f"{name}-policy.yaml"
     policy.write_text(server_bench.POLICY)
     port = server_bench.free_port()
-    server = server_bench.start(name, [*mirrorgate, "serve", "--policy", str(policy), *tls_args,
-                                       "--port", str(port), "--no-health-probes"],
-                                port, workdir, context)
+    server = server_bench.start(
+        name,
+        [
+            *mirrorgate,
+            "serve",
+            "--policy",
+            str(policy),
+            *tls_args,
+            "--port",
+            str(port),
+            "--no-health-probes",
+        ],
+        port,
+        workdir,
+        context,
+    )
     try:
         normal_latencies(port, context, 500)  # warm
         big = big_pods(port, context, str(workdir / "ca.crt"), clients=clients, seconds=seconds)
@@ -540,59 +651,76 @@ def loop_rows(run: LoopRun) -> dict[str, str]:
         "normal admissions beside them: p50 / p99 / max": (
             f"{_ms(big.normal, 0.5)} / {_ms(big.normal, 0.99)} / "
             f"{max(big.normal, default=0) * 1e3:,.0f} ms ({len(big.normal):,}; "
-            f"{sum(1 for x in big.normal if x > 1.0)} over 1 s)"),
+            f"{sum(1 for x in big.normal if x > 1.0)} over 1 s)"
+        ),
         "each big Pod: answer p50 / max": (
             f"{_ms(answered, 0.5)} / {max(answered, default=0) * 1e3:,.0f} ms ({len(answered)} "
-            f"answered, {late} past {WEBHOOK_TIMEOUT:.0f} s, {len(wrong)} wrong)"),
+            f"answered, {late} past {WEBHOOK_TIMEOUT:.0f} s, {len(wrong)} wrong)"
+        ),
     }
     for kind, check in run.checks.items():
         over = "> " if check.outcome.startswith("still") else ""
-        rows[f"`policy check`, {kind}"] = (f"{over}{check.seconds:.2f} s, {check.peak_mb:.0f} MB "
-                                           f"peak; {check.outcome}")
+        rows[f"`policy check`, {kind}"] = (
+            f"{over}{check.seconds:.2f} s, {check.peak_mb:.0f} MB peak; {check.outcome}"
+        )
     for kind, reload in run.reloads.items():
         if reload is None:
             rows[f"reload, {kind}"] = "not run (see the note)"
             continue
-        verdict = f"{reload.seconds:.2f} s" if reload.seconds is not None \
+        verdict = (
+            f"{reload.seconds:.2f} s"
+            if reload.seconds is not None
             else f"none in {RELOAD_CAP:.0f} s"
+        )
         stuck = f", {reload.stuck} unanswered in 30 s" if reload.stuck else ""
         rows[f"reload, {kind}"] = (
             f"verdict {verdict}; admissions p99 {_ms(reload.latencies, 0.99)} ms, max "
             f"{max(reload.latencies, default=0) * 1e3:,.0f} ms ({len(reload.latencies):,}"
-            f"{stuck}); server peak {reload.peak_growth_mb:+.0f} MB")
+            f"{stuck}); server peak {reload.peak_growth_mb:+.0f} MB"
+        )
     return rows
 
 
 def loop_report(now: LoopRun, before: LoopRun | None, *, clients: int, seconds: float) -> None:
     """Print the issue-19 table: today's code (when measured) beside this one."""
-    print(f"\nBig Pods and policy reloads (issue 19): {clients} clients sending "
-          f"{BIG_POD_CONTAINERS:,}-container Pods ({len(big_pod_body('x')) / 1e6:.2f} MB) back to "
-          f"back for {seconds:.0f} s beside one client of normal admissions; policy files "
-          "checked and reloaded beside admissions\n")
+    print(
+        f"\nBig Pods and policy reloads (issue 19): {clients} clients sending "
+        f"{BIG_POD_CONTAINERS:,}-container Pods ({len(big_pod_body('x')) / 1e6:.2f} MB) back to "
+        f"back for {seconds:.0f} s beside one client of normal admissions; policy files "
+        "checked and reloaded beside admissions\n"
+    )
     print("| measure | before (main) | now | target |")
     print("| --- | --- | --- | --- |")
-    targets = {"normal": f"p99 ≤ {LOOP_TARGETS['normal_p99_ms']:.0f} ms, none over "
-                         f"{LOOP_TARGETS['normal_max_s']:.0f} s",
-               "each": f"within {WEBHOOK_TIMEOUT:.0f} s, allowed (rewritten, or saying why)",
-               "`policy": f"≤ {LOOP_TARGETS['reload_s']:.0f} s, ≤ "
-                          f"{LOOP_TARGETS['reload_mb']:.0f} MB, one line",
-               "reload": f"≤ {LOOP_TARGETS['reload_s']:.0f} s; p99 ≤ "
-                         f"{LOOP_TARGETS['reload_p99_ms']:.0f} ms"}
+    targets = {
+        "normal": f"p99 ≤ {LOOP_TARGETS['normal_p99_ms']:.0f} ms, none over "
+        f"{LOOP_TARGETS['normal_max_s']:.0f} s",
+        "each": f"within {WEBHOOK_TIMEOUT:.0f} s, allowed (rewritten, or saying why)",
+        "`policy": f"≤ {LOOP_TARGETS['reload_s']:.0f} s, ≤ "
+        f"{LOOP_TARGETS['reload_mb']:.0f} MB, one line",
+        "reload": f"≤ {LOOP_TARGETS['reload_s']:.0f} s; p99 ≤ "
+        f"{LOOP_TARGETS['reload_p99_ms']:.0f} ms",
+    }
     old = loop_rows(before) if before else {}
     for measure, value in loop_rows(now).items():
-        print(f"| {measure} | {old.get(measure, 'not measured')} | {value} | "
-              f"{targets[measure.split(' ', 1)[0].rstrip(',')]} |")
-    print(f"\n(A check or reload still running after {RELOAD_CAP:.0f} s is reported as "
-          f"\"> {RELOAD_CAP:.0f} s\"; `policy check` runs under a {CHECK_MEMORY_CAP >> 30} GiB "
-          "address-space limit. Today's server is reloaded only with the files it survives "
-          "within the cap: a bomb under a source took it to 2.7 GB.)")
+        print(
+            f"| {measure} | {old.get(measure, 'not measured')} | {value} | "
+            f"{targets[measure.split(' ', 1)[0].rstrip(',')]} |"
+        )
+    print(
+        f"\n(A check or reload still running after {RELOAD_CAP:.0f} s is reported as "
+        f'"> {RELOAD_CAP:.0f} s"; `policy check` runs under a {CHECK_MEMORY_CAP >> 30} GiB '
+        "address-space limit. Today's server is reloaded only with the files it survives "
+        "within the cap: a bomb under a source took it to 2.7 GB.)"
+    )
 
 
 def loop_misses(run: LoopRun) -> list[str]:
     missed = []
     normal = run.big.normal
-    if percentile(normal, 0.99) * 1e3 > LOOP_TARGETS["normal_p99_ms"] \
-            or max(normal) > LOOP_TARGETS["normal_max_s"]:
+    if (
+        percentile(normal, 0.99) * 1e3 > LOOP_TARGETS["normal_p99_ms"]
+        or max(normal) > LOOP_TARGETS["normal_max_s"]
+    ):
         missed.append("normal admissions beside big Pods")
     if any(why is not None or latency > WEBHOOK_TIMEOUT for latency, why in run.big.big):
         missed.append("big Pod answers")
@@ -601,9 +729,12 @@ def loop_misses(run: LoopRun) -> list[str]:
             missed.append(f"policy check of {kind}")
     for kind, reload in run.reloads.items():
         if reload is not None and (
-                reload.seconds is None or reload.seconds > LOOP_TARGETS["reload_s"]
-                or reload.stuck or not reload.latencies
-                or percentile(reload.latencies, 0.99) * 1e3 > LOOP_TARGETS["reload_p99_ms"]):
+            reload.seconds is None
+            or reload.seconds > LOOP_TARGETS["reload_s"]
+            or reload.stuck
+            or not reload.latencies
+            or percentile(reload.latencies, 0.99) * 1e3 > LOOP_TARGETS["reload_p99_ms"]
+        ):
             missed.append(f"reload of {kind}")
     return missed
 
@@ -627,8 +758,13 @@ def _pin_one(port: int, context: ssl.SSLContext) -> ssl.SSLSocket | None:
     return sock
 
 
-def _pin(port: int, ca_file: str, count: int, opened: multiprocessing.synchronize.Event,
-         stop: multiprocessing.synchronize.Event) -> None:
+def _pin(
+    port: int,
+    ca_file: str,
+    count: int,
+    opened: multiprocessing.synchronize.Event,
+    stop: multiprocessing.synchronize.Event,
+) -> None:
     """The attacker, in a process of its own: ``count`` pinned connections, kept up."""
     context = ssl.create_default_context(cafile=ca_file)
     held: dict[int, ssl.SSLSocket] = {}
@@ -668,8 +804,9 @@ class Pinned:
     server quiet or the cap reached)."""
 
 
-def _fresh_connection(port: int, context: ssl.SSLContext,
-                      request: tuple[bytes, str]) -> float | None:
+def _fresh_connection(
+    port: int, context: ssl.SSLContext, request: tuple[bytes, str]
+) -> float | None:
     """Seconds until a new connection's one admission is answered, or None if refused."""
     started = time.perf_counter()
     try:
@@ -685,9 +822,14 @@ def _fresh_connection(port: int, context: ssl.SSLContext,
     return None if tally.errors else time.perf_counter() - started
 
 
-def _keep_alive(port: int, context: ssl.SSLContext, requests: Sequence[tuple[bytes, str]],
-                connection: Connection | None, count: int,
-                seconds: float) -> tuple[list[float], int, Connection | None]:
+def _keep_alive(
+    port: int,
+    context: ssl.SSLContext,
+    requests: Sequence[tuple[bytes, str]],
+    connection: Connection | None,
+    count: int,
+    seconds: float,
+) -> tuple[list[float], int, Connection | None]:
     """``count`` admissions (or as many as ``seconds`` allow) over one keep-alive
     connection, reopened whenever it is lost; the latencies, the losses, the connection."""
     latencies: list[float] = []
@@ -734,8 +876,7 @@ def _quiet(pid: int, *, cap: float, tick: Callable[[], None]) -> float:
     return time.monotonic() - started
 
 
-def pinned_run(executable: str, count: int, *, fresh: int, normal: int,
-               cap: float) -> Pinned:
+def pinned_run(executable: str, count: int, *, fresh: int, normal: int, cap: float) -> Pinned:
     """The scenario against ``executable`` (a ``mirrorgate`` script) with its default limits."""
     with tempfile.TemporaryDirectory(prefix="mirrorgate-pinned-") as tmp:
         workdir = pathlib.Path(tmp)
@@ -744,8 +885,9 @@ def pinned_run(executable: str, count: int, *, fresh: int, normal: int,
         requests = server_bench.bodies(server_bench.SIZES[0], port)
         fork = multiprocessing.get_context("fork")
         opened, stop = fork.Event(), fork.Event()
-        attacker = fork.Process(target=_pin, args=(port, str(workdir / "ca.crt"), count,
-                                                   opened, stop), daemon=True)
+        attacker = fork.Process(
+            target=_pin, args=(port, str(workdir / "ca.crt"), count, opened, stop), daemon=True
+        )
         try:
             client: Connection | None = Connection(port, context)
             lost = 0
@@ -762,13 +904,13 @@ def pinned_run(executable: str, count: int, *, fresh: int, normal: int,
             while not opened.wait(1.0) and time.monotonic() - started < cap:
                 tick()
             pinned_in = time.monotonic() - started + _quiet(pid, cap=cap, tick=tick)
-            latencies, missed, client = _keep_alive(port, context, requests, client, normal,
-                                                    cap)
+            latencies, missed, client = _keep_alive(port, context, requests, client, normal, cap)
             lost += missed
             if client is not None:
                 client.close()
-            answered = [_fresh_connection(port, context, requests[i % len(requests)])
-                        for i in range(fresh)]
+            answered = [
+                _fresh_connection(port, context, requests[i % len(requests)]) for i in range(fresh)
+            ]
             rss = rss_mb(pid)
         finally:
             stop.set()
@@ -777,8 +919,14 @@ def pinned_run(executable: str, count: int, *, fresh: int, normal: int,
                 attacker.kill()
             server_bench.stop_servers([server])
     served = [seconds for seconds in answered if seconds is not None]
-    return Pinned(fresh=served, fresh_failed=len(answered) - len(served), latencies=latencies,
-                  lost=lost, rss_mb=rss, pinned_in=pinned_in)
+    return Pinned(
+        fresh=served,
+        fresh_failed=len(answered) - len(served),
+        latencies=latencies,
+        lost=lost,
+        rss_mb=rss,
+        pinned_in=pinned_in,
+    )
 
 
 def _pinned_cells(run: Pinned, fresh: int, normal: int) -> tuple[str, str, str]:
@@ -789,8 +937,10 @@ def _pinned_cells(run: Pinned, fresh: int, normal: int) -> tuple[str, str, str]:
     else:
         served = f"all {fresh}, the slowest in {max(run.fresh):.2f} s"
     if run.latencies:
-        kept = (f"{percentile(run.latencies, 0.5) * 1e3:.2f} / "
-                f"{percentile(run.latencies, 0.99) * 1e3:.2f} ms")
+        kept = (
+            f"{percentile(run.latencies, 0.5) * 1e3:.2f} / "
+            f"{percentile(run.latencies, 0.99) * 1e3:.2f} ms"
+        )
         if len(run.latencies) + run.lost < normal:
             kept += f" ({len(run.latencies)} answered in the time cap)"
     else:
@@ -800,34 +950,47 @@ def _pinned_cells(run: Pinned, fresh: int, normal: int) -> tuple[str, str, str]:
     return served, kept, f"{run.rss_mb:.1f} MB"
 
 
-def pinned_report(now: Pinned, before: Pinned | None, *, count: int, fresh: int,
-                  normal: int) -> list[str]:
+def pinned_report(
+    now: Pinned, before: Pinned | None, *, count: int, fresh: int, normal: int
+) -> list[str]:
     """Print the scenario's table; the targets it missed (by the current server)."""
-    print(f"\nConnections pinned by unread answers, up to the connection limit ({count:,} "
-          f"connections, each pipelining {PIN_PIPELINED:,} GET /metrics and reading nothing, "
-          "reopened when closed; default limits)\n")
+    print(
+        f"\nConnections pinned by unread answers, up to the connection limit ({count:,} "
+        f"connections, each pipelining {PIN_PIPELINED:,} GET /metrics and reading nothing, "
+        "reopened when closed; default limits)\n"
+    )
     header = "| measure | " + ("before | " if before else "") + "now | target |"
     print(header)
     print("| --- | " + ("---: | " if before else "") + "---: | ---: |")
     cells_now = _pinned_cells(now, fresh, normal)
     cells_before = _pinned_cells(before, fresh, normal) if before else None
-    for i, (label, target) in enumerate((
+    for i, (label, target) in enumerate(
+        (
             (f"{fresh} fresh connections, one admission each", "each ≤ 1 s"),
-            (f"keep-alive admissions p50 / p99 ({normal}, on a connection in use)",
-             "p99 ≤ 50 ms"),
-            ("server RSS while pinned", "≤ 250 MB"))):
-        print(f"| {label} | " + (f"{cells_before[i]} | " if cells_before else "")
-              + f"{cells_now[i]} | {target} |")
+            (f"keep-alive admissions p50 / p99 ({normal}, on a connection in use)", "p99 ≤ 50 ms"),
+            ("server RSS while pinned", "≤ 250 MB"),
+        )
+    ):
+        print(
+            f"| {label} | "
+            + (f"{cells_before[i]} | " if cells_before else "")
+            + f"{cells_now[i]} | {target} |"
+        )
     timing = f"measured {now.pinned_in:.0f} s into the attack"
     if before:
         timing += f" ({before.pinned_in:.0f} s before)"
-    print(f"\n({timing}, once every connection was opened and the server quiet or the cap "
-          "reached; every admission checked for its patch.)")
+    print(
+        f"\n({timing}, once every connection was opened and the server quiet or the cap "
+        "reached; every admission checked for its patch.)"
+    )
     missed = []
     if now.fresh_failed or max(now.fresh, default=0.0) > PINNED_TARGETS["fresh_s"]:
         missed.append("pinned: fresh connection")
-    if now.lost or not now.latencies or \
-            percentile(now.latencies, 0.99) * 1e3 > PINNED_TARGETS["p99_ms"]:
+    if (
+        now.lost
+        or not now.latencies
+        or percentile(now.latencies, 0.99) * 1e3 > PINNED_TARGETS["p99_ms"]
+    ):
         missed.append("pinned: keep-alive p99")
     if now.rss_mb > PINNED_TARGETS["rss_mb"]:
         missed.append("pinned: RSS")
@@ -839,13 +1002,20 @@ def pinned_scenario(args: argparse.Namespace) -> list[str]:
     executable = str(pathlib.Path(sys.executable).parent / "mirrorgate")
     before = None
     if args.baseline_server:
-        before = pinned_run(args.baseline_server, args.pinned, fresh=args.fresh,
-                            normal=args.pinned_normal, cap=args.pinned_cap)
-    now = pinned_run(executable, args.pinned, fresh=args.fresh, normal=args.pinned_normal,
-                     cap=args.pinned_cap)
+        before = pinned_run(
+            args.baseline_server,
+            args.pinned,
+            fresh=args.fresh,
+            normal=args.pinned_normal,
+            cap=args.pinned_cap,
+        )
+    now = pinned_run(
+        executable, args.pinned, fresh=args.fresh, normal=args.pinned_normal, cap=args.pinned_cap
+    )
     with results.capture("abuse-pinned", command="make bench-abuse"):
-        return pinned_report(now, before, count=args.pinned, fresh=args.fresh,
-                             normal=args.pinned_normal)
+        return pinned_report(
+            now, before, count=args.pinned, fresh=args.fresh, normal=args.pinned_normal
+        )
 
 
 # -- hostile policy reviews at /validate-policy beside Pod admissions ----------
@@ -866,22 +1036,38 @@ def hostile_policies() -> dict[str, tuple[str, str | None]]:
     depth = (limit - len("mode: \n")) // 2
     texts = {
         f"largest accepted, {count:,} valid rules": (largest, None),
-        "alias bomb, 9^9 strings under mode": ("\n".join([*alias_bomb(), "mode: *i"]) + "\n",
-                                               "values with its aliases expanded"),
-        f"nested {depth:,} deep": ("mode: " + "[" * depth + "]" * depth + "\n",
-                                    "exceeded maximum nesting depth"),
+        "alias bomb, 9^9 strings under mode": (
+            "\n".join([*alias_bomb(), "mode: *i"]) + "\n",
+            "values with its aliases expanded",
+        ),
+        f"nested {depth:,} deep": (
+            "mode: " + "[" * depth + "]" * depth + "\n",
+            "exceeded maximum nesting depth",
+        ),
     }
-    return {f"{name} ({len(text.encode()):,} bytes)": (text, denial)
-            for name, (text, denial) in texts.items()}
+    return {
+        f"{name} ({len(text.encode()):,} bytes)": (text, denial)
+        for name, (text, denial) in texts.items()
+    }
 
 
 def policy_review_body(text: str, uid: str) -> bytes:
     """An UPDATE of the labelled policy ConfigMap, as the API server sends /validate-policy."""
-    body = pods.admission_review({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "mirrorgate-policy", "namespace": "mirrorgate",
-                     "labels": {"mirrorgate.io/policy": "true"}},
-        "data": {"policy.yaml": text}}, uid=uid, kind="ConfigMap", resource="configmaps")
+    body = pods.admission_review(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "mirrorgate-policy",
+                "namespace": "mirrorgate",
+                "labels": {"mirrorgate.io/policy": "true"},
+            },
+            "data": {"policy.yaml": text},
+        },
+        uid=uid,
+        kind="ConfigMap",
+        resource="configmaps",
+    )
     body["request"]["operation"] = "UPDATE"
     return orjson.dumps(body)
 
@@ -899,14 +1085,23 @@ def policy_review_verdict(status: int, answer: bytes, denial: str | None) -> str
     return None
 
 
-def policy_review_sender(port: int, cafile: str, seconds: float, first: int,
-                         answers: Any) -> None:
+def policy_review_sender(port: int, cafile: str, seconds: float, first: int, answers: Any) -> None:
     """One client sending the hostile reviews in turn, back to back (a process of its own)."""
     context = ssl.create_default_context(cafile=cafile)
     kinds = list(hostile_policies().items())
-    requests = [(name, http_request("POST", "/validate-policy?timeout=5s", port,
-                                    policy_review_body(text, f"hostile-{i}")), denial)
-                for i, (name, (text, denial)) in enumerate(kinds)]
+    requests = [
+        (
+            name,
+            http_request(
+                "POST",
+                "/validate-policy?timeout=5s",
+                port,
+                policy_review_body(text, f"hostile-{i}"),
+            ),
+            denial,
+        )
+        for i, (name, (text, denial)) in enumerate(kinds)
+    ]
     connection = Connection(port, context)
     found: list[tuple[str, float, str | None]] = []
     end = time.monotonic() + seconds
@@ -917,8 +1112,9 @@ def policy_review_sender(port: int, cafile: str, seconds: float, first: int,
             name, request, denial = requests[turn % len(requests)]
             started = time.perf_counter()
             status, answer = connection.exchange(request)
-            found.append((name, time.perf_counter() - started,
-                          policy_review_verdict(status, answer, denial)))
+            found.append(
+                (name, time.perf_counter() - started, policy_review_verdict(status, answer, denial))
+            )
     finally:
         connection.close()
         answers.put(found)
@@ -943,9 +1139,13 @@ def policy_review_run(clients: int, seconds: float) -> PolicyReviews:
         port, pid = server.port, server.process.pid
         spawn = multiprocessing.get_context("spawn")
         answers = spawn.Queue()
-        senders = [spawn.Process(target=policy_review_sender,
-                                 args=(port, str(workdir / "ca.crt"), seconds, i, answers))
-                   for i in range(clients)]
+        senders = [
+            spawn.Process(
+                target=policy_review_sender,
+                args=(port, str(workdir / "ca.crt"), seconds, i, answers),
+            )
+            for i in range(clients)
+        ]
         try:
             normal_latencies(port, context, 500)  # warm
             end = time.monotonic() + seconds
@@ -955,8 +1155,9 @@ def policy_review_run(clients: int, seconds: float) -> PolicyReviews:
             for sender in senders:
                 sender.start()
             time.sleep(2.0)  # the senders have loaded Python and sent
-            beside = normal_latencies(port, context, 10**9,
-                                      until=lambda: not any(s.is_alive() for s in senders))
+            beside = normal_latencies(
+                port, context, 10**9, until=lambda: not any(s.is_alive() for s in senders)
+            )
             hostile = [answer for _ in senders for answer in answers.get(timeout=120)]
             growth = rss_mb(pid, "VmHWM") - before
             for sender in senders:
@@ -978,42 +1179,51 @@ def policy_review_report(run: PolicyReviews, *, clients: int, seconds: float) ->
     """Print the scenario's table; the targets it missed."""
     from mirrorgate.webhook.edge.offload import LARGE_POLICY_REVIEW_BYTES
 
-    print(f"\nHostile policy reviews at /validate-policy: {clients} clients each sending the "
-          f"reviews below in turn, back to back, for {seconds:.0f} s, beside one client of "
-          f"normal Pod admissions; the baseline is that client alone for {seconds:.0f} s, "
-          "just before (real HTTPS server, loopback, default limits)\n")
+    print(
+        f"\nHostile policy reviews at /validate-policy: {clients} clients each sending the "
+        f"reviews below in turn, back to back, for {seconds:.0f} s, beside one client of "
+        f"normal Pod admissions; the baseline is that client alone for {seconds:.0f} s, "
+        "just before (real HTTPS server, loopback, default limits)\n"
+    )
     print("| measure | value | target |")
     print("| --- | --- | --- |")
     base_p99, base_max = percentile(run.baseline, 0.99), max(run.baseline)
-    print(f"| normal admissions alone: p50 / p99 / max | "
-          f"{percentile(run.baseline, 0.5) * 1e3:.1f} / "
-          f"{base_p99 * 1e3:.1f} / {base_max * 1e3:,.0f} ms "
-          f"({len(run.baseline):,}, {_rate(run.baseline)}) | |")
+    print(
+        f"| normal admissions alone: p50 / p99 / max | "
+        f"{percentile(run.baseline, 0.5) * 1e3:.1f} / "
+        f"{base_p99 * 1e3:.1f} / {base_max * 1e3:,.0f} ms "
+        f"({len(run.baseline):,}, {_rate(run.baseline)}) | |"
+    )
     p99, largest = percentile(run.beside, 0.99), max(run.beside, default=0.0)
-    print(f"| normal admissions beside the hostile reviews: p50 / p99 / max | "
-          f"{percentile(run.beside, 0.5) * 1e3:.1f} / {p99 * 1e3:.1f} / {largest * 1e3:,.0f} ms "
-          f"({len(run.beside):,}, {_rate(run.beside)}; p99 {p99 / base_p99:.1f}× and max "
-          f"{largest / base_max:.1f}× "
-          f"the baseline's) | p99 ≤ {REVIEW_TARGETS['p99_ms']:.0f} ms, none over "
-          f"{REVIEW_TARGETS['max_s']:.0f} s |")
+    print(
+        f"| normal admissions beside the hostile reviews: p50 / p99 / max | "
+        f"{percentile(run.beside, 0.5) * 1e3:.1f} / {p99 * 1e3:.1f} / {largest * 1e3:,.0f} ms "
+        f"({len(run.beside):,}, {_rate(run.beside)}; p99 {p99 / base_p99:.1f}× and max "
+        f"{largest / base_max:.1f}× "
+        f"the baseline's) | p99 ≤ {REVIEW_TARGETS['p99_ms']:.0f} ms, none over "
+        f"{REVIEW_TARGETS['max_s']:.0f} s |"
+    )
     missed = []
     for kind, (_, denial) in hostile_policies().items():
         latencies = [latency for name, latency, _ in run.hostile if name == kind]
         wrong = [why for name, _, why in run.hostile if name == kind and why is not None]
         late = sum(1 for latency in latencies if latency > REVIEW_TARGETS["hostile_s"])
-        print(f"| hostile: {kind}: answer p50 / max | {_ms(latencies, 0.5)} / "
-              f"{max(latencies, default=0) * 1e3:,.0f} ms ({len(latencies):,} answered, "
-              f"{late} past {WEBHOOK_TIMEOUT:.0f} s, {len(wrong)} wrong) | within "
-              f"{WEBHOOK_TIMEOUT:.0f} s, {'allowed' if denial is None else 'denied'} |")
+        print(
+            f"| hostile: {kind}: answer p50 / max | {_ms(latencies, 0.5)} / "
+            f"{max(latencies, default=0) * 1e3:,.0f} ms ({len(latencies):,} answered, "
+            f"{late} past {WEBHOOK_TIMEOUT:.0f} s, {len(wrong)} wrong) | within "
+            f"{WEBHOOK_TIMEOUT:.0f} s, {'allowed' if denial is None else 'denied'} |"
+        )
         if not latencies or wrong or late:
             missed.append(f"policy reviews: {kind.split(' (')[0]}")
     print(f"| server peak RSS growth meanwhile | {run.peak_growth_mb:+.0f} MB | |")
-    print(f"\n(Reviews over {LARGE_POLICY_REVIEW_BYTES >> 10} KiB are judged one at a time "
-          "in the review worker process, smaller ones on a thread of the server: each hostile "
-          "answer includes its wait behind the others' in the queue. Every normal admission "
-          "checked for its patch.)")
-    if not run.beside or p99 * 1e3 > REVIEW_TARGETS["p99_ms"] \
-            or largest > REVIEW_TARGETS["max_s"]:
+    print(
+        f"\n(Reviews over {LARGE_POLICY_REVIEW_BYTES >> 10} KiB are judged one at a time "
+        "in the review worker process, smaller ones on a thread of the server: each hostile "
+        "answer includes its wait behind the others' in the queue. Every normal admission "
+        "checked for its patch.)"
+    )
+    if not run.beside or p99 * 1e3 > REVIEW_TARGETS["p99_ms"] or largest > REVIEW_TARGETS["max_s"]:
         missed.append("normal admissions beside hostile policy reviews")
     return missed
 
@@ -1022,47 +1232,93 @@ def policy_review_scenario(args: argparse.Namespace) -> list[str]:
     """Run the scenario and record it (``abuse-policy-review``); the targets missed."""
     run = policy_review_run(args.review_clients, args.review_seconds)
     with results.capture("abuse-policy-review", command="make bench-abuse"):
-        return policy_review_report(run, clients=args.review_clients,
-                                    seconds=args.review_seconds)
+        return policy_review_report(run, clients=args.review_clients, seconds=args.review_seconds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.abuse_bench",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.abuse_bench",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--idle", type=int, default=1000, help="idle connections to hold")
     parser.add_argument("--normal", type=int, default=2000, help="normal admissions timed")
     parser.add_argument("--flood", type=int, default=10_000, help="unique 2.5 MB reviews")
     parser.add_argument("--flood-connections", type=int, default=4)
-    parser.add_argument("--time-cap", type=float, default=300.0, metavar="SECONDS",
-                        help="upper bound of the flood (default: %(default)s)")
-    parser.add_argument("--adds", type=int, default=20,
-                        help="concurrent `credentials add` processes (default: %(default)s)")
-    parser.add_argument("--before", type=pathlib.Path, metavar="DIR",
-                        help="a checkout of today's code (git worktree add /tmp/before-loop "
-                             "main): the big-Pod and policy scenarios run against it too")
-    parser.add_argument("--only-loop", action="store_true",
-                        help="run only the big-Pod and policy scenarios (issue 19)")
+    parser.add_argument(
+        "--time-cap",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="upper bound of the flood (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--adds",
+        type=int,
+        default=20,
+        help="concurrent `credentials add` processes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--before",
+        type=pathlib.Path,
+        metavar="DIR",
+        help="a checkout of today's code (git worktree add /tmp/before-loop "
+        "main): the big-Pod and policy scenarios run against it too",
+    )
+    parser.add_argument(
+        "--only-loop",
+        action="store_true",
+        help="run only the big-Pod and policy scenarios (issue 19)",
+    )
     parser.add_argument("--big-clients", type=int, default=3)
     parser.add_argument("--big-seconds", type=float, default=20.0)
-    parser.add_argument("--pinned", type=int, default=1024,
-                        help="connections pinned by unread answers (default: the limit)")
-    parser.add_argument("--fresh", type=int, default=10,
-                        help="fresh connections tried while they are pinned")
-    parser.add_argument("--pinned-normal", type=int, default=500,
-                        help="keep-alive admissions timed while they are pinned")
-    parser.add_argument("--pinned-cap", type=float, default=60.0, metavar="SECONDS",
-                        help="upper bound of pinning, and of the timed admissions")
-    parser.add_argument("--baseline-server", metavar="PATH",
-                        help="the mirrorgate script of an earlier version, run beside")
-    parser.add_argument("--only-pinned", action="store_true",
-                        help="run only the pinned-connections scenario")
-    parser.add_argument("--review-clients", type=int, default=3,
-                        help="clients sending hostile policy reviews (default: %(default)s)")
-    parser.add_argument("--review-seconds", type=float, default=20.0,
-                        help="how long they send, and the baseline lasts")
-    parser.add_argument("--only-policy-review", action="store_true",
-                        help="run only the hostile policy reviews scenario")
+    parser.add_argument(
+        "--pinned",
+        type=int,
+        default=1024,
+        help="connections pinned by unread answers (default: the limit)",
+    )
+    parser.add_argument(
+        "--fresh", type=int, default=10, help="fresh connections tried while they are pinned"
+    )
+    parser.add_argument(
+        "--pinned-normal",
+        type=int,
+        default=500,
+        help="keep-alive admissions timed while they are pinned",
+    )
+    parser.add_argument(
+        "--pinned-cap",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="upper bound of pinning, and of the timed admissions",
+    )
+    parser.add_argument(
+        "--baseline-server",
+        metavar="PATH",
+        help="the mirrorgate script of an earlier version, run beside",
+    )
+    parser.add_argument(
+        "--only-pinned", action="store_true", help="run only the pinned-connections scenario"
+    )
+    parser.add_argument(
+        "--review-clients",
+        type=int,
+        default=3,
+        help="clients sending hostile policy reviews (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--review-seconds",
+        type=float,
+        default=20.0,
+        help="how long they send, and the baseline lasts",
+    )
+    parser.add_argument(
+        "--only-policy-review",
+        action="store_true",
+        help="run only the hostile policy reviews scenario",
+    )
     args = parser.parse_args(argv)
     if args.only_pinned:
         missed = pinned_scenario(args)
@@ -1071,8 +1327,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.only_policy_review:
         missed = policy_review_scenario(args)
     else:
-        missed = (limits_scenarios(args) + pinned_scenario(args) + loop_main(args)
-                  + policy_review_scenario(args))
+        missed = (
+            limits_scenarios(args)
+            + pinned_scenario(args)
+            + loop_main(args)
+            + policy_review_scenario(args)
+        )
     if args.check and missed:
         print(f"FAIL: {', '.join(missed)}", file=sys.stderr)
         return 1
@@ -1085,13 +1345,24 @@ def loop_main(args: argparse.Namespace) -> list[str]:
         workdir = pathlib.Path(tmp)
         context, tls_args = server_bench.serving_files(workdir, policy=server_bench.POLICY)
         options = {"clients": args.big_clients, "seconds": args.big_seconds}
-        now = loop_scenarios("now", server_bench.ROOT, workdir, context, tls_args,
-                             reload_kinds=("",), **options)
+        now = loop_scenarios(
+            "now", server_bench.ROOT, workdir, context, tls_args, reload_kinds=("",), **options
+        )
         # Today's server froze for 62 s on the 9^9 bomb and took 2.7 GB on the one
         # under a source: it is reloaded with the bomb last, and never that one.
-        before = loop_scenarios("before", args.before, workdir, context, tls_args,
-                                reload_kinds=("valid rules", "nested", "9^9"),
-                                **options) if args.before else None
+        before = (
+            loop_scenarios(
+                "before",
+                args.before,
+                workdir,
+                context,
+                tls_args,
+                reload_kinds=("valid rules", "nested", "9^9"),
+                **options,
+            )
+            if args.before
+            else None
+        )
     with results.capture("abuse-loop", command="make bench-abuse"):
         loop_report(now, before, **options)
     return loop_misses(now)
@@ -1121,8 +1392,7 @@ def limits_scenarios(args: argparse.Namespace) -> list[str]:
 
             before_flood = after_idle
             started = time.monotonic()
-            sent = flood(port, context, args.flood, args.flood_connections,
-                         started + args.time_cap)
+            sent = flood(port, context, args.flood, args.flood_connections, started + args.time_cap)
             flood_seconds = time.monotonic() - started
             after_flood = settle(pid)
             admitted_after = normal_latencies(port, context, 200)
@@ -1137,25 +1407,37 @@ def limits_scenarios(args: argparse.Namespace) -> list[str]:
         print("| measure | value | target |")
         print("| --- | ---: | ---: |")
         print(f"| RSS at rest (after 500 admissions) | {baseline:.1f} MB | |")
-        print(f"| RSS with {args.idle:,} idle keep-alive TLS connections ({still_open:,} still "
-              f"open after the timing; opened in {opened_in:.1f} s) | {with_idle:.1f} MB "
-              f"| ≤ {TARGETS['idle_rss_mb']:.0f} MB |")
+        print(
+            f"| RSS with {args.idle:,} idle keep-alive TLS connections ({still_open:,} still "
+            f"open after the timing; opened in {opened_in:.1f} s) | {with_idle:.1f} MB "
+            f"| ≤ {TARGETS['idle_rss_mb']:.0f} MB |"
+        )
         print(f"| RSS after they closed | {after_idle:.1f} MB | |")
-        print(f"| normal admission p50 / p99, no other clients | "
-              f"{percentile(quiet, 0.5) * 1e3:.2f} / {percentile(quiet, 0.99) * 1e3:.2f} ms | |")
-        print(f"| normal admission p50 / p99, {args.idle:,} idle connections open | "
-              f"{p50:.2f} / {p99:.2f} ms | p99 ≤ {TARGETS['p99_ms']:.0f} ms |")
-        print(f"| RSS growth after {sent:,} reviews with unique 2.5 MB images "
-              f"({flood_seconds:.0f} s, {args.flood_connections} connections) | {growth:+.1f} MB "
-              f"({before_flood:.1f} → {after_flood:.1f}) | ≤ {TARGETS['flood_growth_mb']:.0f} MB |")
-        print(f"| {args.adds} concurrent `credentials add` to one store (real processes; "
-              f"{adds['exited_0']} exited 0, {adds['failed']} failed with a message, in "
-              f"{adds['seconds']:.1f} s) | {adds['entries']} entries | {adds['expected']} entries, "
-              "or every add not applied fails with a message |")
-        print(f"\nChecks: every flood answer allowed, unpatched, with one warning under 2,000 "
-              f"characters; {len(admitted_after)} admissions after the flood patched correctly; "
-              f"median normal latency {statistics.median(loaded) * 1e3:.2f} ms; "
-              f"{errors} error log lines.")
+        print(
+            f"| normal admission p50 / p99, no other clients | "
+            f"{percentile(quiet, 0.5) * 1e3:.2f} / {percentile(quiet, 0.99) * 1e3:.2f} ms | |"
+        )
+        print(
+            f"| normal admission p50 / p99, {args.idle:,} idle connections open | "
+            f"{p50:.2f} / {p99:.2f} ms | p99 ≤ {TARGETS['p99_ms']:.0f} ms |"
+        )
+        print(
+            f"| RSS growth after {sent:,} reviews with unique 2.5 MB images "
+            f"({flood_seconds:.0f} s, {args.flood_connections} connections) | {growth:+.1f} MB "
+            f"({before_flood:.1f} → {after_flood:.1f}) | ≤ {TARGETS['flood_growth_mb']:.0f} MB |"
+        )
+        print(
+            f"| {args.adds} concurrent `credentials add` to one store (real processes; "
+            f"{adds['exited_0']} exited 0, {adds['failed']} failed with a message, in "
+            f"{adds['seconds']:.1f} s) | {adds['entries']} entries | {adds['expected']} entries, "
+            "or every add not applied fails with a message |"
+        )
+        print(
+            f"\nChecks: every flood answer allowed, unpatched, with one warning under 2,000 "
+            f"characters; {len(admitted_after)} admissions after the flood patched correctly; "
+            f"median normal latency {statistics.median(loaded) * 1e3:.2f} ms; "
+            f"{errors} error log lines."
+        )
         missed = []
         if with_idle > TARGETS["idle_rss_mb"]:
             missed.append("idle RSS")

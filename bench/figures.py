@@ -26,11 +26,16 @@ END = "<!-- figures:end -->"
 
 # Each section: its results key, then how it was measured (figures come from the run).
 SECTIONS: tuple[tuple[str, str], ...] = (
-    ("planning", """\
+    (
+        "planning",
+        """\
 **Planning cost**: CPU µs per Pod for `policy.plan`, min of the repeats;
 *steady* repeats images as a cluster does, *cold* makes every image string
-unique."""),
-    ("server", """\
+unique.""",
+    ),
+    (
+        "server",
+        """\
 **Admission server**: the real HTTPS server on loopback against a *floor*, a
 minimal Starlette app under the same uvicorn settings, event loop (uvloop) and
 TLS context that parses the review and returns a fixed one-operation patch; it
@@ -45,8 +50,11 @@ grant decisions, the admission endpoints as lean ASGI handlers that a POST
 reaches past Starlette's middlewares and route matching, one log line
 written without the logging module's per-record machinery and flushed once a
 second, per-admission metrics as plain counters exported at scrape time,
-`gc.freeze()` after start-up and a higher collection threshold, orjson."""),
-    ("secrets", """\
+`gc.freeze()` after start-up and a higher collection threshold, orjson.""",
+    ),
+    (
+        "secrets",
+        """\
 **With pull secrets**: a real etcd and kube-apiserver with an audit log, the
 kubernetes credential store, every image needing a credential whose Secret
 already exists; then the first Pod of new namespaces, through the API server,
@@ -57,14 +65,20 @@ copy per `--reconcile-interval`, no write in etcd), not admission. Making a
 copy for the first Pod of a namespace is three API calls (claim the record,
 create the Secret, record its uid), the price of reading no Secret outside
 mirrorgate's namespace; the first Pod of any fresh namespace costs the API
-server far more than that, with or without a webhook."""),
-    ("abuse", """**Under abuse**: the real HTTPS server with its default limits: its RSS with
+server far more than that, with or without a webhook.""",
+    ),
+    (
+        "abuse",
+        """**Under abuse**: the real HTTPS server with its default limits: its RSS with
 1,000 idle keep-alive TLS connections open and after they close, an ordinary
 admission's latency while they are open, and the RSS growth after a flood of
 reviews each carrying a different 2.5 MB image (answered "invalid" with a
 bounded warning, kept in no memo). See
-[Security](security.md#limits-what-any-client-can-make-the-server-hold) for the limits."""),
-    ("abuse-loop", """\
+[Security](security.md#limits-what-any-client-can-make-the-server-hold) for the limits.""",
+    ),
+    (
+        "abuse-loop",
+        """\
 **Big Pods and policy reloads**: the real HTTPS server under the same
 benchmark, beside the previous version's code (`--before`, a checkout of it
 served by the same interpreter): normal admissions over one keep-alive
@@ -72,16 +86,22 @@ connection while three processes send 3 MB Pods of 50,000 containers back to
 back, then `mirrorgate policy check` and a live reload of a 1 MiB policy of
 valid rules and of three files built to hurt (YAML alias bombs, 100,000-deep
 nesting), with normal admissions timed for 3 s from each file's replacement.
-The reload verdict includes up to one `--reload-interval` (1 s) of polling."""),
-    ("abuse-pinned", """\
+The reload verdict includes up to one `--reload-interval` (1 s) of polling.""",
+    ),
+    (
+        "abuse-pinned",
+        """\
 **Pinned by unread answers**: the real HTTPS server with its default limits
 while another process holds the connection limit's worth of connections,
 each pipelining 1,000 `GET /metrics` that it never reads, and opens a new
 one whenever the server closes one. Beside them, a keep-alive client already
 in use goes on with its admissions and fresh connections make one each.
 *before* is the previous version under the same run, in the same sitting
-(`--baseline-server`)."""),
-    ("abuse-policy-review", """\
+(`--baseline-server`).""",
+    ),
+    (
+        "abuse-policy-review",
+        """\
 **Hostile policy reviews**: the real HTTPS server with its default limits
 while three processes post reviews of the policy ConfigMap to
 `/validate-policy` back to back (anyone who reaches the port can): the
@@ -91,8 +111,11 @@ ordinary Pod admissions over a keep-alive connection; the same client alone,
 just before, is the baseline. A review over 8 KiB is judged in the review
 worker process (`webhook/edge/offload.py`), one at a time, so that it does
 not hold the interpreter's lock the admissions need; every hostile answer is
-checked (allowed, or denied naming the bound)."""),
-    ("pods", """\
+checked (allowed, or denied naming the bound).""",
+    ),
+    (
+        "pods",
+        """\
 **Pod start on a real node**: the e2e suite's node (kubelet, containerd),
 mirrorgate installed in it from its image by its chart, one Pod at a time,
 from just before the create call to the moment the container's process
@@ -104,8 +127,11 @@ rewritten, its Secret already there. The create call is the only step
 mirrorgate changes; the node does the same work for both. A third series,
 the baseline again in the same rounds, is the run's noise floor: a
 difference smaller than that is not a finding. With fewer than 100 Pods a
-p99 is the largest sample."""),
-    ("health", """\
+p99 is the largest sample.""",
+    ),
+    (
+        "health",
+        """\
 **Health probing**: two `mirrorgate serve` processes on the same policy, one
 probing a real TLS mirror on loopback every second (ten times the default
 rate), the other with `--no-health-probes`; alternating rounds, server CPU per
@@ -116,22 +142,24 @@ probe rounds that time allows and the admissions answered: no admission makes
 a network call.
 `tests/webhook/test_health.py` shows the same with an audit hook: no socket
 connect or name lookup while admissions are decided under healthy, down and
-failing states."""),
+failing states.""",
+    ),
 )
 
 
 def render_figures(recorded: Mapping[str, Any]) -> str:
     """The text between the markers."""
-    parts = ["This machine is shared and noisy; every figure is a ratio against a baseline "
-             "measured in the same run, and each section names the run it comes from."]
+    parts = [
+        "This machine is shared and noisy; every figure is a ratio against a baseline "
+        "measured in the same run, and each section names the run it comes from."
+    ]
     for key, method in SECTIONS:
         parts.append(method)
         found = recorded.get(key)
         if found is None:
             parts.append("*Not measured yet: run `make bench`.*")
             continue
-        parts.append(f"From `{found['command']}` on {found['measured']} "
-                     f"({found['cpus']} CPUs):")
+        parts.append(f"From `{found['command']}` on {found['measured']} ({found['cpus']} CPUs):")
         parts.append(found["report"])
     return "\n\n".join(parts)
 
@@ -146,17 +174,23 @@ def render(document: str, recorded: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.figures",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if docs/development.md differs from what the results give")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.figures", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if docs/development.md differs from what the results give",
+    )
     args = parser.parse_args(argv)
     current = TARGET.read_text()
     wanted = render(current, results.load())
     if args.check:
         if wanted != current:
-            print("docs/development.md figures are stale: run python -m bench.figures",
-                  file=sys.stderr)
+            print(
+                "docs/development.md figures are stale: run python -m bench.figures",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if wanted != current:

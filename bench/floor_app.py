@@ -34,16 +34,31 @@ from mirrorgate.webhook.edge import tls
 __all__ = ["create_app", "uvicorn_config"]
 
 # One operation, the size of a real single-image rewrite.
-PATCH = base64.b64encode(orjson.dumps([{
-    "op": "replace", "path": "/spec/containers/0/image",
-    "value": "mirror.corp.example/dockerhub/library/nginx:1.25.3"}])).decode("ascii")
+PATCH = base64.b64encode(
+    orjson.dumps(
+        [
+            {
+                "op": "replace",
+                "path": "/spec/containers/0/image",
+                "value": "mirror.corp.example/dockerhub/library/nginx:1.25.3",
+            }
+        ]
+    )
+).decode("ascii")
 
 
 async def mutate(request: Request) -> Response:
     document = orjson.loads(await request.body())
-    body = {"apiVersion": document["apiVersion"], "kind": "AdmissionReview",
-            "response": {"uid": document["request"]["uid"], "allowed": True,
-                         "patchType": "JSONPatch", "patch": PATCH}}
+    body = {
+        "apiVersion": document["apiVersion"],
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": document["request"]["uid"],
+            "allowed": True,
+            "patchType": "JSONPatch",
+            "patch": PATCH,
+        },
+    }
     return Response(orjson.dumps(body), media_type="application/json")
 
 
@@ -52,17 +67,30 @@ async def healthz(request: Request) -> Response:
 
 
 def create_app() -> Starlette:
-    return Starlette(routes=[Route("/mutate", mutate, methods=["POST"]),
-                             Route("/healthz", healthz, methods=["GET"])])
+    return Starlette(
+        routes=[
+            Route("/mutate", mutate, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ]
+    )
 
 
-def uvicorn_config(app: Starlette, *, host: str, port: int, cert: str,
-                   key: str) -> uvicorn.Config:
+def uvicorn_config(app: Starlette, *, host: str, port: int, cert: str, key: str) -> uvicorn.Config:
     """Mirrors webhook.commands.serve.uvicorn_config option for option; keep the two in step."""
     config = uvicorn.Config(
-        app, host=host, port=port, ssl_certfile=cert, ssl_keyfile=key,
-        log_config=None, access_log=False, lifespan="on", loop="uvloop", http="httptools",
-        ws="none", timeout_keep_alive=60)
+        app,
+        host=host,
+        port=port,
+        ssl_certfile=cert,
+        ssl_keyfile=key,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        loop="uvloop",
+        http="httptools",
+        ws="none",
+        timeout_keep_alive=60,
+    )
     config.load()
     config.ssl = tls.CertificateReloader(cert, key).base
     return config
@@ -76,8 +104,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8444)
     args = parser.parse_args(argv)
     logs.configure("info")  # as `mirrorgate serve` does: uvicorn's own lines as JSON
-    config = uvicorn_config(create_app(), host=args.host, port=args.port,
-                            cert=args.tls_cert, key=args.tls_key)
+    config = uvicorn_config(
+        create_app(), host=args.host, port=args.port, cert=args.tls_cert, key=args.tls_key
+    )
     uvicorn.Server(config).run()
 
 

@@ -49,12 +49,14 @@ ON, OFF = "probes-on", "probes-off"
 
 
 def bench_policy(mirror: str) -> str:
-    return (f"health: {{interval: {int(INTERVAL * 1000)}ms, timeout: 500ms}}\n"
-            f"mirrors:\n"
-            f"  - source: docker.io\n    mirror: {mirror}/dockerhub\n"
-            f"  - source: quay.io\n    mirror: {mirror}/quay\n"
-            f"  - source: ghcr.io\n    mirror: {mirror}/ghcr\n"
-            f"exclude:\n  namespaces: [mirrorgate]\n")
+    return (
+        f"health: {{interval: {int(INTERVAL * 1000)}ms, timeout: 500ms}}\n"
+        f"mirrors:\n"
+        f"  - source: docker.io\n    mirror: {mirror}/dockerhub\n"
+        f"  - source: quay.io\n    mirror: {mirror}/quay\n"
+        f"  - source: ghcr.io\n    mirror: {mirror}/ghcr\n"
+        f"exclude:\n  namespaces: [mirrorgate]\n"
+    )
 
 
 def probe_requests(stack: RegistryStack) -> int:
@@ -76,36 +78,47 @@ class Window:
     """Probe rounds that can start within the windows: one per interval, plus one each."""
 
 
-def report(runs: Sequence[Run], sizes: Sequence[Size], window: Window, *, rounds: int,
-           connections: int) -> list[str]:
+def report(
+    runs: Sequence[Run], sizes: Sequence[Size], window: Window, *, rounds: int, connections: int
+) -> list[str]:
     """Print the Markdown report; return the sizes that missed the target."""
-    print(f"Health probing on (interval {INTERVAL:g}s, one mirror host) against off: "
-          f"{connections} connections, {rounds} alternating rounds\n")
-    print("| body | probes off µs | probes on µs | on / off (median of per-round ratios) "
-          "| target |")
+    print(
+        f"Health probing on (interval {INTERVAL:g}s, one mirror host) against off: "
+        f"{connections} connections, {rounds} alternating rounds\n"
+    )
+    print(
+        "| body | probes off µs | probes on µs | on / off (median of per-round ratios) | target |"
+    )
     print("| --- | ---: | ---: | ---: | ---: |")
     missed = []
     for size in sizes:
         on = [r for r in runs if r.server == ON and r.size == size.name]
         off = [r for r in runs if r.server == OFF and r.size == size.name]
-        paired = statistics.median(a.cpu_per_request / b.cpu_per_request
-                                   for a, b in zip(on, off, strict=True))
+        paired = statistics.median(
+            a.cpu_per_request / b.cpu_per_request for a, b in zip(on, off, strict=True)
+        )
         if paired > TARGET:
             missed.append(size.name)
-        print(f"| {size.name} | {statistics.median(r.cpu_per_request for r in off) * 1e6:,.0f} | "
-              f"{statistics.median(r.cpu_per_request for r in on) * 1e6:,.0f} | {paired:.3f}× | "
-              f"≤ {TARGET}× |")
-    print(f"\nNo network call per admission: during the {window.seconds:.1f} s in which the "
-          f"probing server answered {window.admissions:,} admissions (warm-ups included), "
-          f"the mirror logged "
-          f"{window.probes} requests from mirrorgate's probes (at most {window.rounds} probe "
-          f"rounds fit in that time); the probes-off server had no outbound socket.")
+        print(
+            f"| {size.name} | {statistics.median(r.cpu_per_request for r in off) * 1e6:,.0f} | "
+            f"{statistics.median(r.cpu_per_request for r in on) * 1e6:,.0f} | {paired:.3f}× | "
+            f"≤ {TARGET}× |"
+        )
+    print(
+        f"\nNo network call per admission: during the {window.seconds:.1f} s in which the "
+        f"probing server answered {window.admissions:,} admissions (warm-ups included), "
+        f"the mirror logged "
+        f"{window.probes} requests from mirrorgate's probes (at most {window.rounds} probe "
+        f"rounds fit in that time); the probes-off server had no outbound socket."
+    )
     return missed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.health_bench",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.health_bench",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if the target is missed")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=4)
@@ -115,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=4.0)
     parser.add_argument("--time-cap", type=float, default=6.0, metavar="SECONDS")
     args = parser.parse_args(argv)
-    sizes = [dataclasses.replace(s, requests=max(50, int(s.requests * args.scale)))
-             for s in SIZES]
+    sizes = [dataclasses.replace(s, requests=max(50, int(s.requests * args.scale))) for s in SIZES]
     with tempfile.TemporaryDirectory(prefix="mirrorgate-health-bench-") as tmp:
         workdir = pathlib.Path(tmp)
         stack = start_registry_stack(workdir / "registry")
@@ -128,12 +140,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             program = str(pathlib.Path(sys.executable).parent / "mirrorgate")
             for name, extra in ((ON, []), (OFF, ["--no-health-probes"])):
                 port = free_port()
-                servers.append(start(name, [
-                    program, "serve", "--policy", str(workdir / "policy.yaml"), *tls_args,
-                    "--port", str(port), *extra], port, workdir, context))
+                servers.append(
+                    start(
+                        name,
+                        [
+                            program,
+                            "serve",
+                            "--policy",
+                            str(workdir / "policy.yaml"),
+                            *tls_args,
+                            "--port",
+                            str(port),
+                            *extra,
+                        ],
+                        port,
+                        workdir,
+                        context,
+                    )
+                )
             by_name = {s.name: s for s in servers}
-            requests = {(s.name, size.name): server_bench.bodies(size, s.port)
-                        for s in servers for size in sizes}
+            requests = {
+                (s.name, size.name): server_bench.bodies(size, s.port)
+                for s in servers
+                for size in sizes
+            }
             runs: list[Run] = []
             window = Window()
             for round_ in range(args.rounds):
@@ -143,12 +173,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         server = by_name[name]
                         warmup = max(50, size.requests // 10)
                         before, began = probe_requests(stack), time.monotonic()
-                        run = measure(server, size, requests[(name, size.name)], context,
-                                      connections=args.connections, warmup=warmup,
-                                      time_cap=args.time_cap)
+                        run = measure(
+                            server,
+                            size,
+                            requests[(name, size.name)],
+                            context,
+                            connections=args.connections,
+                            warmup=warmup,
+                            time_cap=args.time_cap,
+                        )
                         if run.rewrites != run.requests * size.containers:
-                            raise SystemExit(f"{name} rewrote {run.rewrites} images in "
-                                             f"{run.requests} reviews: a mirror was not up")
+                            raise SystemExit(
+                                f"{name} rewrote {run.rewrites} images in "
+                                f"{run.requests} reviews: a mirror was not up"
+                            )
                         if name == ON:
                             # The whole call: the warm-up's admissions count too.
                             seconds = time.monotonic() - began
@@ -157,14 +195,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                             window.probes += probe_requests(stack) - before
                             window.rounds += int(seconds / INTERVAL) + 1
                         else:
-                            outbound = server_bench.outbound_sockets(server.process.pid,
-                                                                     server.port)
+                            outbound = server_bench.outbound_sockets(
+                                server.process.pid, server.port
+                            )
                             if outbound:
                                 raise SystemExit(f"{OFF} made outbound connections: {outbound}")
                         runs.append(run)
-                        print(f"round {round_ + 1} {size.name:6} {name:10} {run.requests:5} req "
-                              f"server {run.cpu_per_request * 1e6:6,.0f} µs/req",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"round {round_ + 1} {size.name:6} {name:10} {run.requests:5} req "
+                            f"server {run.cpu_per_request * 1e6:6,.0f} µs/req",
+                            file=sys.stderr,
+                            flush=True,
+                        )
         finally:
             server_bench.stop_servers(servers)
             stack.stop()

@@ -81,8 +81,12 @@ class Samples:
 def _running(obj: k8s.V1Pod) -> bool:
     status = obj.status
     statuses = (status.container_statuses if status else None) or []
-    return bool(status and status.phase == "Running" and statuses
-                and all(s.state and s.state.running for s in statuses))
+    return bool(
+        status
+        and status.phase == "Running"
+        and statuses
+        and all(s.state and s.state.running for s in statuses)
+    )
 
 
 def start_one(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod, into: Samples) -> None:
@@ -98,15 +102,20 @@ def start_one(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod, into: Samples
     stream = watch.Watch()  # type: ignore[no-untyped-call]  # kubernetes leaves it unannotated
     try:
         for event in stream.stream(  # type: ignore[no-untyped-call]
-                core.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
-                resource_version=created.metadata.resource_version,
-                timeout_seconds=WATCH_TIMEOUT):
+            core.list_namespaced_pod,
+            namespace,
+            field_selector=f"metadata.name={name}",
+            resource_version=created.metadata.resource_version,
+            timeout_seconds=WATCH_TIMEOUT,
+        ):
             if _running(event["object"]):
                 running = time.monotonic() - started
                 break
         else:
-            raise TimeoutError(f"{namespace}/{name} not Running after {WATCH_TIMEOUT} s: "
-                               f"{nodepods.describe(nodepods.read(api, namespace, name))}")
+            raise TimeoutError(
+                f"{namespace}/{name} not Running after {WATCH_TIMEOUT} s: "
+                f"{nodepods.describe(nodepods.read(api, namespace, name))}"
+            )
     finally:
         stream.stop()  # type: ignore[no-untyped-call]
     first = nodepods.log(api, namespace, name).splitlines()[0]
@@ -126,22 +135,29 @@ class Setup:
     def body(self, series: str, workload: Workload, name: str) -> k8s.V1Pod:
         if series != "mirrorgate":
             image = f"{self.registry.host}/{workload.repository}:{workload.tag}"
-            return nodepods.pod(name, [nodepods.container("app", image, started_at=True)],
-                                pull_secrets=[self.secret])
+            return nodepods.pod(
+                name,
+                [nodepods.container("app", image, started_at=True)],
+                pull_secrets=[self.secret],
+            )
         return nodepods.pod(name, [nodepods.container("app", workload.image, started_at=True)])
 
 
-def measure(api: k8s.ApiClient, setup: Setup, pods: int, image_for: Callable[[int, str],
-                                                                           Workload]
-            ) -> dict[str, Samples]:
+def measure(
+    api: k8s.ApiClient, setup: Setup, pods: int, image_for: Callable[[int, str], Workload]
+) -> dict[str, Samples]:
     results = {series: Samples() for series in SERIES}
     for index in range(pods):
         # Rotate which series goes first, so none always follows another.
         shift = index % len(SERIES)
         for series in SERIES[shift:] + SERIES[:shift]:
             name = f"{series.replace(' ', '-')}-{index}"
-            start_one(api, setup.namespaces[series],
-                      setup.body(series, image_for(index, series), name), results[series])
+            start_one(
+                api,
+                setup.namespaces[series],
+                setup.body(series, image_for(index, series), name),
+                results[series],
+            )
     return results
 
 
@@ -155,20 +171,27 @@ def report(case: str, results: dict[str, Samples]) -> tuple[float, float]:
     base, mg, again = results["baseline"], results["mirrorgate"], results["baseline again"]
     n = len(base.process)
     print(f"\n### Pod start, {case} ({n} Pods per series)\n")
-    print("| time from create | baseline p50 / p99 | mirrorgate p50 / p99 | added p50 / p99 "
-          "| ratio p50 / p99 | baseline again − baseline, p50 / p99 |")
+    print(
+        "| time from create | baseline p50 / p99 | mirrorgate p50 / p99 | added p50 / p99 "
+        "| ratio p50 / p99 | baseline again − baseline, p50 / p99 |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     found = (0.0, 0.0)
-    for label, attribute in (("to process start", "process"), ("to Running (status)", "running"),
-                             ("create call", "create")):
+    for label, attribute in (
+        ("to process start", "process"),
+        ("to Running (status)", "running"),
+        ("create call", "create"),
+    ):
         b, m, a = (getattr(x, attribute) for x in (base, mg, again))
         b50, b99, m50, m99, a50, a99 = (pct(x, q) for x in (b, m, a) for q in (0.5, 0.99))
         if attribute == "process":
             found = ((m99 - b99) * 1e3, (a99 - b99) * 1e3)
-        print(f"| {label} | {ms(b50)} / {ms(b99)} ms | {ms(m50)} / {ms(m99)} ms | "
-              f"{(m50 - b50) * 1e3:+.1f} / {(m99 - b99) * 1e3:+.1f} ms | "
-              f"{m50 / b50:.2f}× / {m99 / b99:.2f}× | "
-              f"{(a50 - b50) * 1e3:+.1f} / {(a99 - b99) * 1e3:+.1f} ms |")
+        print(
+            f"| {label} | {ms(b50)} / {ms(b99)} ms | {ms(m50)} / {ms(m99)} ms | "
+            f"{(m50 - b50) * 1e3:+.1f} / {(m99 - b99) * 1e3:+.1f} ms | "
+            f"{m50 / b50:.2f}× / {m99 / b99:.2f}× | "
+            f"{(a50 - b50) * 1e3:+.1f} / {(a99 - b99) * 1e3:+.1f} ms |"
+        )
     return found
 
 
@@ -178,17 +201,26 @@ def cluster(workdir: Path) -> Iterator[tuple[k8s.ApiClient, Setup]]:
     registry = node.registry
     try:
         print(f"node ready in {node.timings['node_ready_s']:.1f} s", file=sys.stderr)
-        with installed_release(node, built_binary("helm"), workdir / "release"), \
-                node.control_plane.api_client() as api:
+        with (
+            installed_release(node, built_binary("helm"), workdir / "release"),
+            node.control_plane.api_client() as api,
+        ):
             baseline = create_namespace(api, "bench-baseline")
             namespaces = {
-                "baseline": baseline, "baseline again": baseline,
-                "mirrorgate": create_namespace(api, f"{GRANTED_PREFIX}bench-mirrorgate",
-                                               {"mirrorgate.io/mode": "enforce"}),
+                "baseline": baseline,
+                "baseline again": baseline,
+                "mirrorgate": create_namespace(
+                    api, f"{GRANTED_PREFIX}bench-mirrorgate", {"mirrorgate.io/mode": "enforce"}
+                ),
             }
             secret = nodepods.create_pull_secret(
-                api, namespaces["baseline"], "mirror-pull", registry.host,
-                registry.username, registry.password)
+                api,
+                namespaces["baseline"],
+                "mirror-pull",
+                registry.host,
+                registry.username,
+                registry.password,
+            )
             yield api, Setup(registry=registry, namespaces=namespaces, secret=secret)
     finally:
         node.stop()
@@ -196,19 +228,29 @@ def cluster(workdir: Path) -> Iterator[tuple[k8s.ApiClient, Setup]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pod_start_bench")
-    parser.add_argument("--pods", type=int, default=24,
-                        help="Pods per series and case (at least 20; default 24)")
+    parser.add_argument(
+        "--pods", type=int, default=24, help="Pods per series and case (at least 20; default 24)"
+    )
     args = parser.parse_args(argv)
     if args.pods < 20:
         parser.error("--pods must be at least 20: a p99 of fewer is just the maximum")
-    with tempfile.TemporaryDirectory(prefix="pod-start-bench-") as work, \
-            cluster(Path(work)) as (api, setup):
+    with (
+        tempfile.TemporaryDirectory(prefix="pod-start-bench-") as work,
+        cluster(Path(work)) as (api, setup),
+    ):
         cached = push_workload(setup.registry, "bench/cached")
         for series in SERIES[:2]:  # the warm-up pulls: from here on the node has the image
-            start_one(api, setup.namespaces[series], setup.body(series, cached, f"warm-{series}"),
-                      Samples())
-        fresh = {(i, s): push_workload(setup.registry, f"bench/first-{s.replace(' ', '-')}-{i}")
-                 for i in range(args.pods) for s in SERIES}
+            start_one(
+                api,
+                setup.namespaces[series],
+                setup.body(series, cached, f"warm-{series}"),
+                Samples(),
+            )
+        fresh = {
+            (i, s): push_workload(setup.registry, f"bench/first-{s.replace(' ', '-')}-{i}")
+            for i in range(args.pods)
+            for s in SERIES
+        }
         print("images pushed; measuring", file=sys.stderr)
         cached_results = measure(api, setup, args.pods, lambda i, s: cached)
         fresh_results = measure(api, setup, args.pods, lambda i, s: fresh[i, s])
@@ -223,13 +265,17 @@ def verdict_line(added: float, noise: float) -> None:
     """The target's verdict: mirrorgate's p99 difference against the run's A/A noise floor."""
     # A difference is only a finding where two identical series agree more closely.
     if abs(noise) > TARGET_CACHED_P99_MS:
-        verdict = (f"not resolved by this run: two identical baseline series differ by "
-                   f"{noise:+.1f} ms at p99, more than the target")
+        verdict = (
+            f"not resolved by this run: two identical baseline series differ by "
+            f"{noise:+.1f} ms at p99, more than the target"
+        )
     else:
         verdict = "met" if added <= TARGET_CACHED_P99_MS else "MISSED"
-    print(f"\ntarget: mirrorgate adds at most {TARGET_CACHED_P99_MS:.0f} ms at p99 to a "
-          f"cached-image Pod start (to process start): {added:+.1f} ms, {verdict} "
-          f"(A/A {noise:+.1f} ms)")
+    print(
+        f"\ntarget: mirrorgate adds at most {TARGET_CACHED_P99_MS:.0f} ms at p99 to a "
+        f"cached-image Pod start (to process start): {added:+.1f} ms, {verdict} "
+        f"(A/A {noise:+.1f} ms)"
+    )
 
 
 if __name__ == "__main__":

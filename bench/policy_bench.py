@@ -46,19 +46,19 @@ PATHS: tuple[Path, ...] = ("steady", "cold")
 # covers, one of them under a wildcard-looking domain so that the wildcard
 # walk runs for it. Interleaved so that a 5-container Pod already mixes both.
 IMAGES: tuple[tuple[str, str], ...] = (
-    ("nginx", ":1.25.3"),                                      # hit, library/nginx
-    ("quay.io/prometheus/node-exporter", ":v1.7.0"),           # miss
-    ("acme/platform/billing-api", ":1.4.2"),                   # hit, depth 3
-    ("ghcr.io/fluxcd/source-controller", ":v1.2.4"),           # miss
-    ("index.docker.io/acme/data/etl/worker", ":2.0.1"),        # hit, depth 4, alias
-    ("bitnami/redis", ":7.2.4"),                               # hit, depth 2
-    ("registry.k8s.io/ingress-nginx/controller", ":v1.9.5"),   # miss
-    ("busybox", "@" + pods.DIGEST),                            # hit, digest
-    ("registry7.example.org/platform/team7/api", ":3.1.0"),    # miss, looks like a rule
-    ("docker.io/grafana/loki", ":2.9.4"),                      # hit, explicit host
-    ("eu.gcr.io/acme-prod/batch/job", ":20240101"),            # miss, wildcard walk
-    ("registry-1.docker.io/library/postgres", ":16.1"),        # hit, API-host alias
-    ("public.ecr.aws/karpenter/controller", ":0.33.0"),        # miss
+    ("nginx", ":1.25.3"),  # hit, library/nginx
+    ("quay.io/prometheus/node-exporter", ":v1.7.0"),  # miss
+    ("acme/platform/billing-api", ":1.4.2"),  # hit, depth 3
+    ("ghcr.io/fluxcd/source-controller", ":v1.2.4"),  # miss
+    ("index.docker.io/acme/data/etl/worker", ":2.0.1"),  # hit, depth 4, alias
+    ("bitnami/redis", ":7.2.4"),  # hit, depth 2
+    ("registry.k8s.io/ingress-nginx/controller", ":v1.9.5"),  # miss
+    ("busybox", "@" + pods.DIGEST),  # hit, digest
+    ("registry7.example.org/platform/team7/api", ":3.1.0"),  # miss, looks like a rule
+    ("docker.io/grafana/loki", ":2.9.4"),  # hit, explicit host
+    ("eu.gcr.io/acme-prod/batch/job", ":20240101"),  # miss, wildcard walk
+    ("registry-1.docker.io/library/postgres", ":16.1"),  # hit, API-host alias
+    ("public.ecr.aws/karpenter/controller", ":0.33.0"),  # miss
 )
 
 
@@ -70,7 +70,8 @@ def policy_document(rule_count: int) -> dict[str, Any]:
     hit host's probes land in a crowded index) and a wildcard.
     """
     mirrors: list[dict[str, str]] = [
-        {"source": "docker.io", "mirror": "mirror.corp.example/dockerhub"}]
+        {"source": "docker.io", "mirror": "mirror.corp.example/dockerhub"}
+    ]
     for i in range(1, rule_count):
         if i == 1:
             source = "*.cdn.example.net"
@@ -81,8 +82,7 @@ def policy_document(rule_count: int) -> dict[str, Any]:
         else:
             source = f"registry{i}.example.com"
         mirrors.append({"source": source, "mirror": f"mirror.corp.example/r{i}"})
-    return {"mirrors": mirrors,
-            "exclude": {"namespaces": ["mirrorgate"]}}
+    return {"mirrors": mirrors, "exclude": {"namespaces": ["mirrorgate"]}}
 
 
 def images(count: int, unique: int | None = None) -> list[str]:
@@ -91,16 +91,26 @@ def images(count: int, unique: int | None = None) -> list[str]:
     if unique is None:
         return [name + suffix for name, suffix in chosen]
     # A new tag keeps the outcome identical while making a new cache key.
-    return [f"{name}{suffix}-u{unique}-{i}" if suffix.startswith(":")
-            else f"{name}:u{unique}-{i}{suffix}" for i, (name, suffix) in enumerate(chosen)]
+    return [
+        f"{name}{suffix}-u{unique}-{i}"
+        if suffix.startswith(":")
+        else f"{name}:u{unique}-{i}{suffix}"
+        for i, (name, suffix) in enumerate(chosen)
+    ]
 
 
 def check_outcomes(policies: Mapping[int, policy.Policy]) -> None:
     """Fail unless every policy resolves every image (and a cold variant) identically."""
     probes = images(len(IMAGES)) + images(len(IMAGES), unique=0)
     for image in probes:
-        seen = {(p.resolve(image).outcome, p.resolve(image).new_image,
-                 getattr(p.resolve(image).rule, "label", None)) for p in policies.values()}
+        seen = {
+            (
+                p.resolve(image).outcome,
+                p.resolve(image).new_image,
+                getattr(p.resolve(image).rule, "label", None),
+            )
+            for p in policies.values()
+        }
         if len(seen) != 1:
             raise SystemExit(f"policies disagree on {image!r}: {seen}")
 
@@ -125,8 +135,10 @@ def workload(case: Case) -> list[dict[str, Any]]:
         one = pods.pod(images(case.size), namespace=NAMESPACE)
         policy.plan(one, namespace=NAMESPACE, policy=case.rules)  # warm the memo
         return [one] * case.loops
-    return [pods.pod(images(case.size, unique=next(_unique)), namespace=NAMESPACE)
-            for _ in range(case.loops)]
+    return [
+        pods.pod(images(case.size, unique=next(_unique)), namespace=NAMESPACE)
+        for _ in range(case.loops)
+    ]
 
 
 def timed(case: Case, batch: Sequence[dict[str, Any]]) -> float:
@@ -168,8 +180,12 @@ def run(repeats: int, target_seconds: float) -> dict[tuple[int, Path, int], Case
     policies = {n: policy.load(policy_document(n)) for n in RULE_COUNTS}
     assert all(len(p.rules) == n for n, p in policies.items())
     check_outcomes(policies)
-    cases = {(size, path, n): Case(size=size, path=path, rule_count=n, rules=policies[n])
-             for size in POD_SIZES for path in PATHS for n in RULE_COUNTS}
+    cases = {
+        (size, path, n): Case(size=size, path=path, rule_count=n, rules=policies[n])
+        for size in POD_SIZES
+        for path in PATHS
+        for n in RULE_COUNTS
+    }
     for case in cases.values():
         calibrate(case, target_seconds)
     orders = rotations(RULE_COUNTS)
@@ -199,28 +215,38 @@ def report(cases: Mapping[tuple[int, Path, int], Case], repeats: int) -> list[fl
             label = f"{size} container{'s' if size != 1 else ''}"
             cells = " | ".join(f"{best[n] * 1e6:.2f}" for n in RULE_COUNTS)
             print(f"| {label} | {path} | {cells} | {ratio:.2f}× |")
-    print(f"\nTarget: 1,000 rules within {TARGET_RATIO}× of 1 rule, steady and cold. "
-          "steady = the same images again (memoised resolutions); cold = unique image "
-          "strings on every call (every resolution parsed and matched).")
+    print(
+        f"\nTarget: 1,000 rules within {TARGET_RATIO}× of 1 rule, steady and cold. "
+        "steady = the same images again (memoised resolutions); cold = unique image "
+        "strings on every call (every resolution parsed and matched)."
+    )
     return ratios
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.policy_bench",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true",
-                        help=f"exit 1 if any 1,000 / 1 ratio exceeds {TARGET_RATIO}")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.policy_bench",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--check", action="store_true", help=f"exit 1 if any 1,000 / 1 ratio exceeds {TARGET_RATIO}"
+    )
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--ms", type=float, default=20.0,
-                        help="duration of one measurement in milliseconds (default: %(default)s)")
+    parser.add_argument(
+        "--ms",
+        type=float,
+        default=20.0,
+        help="duration of one measurement in milliseconds (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     cases = run(args.repeats, args.ms / 1000)
     with results.capture("planning", command="make bench-policy"):
         ratios = report(cases, args.repeats)
     worst = max(ratios)
     if args.check and worst > TARGET_RATIO:
-        print(f"\nFAIL: worst 1,000 / 1 ratio {worst:.2f}× exceeds {TARGET_RATIO}×",
-              file=sys.stderr)
+        print(
+            f"\nFAIL: worst 1,000 / 1 ratio {worst:.2f}× exceeds {TARGET_RATIO}×", file=sys.stderr
+        )
         return 1
     return 0
 

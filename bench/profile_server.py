@@ -44,20 +44,38 @@ from mirrorgate.webhook.admission import Decision
 from mirrorgate.webhook.commands import serve
 
 Message = MutableMapping[str, Any]
-ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Message]],
-                    Callable[[Message], Awaitable[None]]], Awaitable[None]]
+ASGIApp = Callable[
+    [
+        MutableMapping[str, Any],
+        Callable[[], Awaitable[Message]],
+        Callable[[Message], Awaitable[None]],
+    ],
+    Awaitable[None],
+]
 
 
 async def call(app: ASGIApp, body: bytes) -> bytes:
     """One POST /mutate through the app, as uvicorn would make it; returns the body."""
     scope: dict[str, Any] = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1", "method": "POST", "scheme": "https", "path": "/mutate",
-        "raw_path": b"/mutate", "query_string": b"timeout=10s", "root_path": "",
-        "headers": [(b"host", b"127.0.0.1:8443"), (b"user-agent", b"kube-apiserver-admission"),
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8443), "state": {}}
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "https",
+        "path": "/mutate",
+        "raw_path": b"/mutate",
+        "query_string": b"timeout=10s",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1:8443"),
+            (b"user-agent", b"kube-apiserver-admission"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8443),
+        "state": {},
+    }
     delivered = False
     chunks: list[bytes] = []
 
@@ -78,6 +96,7 @@ async def call(app: ASGIApp, body: bytes) -> bytes:
 
 def cpu_per_call(app: ASGIApp, bodies: list[bytes], count: int) -> float:
     """CPU seconds per admission over ``count`` calls (after a warm-up)."""
+
     async def loop(n: int) -> None:
         for body in itertools.islice(itertools.cycle(bodies), n):
             await call(app, body)
@@ -95,9 +114,13 @@ def mirrorgate_app(workdir: pathlib.Path) -> Iterator[serve.Server]:
     (workdir / "tls.crt").write_bytes(serving.cert_pem)
     (workdir / "tls.key").write_bytes(serving.key_pem)
     (workdir / "policy.yaml").write_text(server_bench.POLICY)
-    yield serve.build(serve.Settings(policy=str(workdir / "policy.yaml"),
-                                       tls_cert=str(workdir / "tls.crt"),
-                                       tls_key=str(workdir / "tls.key")))
+    yield serve.build(
+        serve.Settings(
+            policy=str(workdir / "policy.yaml"),
+            tls_cert=str(workdir / "tls.crt"),
+            tls_key=str(workdir / "tls.key"),
+        )
+    )
 
 
 def run_to_end(coroutine: Coroutine[Any, Any, admission.Decision]) -> admission.Decision:
@@ -126,32 +149,60 @@ def stage_costs(built: serve.Server, body: bytes) -> list[tuple[str, float]]:
     plan = policy.plan(obj, namespace=namespace, policy=rules)
     encoded = patch.encoded_patch(obj, plan)
     logger = logging.getLogger("mirrorgate")
-    fields = {"uid": rev.uid, "namespace": namespace, "pod": decision.name,
-              "endpoint": "mutate", "mode": "enforce", "outcome": decision.outcome,
-              "rewrites": decision.rewrites, "warnings": 0, "dry_run": False,
-              "policy": built.runtime.policy.version, "duration_ms": 0.412}
+    fields = {
+        "uid": rev.uid,
+        "namespace": namespace,
+        "pod": decision.name,
+        "endpoint": "mutate",
+        "mode": "enforce",
+        "outcome": decision.outcome,
+        "rewrites": decision.rewrites,
+        "warnings": 0,
+        "dry_run": False,
+        "policy": built.runtime.policy.version,
+        "duration_ms": 0.412,
+    }
     steps: list[tuple[str, Callable[[], object]]] = [
         ("orjson.loads (the floor pays it too)", lambda: orjson.loads(body)),
         ("review.decode (loads + checks)", lambda: review.decode(body)),
-        ("admission.admit, all of it", lambda: run_to_end(admission.admit(
-            review.Review(rev.api_version, rev.request), rules=rules, mode="enforce",
-            secrets=secrets))),
+        (
+            "admission.admit, all of it",
+            lambda: run_to_end(
+                admission.admit(
+                    review.Review(rev.api_version, rev.request),
+                    rules=rules,
+                    mode="enforce",
+                    secrets=secrets,
+                )
+            ),
+        ),
         ("  policy.plan", lambda: policy.plan(obj, namespace=namespace, policy=rules)),
         ("    policy.find_image_sites", lambda: policy.find_image_sites(obj)),
-        ("  patch.build_patch (the patch JSON and base64 build it)",
-         lambda: patch.build_patch(obj, plan)),
+        (
+            "  patch.build_patch (the patch JSON and base64 build it)",
+            lambda: patch.build_patch(obj, plan),
+        ),
         ("  patch.encoded_patch (memoised per plan)", lambda: patch.encoded_patch(obj, plan)),
         ("  admission._audit_log_annotations", lambda: admission._audit_log_annotations(plan)),
         ("  review.patched", lambda: review.patched(rev, encoded)),
-        ("the admission log line (logger.info)",
-         lambda: logger.info("admission", extra={"fields": fields})),
+        (
+            "the admission log line (logger.info)",
+            lambda: logger.info("admission", extra={"fields": fields}),
+        ),
         ("metrics.record", lambda: built.runtime.metrics.record("mutate", decision, 0.000412)),
         ("orjson.dumps(response)", lambda: orjson.dumps(decision.body)),
     ]
     costs = []
     for name, step in steps:
-        number = max(20, int(0.02 / max(1e-7, min(timeit.repeat(
-            step, number=20, repeat=1, timer=time.thread_time)) / 20)))
+        number = max(
+            20,
+            int(
+                0.02
+                / max(
+                    1e-7, min(timeit.repeat(step, number=20, repeat=1, timer=time.thread_time)) / 20
+                )
+            ),
+        )
         best = min(timeit.repeat(step, number=number, repeat=5, timer=time.thread_time))
         costs.append((name, best / number * 1e6))
     return costs
@@ -166,12 +217,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     size = next(s for s in server_bench.SIZES if s.name == args.size)
     images = list(itertools.islice(itertools.cycle(server_bench.IMAGES), size.containers))
-    bodies = [pods.review_body(images, uid=f"7c9e6679-7425-40de-944b-e07fc1f9{i:04d}",
-                               target_bytes=size.target_bytes) for i in range(64)]
+    bodies = [
+        pods.review_body(
+            images, uid=f"7c9e6679-7425-40de-944b-e07fc1f9{i:04d}", target_bytes=size.target_bytes
+        )
+        for i in range(64)
+    ]
 
-    with tempfile.TemporaryDirectory(prefix="mirrorgate-profile-") as tmp, \
-            open(pathlib.Path(tmp) / "server.log", "w") as log_sink, \
-            mirrorgate_app(pathlib.Path(tmp)) as built:
+    with (
+        tempfile.TemporaryDirectory(prefix="mirrorgate-profile-") as tmp,
+        open(pathlib.Path(tmp) / "server.log", "w") as log_sink,
+        mirrorgate_app(pathlib.Path(tmp)) as built,
+    ):
         # The log line goes to a file, as `make bench` sends the server's stderr.
         real_stderr, sys.stderr = sys.stderr, log_sink
         try:
@@ -208,16 +265,19 @@ def main(argv: list[str] | None = None) -> int:
         configure(True, True)
         results = {name: min(values) for name, values in samples.items()}
 
-        print(f"In-process ASGI, {size.name} body ({len(bodies[0]):,} bytes), "
-              f"{args.requests:,} admissions, CPU µs per admission (min of {args.repeats})\n")
+        print(
+            f"In-process ASGI, {size.name} body ({len(bodies[0]):,} bytes), "
+            f"{args.requests:,} admissions, CPU µs per admission (min of {args.repeats})\n"
+        )
         print("| app | µs / admission | above floor |")
         print("| --- | ---: | ---: |")
         for name, seconds in results.items():
-            print(f"| {name} | {seconds * 1e6:.1f} | "
-                  f"{(seconds - results['floor']) * 1e6:+.1f} |")
+            print(f"| {name} | {seconds * 1e6:.1f} | {(seconds - results['floor']) * 1e6:+.1f} |")
 
-        print(f"\nSteps of one admission, {size.name} body, each alone in a hot loop "
-              "(CPU µs, min of 5)\n")
+        print(
+            f"\nSteps of one admission, {size.name} body, each alone in a hot loop "
+            "(CPU µs, min of 5)\n"
+        )
         print("| step | µs |")
         print("| --- | ---: |")
         for name, micros in stage_costs(built, bodies[0]):
@@ -238,8 +298,10 @@ def main(argv: list[str] | None = None) -> int:
         text = io.StringIO()
         stats = pstats.Stats(profiler, stream=text)
         stats.sort_stats(key).print_stats(args.top)
-        print(f"\n## cProfile of mirrorgate, by {title} (divide by {args.requests:,} for "
-              f"per-admission; cProfile inflates call-heavy code)\n")
+        print(
+            f"\n## cProfile of mirrorgate, by {title} (divide by {args.requests:,} for "
+            f"per-admission; cProfile inflates call-heavy code)\n"
+        )
         print(text.getvalue().split("\n\n", 1)[-1].rstrip())
     return 0
 

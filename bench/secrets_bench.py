@@ -119,18 +119,24 @@ SECRET_VERBS = frozenset({"get", "create", "update", "patch", "delete"})
 # --- a control plane with an audit log -----------------------------------------
 
 
-def start_audited_control_plane(workdir: pathlib.Path) -> tuple[controlplane.ControlPlane,
-                                                                 pathlib.Path]:
+def start_audited_control_plane(
+    workdir: pathlib.Path,
+) -> tuple[controlplane.ControlPlane, pathlib.Path]:
     """``start_control_plane`` as the e2e suite runs it, plus an audit log."""
     workdir.mkdir(parents=True, exist_ok=True)
     audit_policy = workdir / "audit-policy.yaml"
     audit_policy.write_text(AUDIT_POLICY)
     audit_log = workdir / "audit.log"
-    plane = controlplane.start_control_plane(workdir / "controlplane", apiserver_args=[
-        f"--audit-policy-file={audit_policy}", f"--audit-log-path={audit_log}",
-        # Each event is written before the response goes out: the log is
-        # complete the moment a timed window closes.
-        "--audit-log-mode=blocking"])
+    plane = controlplane.start_control_plane(
+        workdir / "controlplane",
+        apiserver_args=[
+            f"--audit-policy-file={audit_policy}",
+            f"--audit-log-path={audit_log}",
+            # Each event is written before the response goes out: the log is
+            # complete the moment a timed window closes.
+            "--audit-log-mode=blocking",
+        ],
+    )
     return plane, audit_log
 
 
@@ -152,15 +158,23 @@ def audit_events(path: pathlib.Path) -> list[AuditEvent]:
         return found
     for line in path.read_text().splitlines():
         event = orjson.loads(line)
-        if event.get("user", {}).get("username") != mg.SERVICE_ACCOUNT_USER \
-                or event["auditID"] in seen:
+        if (
+            event.get("user", {}).get("username") != mg.SERVICE_ACCOUNT_USER
+            or event["auditID"] in seen
+        ):
             continue
         seen.add(event["auditID"])
         ref = event.get("objectRef") or {}
         received = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"])
-        found.append(AuditEvent(verb=event["verb"], resource=ref.get("resource", ""),
-                                namespace=ref.get("namespace", ""), name=ref.get("name", ""),
-                                received=received.timestamp()))
+        found.append(
+            AuditEvent(
+                verb=event["verb"],
+                resource=ref.get("resource", ""),
+                namespace=ref.get("namespace", ""),
+                name=ref.get("name", ""),
+                received=received.timestamp(),
+            )
+        )
     return found
 
 
@@ -220,7 +234,7 @@ def pull_secret_writes(server: Server, context: ssl.SSLContext) -> dict[str, flo
     prefix = "mirrorgate_pull_secret_writes_total{"
     for line in body.decode().splitlines():
         if line.startswith(prefix):
-            labels, value = line[len(prefix):].split("} ")
+            labels, value = line[len(prefix) :].split("} ")
             writes[labels.split('"')[1]] = float(value)
     return writes
 
@@ -240,8 +254,11 @@ def pull_secret_names(body: bytes) -> list[str]:
 
 def outbound_not_to(pid: int, listen_port: int, allowed_port: int) -> list[str]:
     """mirrorgate's outbound sockets that lead anywhere but the API server."""
-    return [s for s in server_bench.outbound_sockets(pid, listen_port)
-            if int(s.rsplit(":", 1)[1], 16) != allowed_port]
+    return [
+        s
+        for s in server_bench.outbound_sockets(pid, listen_port)
+        if int(s.rsplit(":", 1)[1], 16) != allowed_port
+    ]
 
 
 # --- part 1: steady state --------------------------------------------------------
@@ -257,13 +274,23 @@ class SteadyState:
     seconds: float
 
 
-def steady_state(args: argparse.Namespace, by_name: Mapping[str, Server],
-                 context: ssl.SSLContext, api: k8s.ApiClient, audit_log: pathlib.Path,
-                 apiserver_port: int) -> SteadyState:
-    sizes = [dataclasses.replace(s, requests=max(50, int(s.requests * args.scale)))
-             for s in server_bench.SIZES]
-    requests = {(name, size.name): server_bench.bodies(size, server.port)
-                for name, server in by_name.items() for size in sizes}
+def steady_state(
+    args: argparse.Namespace,
+    by_name: Mapping[str, Server],
+    context: ssl.SSLContext,
+    api: k8s.ApiClient,
+    audit_log: pathlib.Path,
+    apiserver_port: int,
+) -> SteadyState:
+    sizes = [
+        dataclasses.replace(s, requests=max(50, int(s.requests * args.scale)))
+        for s in server_bench.SIZES
+    ]
+    requests = {
+        (name, size.name): server_bench.bodies(size, server.port)
+        for name, server in by_name.items()
+        for size in sizes
+    }
     body_bytes = {size.name: len(requests[("floor", size.name)][0][0]) for size in sizes}
     mirrorgate = by_name["mirrorgate"]
 
@@ -277,8 +304,10 @@ def steady_state(args: argparse.Namespace, by_name: Mapping[str, Server],
         finally:
             connection.close()
         if status != 200 or pull_secret_names(body) != [SECRET]:
-            raise SystemExit(f"{size.name} warm-up: no imagePullSecrets op for {SECRET}: "
-                             f"HTTP {status} {body[:300]!r}")
+            raise SystemExit(
+                f"{size.name} warm-up: no imagePullSecrets op for {SECRET}: "
+                f"HTTP {status} {body[:300]!r}"
+            )
     metadata = k8s.CoreV1Api(api).read_namespaced_secret(SECRET, STEADY_NAMESPACE).metadata
     labels = (metadata.labels if metadata is not None else None) or {}
     if labels.get(MANAGED_BY) != "mirrorgate":
@@ -296,33 +325,47 @@ def steady_state(args: argparse.Namespace, by_name: Mapping[str, Server],
                 # "mirrorgate": right for the standalone one, while this one
                 # keeps its watches open to the API server (checked below).
                 measured_as = {"standalone": "mirrorgate", "mirrorgate": "mirrorgate-k8s"}
-                server = dataclasses.replace(by_name[name],
-                                             name=measured_as.get(name, name))
-                run = server_bench.measure(server, size, requests[(name, size.name)], context,
-                                           connections=args.connections,
-                                           warmup=max(50, size.requests // 10),
-                                           time_cap=args.time_cap)
+                server = dataclasses.replace(by_name[name], name=measured_as.get(name, name))
+                run = server_bench.measure(
+                    server,
+                    size,
+                    requests[(name, size.name)],
+                    context,
+                    connections=args.connections,
+                    warmup=max(50, size.requests // 10),
+                    time_cap=args.time_cap,
+                )
                 run = dataclasses.replace(run, server=name)
                 if name != "floor" and run.rewrites != run.requests * size.containers:
-                    raise SystemExit(f"{name} rewrote {run.rewrites} images in "
-                                     f"{run.requests} {size.name} reviews; expected "
-                                     f"{size.containers} each (pull secret unavailable?)")
+                    raise SystemExit(
+                        f"{name} rewrote {run.rewrites} images in "
+                        f"{run.requests} {size.name} reviews; expected "
+                        f"{size.containers} each (pull secret unavailable?)"
+                    )
                 if name == "mirrorgate":
-                    stray = outbound_not_to(mirrorgate.process.pid, mirrorgate.port,
-                                            apiserver_port)
+                    stray = outbound_not_to(mirrorgate.process.pid, mirrorgate.port, apiserver_port)
                     if stray:
                         raise SystemExit(f"mirrorgate connected elsewhere: {stray}")
                 runs.append(run)
-                print(f"round {round_ + 1} {size.name:6} {name:10} "
-                      f"{run.requests:5} req  {run.rate:7,.0f} req/s  "
-                      f"server {run.cpu_per_request * 1e6:6,.0f} µs/req",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"round {round_ + 1} {size.name:6} {name:10} "
+                    f"{run.requests:5} req  {run.rate:7,.0f} req/s  "
+                    f"server {run.cpu_per_request * 1e6:6,.0f} µs/req",
+                    file=sys.stderr,
+                    flush=True,
+                )
     ended = time.time()
     writes_after = pull_secret_writes(mirrorgate, context)
     time.sleep(0.2)  # blocking audit mode: written already; this is only slack for clocks
     window = between(audit_events(audit_log), started, ended)
-    return SteadyState(runs=runs, body_bytes=body_bytes, writes_before=writes_before,
-                       writes_after=writes_after, window=window, seconds=ended - started)
+    return SteadyState(
+        runs=runs,
+        body_bytes=body_bytes,
+        writes_before=writes_before,
+        writes_after=writes_after,
+        window=window,
+        seconds=ended - started,
+    )
 
 
 # --- part 2: Pod creation through the API server ---------------------------------
@@ -357,8 +400,7 @@ def create_pod(core: k8s.CoreV1Api, body: dict[str, Any]) -> tuple[float, dict[s
     # client CPU that would blur the difference being measured.
     # (The client takes plain dicts at run time and then returns the urllib3
     # response; its annotations say V1Pod for both.)
-    response: Any = core.create_namespaced_pod(
-        namespace, body, _preload_content=False)  # type: ignore[arg-type]
+    response: Any = core.create_namespaced_pod(namespace, body, _preload_content=False)  # type: ignore[arg-type]
     seconds = time.perf_counter() - started
     return seconds, cast("dict[str, Any]", orjson.loads(response.data))
 
@@ -368,20 +410,28 @@ def check_pod(stored: Mapping[str, Any], *, rewritten: bool) -> None:
     images = [c["image"] for c in spec["containers"]]
     secrets_ = [s["name"] for s in spec.get("imagePullSecrets") or []]
     where = f"{stored['metadata']['namespace']}/{stored['metadata']['name']}"
-    if rewritten and (secrets_ != [SECRET]
-                      or not all(i.startswith(f"{MIRROR_HOST}/") for i in images)):
+    if rewritten and (
+        secrets_ != [SECRET] or not all(i.startswith(f"{MIRROR_HOST}/") for i in images)
+    ):
         raise SystemExit(f"{where} was not rewritten: {images} {secrets_}")
     if not rewritten and (secrets_ or any(i.startswith(f"{MIRROR_HOST}/") for i in images)):
         raise SystemExit(f"{where} was touched without a webhook: {images} {secrets_}")
 
 
-def first_pods(args: argparse.Namespace, api: k8s.ApiClient, kustomize: pathlib.Path,
-               endpoint: mg.Endpoint, audit_log: pathlib.Path) -> Latencies:
+def first_pods(
+    args: argparse.Namespace,
+    api: k8s.ApiClient,
+    kustomize: pathlib.Path,
+    endpoint: mg.Endpoint,
+    audit_log: pathlib.Path,
+) -> Latencies:
     core = k8s.CoreV1Api(api)
-    images = list(server_bench.IMAGES[:args.containers])
+    images = list(server_bench.IMAGES[: args.containers])
     # Namespaces are made up front and untimed: the figure is the Pod's wait.
-    enforce = [create_namespace(api, f"bench-new-{i:03d}", {MODE_LABEL: "enforce"})
-               for i in range(args.namespaces + 1)]
+    enforce = [
+        create_namespace(api, f"bench-new-{i:03d}", {MODE_LABEL: "enforce"})
+        for i in range(args.namespaces + 1)
+    ]
     plain = [create_namespace(api, f"bench-plain-{i:03d}") for i in range(args.namespaces + 1)]
     mg.register(api, mg.webhook_configuration(kustomize), endpoint)
     time.sleep(1.0)  # the API server picks up webhook configurations from an informer
@@ -390,16 +440,17 @@ def first_pods(args: argparse.Namespace, api: k8s.ApiClient, kustomize: pathlib.
     # mirrorgate, mirrorgate's first create of part 2): run, checked, not kept.
     for namespace, rewritten in ((enforce[0], True), (plain[0], False)):
         for name in ("first", "second"):
-            check_pod(create_pod(core, pod_body(namespace, name, images))[1],
-                      rewritten=rewritten)
+            check_pod(create_pod(core, pod_body(namespace, name, images))[1], rewritten=rewritten)
 
     out = Latencies(new_namespaces=enforce[1:])
     started = time.time()
     for i in range(1, args.namespaces + 1):
-        steps = [(plain[i], "first", out.baseline_first, False),
-                 (enforce[i], "first", out.webhook_first, True),
-                 (enforce[i], "second", out.webhook_second, True),
-                 (plain[i], "second", out.baseline_second, False)]
+        steps = [
+            (plain[i], "first", out.baseline_first, False),
+            (enforce[i], "first", out.webhook_first, True),
+            (enforce[i], "second", out.webhook_second, True),
+            (plain[i], "second", out.baseline_second, False),
+        ]
         # First Pods always precede second ones; which kind goes first flips.
         if i % 2:
             steps = [steps[1], steps[0], steps[3], steps[2]]
@@ -414,8 +465,11 @@ def first_pods(args: argparse.Namespace, api: k8s.ApiClient, kustomize: pathlib.
     out.secret_creates = sum(1 for e in calls if e.verb == "create")
     out.other_secret_calls = [e for e in calls if e.verb != "create"]
     for namespace in out.new_namespaces:
-        found = k8s.CoreV1Api(api).list_namespaced_secret(
-            namespace, label_selector=f"{MANAGED_BY}=mirrorgate").items
+        found = (
+            k8s.CoreV1Api(api)
+            .list_namespaced_secret(namespace, label_selector=f"{MANAGED_BY}=mirrorgate")
+            .items
+        )
         if [s.metadata.name for s in found if s.metadata is not None] != [SECRET]:
             raise SystemExit(f"{namespace}: generated Secrets {found!r}")
     return out
@@ -443,94 +497,142 @@ def ms(seconds: float) -> str:
 
 def report_steady(state: SteadyState, args: argparse.Namespace) -> dict[str, float]:
     print("\n### Steady state: admission with pull secrets (Secret already in the namespace)")
-    ratios = server_bench.report(state.runs, state.body_bytes, rounds=args.rounds,
-                                 connections=args.connections)
-    print("\n| body | mirrorgate with pull secrets / as in make bench (no cluster, no "
-          "credential), CPU per admission: median of per-round ratios | added µs "
-          "(median of per-round differences) |")
+    ratios = server_bench.report(
+        state.runs, state.body_bytes, rounds=args.rounds, connections=args.connections
+    )
+    print(
+        "\n| body | mirrorgate with pull secrets / as in make bench (no cluster, no "
+        "credential), CPU per admission: median of per-round ratios | added µs "
+        "(median of per-round differences) |"
+    )
     print("| --- | ---: | ---: |")
     for size in server_bench.SIZES:
-        mine = {name: [r.cpu_per_request for r in state.runs
-                       if r.server == name and r.size == size.name]
-                for name in ("mirrorgate", "standalone")}
+        mine = {
+            name: [
+                r.cpu_per_request for r in state.runs if r.server == name and r.size == size.name
+            ]
+            for name in ("mirrorgate", "standalone")
+        }
         pairs = list(zip(mine["mirrorgate"], mine["standalone"], strict=True))
         paired = statistics.median(a / b for a, b in pairs)
         added = statistics.median(a - b for a, b in pairs)
         print(f"| {size.name} | {paired:.2f}× | {added * 1e6:+,.0f} |")
-    moved = {k: state.writes_after.get(k, 0) - state.writes_before.get(k, 0)
-             for k in {*state.writes_before, *state.writes_after}}
+    moved = {
+        k: state.writes_after.get(k, 0) - state.writes_before.get(k, 0)
+        for k in {*state.writes_before, *state.writes_after}
+    }
     secret_window = secret_calls(state.window)
     admissions = sum(r.requests for r in state.runs if r.server == "mirrorgate")
-    print(f"\n| over the timed window ({state.seconds:.0f} s, {admissions:,} mirrorgate "
-          "admissions) | count |")
+    print(
+        f"\n| over the timed window ({state.seconds:.0f} s, {admissions:,} mirrorgate "
+        "admissions) | count |"
+    )
     print("| --- | ---: |")
     print(f"| `mirrorgate_pull_secret_writes_total` change | {sum(moved.values()):g} |")
     # The leader re-asserts every copy once per --reconcile-interval (30 s): a PUT
     # of unchanged contents, background work that no admission waits for.
     reasserted = [e for e in secret_window if e.verb == "update"]
-    print(f"| Secret get/create/patch/delete by mirrorgate (API server audit log) "
-          f"| {len(secret_window) - len(reasserted)} |")
-    print(f"| Secret update by mirrorgate (the leader's periodic re-assertion) "
-          f"| {len(reasserted)} |")
+    print(
+        f"| Secret get/create/patch/delete by mirrorgate (API server audit log) "
+        f"| {len(secret_window) - len(reasserted)} |"
+    )
+    print(
+        f"| Secret update by mirrorgate (the leader's periodic re-assertion) | {len(reasserted)} |"
+    )
     print(f"| any request by mirrorgate (audit log) | {len(state.window)} |")
-    print(f"\nmirrorgate's requests in the window, all background: {tally(state.window)} "
-          "(Lease renewal every 5 s; re-assertion of each copy every 30 s; informer "
-          "watches re-opened every 60 s).")
+    print(
+        f"\nmirrorgate's requests in the window, all background: {tally(state.window)} "
+        "(Lease renewal every 5 s; re-assertion of each copy every 30 s; informer "
+        "watches re-opened every 60 s)."
+    )
     return ratios
 
 
-def report_latency(lat: Latencies, durations: Mapping[str, list[float]],
-                   args: argparse.Namespace) -> None:
+def report_latency(
+    lat: Latencies, durations: Mapping[str, list[float]], args: argparse.Namespace
+) -> None:
     n = args.namespaces
     pct = server_bench.percentile
-    print(f"\n### Pod creation through the API server ({n} namespaces of each kind, "
-          f"{args.containers}-container Pod, sequential)\n")
+    print(
+        f"\n### Pod creation through the API server ({n} namespaces of each kind, "
+        f"{args.containers}-container Pod, sequential)\n"
+    )
     print(f"| Pod | namespace | p50 ms | p90 ms | p99 ms (= max of {n}) |")
     print("| --- | --- | ---: | ---: | ---: |")
-    rows = (("first", "no webhook (baseline)", lat.baseline_first),
-            ("first", "mirrorgate, Secret created", lat.webhook_first),
-            ("second", "no webhook (baseline)", lat.baseline_second),
-            ("second", "mirrorgate, Secret cached", lat.webhook_second))
+    rows = (
+        ("first", "no webhook (baseline)", lat.baseline_first),
+        ("first", "mirrorgate, Secret created", lat.webhook_first),
+        ("second", "no webhook (baseline)", lat.baseline_second),
+        ("second", "mirrorgate, Secret cached", lat.webhook_second),
+    )
     for pod, kind, series in rows:
-        print(f"| {pod} | {kind} | {ms(pct(series, 0.5))} | {ms(pct(series, 0.9))} | "
-              f"{ms(pct(series, 0.99))} |")
-    print("\n| Pod | added by mirrorgate, p50 | p50 ratio | added, p99 (max) "
-          "| mirrorgate's own time p50 / max ms |")
+        print(
+            f"| {pod} | {kind} | {ms(pct(series, 0.5))} | {ms(pct(series, 0.9))} | "
+            f"{ms(pct(series, 0.99))} |"
+        )
+    print(
+        "\n| Pod | added by mirrorgate, p50 | p50 ratio | added, p99 (max) "
+        "| mirrorgate's own time p50 / max ms |"
+    )
     print("| --- | ---: | ---: | ---: | ---: |")
-    for pod, webhook, baseline in (("first (new namespace)", lat.webhook_first,
-                                    lat.baseline_first),
-                                   ("second", lat.webhook_second, lat.baseline_second)):
+    for pod, webhook, baseline in (
+        ("first (new namespace)", lat.webhook_first, lat.baseline_first),
+        ("second", lat.webhook_second, lat.baseline_second),
+    ):
         own = durations.get(pod.split()[0], [])
-        print(f"| {pod} | +{ms(pct(webhook, 0.5) - pct(baseline, 0.5))} ms | "
-              f"{pct(webhook, 0.5) / pct(baseline, 0.5):.2f}× | "
-              f"+{ms(pct(webhook, 0.99) - pct(baseline, 0.99))} ms | "
-              f"{ms(pct(own, 0.5)) if own else '?'} / {ms(max(own)) if own else '?'} |")
-    extra = f"; other Secret calls: {tally(lat.other_secret_calls)}" \
-        if lat.other_secret_calls else "; no other Secret call"
-    print(f"\nAudit log over the timed Pods: {lat.secret_creates} Secret creates by mirrorgate "
-          f"for {n} new namespaces{extra}. Every Pod checked: images and imagePullSecrets "
-          "rewritten in enforce namespaces, untouched in the others.")
+        print(
+            f"| {pod} | +{ms(pct(webhook, 0.5) - pct(baseline, 0.5))} ms | "
+            f"{pct(webhook, 0.5) / pct(baseline, 0.5):.2f}× | "
+            f"+{ms(pct(webhook, 0.99) - pct(baseline, 0.99))} ms | "
+            f"{ms(pct(own, 0.5)) if own else '?'} / {ms(max(own)) if own else '?'} |"
+        )
+    extra = (
+        f"; other Secret calls: {tally(lat.other_secret_calls)}"
+        if lat.other_secret_calls
+        else "; no other Secret call"
+    )
+    print(
+        f"\nAudit log over the timed Pods: {lat.secret_creates} Secret creates by mirrorgate "
+        f"for {n} new namespaces{extra}. Every Pod checked: images and imagePullSecrets "
+        "rewritten in enforce namespaces, untouched in the others."
+    )
 
 
 # --- main -------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.secrets_bench",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if a CPU ratio target is missed")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.secrets_bench",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if a CPU ratio target is missed"
+    )
     # As make bench; with three servers a round takes ~8 s, and the whole
     # run stays near 2 minutes.
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=4)
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiply make bench's request counts (default: %(default)s)")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply make bench's request counts (default: %(default)s)",
+    )
     parser.add_argument("--time-cap", type=float, default=6.0, metavar="SECONDS")
-    parser.add_argument("--namespaces", type=int, default=40,
-                        help="new namespaces per kind in part 2 (default: %(default)s)")
-    parser.add_argument("--containers", type=int, default=1, choices=range(1, 9),
-                        help="containers of part 2's Pod (default: %(default)s)")
+    parser.add_argument(
+        "--namespaces",
+        type=int,
+        default=40,
+        help="new namespaces per kind in part 2 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--containers",
+        type=int,
+        default=1,
+        choices=range(1, 9),
+        help="containers of part 2's Pod (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     began = time.monotonic()
     kustomize = built_binary("kustomize")
@@ -547,36 +649,82 @@ def main(argv: Sequence[str] | None = None) -> int:
             mg.install_base(api, kustomize)
             # What `kubectl create secret docker-registry bench-mirror ...` makes;
             # a throwaway password, since no registry ever sees it.
-            payload = orjson.dumps(dockerconfig.encode(MIRROR_HOST, "bench",
-                                                       secrets.token_urlsafe(16)))
-            k8s.CoreV1Api(api).create_namespaced_secret(mg.NAMESPACE, k8s.V1Secret(
-                metadata=k8s.V1ObjectMeta(name=CREDENTIAL, namespace=mg.NAMESPACE),
-                type="kubernetes.io/dockerconfigjson",
-                data={".dockerconfigjson": base64.b64encode(payload).decode()}))
+            payload = orjson.dumps(
+                dockerconfig.encode(MIRROR_HOST, "bench", secrets.token_urlsafe(16))
+            )
+            k8s.CoreV1Api(api).create_namespaced_secret(
+                mg.NAMESPACE,
+                k8s.V1Secret(
+                    metadata=k8s.V1ObjectMeta(name=CREDENTIAL, namespace=mg.NAMESPACE),
+                    type="kubernetes.io/dockerconfigjson",
+                    data={".dockerconfigjson": base64.b64encode(payload).decode()},
+                ),
+            )
             create_namespace(api, STEADY_NAMESPACE, {MODE_LABEL: "enforce"})
             kubeconfig = plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER, mg.SERVICE_ACCOUNT_GROUPS)
 
-            mirrorgate_port, floor_port, standalone_port = (server_bench.free_port()
-                                                            for _ in range(3))
+            mirrorgate_port, floor_port, standalone_port = (
+                server_bench.free_port() for _ in range(3)
+            )
             # As make bench starts it (console script, default reload interval,
             # stderr to a file), plus the cluster flags.
-            servers.append(server_bench.start("mirrorgate", [
-                str(pathlib.Path(sys.executable).parent / "mirrorgate"), "serve",
-                "--policy", str(workdir / "policy.yaml"), *tls_args,
-                "--port", str(mirrorgate_port), "--log-level", "info",
-                "--kubeconfig", str(kubeconfig), "--namespace", mg.NAMESPACE,
-                "--store", "kubernetes",
-                # Its mirrors are fictional; bench.health_bench measures probing.
-                "--no-health-probes"], mirrorgate_port, workdir, context))
-            servers.append(server_bench.start("floor", [
-                sys.executable, "-m", "bench.floor_app", *tls_args, "--port", str(floor_port)],
-                floor_port, workdir, context))
+            servers.append(
+                server_bench.start(
+                    "mirrorgate",
+                    [
+                        str(pathlib.Path(sys.executable).parent / "mirrorgate"),
+                        "serve",
+                        "--policy",
+                        str(workdir / "policy.yaml"),
+                        *tls_args,
+                        "--port",
+                        str(mirrorgate_port),
+                        "--log-level",
+                        "info",
+                        "--kubeconfig",
+                        str(kubeconfig),
+                        "--namespace",
+                        mg.NAMESPACE,
+                        "--store",
+                        "kubernetes",
+                        # Its mirrors are fictional; bench.health_bench measures probing.
+                        "--no-health-probes",
+                    ],
+                    mirrorgate_port,
+                    workdir,
+                    context,
+                )
+            )
+            servers.append(
+                server_bench.start(
+                    "floor",
+                    [sys.executable, "-m", "bench.floor_app", *tls_args, "--port", str(floor_port)],
+                    floor_port,
+                    workdir,
+                    context,
+                )
+            )
             (workdir / "standalone.yaml").write_text(server_bench.POLICY)
-            servers.append(server_bench.start("standalone", [
-                str(pathlib.Path(sys.executable).parent / "mirrorgate"), "serve",
-                "--policy", str(workdir / "standalone.yaml"), *tls_args,
-                "--port", str(standalone_port), "--log-level", "info", "--no-health-probes"],
-                standalone_port, workdir, context))
+            servers.append(
+                server_bench.start(
+                    "standalone",
+                    [
+                        str(pathlib.Path(sys.executable).parent / "mirrorgate"),
+                        "serve",
+                        "--policy",
+                        str(workdir / "standalone.yaml"),
+                        *tls_args,
+                        "--port",
+                        str(standalone_port),
+                        "--log-level",
+                        "info",
+                        "--no-health-probes",
+                    ],
+                    standalone_port,
+                    workdir,
+                    context,
+                )
+            )
             by_name = {s.name: s for s in servers}
             wait_ready(by_name["mirrorgate"], context)
             ready = time.monotonic() - began
@@ -584,8 +732,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             state = steady_state(args, by_name, context, api, audit_log, apiserver_port)
             part1 = time.monotonic() - began
-            endpoint = Endpoint(url=f"https://{HOST}:{mirrorgate_port}",
-                                ca_pem=(workdir / "ca.crt").read_bytes())
+            endpoint = Endpoint(
+                url=f"https://{HOST}:{mirrorgate_port}", ca_pem=(workdir / "ca.crt").read_bytes()
+            )
             latencies = first_pods(args, api, kustomize, endpoint, audit_log)
             writes = pull_secret_writes(by_name["mirrorgate"], context)
         finally:
@@ -593,19 +742,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             plane.stop()
         log = by_name["mirrorgate"].log.read_text()
 
-    problems = [line for line in log.splitlines()
-                if '"level":"error"' in line or '"level":"warning"' in line]
+    problems = [
+        line
+        for line in log.splitlines()
+        if '"level":"error"' in line or '"level":"warning"' in line
+    ]
     with results.capture("secrets", command="make bench-secrets"):
         ratios = report_steady(state, args)
         report_latency(latencies, admission_durations(log, latencies.new_namespaces), args)
-        print(f"\nmirrorgate over the whole run: pull secret writes {writes}; "
-              f"{len(problems)} warning/error log lines. Total {time.monotonic() - began:.0f} s "
-              f"(start-up {ready:.0f} s, steady state {part1 - ready:.0f} s).")
+        print(
+            f"\nmirrorgate over the whole run: pull secret writes {writes}; "
+            f"{len(problems)} warning/error log lines. Total {time.monotonic() - began:.0f} s "
+            f"(start-up {ready:.0f} s, steady state {part1 - ready:.0f} s)."
+        )
     for line in problems[:5]:
         print(f"  {line[:300]}", file=sys.stderr)
     return server_bench.exit_status(
         [name for name, ratio in ratios.items() if ratio > server_bench.TARGETS[name]],
-        check=args.check)
+        check=args.check,
+    )
 
 
 if __name__ == "__main__":

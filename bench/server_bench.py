@@ -88,8 +88,11 @@ class Size:
 
 # Sized so that even the floor's run uses >= ~0.5 s of server CPU: /proc
 # counts in 10 ms ticks, so that keeps the rounding under 2%.
-SIZES = (Size("small", 1, 0, 3000), Size("medium", 5, 8 * 1024, 2500),
-         Size("large", 20, 60 * 1024, 800))
+SIZES = (
+    Size("small", 1, 0, 3000),
+    Size("medium", 5, 8 * 1024, 2500),
+    Size("large", 20, 60 * 1024, 800),
+)
 TARGETS = {"small": 1.3, "medium": 1.3, "large": 1.2}
 UID_VARIANTS = 64
 """Distinct bodies per size, cycled: the uid echo is checked on every response."""
@@ -121,12 +124,12 @@ class Connection:
         while (end := self.buffer.find(b"\r\n\r\n")) < 0:
             self._fill()
         head = bytes(self.buffer[:end]).lower()
-        del self.buffer[:end + 4]
+        del self.buffer[: end + 4]
         at = head.find(b"\r\ncontent-length:")
         if at < 0:
             raise ConnectionError("response without Content-Length")
         stop = head.find(b"\r\n", at + 2)
-        length = int(head[at + 17:stop if stop > 0 else len(head)])
+        length = int(head[at + 17 : stop if stop > 0 else len(head)])
         while len(self.buffer) < length:
             self._fill()
         body = bytes(self.buffer[:length])
@@ -140,9 +143,11 @@ class Connection:
 
 def http_request(method: str, path: str, port: int, body: bytes = b"") -> bytes:
     # What the API server sends, near enough (it also gzips nothing).
-    head = (f"{method} {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
-            "User-Agent: kube-apiserver-admission\r\nAccept: application/json, */*\r\n"
-            "Accept-Encoding: gzip\r\n")
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
+        "User-Agent: kube-apiserver-admission\r\nAccept: application/json, */*\r\n"
+        "Accept-Encoding: gzip\r\n"
+    )
     if body:
         head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
     return (head + "\r\n").encode() + body
@@ -171,8 +176,12 @@ def check_response(status: int, body: bytes, uid: str, tally: Tally) -> None:
     tally.rewrites += sum(1 for op in operations if op["path"].endswith("/image"))
 
 
-def drive(connections: Sequence[Connection], requests: Sequence[tuple[bytes, str]],
-          count: int, deadline: float) -> tuple[Tally, int]:
+def drive(
+    connections: Sequence[Connection],
+    requests: Sequence[tuple[bytes, str]],
+    count: int,
+    deadline: float,
+) -> tuple[Tally, int]:
     """``count`` requests over ``connections`` in parallel (closed loop); (tally, sent)."""
     tickets = itertools.count()  # next() on it is atomic under the GIL
     tallies = [Tally() for _ in connections]
@@ -192,8 +201,10 @@ def drive(connections: Sequence[Connection], requests: Sequence[tuple[bytes, str
             tally.latencies.append(clock() - started)
             check_response(status, body, uid, tally)
 
-    threads = [threading.Thread(target=worker, args=pair, daemon=True)
-               for pair in zip(connections, tallies, strict=True)]
+    threads = [
+        threading.Thread(target=worker, args=pair, daemon=True)
+        for pair in zip(connections, tallies, strict=True)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -224,14 +235,16 @@ def free_port() -> int:
         return port
 
 
-def start(name: str, argv: list[str], port: int, workdir: pathlib.Path,
-          context: ssl.SSLContext) -> Server:
+def start(
+    name: str, argv: list[str], port: int, workdir: pathlib.Path, context: ssl.SSLContext
+) -> Server:
     log = workdir / f"{name}.log"
     with log.open("wb") as sink:
         # stderr to a file, as a container runtime collects it: mirrorgate's
         # one log line per admission is part of what it costs.
-        process = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=sink,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+        )
     server = Server(name=name, port=port, process=process, log=log)
     deadline = time.monotonic() + 30
     while True:
@@ -300,9 +313,16 @@ class Run:
         return self.requests / self.seconds
 
 
-def measure(server: Server, size: Size, requests: Sequence[tuple[bytes, str]],
-            context: ssl.SSLContext, *, connections: int, warmup: int,
-            time_cap: float) -> Run:
+def measure(
+    server: Server,
+    size: Size,
+    requests: Sequence[tuple[bytes, str]],
+    context: ssl.SSLContext,
+    *,
+    connections: int,
+    warmup: int,
+    time_cap: float,
+) -> Run:
     pool = [Connection(server.port, context) for _ in range(connections)]
     try:
         # Handshakes, first-touch allocations and the policy memo happen here,
@@ -317,12 +337,16 @@ def measure(server: Server, size: Size, requests: Sequence[tuple[bytes, str]],
         cpu = cpu_seconds(server.process.pid) - cpu_before
         client_cpu = time.process_time() - client_before
         if tally.errors:
-            raise SystemExit(f"{server.name}/{size.name}: {len(tally.errors)} bad responses, "
-                             f"e.g. {tally.errors[:3]}")
+            raise SystemExit(
+                f"{server.name}/{size.name}: {len(tally.errors)} bad responses, "
+                f"e.g. {tally.errors[:3]}"
+            )
         if cpu * CLOCK_TICKS < MIN_TICKS:
             # /proc counts in clock ticks (10 ms): a shorter run measures noise, or zero.
-            raise SystemExit(f"{server.name}/{size.name}: {sent} requests used under "
-                             f"{MIN_TICKS} clock ticks of CPU, too few to measure; raise --scale")
+            raise SystemExit(
+                f"{server.name}/{size.name}: {sent} requests used under "
+                f"{MIN_TICKS} clock ticks of CPU, too few to measure; raise --scale"
+            )
         if server.name == "mirrorgate":
             outbound = outbound_sockets(server.process.pid, server.port)
             if outbound:
@@ -330,8 +354,16 @@ def measure(server: Server, size: Size, requests: Sequence[tuple[bytes, str]],
     finally:
         for connection in pool:
             connection.close()
-    return Run(server=server.name, size=size.name, requests=sent, seconds=seconds, cpu=cpu,
-               client_cpu=client_cpu, latencies=tally.latencies, rewrites=tally.rewrites)
+    return Run(
+        server=server.name,
+        size=size.name,
+        requests=sent,
+        seconds=seconds,
+        cpu=cpu,
+        client_cpu=client_cpu,
+        latencies=tally.latencies,
+        rewrites=tally.rewrites,
+    )
 
 
 def bodies(size: Size, port: int) -> list[tuple[bytes, str]]:
@@ -349,11 +381,14 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def report(runs: Sequence[Run], body_bytes: dict[str, int], *, rounds: int,
-           connections: int) -> dict[str, float]:
+def report(
+    runs: Sequence[Run], body_bytes: dict[str, int], *, rounds: int, connections: int
+) -> dict[str, float]:
     """Print the Markdown tables; return mirrorgate / floor CPU ratios by size."""
-    print(f"\nHTTPS admission on loopback: {connections} keep-alive connections, closed loop; "
-          f"medians of {rounds} alternating rounds (p50/p99 over all rounds' requests)\n")
+    print(
+        f"\nHTTPS admission on loopback: {connections} keep-alive connections, closed loop; "
+        f"medians of {rounds} alternating rounds (p50/p99 over all rounds' requests)\n"
+    )
     print("| body | server | req/s | p50 ms | p99 ms | server CPU µs / admission |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     cpu: dict[tuple[str, str], float] = {}
@@ -362,15 +397,21 @@ def report(runs: Sequence[Run], body_bytes: dict[str, int], *, rounds: int,
             mine = [r for r in runs if r.server == name and r.size == size.name]
             latencies = [x for r in mine for x in r.latencies]
             cpu[(name, size.name)] = statistics.median(r.cpu_per_request for r in mine)
-            label = (f"{size.name} ({size.containers} container"
-                     f"{'s' if size.containers != 1 else ''}, "
-                     f"{body_bytes[size.name] / 1024:.1f} KB)")
-            print(f"| {label} | {name} | {statistics.median(r.rate for r in mine):,.0f} | "
-                  f"{percentile(latencies, 0.5) * 1e3:.2f} | "
-                  f"{percentile(latencies, 0.99) * 1e3:.2f} | "
-                  f"{cpu[(name, size.name)] * 1e6:,.0f} |")
-    print("\n| body | mirrorgate / floor CPU per admission: median of per-round ratios "
-          "| ratio of medians | target | |")
+            label = (
+                f"{size.name} ({size.containers} container"
+                f"{'s' if size.containers != 1 else ''}, "
+                f"{body_bytes[size.name] / 1024:.1f} KB)"
+            )
+            print(
+                f"| {label} | {name} | {statistics.median(r.rate for r in mine):,.0f} | "
+                f"{percentile(latencies, 0.5) * 1e3:.2f} | "
+                f"{percentile(latencies, 0.99) * 1e3:.2f} | "
+                f"{cpu[(name, size.name)] * 1e6:,.0f} |"
+            )
+    print(
+        "\n| body | mirrorgate / floor CPU per admission: median of per-round ratios "
+        "| ratio of medians | target | |"
+    )
     print("| --- | ---: | ---: | ---: | --- |")
     ratios = {}
     for size in SIZES:
@@ -379,13 +420,17 @@ def report(runs: Sequence[Run], body_bytes: dict[str, int], *, rounds: int,
         # slow drifts in machine load that the medians of each may not.
         paired = statistics.median(
             m.cpu_per_request / f.cpu_per_request
-            for m, f in zip([r for r in runs if r.server == "mirrorgate" and r.size == size.name],
-                            [r for r in runs if r.server == "floor" and r.size == size.name],
-                            strict=True))
+            for m, f in zip(
+                [r for r in runs if r.server == "mirrorgate" and r.size == size.name],
+                [r for r in runs if r.server == "floor" and r.size == size.name],
+                strict=True,
+            )
+        )
         ratios[size.name] = paired
         verdict = "met" if paired <= TARGETS[size.name] else "**missed**"
-        print(f"| {size.name} | {paired:.2f}× | {ratio:.2f}× | ≤ {TARGETS[size.name]}× "
-              f"| {verdict} |")
+        print(
+            f"| {size.name} | {paired:.2f}× | {ratio:.2f}× | ≤ {TARGETS[size.name]}× | {verdict} |"
+        )
     return ratios
 
 
@@ -411,30 +456,49 @@ def serving_files(workdir: pathlib.Path, *, policy: str) -> tuple[ssl.SSLContext
     (workdir / "policy.yaml").write_text(policy)
     context = ssl.create_default_context(cafile=str(workdir / "ca.crt"))
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context, ["--tls-cert", str(workdir / "tls.crt"),
-                     "--tls-key", str(workdir / "tls.key"), "--host", HOST]
+    return context, [
+        "--tls-cert",
+        str(workdir / "tls.crt"),
+        "--tls-key",
+        str(workdir / "tls.key"),
+        "--host",
+        HOST,
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.server_bench",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.server_bench",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     # Many short alternating rounds rather than a few long ones: neighbours'
     # load on this shared machine comes and goes within seconds, and a pair
     # of runs back to back sees the same of it.
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=4)
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiply the request counts (default: %(default)s)")
-    parser.add_argument("--time-cap", type=float, default=6.0, metavar="SECONDS",
-                        help="upper bound of one measured run (default: %(default)s)")
-    parser.add_argument("--log-level", default="info",
-                        choices=("debug", "info", "warning", "error"),
-                        help="mirrorgate's --log-level; `warning` drops the per-admission log "
-                             "line, to see what it costs (default: %(default)s, as deployed)")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply the request counts (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--time-cap",
+        type=float,
+        default=6.0,
+        metavar="SECONDS",
+        help="upper bound of one measured run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="mirrorgate's --log-level; `warning` drops the per-admission log "
+        "line, to see what it costs (default: %(default)s, as deployed)",
+    )
     args = parser.parse_args(argv)
-    sizes = [dataclasses.replace(s, requests=max(50, int(s.requests * args.scale)))
-             for s in SIZES]
+    sizes = [dataclasses.replace(s, requests=max(50, int(s.requests * args.scale))) for s in SIZES]
 
     with tempfile.TemporaryDirectory(prefix="mirrorgate-bench-") as tmp:
         workdir = pathlib.Path(tmp)
@@ -443,19 +507,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         mirrorgate_port, floor_port = free_port(), free_port()
         servers: list[Server] = []
         try:
-            servers.append(start("mirrorgate", [
-                str(pathlib.Path(sys.executable).parent / "mirrorgate"), "serve",
-                "--policy", str(workdir / "policy.yaml"), *tls_args,
-                "--port", str(mirrorgate_port), "--log-level", args.log_level,
-                # Its mirrors are fictional; bench.health_bench measures probing.
-                "--no-health-probes"],
-                mirrorgate_port, workdir, context))
-            servers.append(start("floor", [
-                sys.executable, "-m", "bench.floor_app", *tls_args, "--port", str(floor_port)],
-                floor_port, workdir, context))
+            servers.append(
+                start(
+                    "mirrorgate",
+                    [
+                        str(pathlib.Path(sys.executable).parent / "mirrorgate"),
+                        "serve",
+                        "--policy",
+                        str(workdir / "policy.yaml"),
+                        *tls_args,
+                        "--port",
+                        str(mirrorgate_port),
+                        "--log-level",
+                        args.log_level,
+                        # Its mirrors are fictional; bench.health_bench measures probing.
+                        "--no-health-probes",
+                    ],
+                    mirrorgate_port,
+                    workdir,
+                    context,
+                )
+            )
+            servers.append(
+                start(
+                    "floor",
+                    [sys.executable, "-m", "bench.floor_app", *tls_args, "--port", str(floor_port)],
+                    floor_port,
+                    workdir,
+                    context,
+                )
+            )
             by_name = {s.name: s for s in servers}
-            requests = {(s.name, size.name): bodies(size, s.port)
-                        for s in servers for size in sizes}
+            requests = {
+                (s.name, size.name): bodies(size, s.port) for s in servers for size in sizes
+            }
             body_bytes = {size.name: len(requests[("floor", size.name)][0][0]) for size in sizes}
 
             runs: list[Run] = []
@@ -463,23 +548,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for size in sizes:
                     # ABBA: which server goes first flips every round, so a
                     # drift in machine load weighs on both alike.
-                    order = ("floor", "mirrorgate") if round_ % 2 == 0 \
-                        else ("mirrorgate", "floor")
+                    order = ("floor", "mirrorgate") if round_ % 2 == 0 else ("mirrorgate", "floor")
                     for name in order:
-                        run = measure(by_name[name], size, requests[(name, size.name)], context,
-                                      connections=args.connections,
-                                      warmup=max(50, size.requests // 10),
-                                      time_cap=args.time_cap)
+                        run = measure(
+                            by_name[name],
+                            size,
+                            requests[(name, size.name)],
+                            context,
+                            connections=args.connections,
+                            warmup=max(50, size.requests // 10),
+                            time_cap=args.time_cap,
+                        )
                         if name == "mirrorgate" and run.rewrites != run.requests * size.containers:
-                            raise SystemExit(f"mirrorgate rewrote {run.rewrites} images in "
-                                             f"{run.requests} {size.name} reviews; expected "
-                                             f"{size.containers} each")
+                            raise SystemExit(
+                                f"mirrorgate rewrote {run.rewrites} images in "
+                                f"{run.requests} {size.name} reviews; expected "
+                                f"{size.containers} each"
+                            )
                         runs.append(run)
-                        print(f"round {round_ + 1} {size.name:6} {name:10} "
-                              f"{run.requests:5} req  {run.rate:7,.0f} req/s  "
-                              f"server {run.cpu_per_request * 1e6:6,.0f} µs/req  "
-                              f"client {run.client_cpu / run.requests * 1e6:5,.0f} µs/req",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"round {round_ + 1} {size.name:6} {name:10} "
+                            f"{run.requests:5} req  {run.rate:7,.0f} req/s  "
+                            f"server {run.cpu_per_request * 1e6:6,.0f} µs/req  "
+                            f"client {run.client_cpu / run.requests * 1e6:5,.0f} µs/req",
+                            file=sys.stderr,
+                            flush=True,
+                        )
             mirrorgate_log = by_name["mirrorgate"].log.read_text()
         finally:
             stop_servers(servers)
@@ -489,14 +583,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.log_level != "info":
             print(f"\n(mirrorgate ran with --log-level {args.log_level}, not as deployed)")
         checked = [r for r in runs if r.server == "mirrorgate"]
-        problems = [line for line in mirrorgate_log.splitlines()
-                    if '"level":"error"' in line or '"level":"warning"' in line]
-        print(f"\nChecks: {sum(r.rewrites for r in checked):,} image rewrites counted in "
-              f"{sum(r.requests for r in checked):,} mirrorgate responses (every one patched, "
-              f"uid echoed); no outbound sockets on the mirrorgate process (standalone: no "
-              f"cluster configured); {len(problems)} warning/error log lines.")
-    return exit_status([name for name, ratio in ratios.items() if ratio > TARGETS[name]],
-                       check=args.check)
+        problems = [
+            line
+            for line in mirrorgate_log.splitlines()
+            if '"level":"error"' in line or '"level":"warning"' in line
+        ]
+        print(
+            f"\nChecks: {sum(r.rewrites for r in checked):,} image rewrites counted in "
+            f"{sum(r.requests for r in checked):,} mirrorgate responses (every one patched, "
+            f"uid echoed); no outbound sockets on the mirrorgate process (standalone: no "
+            f"cluster configured); {len(problems)} warning/error log lines."
+        )
+    return exit_status(
+        [name for name, ratio in ratios.items() if ratio > TARGETS[name]], check=args.check
+    )
 
 
 def exit_status(missed: Sequence[str], *, check: bool) -> int:

@@ -34,8 +34,16 @@ from mirrorgate.certs.pem import (
     public_keys_match,
 )
 
-__all__ = ["CA_CERT", "CA_KEY", "TLS_CERT", "TLS_KEY", "atomic_write", "fsync_directory",
-           "read_bundle", "write_bundle"]
+__all__ = [
+    "CA_CERT",
+    "CA_KEY",
+    "TLS_CERT",
+    "TLS_KEY",
+    "atomic_write",
+    "fsync_directory",
+    "read_bundle",
+    "write_bundle",
+]
 
 CA_CERT: Final = "ca.crt"
 CA_KEY: Final = "ca.key"

@@ -124,7 +124,8 @@ def subject_alternative_names(cert_pem: bytes) -> set[str]:
     """The DNS names and IP addresses (as text) a PEM certificate is valid for."""
     try:
         extension = load_certificate(cert_pem).extensions.get_extension_for_class(
-            x509.SubjectAlternativeName)
+            x509.SubjectAlternativeName
+        )
     except x509.ExtensionNotFound:
         return set()
     names = set(extension.value.get_values_for_type(x509.DNSName))

@@ -1,6 +1,6 @@
 """Print an AdmissionReview answer readably: allowed, warnings, and the decoded JSON Patch.
 
-    curl ... https://127.0.0.1:8443/mutate | python3 examples/show-response.py
+curl ... https://127.0.0.1:8443/mutate | python3 examples/show-response.py
 """
 
 import base64

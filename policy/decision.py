@@ -49,11 +49,28 @@ __all__ = [
     "exempt_pod",
 ]
 
-Outcome = Literal["excluded", "skipped", "invalid", "no-rule", "already-mirrored",
-                  "not-granted", "rewrite", "credential-unavailable", "mirror-unhealthy"]
-OUTCOMES: tuple[Outcome, ...] = ("excluded", "skipped", "invalid", "no-rule",
-                                 "already-mirrored", "not-granted", "rewrite",
-                                 "credential-unavailable", "mirror-unhealthy")
+Outcome = Literal[
+    "excluded",
+    "skipped",
+    "invalid",
+    "no-rule",
+    "already-mirrored",
+    "not-granted",
+    "rewrite",
+    "credential-unavailable",
+    "mirror-unhealthy",
+]
+OUTCOMES: tuple[Outcome, ...] = (
+    "excluded",
+    "skipped",
+    "invalid",
+    "no-rule",
+    "already-mirrored",
+    "not-granted",
+    "rewrite",
+    "credential-unavailable",
+    "mirror-unhealthy",
+)
 
 SKIP_LABEL = "mirrorgate.io/skip"
 MODE_LABEL = "mirrorgate.io/mode"
@@ -70,8 +87,13 @@ class PodExemption(NamedTuple):
     reason: str
 
 
-def exempt_pod(*, namespace: str, labels: Mapping[str, object],
-               annotations: Mapping[str, object], policy: Policy) -> PodExemption | None:
+def exempt_pod(
+    *,
+    namespace: str,
+    labels: Mapping[str, object],
+    annotations: Mapping[str, object],
+    policy: Policy,
+) -> PodExemption | None:
     """Why a Pod with these labels and annotations in ``namespace`` is left alone, or None."""
     if policy.is_namespace_excluded(namespace):
         return PodExemption("excluded", f"namespace {quote(namespace)} is excluded by the policy")
@@ -99,8 +121,9 @@ def decide_image(image: str, *, namespace: str, policy: Policy) -> ImageDecision
     found = policy.resolve(image)
     rule = found.rule
     if found.outcome == "invalid":
-        return ImageDecision("invalid", found, found.error,
-                             f"image {quote(image)} left as written: {found.error}")
+        return ImageDecision(
+            "invalid", found, found.error, f"image {quote(image)} left as written: {found.error}"
+        )
     if found.outcome == "excluded":
         return ImageDecision("excluded", found, "matched by exclude.images")
     if rule is None:
@@ -110,9 +133,17 @@ def decide_image(image: str, *, namespace: str, policy: Policy) -> ImageDecision
         reason = f"already under the mirror of {rule.label}"
         if not_granted is None:
             return ImageDecision("already-mirrored", found, reason)
-        return ImageDecision("already-mirrored", found, f"{reason}, but {not_granted}",
-                             f"image {quote(image)} is on a mirror but {not_granted}")
+        return ImageDecision(
+            "already-mirrored",
+            found,
+            f"{reason}, but {not_granted}",
+            f"image {quote(image)} is on a mirror but {not_granted}",
+        )
     if not_granted is not None:
-        return ImageDecision("not-granted", found, not_granted,
-                             f"image {quote(image)} left as written: {not_granted}")
+        return ImageDecision(
+            "not-granted",
+            found,
+            not_granted,
+            f"image {quote(image)} left as written: {not_granted}",
+        )
     return ImageDecision("rewrite", found)

@@ -66,8 +66,9 @@ class Health:
     _hash: int = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((frozenset(self.down.items()),
-                                                frozenset(self.failing.items()))))
+        object.__setattr__(
+            self, "_hash", hash((frozenset(self.down.items()), frozenset(self.failing.items())))
+        )
 
     def __hash__(self) -> int:
         return self._hash
@@ -83,8 +84,10 @@ class Health:
         if rule.credential is not None:
             reason = self.failing.get(rule.credential)
             if reason is not None:
-                return (f"credential {rule.credential!r} of {rule.label} cannot log in to "
-                        f"mirror {rule.mirror}: {reason}")
+                return (
+                    f"credential {rule.credential!r} of {rule.label} cannot log in to "
+                    f"mirror {rule.mirror}: {reason}"
+                )
         return None
 
     def status(self, rule: MirrorRule) -> str:

@@ -42,6 +42,7 @@ class Resolution:
     error: str | None = None
     """Why the image is not a valid reference (``invalid`` only)."""
 
+
 # Registries that Docker Hub answers on. distribution/reference folds only
 # index.docker.io into docker.io; registry-1.docker.io is the API host that
 # people copy from client logs.
@@ -107,7 +108,7 @@ class RuleIndex:
             # Strip one leading label at a time: the longest suffix first.
             cut = host.find(".")
             while cut != -1:
-                rule = self._wildcards.get(host[cut + 1:])
+                rule = self._wildcards.get(host[cut + 1 :])
                 if rule is not None:
                     return rule
                 cut = host.find(".", cut + 1)
@@ -125,7 +126,7 @@ def rewritten_name(rule: MirrorRule, ref: reference.ImageReference) -> str:
     if rule.source.wildcard:
         rest = f"{canonical_host(ref.domain)}/{path}"
     elif rule.source.path:
-        rest = path[len(rule.source.path) + 1:]
+        rest = path[len(rule.source.path) + 1 :]
     else:
         rest = path
     mirror = str(rule.mirror)

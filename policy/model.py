@@ -70,8 +70,8 @@ _TOP_LEVEL_KEYS = ("onCredentialError", "health", "mirrors", "exclude", "credent
 # Fields a policy once had: what to do instead.
 _REMOVED_KEYS = {
     "mode": "the policy no longer sets the mode; remove this line. Each namespace's "
-            "mirrorgate.io/mode label (enforce or audit) decides, and the server's "
-            "--audit-only (the chart's mode: audit) makes the whole cluster report only",
+    "mirrorgate.io/mode label (enforce or audit) decides, and the server's "
+    "--audit-only (the chart's mode: audit) makes the whole cluster report only",
 }
 _RULE_KEYS = ("source", "mirror", "credential", "onMirrorDown", "caFile", "insecureSkipVerify")
 # `mirror: http://host/path` declares a plain-HTTP mirror; `https://` is the
@@ -165,7 +165,8 @@ class CredentialGrant:
         if scope is None:
             return True
         return scope.host == mirror.host and (
-            not scope.path or f"{mirror.path}/".startswith(f"{scope.path}/"))
+            not scope.path or f"{mirror.path}/".startswith(f"{scope.path}/")
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -187,24 +188,32 @@ class Policy:
     index: matching.RuleIndex = dataclasses.field(init=False, repr=False)
     _excluded_image: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
     _excluded_namespace: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
-    _grant_patterns: dict[str, re.Pattern[str] | None] = dataclasses.field(
-        init=False, repr=False)
+    _grant_patterns: dict[str, re.Pattern[str] | None] = dataclasses.field(init=False, repr=False)
     # Pods repeat the same few images; resolving each string once makes the
     # steady-state cost a dictionary lookup. Bounded so that a stream of
     # unique images cannot grow it without limit.
     _resolutions: Memo[str, matching.Resolution] = dataclasses.field(
-        init=False, repr=False, default_factory=lambda: Memo(
-            max_entries=MEMO_ENTRIES, max_bytes=RESOLUTION_MEMO_BYTES))
+        init=False,
+        repr=False,
+        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=RESOLUTION_MEMO_BYTES),
+    )
     # Glob decisions per namespace, memoised likewise: a cluster has few.
     _namespace_decisions: Memo[str, bool] = dataclasses.field(
-        init=False, repr=False, default_factory=lambda: Memo(
-            max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES))
+        init=False,
+        repr=False,
+        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES),
+    )
     _grant_decisions: Memo[tuple[str, str], bool] = dataclasses.field(
-        init=False, repr=False, default_factory=lambda: Memo(
-            max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES))
+        init=False,
+        repr=False,
+        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES),
+    )
     plans: Memo[Hashable, Any] = dataclasses.field(
-        init=False, repr=False, compare=False, default_factory=lambda: Memo(
-            max_entries=MEMO_ENTRIES, max_bytes=PLAN_MEMO_BYTES))
+        init=False,
+        repr=False,
+        compare=False,
+        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=PLAN_MEMO_BYTES),
+    )
     """Plans by Pod shape, kept by :func:`policy.planner.plan` for this policy's lifetime."""
 
     def __post_init__(self) -> None:
@@ -212,9 +221,11 @@ class Policy:
             "index": matching.RuleIndex(self.rules),
             "_excluded_image": _compile_globs(self.exclude_images),
             "_excluded_namespace": _compile_globs(
-                (*ALWAYS_EXCLUDED_NAMESPACES, *self.exclude_namespaces)),
+                (*ALWAYS_EXCLUDED_NAMESPACES, *self.exclude_namespaces)
+            ),
             "_grant_patterns": {
-                name: _compile_globs(grant.namespaces) for name, grant in self.grants.items()},
+                name: _compile_globs(grant.namespaces) for name, grant in self.grants.items()
+            },
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
@@ -226,9 +237,11 @@ class Policy:
             if len(image) > reference.REFERENCE_LENGTH_MAX:
                 # Cannot be valid: answered without parsing or memoising it.
                 return matching.Resolution(
-                    image=image, outcome="invalid",
+                    image=image,
+                    outcome="invalid",
                     error=f"{len(image)} characters is longer than any valid reference "
-                          f"(at most {reference.REFERENCE_LENGTH_MAX})")
+                    f"(at most {reference.REFERENCE_LENGTH_MAX})",
+                )
             found = self._resolve(image)
             # The image, the rewritten image and the parsed parts: three copies.
             self._resolutions.remember(image, found, 3 * len(image) + 3 * ENTRY_OVERHEAD)
@@ -249,20 +262,27 @@ class Policy:
             return matching.Resolution(image=image, outcome="unmatched", reference=ref)
         new_name = matching.rewritten_name(rule, ref)
         try:
-            new_ref = reference.parse_normalized(new_name + str(ref)[len(ref.name):])
+            new_ref = reference.parse_normalized(new_name + str(ref)[len(ref.name) :])
         except reference.InvalidReferenceError as error:
             # e.g. a mirror path that pushes the repository past 255 characters.
             return matching.Resolution(
-                image=image, outcome="invalid", reference=ref,
-                error=f"the name on {rule.label}'s mirror would be invalid: {error.reason}")
+                image=image,
+                outcome="invalid",
+                reference=ref,
+                error=f"the name on {rule.label}'s mirror would be invalid: {error.reason}",
+            )
         if new_ref.domain != rule.mirror.host:
             # The image is the source prefix itself and the mirror has no path:
             # the bare mirror host would be read as a Docker Hub name.
             return matching.Resolution(
-                image=image, outcome="invalid", reference=ref,
-                error=f"{rule.label}'s mirror has no repository path to hold this image")
-        return matching.Resolution(image=image, outcome="rewrite", rule=rule,
-                                   new_image=str(new_ref), reference=ref)
+                image=image,
+                outcome="invalid",
+                reference=ref,
+                error=f"{rule.label}'s mirror has no repository path to hold this image",
+            )
+        return matching.Resolution(
+            image=image, outcome="rewrite", rule=rule, new_image=str(new_ref), reference=ref
+        )
 
     def is_image_excluded(self, ref: reference.ImageReference) -> bool:
         """Whether an ``exclude.images`` glob matches the normalised reference.
@@ -272,7 +292,8 @@ class Policy:
         """
         pattern = self._excluded_image
         return pattern is not None and (
-            pattern.fullmatch(str(ref)) is not None or pattern.fullmatch(ref.name) is not None)
+            pattern.fullmatch(str(ref)) is not None or pattern.fullmatch(ref.name) is not None
+        )
 
     def is_namespace_excluded(self, namespace: str) -> bool:
         found = self._namespace_decisions.get(namespace)
@@ -301,8 +322,10 @@ class Policy:
         credential = rule.credential
         if credential is None or self.is_granted(credential, namespace):
             return None
-        return (f"credential {credential!r} of {rule.label} is not granted to namespace "
-                f"{quote(namespace)}")
+        return (
+            f"credential {credential!r} of {rule.label} is not granted to namespace "
+            f"{quote(namespace)}"
+        )
 
 
 def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:
@@ -330,8 +353,13 @@ class _Collector:
         else:
             self.omitted += 1
 
-    def mapping(self, value: object, path: str, allowed: Sequence[str] | None,
-                removed: Mapping[str, str] | None = None) -> Mapping[str, object]:
+    def mapping(
+        self,
+        value: object,
+        path: str,
+        allowed: Sequence[str] | None,
+        removed: Mapping[str, str] | None = None,
+    ) -> Mapping[str, object]:
         """``value`` as a mapping; ``allowed`` lists its fields (None: any keys);
         ``removed`` says what to do instead of a field that no longer exists."""
         if value is None:
@@ -368,8 +396,14 @@ class _Collector:
 def _type_name(value: object) -> str:
     if value is None:
         return "null"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 _PORT_RE = re.compile(r":([0-9]+)\Z")
@@ -381,8 +415,10 @@ def registry_host_problem(value: str) -> str | None:
     ``value`` may go on with ``/path``; only the host is judged here.
     """
     if "://" in value:
-        return ("write it without a scheme such as https:// (only mirrors[].mirror takes "
-                "one: http:// for a plain-HTTP mirror)")
+        return (
+            "write it without a scheme such as https:// (only mirrors[].mirror takes "
+            "one: http:// for a plain-HTTP mirror)"
+        )
     host = value.partition("/")[0]
     if host.lower() != host:
         return "it has upper-case letters (registry hosts are written in lower case)"
@@ -421,10 +457,17 @@ def _parse_source(value: object, path: str, errors: _Collector) -> Source | None
         return None
     if value.startswith("*."):
         suffix = value[2:]
-        if "/" in suffix or ":" in suffix or "*" in suffix \
-                or registry_host_problem(suffix) is not None:
-            errors.add(path, f"{_quote(value)} is not a valid wildcard host "
-                             "(write *.example.com: whole hosts only, no port, no path)")
+        if (
+            "/" in suffix
+            or ":" in suffix
+            or "*" in suffix
+            or registry_host_problem(suffix) is not None
+        ):
+            errors.add(
+                path,
+                f"{_quote(value)} is not a valid wildcard host "
+                "(write *.example.com: whole hosts only, no port, no path)",
+            )
             return None
         return Source(host=suffix, path="", wildcard=True)
     problem = registry_host_problem(value)
@@ -450,8 +493,9 @@ def _parse_mirror(value: object, path: str, errors: _Collector) -> Mirror | None
     return Mirror(host=host, path=repo)
 
 
-def _parse_rule_mirror(value: object, path: str,
-                       errors: _Collector) -> tuple[Mirror | None, Scheme]:
+def _parse_rule_mirror(
+    value: object, path: str, errors: _Collector
+) -> tuple[Mirror | None, Scheme]:
     """A rule's ``[http://|https://]host[:port][/path]``: the mirror and how to reach it.
 
     ``https://`` is the default spelled out and means the same as no scheme;
@@ -461,20 +505,26 @@ def _parse_rule_mirror(value: object, path: str,
     if isinstance(value, str) and (found := _SCHEME_RE.match(value)):
         written = found.group(1)
         if written not in MIRROR_SCHEMES:
-            errors.add(path, f"{_quote(value)}: {_quote(written + '://')} is not a mirror "
-                             "scheme (write http:// for a plain-HTTP mirror, https:// or no "
-                             "scheme for HTTPS)")
+            errors.add(
+                path,
+                f"{_quote(value)}: {_quote(written + '://')} is not a mirror "
+                "scheme (write http:// for a plain-HTTP mirror, https:// or no "
+                "scheme for HTTPS)",
+            )
             return None, scheme
         scheme = cast("Scheme", written)
-        value = value[found.end():]
+        value = value[found.end() :]
     return _parse_mirror(value, path, errors), scheme
 
 
 def _parse_credential_name(value: object, path: str, errors: _Collector) -> str | None:
     if isinstance(value, str) and CREDENTIAL_NAME_RE.fullmatch(value):
         return value
-    errors.add(path, f"{_quote(value)} is not a valid credential name "
-                     "(lower-case letters, digits and '-', at most 63 characters)")
+    errors.add(
+        path,
+        f"{_quote(value)} is not a valid credential name "
+        "(lower-case letters, digits and '-', at most 63 characters)",
+    )
     return None
 
 
@@ -503,27 +553,36 @@ def _parse_health(value: object, errors: _Collector) -> HealthSettings:
         raw = block.get(key)
         parsed = parse_duration(raw) if isinstance(raw, str) else None
         if raw is not None and parsed is None:
-            errors.add(f"health.{key}", f"{_quote(raw)} is not a duration (write it like 10s, "
-                                        "500ms or 1m30s)")
+            errors.add(
+                f"health.{key}",
+                f"{_quote(raw)} is not a duration (write it like 10s, 500ms or 1m30s)",
+            )
         seconds[key] = default if parsed is None else parsed
     interval, timeout = seconds["interval"], seconds["timeout"]
     interval_ok = MIN_INTERVAL <= interval <= MAX_INTERVAL
     if not interval_ok:
-        errors.add("health.interval", f"{_quote(block.get('interval'))} is outside "
-                                      f"{MIN_INTERVAL:g}s to {MAX_INTERVAL:g}s")
+        errors.add(
+            "health.interval",
+            f"{_quote(block.get('interval'))} is outside {MIN_INTERVAL:g}s to {MAX_INTERVAL:g}s",
+        )
     if timeout <= 0:
         errors.add("health.timeout", f"{_quote(block.get('timeout'))} must be more than 0s")
     elif interval_ok and timeout > interval:
         # Probes of one round would still be running when the next one starts.
-        errors.add("health.timeout", f"{_quote(block.get('timeout', '2s'))} is longer than "
-                                     f"health.interval ({interval:g}s)")
+        errors.add(
+            "health.timeout",
+            f"{_quote(block.get('timeout', '2s'))} is longer than health.interval ({interval:g}s)",
+        )
     thresholds: dict[str, int] = {}
-    for key, field in (("failureThreshold", "failure_threshold"),
-                       ("successThreshold", "success_threshold")):
+    for key, field in (
+        ("failureThreshold", "failure_threshold"),
+        ("successThreshold", "success_threshold"),
+    ):
         raw = block.get(key, getattr(DEFAULT_HEALTH_SETTINGS, field))
         if type(raw) is not int or not 1 <= raw <= MAX_THRESHOLD:
-            errors.add(f"health.{key}", f"{_quote(raw)} is not a whole number from 1 to "
-                                        f"{MAX_THRESHOLD}")
+            errors.add(
+                f"health.{key}", f"{_quote(raw)} is not a whole number from 1 to {MAX_THRESHOLD}"
+            )
             raw = getattr(DEFAULT_HEALTH_SETTINGS, field)
         thresholds[field] = raw
     return HealthSettings(interval=interval, timeout=timeout, **thresholds)
@@ -535,23 +594,27 @@ def _check_mirror_transports(rules: Sequence[MirrorRule], errors: _Collector) ->
     first: dict[str, MirrorRule] = {}
     for rule in rules:
         other = first.setdefault(rule.mirror.host, rule)
-        for key, mine, theirs in (("mirror", rule.scheme + "://", other.scheme + "://"),
-                                  ("caFile", rule.ca_file, other.ca_file),
-                                  ("insecureSkipVerify", rule.skip_verify, other.skip_verify)):
+        for key, mine, theirs in (
+            ("mirror", rule.scheme + "://", other.scheme + "://"),
+            ("caFile", rule.ca_file, other.ca_file),
+            ("insecureSkipVerify", rule.skip_verify, other.skip_verify),
+        ):
             if mine != theirs:
-                errors.add(f"{rule.label}.{key}",
-                           f"{_quote(mine)} differs from {other.label}.{key} "
-                           f"({_quote(theirs)}) on the same mirror host "
-                           f"{_quote(rule.mirror.host)}")
+                errors.add(
+                    f"{rule.label}.{key}",
+                    f"{_quote(mine)} differs from {other.label}.{key} "
+                    f"({_quote(theirs)}) on the same mirror host "
+                    f"{_quote(rule.mirror.host)}",
+                )
 
 
-def _transport_problems(rule: Mapping[str, object], where: str, scheme: Scheme,
-                        errors: _Collector) -> tuple[str | None, bool]:
+def _transport_problems(
+    rule: Mapping[str, object], where: str, scheme: Scheme, errors: _Collector
+) -> tuple[str | None, bool]:
     """A rule's ``caFile`` and ``insecureSkipVerify``, checked against its scheme."""
     ca_file = rule.get("caFile")
     if ca_file is not None and (not isinstance(ca_file, str) or not ca_file):
-        errors.add(f"{where}.caFile", f"must be the path of a PEM CA bundle, got "
-                                      f"{_quote(ca_file)}")
+        errors.add(f"{where}.caFile", f"must be the path of a PEM CA bundle, got {_quote(ca_file)}")
         ca_file = None
     skip = rule.get("insecureSkipVerify", False)
     if not isinstance(skip, bool):
@@ -562,13 +625,16 @@ def _transport_problems(rule: Mapping[str, object], where: str, scheme: Scheme,
             if given:
                 errors.add(f"{where}.{key}", "has no use on a plain-HTTP (http://) mirror")
     elif skip and ca_file is not None:
-        errors.add(f"{where}.insecureSkipVerify",
-                   "and caFile contradict each other: verify with the CA, or do not verify")
+        errors.add(
+            f"{where}.insecureSkipVerify",
+            "and caFile contradict each other: verify with the CA, or do not verify",
+        )
     return ca_file, skip
 
 
-def _warnings(rules: Sequence[MirrorRule],
-              grants: Mapping[str, CredentialGrant]) -> tuple[FieldError, ...]:
+def _warnings(
+    rules: Sequence[MirrorRule], grants: Mapping[str, CredentialGrant]
+) -> tuple[FieldError, ...]:
     """What a valid policy allows that is unsafe or rarely meant: ``policy check`` and the
     policy's admission warn of it, once per rule or grant.
 
@@ -578,21 +644,31 @@ def _warnings(rules: Sequence[MirrorRule],
     found: list[FieldError] = []
     for rule in rules:
         if rule.skip_verify:
-            found.append(FieldError(
-                f"{rule.label}.insecureSkipVerify",
-                f"TLS certificates of {_quote(rule.mirror.host)} are not verified: anyone "
-                "on the network path can serve images (and read credentials) in its name"))
+            found.append(
+                FieldError(
+                    f"{rule.label}.insecureSkipVerify",
+                    f"TLS certificates of {_quote(rule.mirror.host)} are not verified: anyone "
+                    "on the network path can serve images (and read credentials) in its name",
+                )
+            )
         if rule.scheme == "http" and rule.credential is not None:
-            found.append(FieldError(
-                f"{rule.label}.mirror",
-                f"{_quote(rule.mirror_url)} is plain HTTP but needs credential "
-                f"{_quote(rule.credential)}: the login would cross the network in clear"))
+            found.append(
+                FieldError(
+                    f"{rule.label}.mirror",
+                    f"{_quote(rule.mirror_url)} is plain HTTP but needs credential "
+                    f"{_quote(rule.credential)}: the login would cross the network in clear",
+                )
+            )
     found.extend(
-        FieldError(f"credentials.{name}.namespaces",
-                   '"*" grants this credential to every opted-in namespace: anyone who can '
-                   "create a Pod in one can pull with it; name the namespaces or globs that "
-                   "need it")
-        for name, grant in grants.items() if "*" in grant.namespaces)
+        FieldError(
+            f"credentials.{name}.namespaces",
+            '"*" grants this credential to every opted-in namespace: anyone who can '
+            "create a Pod in one can pull with it; name the namespaces or globs that "
+            "need it",
+        )
+        for name, grant in grants.items()
+        if "*" in grant.namespaces
+    )
     return tuple(found)
 
 
@@ -611,9 +687,11 @@ def _check_nested_mirrors(rules: Sequence[MirrorRule], errors: _Collector) -> No
         for parent in ([""] if path else []) + parents:
             outer = by_prefix.get((rule.mirror.host, parent))
             if outer is not None:
-                errors.add(f"{rule.label}.mirror",
-                           f"{_quote(str(rule.mirror))} lies under {_quote(str(outer.mirror))}, "
-                           f"the mirror of {outer.label}; mirror paths must not nest")
+                errors.add(
+                    f"{rule.label}.mirror",
+                    f"{_quote(str(rule.mirror))} lies under {_quote(str(outer.mirror))}, "
+                    f"the mirror of {outer.label}; mirror paths must not nest",
+                )
                 break
 
 
@@ -629,8 +707,10 @@ def load(document: object) -> Policy:
 
     on_error = top.get("onCredentialError", "skip")
     if on_error not in ON_CREDENTIAL_ERROR:
-        errors.add("onCredentialError",
-                   f"{_quote(on_error)} is not one of: {', '.join(ON_CREDENTIAL_ERROR)}")
+        errors.add(
+            "onCredentialError",
+            f"{_quote(on_error)} is not one of: {', '.join(ON_CREDENTIAL_ERROR)}",
+        )
 
     grants: dict[str, CredentialGrant] = {}
     seen_registries: dict[Mirror, str] = {}
@@ -641,28 +721,41 @@ def load(document: object) -> Policy:
             continue
         grant = errors.mapping(grant_doc, where, _GRANT_KEYS)
         if "namespaces" not in grant:
-            errors.add(f"{where}.namespaces", "is required: the namespaces (names or globs) "
-                                              "whose Pods may use this credential")
+            errors.add(
+                f"{where}.namespaces",
+                "is required: the namespaces (names or globs) whose Pods may use this credential",
+            )
         namespaces = _parse_namespace_globs(grant.get("namespaces"), f"{where}.namespaces", errors)
         if grant.get("namespaces") == []:
             errors.add(f"{where}.namespaces", "is empty: the credential would reach no namespace")
-        registry = _parse_mirror(grant["registry"], f"{where}.registry", errors) \
-            if grant.get("registry") is not None else None
+        registry = (
+            _parse_mirror(grant["registry"], f"{where}.registry", errors)
+            if grant.get("registry") is not None
+            else None
+        )
         if registry is not None and registry in seen_registries:
             # The kubelet keeps one login per key: the second would silently win.
-            errors.add(f"{where}.registry", f"{_quote(str(registry))} is already the registry of "
-                       f"credentials.{seen_registries[registry]}; give each credential its own "
-                       "host or path")
+            errors.add(
+                f"{where}.registry",
+                f"{_quote(str(registry))} is already the registry of "
+                f"credentials.{seen_registries[registry]}; give each credential its own "
+                "host or path",
+            )
         elif registry is not None:
             seen_registries[registry] = name
         provider = grant.get("provider")
-        if provider is not None and not (isinstance(provider, str)
-                                         and _PROVIDER_NAME_RE.fullmatch(provider)):
-            errors.add(f"{where}.provider", f"{_quote(provider)} is not a valid provider name "
-                       "(a file name in --credential-provider-bin-dir)")
+        if provider is not None and not (
+            isinstance(provider, str) and _PROVIDER_NAME_RE.fullmatch(provider)
+        ):
+            errors.add(
+                f"{where}.provider",
+                f"{_quote(provider)} is not a valid provider name "
+                "(a file name in --credential-provider-bin-dir)",
+            )
             provider = None
-        grants[name] = CredentialGrant(name=name, namespaces=namespaces, registry=registry,
-                                       provider=provider)
+        grants[name] = CredentialGrant(
+            name=name, namespaces=namespaces, registry=registry, provider=provider
+        )
 
     rules: list[MirrorRule] = []
     seen_sources: dict[Source, int] = {}
@@ -670,50 +763,82 @@ def load(document: object) -> Policy:
     for i, rule_doc in enumerate(errors.sequence(top.get("mirrors"), "mirrors")):
         where = f"mirrors[{i}]"
         if not isinstance(rule_doc, Mapping):
-            errors.add(where, f"must be a mapping with source and mirror, got "
-                              f"{_type_name(rule_doc)}")
+            errors.add(
+                where, f"must be a mapping with source and mirror, got {_type_name(rule_doc)}"
+            )
             continue
         rule = errors.mapping(rule_doc, where, _RULE_KEYS)
         for required in ("source", "mirror"):
             if required not in rule:
                 errors.add(f"{where}.{required}", "is required")
-        source = _parse_source(rule.get("source"), f"{where}.source", errors) \
-            if "source" in rule else None
-        mirror, scheme = _parse_rule_mirror(rule.get("mirror"), f"{where}.mirror", errors) \
-            if "mirror" in rule else (None, "https")
+        source = (
+            _parse_source(rule.get("source"), f"{where}.source", errors)
+            if "source" in rule
+            else None
+        )
+        mirror, scheme = (
+            _parse_rule_mirror(rule.get("mirror"), f"{where}.mirror", errors)
+            if "mirror" in rule
+            else (None, "https")
+        )
         credential = None
         if rule.get("credential") is not None:
             credential = _parse_credential_name(rule["credential"], f"{where}.credential", errors)
             if credential is not None and credential not in grants:
-                errors.add(f"{where}.credential", f"{_quote(credential)} is not granted to any "
-                           f"namespace: add credentials.{credential}.namespaces")
-            elif (credential is not None and mirror is not None
-                  and not grants[credential].covers(mirror)):
-                errors.add(f"{where}.credential", f"credential {_quote(credential)} is for "
-                           f"{_quote(str(grants[credential].registry))}, which does not cover "
-                           f"the mirror {_quote(str(mirror))}: the kubelet would not send it")
+                errors.add(
+                    f"{where}.credential",
+                    f"{_quote(credential)} is not granted to any "
+                    f"namespace: add credentials.{credential}.namespaces",
+                )
+            elif (
+                credential is not None
+                and mirror is not None
+                and not grants[credential].covers(mirror)
+            ):
+                errors.add(
+                    f"{where}.credential",
+                    f"credential {_quote(credential)} is for "
+                    f"{_quote(str(grants[credential].registry))}, which does not cover "
+                    f"the mirror {_quote(str(mirror))}: the kubelet would not send it",
+                )
         on_down = rule.get("onMirrorDown", "fallback")
         if on_down not in ON_MIRROR_DOWN:
-            errors.add(f"{where}.onMirrorDown",
-                       f"{_quote(on_down)} is not one of: {', '.join(ON_MIRROR_DOWN)}")
+            errors.add(
+                f"{where}.onMirrorDown",
+                f"{_quote(on_down)} is not one of: {', '.join(ON_MIRROR_DOWN)}",
+            )
         ca_file, skip_verify = _transport_problems(rule, where, scheme, errors)
         if source is not None and source in seen_sources:
             written = rule["source"]
             same = "" if written == str(source) else f" (as {_quote(str(source))})"
-            errors.add(f"{where}.source", f"{_quote(written)}{same} is already the source of "
-                       f"mirrors[{seen_sources[source]}]")
+            errors.add(
+                f"{where}.source",
+                f"{_quote(written)}{same} is already the source of mirrors[{seen_sources[source]}]",
+            )
         if mirror is not None and mirror in seen_mirrors:
             # Two sources under one mirror path collide (ghcr.io/org/app and
             # quay.io/org/app would become the same image).
-            errors.add(f"{where}.mirror", f"{_quote(str(mirror))} is already the mirror of "
-                       f"mirrors[{seen_mirrors[mirror]}]; give each source its own mirror path")
+            errors.add(
+                f"{where}.mirror",
+                f"{_quote(str(mirror))} is already the mirror of "
+                f"mirrors[{seen_mirrors[mirror]}]; give each source its own mirror path",
+            )
         if source is None or mirror is None:
             continue
         seen_sources[source] = i
         seen_mirrors[mirror] = i
-        rules.append(MirrorRule(index=i, source=source, mirror=mirror, credential=credential,
-                                on_mirror_down=cast("OnMirrorDown", on_down), ca_file=ca_file,
-                                scheme=scheme, skip_verify=skip_verify))
+        rules.append(
+            MirrorRule(
+                index=i,
+                source=source,
+                mirror=mirror,
+                credential=credential,
+                on_mirror_down=cast("OnMirrorDown", on_down),
+                ca_file=ca_file,
+                scheme=scheme,
+                skip_verify=skip_verify,
+            )
+        )
 
     _check_nested_mirrors(rules, errors)
     _check_mirror_transports(rules, errors)
@@ -722,7 +847,8 @@ def load(document: object) -> Policy:
     exclude = errors.mapping(top.get("exclude"), "exclude", _EXCLUDE_KEYS)
     exclude_images = _parse_image_globs(exclude.get("images"), "exclude.images", errors)
     exclude_namespaces = _parse_namespace_globs(
-        exclude.get("namespaces"), "exclude.namespaces", errors)
+        exclude.get("namespaces"), "exclude.namespaces", errors
+    )
 
     if errors.errors:
         raise PolicyError(errors.errors, errors.omitted)
@@ -735,5 +861,3 @@ def load(document: object) -> Policy:
         health=health,
         warnings=_warnings(rules, grants),
     )
-
-

@@ -46,8 +46,11 @@ __all__ = [
 ]
 
 ContainerField = Literal["containers", "initContainers", "ephemeralContainers"]
-CONTAINER_FIELDS: tuple[ContainerField, ...] = ("containers", "initContainers",
-                                                "ephemeralContainers")
+CONTAINER_FIELDS: tuple[ContainerField, ...] = (
+    "containers",
+    "initContainers",
+    "ephemeralContainers",
+)
 
 ORIGINAL_IMAGES_ANNOTATION = "mirrorgate.io/original-images"
 PULL_SECRET_PREFIX = "mirrorgate-"  # noqa: S105 - a name prefix, not a secret
@@ -139,8 +142,10 @@ def audit_mode_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
 
     ``health`` appends the mirror's health, where probes have established it.
     """
-    line = (f"mirrorgate audit: {rewrite.site.shown} would use {rewrite.new_image} "
-            f"(was {rewrite.site.image})")
+    line = (
+        f"mirrorgate audit: {rewrite.site.shown} would use {rewrite.new_image} "
+        f"(was {rewrite.site.image})"
+    )
     return f"{line}; health: {rewrite.health}" if health else line
 
 
@@ -152,14 +157,17 @@ def _mapping(value: object) -> Mapping[str, object]:
 
 
 def find_image_sites(
-        pod: Mapping[str, object], *, fields: Collection[ContainerField] = CONTAINER_FIELDS,
+    pod: Mapping[str, object],
+    *,
+    fields: Collection[ContainerField] = CONTAINER_FIELDS,
 ) -> tuple[list[ImageSite], list[str]]:
     """Every container image of ``pod`` in ``fields``, and warnings for malformed ones."""
     return _sites(_mapping(pod.get("spec")), fields)
 
 
-def _sites(spec: Mapping[str, object],
-           fields: Collection[ContainerField]) -> tuple[list[ImageSite], list[str]]:
+def _sites(
+    spec: Mapping[str, object], fields: Collection[ContainerField]
+) -> tuple[list[ImageSite], list[str]]:
     sites: list[ImageSite] = []
     warnings: list[str] = []
     every_field = fields is CONTAINER_FIELDS
@@ -188,8 +196,9 @@ def _mark_repeated_names(sites: list[ImageSite]) -> None:
         site.unique = seen[site.name] == 1
 
 
-def _find_sites(field: ContainerField, containers: list[object], sites: list[ImageSite],
-                warnings: list[str]) -> None:
+def _find_sites(
+    field: ContainerField, containers: list[object], sites: list[ImageSite], warnings: list[str]
+) -> None:
     for index, container in enumerate(containers):
         # Exact-type tests first: decoded JSON is dicts and strs, and this
         # loop runs for every container of every Pod.
@@ -207,8 +216,11 @@ def _find_sites(field: ContainerField, containers: list[object], sites: list[Ima
         elif image is None:
             continue  # the API server reports a missing image itself
         elif not isinstance(image, str):
-            where = f"{field}/{name}" if len(name) <= CONTAINER_NAME_LENGTH_MAX \
+            where = (
+                f"{field}/{name}"
+                if len(name) <= CONTAINER_NAME_LENGTH_MAX
                 else f"{field}/{quote(name)}"
+            )
             warnings.append(f"{where}: image is not a string; left as written")
         else:
             sites.append(ImageSite(field, index, name, image))
@@ -235,12 +247,21 @@ def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
         return None
     # Only string names can be ours; anything else (even an object nested a
     # thousand deep) is left for the API server's validation to refuse.
-    return {name for s in secrets if type(s) is dict or isinstance(s, Mapping)
-            if isinstance(name := s.get("name"), str)}
+    return {
+        name
+        for s in secrets
+        if type(s) is dict or isinstance(s, Mapping)
+        if isinstance(name := s.get("name"), str)
+    }
 
 
-def _refusal(credential: str, *, unavailable: Mapping[str, str], attached: set[str],
-             can_add_pull_secrets: bool) -> str | None:
+def _refusal(
+    credential: str,
+    *,
+    unavailable: Mapping[str, str],
+    attached: set[str],
+    can_add_pull_secrets: bool,
+) -> str | None:
     """Why a granted credential's images must stay as written in this admission, or None."""
     secret = pull_secret_name(credential)
     if credential in unavailable:
@@ -252,9 +273,17 @@ def _refusal(credential: str, *, unavailable: Mapping[str, str], attached: set[s
 
 ShapeKey = tuple[object, ...]
 # What _shape puts in its key, position by position.
-_KeyParts = tuple[str, "Health | None", "str | None", bool, "str | None",
-                  "tuple[str | None, ...] | None", "tuple[tuple[str, str], ...] | None",
-                  "tuple[tuple[str, str], ...] | None", "tuple[tuple[str, str], ...] | None"]
+_KeyParts = tuple[
+    str,
+    "Health | None",
+    "str | None",
+    bool,
+    "str | None",
+    "tuple[str | None, ...] | None",
+    "tuple[tuple[str, str], ...] | None",
+    "tuple[tuple[str, str], ...] | None",
+    "tuple[tuple[str, str], ...] | None",
+]
 
 
 def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKey | None:
@@ -306,8 +335,15 @@ def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKe
             pairs.append((name, image))
         lists.append(tuple(pairs))
     # The health is the probes' last conclusion, one value until they change it.
-    return (namespace, health or None, skip, MIRROR_POD_ANNOTATION in annotations, originals,
-            secrets, *lists)
+    return (
+        namespace,
+        health or None,
+        skip,
+        MIRROR_POD_ANNOTATION in annotations,
+        originals,
+        secrets,
+        *lists,
+    )
 
 
 def _memo_cost(key: ShapeKey, found: RewritePlan) -> int | None:
@@ -327,21 +363,23 @@ def _memo_cost(key: ShapeKey, found: RewritePlan) -> int | None:
     size += sum(len(s or "") for s in secrets or ())
     for pairs in lists:
         for name, image in pairs or ():
-            if len(name) > CONTAINER_NAME_LENGTH_MAX or \
-                    len(image) > reference.REFERENCE_LENGTH_MAX:
+            if len(name) > CONTAINER_NAME_LENGTH_MAX or len(image) > reference.REFERENCE_LENGTH_MAX:
                 return None
             size += 5 * (len(name) + len(image)) + ENTRY_OVERHEAD
     return size + sum(map(len, found.warnings))
 
 
 def plan(
-        pod: Mapping[str, object], *, namespace: str, policy: Policy,
-        fields: Collection[ContainerField] = CONTAINER_FIELDS,
-        frozen: Collection[str] = frozenset(),
-        can_add_pull_secrets: bool = True,
-        can_annotate: bool = True,
-        unavailable: Mapping[str, str] | None = None,
-        health: Health = HEALTHY,
+    pod: Mapping[str, object],
+    *,
+    namespace: str,
+    policy: Policy,
+    fields: Collection[ContainerField] = CONTAINER_FIELDS,
+    frozen: Collection[str] = frozenset(),
+    can_add_pull_secrets: bool = True,
+    can_annotate: bool = True,
+    unavailable: Mapping[str, str] | None = None,
+    health: Health = HEALTHY,
 ) -> RewritePlan:
     """Plan the rewrites for ``pod`` in ``namespace``.
 
@@ -360,47 +398,84 @@ def plan(
     The result is shared between Pods of the same shape under the same health:
     treat it, and its ``original_images``, as read-only.
     """
-    if fields is CONTAINER_FIELDS and not frozen and can_add_pull_secrets and can_annotate \
-            and not unavailable:
+    if (
+        fields is CONTAINER_FIELDS
+        and not frozen
+        and can_add_pull_secrets
+        and can_annotate
+        and not unavailable
+    ):
         key = _shape(pod, namespace, health)
         if key is not None:
             found: RewritePlan | None = policy.plans.get(key)
             if found is None:
-                found = _plan(pod, namespace=namespace, policy=policy, fields=fields,
-                              frozen=frozen, can_add_pull_secrets=True, can_annotate=True,
-                              unavailable=None, health=health)
+                found = _plan(
+                    pod,
+                    namespace=namespace,
+                    policy=policy,
+                    fields=fields,
+                    frozen=frozen,
+                    can_add_pull_secrets=True,
+                    can_annotate=True,
+                    unavailable=None,
+                    health=health,
+                )
                 cost = _memo_cost(key, found)
                 if cost is not None:
                     policy.plans.remember(key, found, cost)
             return found
-    return _plan(pod, namespace=namespace, policy=policy, fields=fields, frozen=frozen,
-                 can_add_pull_secrets=can_add_pull_secrets, can_annotate=can_annotate,
-                 unavailable=unavailable, health=health)
+    return _plan(
+        pod,
+        namespace=namespace,
+        policy=policy,
+        fields=fields,
+        frozen=frozen,
+        can_add_pull_secrets=can_add_pull_secrets,
+        can_annotate=can_annotate,
+        unavailable=unavailable,
+        health=health,
+    )
 
 
 def _plan(
-        pod: Mapping[str, object], *, namespace: str, policy: Policy,
-        fields: Collection[ContainerField], frozen: Collection[str],
-        can_add_pull_secrets: bool, can_annotate: bool, unavailable: Mapping[str, str] | None,
-        health: Health = HEALTHY,
+    pod: Mapping[str, object],
+    *,
+    namespace: str,
+    policy: Policy,
+    fields: Collection[ContainerField],
+    frozen: Collection[str],
+    can_add_pull_secrets: bool,
+    can_annotate: bool,
+    unavailable: Mapping[str, str] | None,
+    health: Health = HEALTHY,
 ) -> RewritePlan:
     """The plan itself, computed in full (see :func:`plan`)."""
     metadata = _mapping(pod.get("metadata"))
     annotations = _mapping(metadata.get("annotations"))
     spec = _mapping(pod.get("spec"))
-    exemption = exempt_pod(namespace=namespace, labels=_mapping(metadata.get("labels")),
-                           annotations=annotations, policy=policy)
+    exemption = exempt_pod(
+        namespace=namespace,
+        labels=_mapping(metadata.get("labels")),
+        annotations=annotations,
+        policy=policy,
+    )
     sites, warnings = _sites(spec, fields)
     if exemption is not None:
-        return RewritePlan(skipped=exemption.reason,
-                           outcomes=dict.fromkeys((s.key for s in sites), exemption.outcome))
+        return RewritePlan(
+            skipped=exemption.reason,
+            outcomes=dict.fromkeys((s.key for s in sites), exemption.outcome),
+        )
     originals = _existing_originals(annotations)
     if originals is None:
         # Rewriting without a record of the originals would lose them.
         return RewritePlan(
-            warnings=(*warnings, f"annotation {ORIGINAL_IMAGES_ANNOTATION} is not a JSON object "
-                                 "of strings; images left as written"),
-            skipped="unreadable original-images annotation")
+            warnings=(
+                *warnings,
+                f"annotation {ORIGINAL_IMAGES_ANNOTATION} is not a JSON object "
+                "of strings; images left as written",
+            ),
+            skipped="unreadable original-images annotation",
+        )
     attached = _existing_pull_secrets(spec)
     if attached is None:
         warnings.append("spec.imagePullSecrets is not a list; pull secrets cannot be attached")
@@ -422,21 +497,30 @@ def _plan(
         if decision.warning is not None:
             warnings.append(f"{site.shown}: {decision.warning}")
         rule = decision.resolution.rule
-        if decision.outcome not in ("rewrite", "already-mirrored") or rule is None \
-                or decision.warning is not None:
+        if (
+            decision.outcome not in ("rewrite", "already-mirrored")
+            or rule is None
+            or decision.warning is not None
+        ):
             continue
         credential = rule.credential
         if credential is not None:
             # Decided once per credential: a Pod's images mostly share one.
             if credential not in refusals:
                 refusals[credential] = _refusal(
-                    credential, unavailable=unavailable, attached=attached,
-                    can_add_pull_secrets=can_add_pull_secrets)
+                    credential,
+                    unavailable=unavailable,
+                    attached=attached,
+                    can_add_pull_secrets=can_add_pull_secrets,
+                )
             reason = refusals[credential]
             if reason is not None:
                 outcomes[key] = "credential-unavailable"
-                what = "is on a mirror but" if decision.outcome == "already-mirrored" \
+                what = (
+                    "is on a mirror but"
+                    if decision.outcome == "already-mirrored"
                     else "left as written:"
+                )
                 warnings.append(f"{site.shown}: image {quote(site.image)} {what} {reason}")
                 continue
         status = "up"
@@ -445,12 +529,16 @@ def _plan(
             if problem is not None:
                 if rule.on_mirror_down == "fallback":
                     outcomes[key] = "mirror-unhealthy"
-                    warnings.append(f"{site.shown}: image {quote(site.image)} left as written: "
-                                    f"{problem} (onMirrorDown: fallback)")
+                    warnings.append(
+                        f"{site.shown}: image {quote(site.image)} left as written: "
+                        f"{problem} (onMirrorDown: fallback)"
+                    )
                     fallbacks += 1
                     continue
-                warnings.append(f"{site.shown}: image {quote(site.image)} rewritten although "
-                                f"{problem} (onMirrorDown: keep)")
+                warnings.append(
+                    f"{site.shown}: image {quote(site.image)} rewritten although "
+                    f"{problem} (onMirrorDown: keep)"
+                )
                 status = problem
         if credential is not None:
             needed.add(credential)
@@ -465,8 +553,9 @@ def _plan(
     credentials = tuple(sorted(needed))
     return RewritePlan(
         rewrites=tuple(rewrites),
-        pull_secrets=tuple(pull_secret_name(c) for c in credentials
-                           if pull_secret_name(c) not in attached),
+        pull_secrets=tuple(
+            pull_secret_name(c) for c in credentials if pull_secret_name(c) not in attached
+        ),
         credentials=credentials,
         original_images={**originals, **new_originals} if new_originals else None,
         warnings=tuple(warnings),

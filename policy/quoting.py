@@ -52,7 +52,7 @@ _JSON_CONSTANTS: dict[object, str] = {True: "true", False: "false", None: "null"
 def _scalar(value: object, *, limit: int, json_style: bool) -> str:
     """One leaf; a string is rendered from a prefix, which is all that can be shown of it."""
     if isinstance(value, str):
-        shown = value[:limit + 1]
+        shown = value[: limit + 1]
         return json.dumps(shown) if json_style else repr(shown)
     if json_style and (value is None or type(value) is bool):
         return _JSON_CONSTANTS[value]
@@ -95,8 +95,14 @@ def _render(value: object, *, limit: int, json_style: bool) -> tuple[str, bool]:
                 first[0] = False
                 if is_dict:
                     key, entry = entry
-                    piece += _scalar(key if not json_style or isinstance(key, str) else str(key),
-                                     limit=limit, json_style=json_style) + ": "
+                    piece += (
+                        _scalar(
+                            key if not json_style or isinstance(key, str) else str(key),
+                            limit=limit,
+                            json_style=json_style,
+                        )
+                        + ": "
+                    )
                 pending.append(entry)
         else:
             return "".join(pieces), False

@@ -66,8 +66,17 @@ HOST_LENGTH_MAX = 253
 PORT_LENGTH_MAX = 5
 TAG_LENGTH_MAX = 128
 DIGEST_LENGTH_MAX = len("sha512:") + 128
-REFERENCE_LENGTH_MAX = (HOST_LENGTH_MAX + 1 + PORT_LENGTH_MAX + 1 + NAME_TOTAL_LENGTH_MAX
-                        + 1 + TAG_LENGTH_MAX + 1 + DIGEST_LENGTH_MAX)
+REFERENCE_LENGTH_MAX = (
+    HOST_LENGTH_MAX
+    + 1
+    + PORT_LENGTH_MAX
+    + 1
+    + NAME_TOTAL_LENGTH_MAX
+    + 1
+    + TAG_LENGTH_MAX
+    + 1
+    + DIGEST_LENGTH_MAX
+)
 
 _ALPHANUMERIC = r"[a-z0-9]+"
 _SEPARATOR = r"(?:[._]|__|[-]+)"
@@ -138,7 +147,7 @@ class ImageReference:
     @property
     def familiar(self) -> str:
         """The familiar name with tag and digest as written."""
-        return self.familiar_name + str(self)[len(self.name):]
+        return self.familiar_name + str(self)[len(self.name) :]
 
     def __str__(self) -> str:
         text = self.name
@@ -159,11 +168,15 @@ def _check_digest(reference: str, digest: str) -> None:
         raise _reject(reference, "invalid digest format", "digest.ErrDigestInvalidFormat")
     length = _DIGEST_HEX_LENGTH.get(algorithm)
     if length is None:
-        raise _reject(reference, f"unsupported digest algorithm {quote(algorithm)}",
-                      "digest.ErrDigestUnsupported")
+        raise _reject(
+            reference,
+            f"unsupported digest algorithm {quote(algorithm)}",
+            "digest.ErrDigestUnsupported",
+        )
     if len(encoded) != length:
-        raise _reject(reference, f"invalid {algorithm} digest length",
-                      "digest.ErrDigestInvalidLength")
+        raise _reject(
+            reference, f"invalid {algorithm} digest length", "digest.ErrDigestInvalidLength"
+        )
     if _DIGEST_ENCODED_RE.fullmatch(encoded) is None:
         raise _reject(reference, "invalid digest format", "digest.ErrDigestInvalidFormat")
 
@@ -182,8 +195,11 @@ def parse(text: str) -> ImageReference:
     assert name_match is not None  # the reference pattern embeds the name pattern
     domain, path = name_match[1] or "", name_match[2]
     if len(path) > NAME_TOTAL_LENGTH_MAX:
-        raise _reject(text, f"repository name must not be more than {NAME_TOTAL_LENGTH_MAX} "
-                      "characters", "ErrNameTooLong")
+        raise _reject(
+            text,
+            f"repository name must not be more than {NAME_TOTAL_LENGTH_MAX} characters",
+            "ErrNameTooLong",
+        )
     if digest is not None:
         _check_digest(text, digest)
     return ImageReference(domain=domain, path=path, tag=tag, digest=digest)
@@ -216,8 +232,9 @@ def parse_normalized(text: str) -> ImageReference:
     are kept as written.
     """
     if _IDENTIFIER_RE.fullmatch(text) is not None:
-        raise _reject(text, "cannot specify 64-byte hexadecimal strings",
-                      "ErrReferenceInvalidFormat")
+        raise _reject(
+            text, "cannot specify 64-byte hexadecimal strings", "ErrReferenceInvalidFormat"
+        )
     domain, remainder = _split_docker_domain(text)
     remote_name = remainder.split(":", 1)[0]
     if remote_name.lower() != remote_name:

@@ -12,9 +12,14 @@ __all__ = ["LOCK", "locked_in_image"]
 
 LOCK = Path(__file__).resolve().parents[1] / "image" / "requirements.lock"
 # The image's interpreter: CPython 3.11 on Linux (either architecture).
-IMAGE_ENVIRONMENT = {"sys_platform": "linux", "platform_python_implementation": "CPython",
-                     "implementation_name": "cpython", "platform_system": "Linux",
-                     "os_name": "posix", "python_version": "3.11"}
+IMAGE_ENVIRONMENT = {
+    "sys_platform": "linux",
+    "platform_python_implementation": "CPython",
+    "implementation_name": "cpython",
+    "platform_system": "Linux",
+    "os_name": "posix",
+    "python_version": "3.11",
+}
 # The build backend: locked to build mirrorgate, removed by the Containerfile after.
 BUILD_ONLY = {"setuptools"}
 

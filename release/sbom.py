@@ -28,8 +28,10 @@ from release.lock import locked_in_image
 __all__ = ["LISTING", "bom", "components_of", "main"]
 
 # Run by the image's python3: name → version of every installed distribution.
-LISTING = ("import importlib.metadata as m, json\n"
-           "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
+LISTING = (
+    "import importlib.metadata as m, json\n"
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
 SPEC_VERSION = "1.5"
 
 
@@ -48,18 +50,36 @@ def bom(version: str, installed: Mapping[str, str]) -> dict[str, Any]:
     if found.pop("mirrorgate", None) != version:
         raise SbomError(f"the image does not hold mirrorgate {version}")
     _same("the image", found, "image/requirements.lock", locked_in_image())
-    components = [{"type": "library", "bom-ref": purl(name, v), "name": name, "version": v,
-                   "purl": purl(name, v)} for name, v in sorted(found.items())]
-    serial = uuid.uuid5(uuid.NAMESPACE_URL, "mirrorgate-sbom:" + json.dumps(
-        [version, components], sort_keys=True))
+    components = [
+        {
+            "type": "library",
+            "bom-ref": purl(name, v),
+            "name": name,
+            "version": v,
+            "purl": purl(name, v),
+        }
+        for name, v in sorted(found.items())
+    ]
+    serial = uuid.uuid5(
+        uuid.NAMESPACE_URL, "mirrorgate-sbom:" + json.dumps([version, components], sort_keys=True)
+    )
     return {
-        "bomFormat": "CycloneDX", "specVersion": SPEC_VERSION,
-        "serialNumber": f"urn:uuid:{serial}", "version": 1,
+        "bomFormat": "CycloneDX",
+        "specVersion": SPEC_VERSION,
+        "serialNumber": f"urn:uuid:{serial}",
+        "version": 1,
         "metadata": {
-            "component": {"type": "container", "bom-ref": "mirrorgate-image",
-                          "name": "mirrorgate", "version": version},
-            "tools": {"components": [{"type": "application", "name": "release/sbom.py",
-                                      "version": version}]},
+            "component": {
+                "type": "container",
+                "bom-ref": "mirrorgate-image",
+                "name": "mirrorgate",
+                "version": version,
+            },
+            "tools": {
+                "components": [
+                    {"type": "application", "name": "release/sbom.py", "version": version}
+                ]
+            },
         },
         "components": components,
     }
@@ -73,8 +93,10 @@ def components_of(document: Mapping[str, Any]) -> dict[str, str]:
     for component in document.get("components", []):
         name, version = canonicalize_name(component["name"]), component["version"]
         if component.get("purl") != purl(name, version) or name in listed:
-            raise SbomError(f"component {component['name']!r}: a duplicate, or its purl is "
-                            "not its PyPI name and version")
+            raise SbomError(
+                f"component {component['name']!r}: a duplicate, or its purl is "
+                "not its PyPI name and version"
+            )
         listed[name] = version
     return listed
 
@@ -84,15 +106,22 @@ def check(document: Mapping[str, Any]) -> None:
     _same("the SBOM", components_of(document), "image/requirements.lock", locked_in_image())
 
 
-def _same(what: str, found: Mapping[str, str], reference: str,
-          expected: Mapping[str, str]) -> None:
-    problems = [f"{name} {version} is not in {reference}"
-                for name, version in sorted(found.items()) if name not in expected]
-    problems += [f"{name} {version} is missing" for name, version in sorted(expected.items())
-                 if name not in found]
-    problems += [f"{name} is {found[name]}, {reference} pins {version}"
-                 for name, version in sorted(expected.items())
-                 if name in found and found[name] != version]
+def _same(what: str, found: Mapping[str, str], reference: str, expected: Mapping[str, str]) -> None:
+    problems = [
+        f"{name} {version} is not in {reference}"
+        for name, version in sorted(found.items())
+        if name not in expected
+    ]
+    problems += [
+        f"{name} {version} is missing"
+        for name, version in sorted(expected.items())
+        if name not in found
+    ]
+    problems += [
+        f"{name} is {found[name]}, {reference} pins {version}"
+        for name, version in sorted(expected.items())
+        if name in found and found[name] != version
+    ]
     if problems:
         raise SbomError(f"{what} disagrees with {reference}: " + "; ".join(problems))
 

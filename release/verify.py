@@ -49,8 +49,11 @@ class ReleaseError(Exception):
 
 def artifacts(version: str) -> dict[str, str]:
     """What a release directory holds, beside SHA256SUMS: role → file name."""
-    return {"image": f"mirrorgate-{version}.oci.tar", "chart": f"mirrorgate-{version}.tgz",
-            "sbom": f"mirrorgate-{version}.cdx.json"}
+    return {
+        "image": f"mirrorgate-{version}.oci.tar",
+        "chart": f"mirrorgate-{version}.tgz",
+        "sbom": f"mirrorgate-{version}.cdx.json",
+    }
 
 
 def check_sums(dist: Path) -> str:
@@ -63,8 +66,7 @@ def check_sums(dist: Path) -> str:
         listed[name] = digest
     present = {path.name for path in dist.iterdir()} - {SUMS}
     if set(listed) != present:
-        raise ReleaseError(f"{SUMS} lists {sorted(listed)}, the directory holds "
-                           f"{sorted(present)}")
+        raise ReleaseError(f"{SUMS} lists {sorted(listed)}, the directory holds {sorted(present)}")
     for name, digest in listed.items():
         actual = _sha256(dist / name)
         if actual != digest:
@@ -77,8 +79,9 @@ def check_sbom(path: Path, version: str) -> str:
     text = path.read_text()
     invalid = JsonStrictValidator(SchemaVersion.V1_5).validate_str(text)
     if invalid is not None:
-        raise ReleaseError(f"{path.name}: not valid CycloneDX {sbom.SPEC_VERSION}: "
-                           f"{str(invalid).splitlines()[0]}")
+        raise ReleaseError(
+            f"{path.name}: not valid CycloneDX {sbom.SPEC_VERSION}: {str(invalid).splitlines()[0]}"
+        )
     try:
         document = json.loads(text)
         sbom.check(document)
@@ -86,10 +89,14 @@ def check_sbom(path: Path, version: str) -> str:
         raise ReleaseError(f"{path.name}: {error}") from None
     subject = document.get("metadata", {}).get("component", {})
     if (subject.get("name"), subject.get("version")) != ("mirrorgate", version):
-        raise ReleaseError(f"{path.name}: describes {subject.get('name')} "
-                           f"{subject.get('version')}, not mirrorgate {version}")
-    return (f"{path.name}: CycloneDX {sbom.SPEC_VERSION}, exactly the "
-            f"{len(document['components'])} locked distributions")
+        raise ReleaseError(
+            f"{path.name}: describes {subject.get('name')} "
+            f"{subject.get('version')}, not mirrorgate {version}"
+        )
+    return (
+        f"{path.name}: CycloneDX {sbom.SPEC_VERSION}, exactly the "
+        f"{len(document['components'])} locked distributions"
+    )
 
 
 def check_chart(path: Path, version: str, helm: str) -> str:
@@ -101,10 +108,16 @@ def check_chart(path: Path, version: str, helm: str) -> str:
         chart = yaml.safe_load(member.read())
     stamped = (str(chart.get("version")), str(chart.get("appVersion")))
     if stamped != (version, version):
-        raise ReleaseError(f"{path.name}: version {stamped[0]}, appVersion {stamped[1]}; "
-                           f"both should be {version}")
-    lint = subprocess.run([helm, "lint", "--strict", str(path)], capture_output=True,
-                          text=True, timeout=120, check=False)
+        raise ReleaseError(
+            f"{path.name}: version {stamped[0]}, appVersion {stamped[1]}; both should be {version}"
+        )
+    lint = subprocess.run(
+        [helm, "lint", "--strict", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if lint.returncode != 0:
         raise ReleaseError(f"{path.name}: helm lint --strict failed:\n{lint.stdout}{lint.stderr}")
     return f"{path.name}: version and appVersion {version}, helm lint --strict passes"
@@ -113,9 +126,11 @@ def check_chart(path: Path, version: str, helm: str) -> str:
 # uname's machine for each architecture: that the image really runs as what its
 # manifest says (an amd64 image labelled arm64 would run natively here, unnoticed).
 MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
-PROBE = ("import importlib.metadata as m, json, platform\n"
-         "print(json.dumps({'machine': platform.machine(), 'distributions': "
-         "{d.metadata['Name']: d.version for d in m.distributions()}}))")
+PROBE = (
+    "import importlib.metadata as m, json, platform\n"
+    "print(json.dumps({'machine': platform.machine(), 'distributions': "
+    "{d.metadata['Name']: d.version for d in m.distributions()}}))"
+)
 
 
 def check_image(path: Path, version: str, platforms: Sequence[str]) -> str:
@@ -129,38 +144,54 @@ def check_image(path: Path, version: str, platforms: Sequence[str]) -> str:
         [entry] = index["manifests"]  # the one list, as `podman manifest push` writes it
         digest = entry["digest"].removeprefix("sha256:")
         listed = _json_member(archive, f"blobs/sha256/{digest}")
-    found = sorted(f"{m['platform']['os']}/{m['platform']['architecture']}"
-                   for m in listed.get("manifests", []))
+    found = sorted(
+        f"{m['platform']['os']}/{m['platform']['architecture']}"
+        for m in listed.get("manifests", [])
+    )
     if found != sorted(platforms):
         raise ReleaseError(f"{path.name}: holds images for {found}, not {sorted(platforms)}")
     ran = []
     for platform in found:
         machine = _run_from_archive(path, platform, version)
         ran.append(f"{platform} ({machine})")
-    return (f"{path.name}: {', '.join(ran)}: each runs, says mirrorgate {version} and holds "
-            "exactly the locked distributions")
+    return (
+        f"{path.name}: {', '.join(ran)}: each runs, says mirrorgate {version} and holds "
+        "exactly the locked distributions"
+    )
 
 
 def _run_from_archive(path: Path, platform: str, version: str) -> str:
     # A store of its own: the image run is the archive's, never one already here.
     with tempfile.TemporaryDirectory(prefix="mirrorgate-release-check-") as work:
         store = ("--root", f"{work}/root", "--runroot", f"{work}/run")
-        image = _podman(*store, "pull", "--quiet", "--platform", platform,
-                        f"oci-archive:{path}").stdout.strip()
-        run = (*store, "run", "--rm", "--read-only", "--user", "65532:65532",
-               "--network=none", *ULIMITS)
+        image = _podman(
+            *store, "pull", "--quiet", "--platform", platform, f"oci-archive:{path}"
+        ).stdout.strip()
+        run = (
+            *store,
+            "run",
+            "--rm",
+            "--read-only",
+            "--user",
+            "65532:65532",
+            "--network=none",
+            *ULIMITS,
+        )
         said = _podman(*run, image, "--version", check=False)
         probed = _podman(*run, "--entrypoint", "python3", image, "-c", PROBE, check=False)
         _podman(*store, "rmi", "--all", "--force", check=False)
     if said.stdout.strip() != f"mirrorgate {version}":
-        raise ReleaseError(f"{path.name}: the {platform} image says {said.stdout.strip()!r} "
-                           f"{said.stderr.strip()}, not 'mirrorgate {version}'")
+        raise ReleaseError(
+            f"{path.name}: the {platform} image says {said.stdout.strip()!r} "
+            f"{said.stderr.strip()}, not 'mirrorgate {version}'"
+        )
     try:
         probe = json.loads(probed.stdout)
         sbom.bom(version, probe["distributions"])
     except (ValueError, KeyError, TypeError, sbom.SbomError) as error:
-        raise ReleaseError(f"{path.name}: the {platform} image: {error} "
-                           f"{probed.stderr.strip()}") from None
+        raise ReleaseError(
+            f"{path.name}: the {platform} image: {error} {probed.stderr.strip()}"
+        ) from None
     machine = str(probe.get("machine"))
     if machine != MACHINES.get(platform.removeprefix("linux/")):
         raise ReleaseError(f"{path.name}: the {platform} image runs as {machine}")
@@ -186,16 +217,20 @@ def _sha256(path: Path) -> str:
 
 
 def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["bash", str(PODMAN), *args], capture_output=True, text=True,
-                          timeout=600, check=False)
+    done = subprocess.run(
+        ["bash", str(PODMAN), *args], capture_output=True, text=True, timeout=600, check=False
+    )
     if check and done.returncode != 0:
         raise ReleaseError(f"podman {' '.join(args)}: {done.stderr.strip()}")
     return done
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m release.verify", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m release.verify",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--dist", required=True, type=Path)
     parser.add_argument("--version", required=True)
     parser.add_argument("--platforms", required=True, help="space-separated, as PLATFORMS")

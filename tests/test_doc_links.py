@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-PAGES = sorted([REPOSITORY / "README.md", REPOSITORY / "CHANGELOG.md",
-                *(REPOSITORY / "docs").glob("*.md")])
+PAGES = sorted(
+    [REPOSITORY / "README.md", REPOSITORY / "CHANGELOG.md", *(REPOSITORY / "docs").glob("*.md")]
+)
 README_LIMIT = 300  # issue 23: a README for users, at most 300 lines
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
@@ -44,15 +45,22 @@ def anchors(page: Path) -> set[str]:
 
 
 def links(page: Path) -> list[str]:
-    return [target for target in _LINK.findall(prose(page.read_text()))
-            if not re.match(r"[a-z][a-z0-9+.-]*:", target)]  # http:, https:, mailto:
+    return [
+        target
+        for target in _LINK.findall(prose(page.read_text()))
+        if not re.match(r"[a-z][a-z0-9+.-]*:", target)
+    ]  # http:, https:, mailto:
 
 
 def test_the_slugs_are_githubs() -> None:
-    assert slug("Limits: what any client can make the server hold") == \
-        "limits-what-any-client-can-make-the-server-hold"
-    assert slug("Short-lived logins from the kubelet's credential-provider plugins") == \
-        "short-lived-logins-from-the-kubelets-credential-provider-plugins"
+    assert (
+        slug("Limits: what any client can make the server hold")
+        == "limits-what-any-client-can-make-the-server-hold"
+    )
+    assert (
+        slug("Short-lived logins from the kubelet's credential-provider plugins")
+        == "short-lived-logins-from-the-kubelets-credential-provider-plugins"
+    )
     assert slug("`mirrors[].onMirrorDown`") == "mirrorsonmirrordown"
     assert slug("1. The image") == "1-the-image"
     assert slug("Production clusters: EKS, GKE, AKS") == "production-clusters-eks-gke-aks"
@@ -61,8 +69,10 @@ def test_the_slugs_are_githubs() -> None:
 def test_a_broken_link_is_found(tmp_path: Path) -> None:
     """The negative control: the checks below can fail."""
     page = tmp_path / "page.md"
-    page.write_text("# Title\n\n## Same\n\n## Same\n\n[a](#same-1) [b](#nowhere) `[c](#code)`\n"
-                    "```\n[d](#fenced)\n```\n[e](https://example.com/#x)\n")
+    page.write_text(
+        "# Title\n\n## Same\n\n## Same\n\n[a](#same-1) [b](#nowhere) `[c](#code)`\n"
+        "```\n[d](#fenced)\n```\n[e](https://example.com/#x)\n"
+    )
     assert anchors(page) == {"title", "same", "same-1"}
     assert links(page) == ["#same-1", "#nowhere"]
 
@@ -92,7 +102,13 @@ def test_the_readme_draws_the_flow() -> None:
     (diagram,) = re.findall(r"```mermaid\n(.*?)```", (REPOSITORY / "README.md").read_text(), re.S)
     messages = re.findall(r"^\s*(\w+)-{1,2}>>(\w+): (.*)$", diagram, re.M)
     assert [(a, b) for a, b, _ in messages] == [
-        ("C", "A"), ("A", "M"), ("M", "A"), ("M", "A"), ("A", "K"), ("K", "R")]
+        ("C", "A"),
+        ("A", "M"),
+        ("M", "A"),
+        ("M", "A"),
+        ("A", "K"),
+        ("K", "R"),
+    ]
     assert "Secret" in messages[2][2]
     assert "patch" in messages[3][2]
     assert not any(";" in text or "#" in text for _, _, text in messages)

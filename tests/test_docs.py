@@ -34,6 +34,7 @@ DEVELOPMENT = DOCS / "development.md"
 
 # --- the policy reference ----------------------------------------------------------------------
 
+
 def reference_rows() -> dict[str, tuple[str, str]]:
     """``field: (type, default)`` from the reference's field table."""
     table = REFERENCE.split("## Fields", 1)[1].split("\n## ", 1)[0]
@@ -47,11 +48,13 @@ def reference_rows() -> dict[str, tuple[str, str]]:
 
 def test_the_reference_lists_exactly_the_fields_the_loader_accepts() -> None:
     """No field missing, none invented: the table against the loader's own field lists."""
-    expected = {*model._TOP_LEVEL_KEYS,
-                *(f"mirrors[].{key}" for key in model._RULE_KEYS),
-                *(f"exclude.{key}" for key in model._EXCLUDE_KEYS),
-                *(f"health.{key}" for key in model._HEALTH_KEYS),
-                *(f"credentials.<name>.{key}" for key in model._GRANT_KEYS)}
+    expected = {
+        *model._TOP_LEVEL_KEYS,
+        *(f"mirrors[].{key}" for key in model._RULE_KEYS),
+        *(f"exclude.{key}" for key in model._EXCLUDE_KEYS),
+        *(f"health.{key}" for key in model._HEALTH_KEYS),
+        *(f"credentials.<name>.{key}" for key in model._GRANT_KEYS),
+    }
     assert set(reference_rows()) == expected
 
 
@@ -64,10 +67,15 @@ DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
     "mirrors[].onMirrorDown": ({"mirrors": [RULE]}, lambda p: p.rules[0].on_mirror_down),
     "mirrors[].caFile": ({"mirrors": [RULE]}, lambda p: p.rules[0].ca_file),
     "mirrors[].insecureSkipVerify": ({"mirrors": [RULE]}, lambda p: p.rules[0].skip_verify),
-    "health": ({}, lambda p: {"interval": f"{p.health.interval:g}s",
-                              "timeout": f"{p.health.timeout:g}s",
-                              "failureThreshold": p.health.failure_threshold,
-                              "successThreshold": p.health.success_threshold}),
+    "health": (
+        {},
+        lambda p: {
+            "interval": f"{p.health.interval:g}s",
+            "timeout": f"{p.health.timeout:g}s",
+            "failureThreshold": p.health.failure_threshold,
+            "successThreshold": p.health.success_threshold,
+        },
+    ),
     "health.interval": ({}, lambda p: f"{p.health.interval:g}s"),
     "health.timeout": ({}, lambda p: f"{p.health.timeout:g}s"),
     "health.failureThreshold": ({}, lambda p: p.health.failure_threshold),
@@ -76,10 +84,14 @@ DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
     "exclude.images": ({}, lambda p: list(p.exclude_images)),
     "exclude.namespaces": ({}, lambda p: list(p.exclude_namespaces)),
     "credentials": ({}, lambda p: dict(p.grants)),
-    "credentials.<name>.registry": ({"credentials": {"a": {"namespaces": ["*"]}}},
-                                    lambda p: p.grants["a"].registry),
-    "credentials.<name>.provider": ({"credentials": {"a": {"namespaces": ["*"]}}},
-                                    lambda p: p.grants["a"].provider),
+    "credentials.<name>.registry": (
+        {"credentials": {"a": {"namespaces": ["*"]}}},
+        lambda p: p.grants["a"].registry,
+    ),
+    "credentials.<name>.provider": (
+        {"credentials": {"a": {"namespaces": ["*"]}}},
+        lambda p: p.grants["a"].provider,
+    ),
 }
 
 
@@ -115,8 +127,10 @@ def test_the_reference_error_example_is_the_loaders() -> None:
     """The reference's sample error is word for word what loading that policy says."""
     message = re.search(r"`(mirrors\[2\]\.source: .*?)`\.", REFERENCE, re.S)
     assert message is not None
-    document = {"mirrors": [{"source": f"s{i}.example", "mirror": f"m.example/{i}"}
-                            for i in range(2)] + [{"source": "Docker.io", "mirror": "m.example/x"}]}
+    document = {
+        "mirrors": [{"source": f"s{i}.example", "mirror": f"m.example/{i}"} for i in range(2)]
+        + [{"source": "Docker.io", "mirror": "m.example/x"}]
+    }
     with pytest.raises(policy.PolicyError) as caught:
         policy.load(document)
     assert str(caught.value) == " ".join(message[1].split())
@@ -129,6 +143,7 @@ def test_the_readme_policy_loads() -> None:
 
 
 # --- README and docs/cli.md examples ------------------------------------------------------------
+
 
 def console_examples(text: str) -> list[tuple[str, str]]:
     """``(command, output)`` for every `$ mirrorgate ...` line of a console block."""
@@ -145,7 +160,8 @@ def test_the_cli_page_has_console_examples() -> None:
 
 @pytest.mark.parametrize(("command", "output"), console_examples(README + CLI_DOC))
 def test_console_examples_are_what_the_cli_prints(
-        command: str, output: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    command: str, output: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each `$ mirrorgate ...` example, run in the repository, prints what the docs show."""
     monkeypatch.chdir(REPOSITORY)
     out, err = io.StringIO(), io.StringIO()
@@ -159,16 +175,26 @@ def test_the_sample_admissionreview_answers_as_the_readme_shows(tmp_path: Path) 
     assert shown is not None
     ca = CertificateAuthority.generate()
     pair = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
-    with serve(tmp_path, pair=pair,
-               policy=(REPOSITORY / "examples" / "policy.yaml").read_text()) as running, \
-            httpx.Client(base_url=running.url, verify=client_context(ca.cert_pem)) as client:
+    with (
+        serve(
+            tmp_path, pair=pair, policy=(REPOSITORY / "examples" / "policy.yaml").read_text()
+        ) as running,
+        httpx.Client(base_url=running.url, verify=client_context(ca.cert_pem)) as client,
+    ):
         answer = client.post(
-            "/mutate", content=(REPOSITORY / "examples" / "admissionreview.json").read_bytes(),
-            headers={"content-type": "application/json"})
+            "/mutate",
+            content=(REPOSITORY / "examples" / "admissionreview.json").read_bytes(),
+            headers={"content-type": "application/json"},
+        )
     assert answer.status_code == 200
-    printed = subprocess.run([sys.executable, REPOSITORY / "examples" / "show-response.py"],
-                             input=answer.text, capture_output=True, text=True, check=True,
-                             timeout=60).stdout
+    printed = subprocess.run(
+        [sys.executable, REPOSITORY / "examples" / "show-response.py"],
+        input=answer.text,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     assert printed == shown[1]
 
 
@@ -184,7 +210,8 @@ def test_supported_kubernetes_version_is_the_tested_one() -> None:
 def test_operations_lists_exactly_the_shipped_alerts() -> None:
     """docs/operations.md's alert table names every alert of the monitoring overlay, no other."""
     rule = yaml.safe_load(
-        (REPOSITORY / "manifests" / "overlays" / "monitoring" / "prometheusrule.yaml").read_text())
+        (REPOSITORY / "manifests" / "overlays" / "monitoring" / "prometheusrule.yaml").read_text()
+    )
     shipped = {r["alert"] for group in rule["spec"]["groups"] for r in group["rules"]}
     table = (DOCS / "operations.md").read_text().split("## Monitoring", 1)[1].split("\n## ", 1)[0]
     assert set(re.findall(r"^\| `(Mirrorgate\w+)` \|", table, re.M)) == shipped
@@ -200,6 +227,7 @@ def test_changelog_names_the_current_version() -> None:
 
 # --- figures -----------------------------------------------------------------------------------
 
+
 def test_figures_are_those_of_the_last_bench_run() -> None:
     """docs/development.md's figures are exactly what bench.figures renders from results.json."""
     assert figures.TARGET == DEVELOPMENT
@@ -210,8 +238,14 @@ def test_figures_are_those_of_the_last_bench_run() -> None:
 def test_render_replaces_only_the_marked_section() -> None:
     """Text outside the markers is kept; a section never measured says so."""
     readme = f"intro\n{figures.BEGIN}\nstale 1.00×\n{figures.END}\noutro\n"
-    recorded = {"planning": {"command": "make bench-policy", "measured": "2026-01-01 00:00 UTC",
-                             "cpus": 2, "report": "| a | b |\n| --- | --- |\n| 1 | 2 |"}}
+    recorded = {
+        "planning": {
+            "command": "make bench-policy",
+            "measured": "2026-01-01 00:00 UTC",
+            "cpus": 2,
+            "report": "| a | b |\n| --- | --- |\n| 1 | 2 |",
+        }
+    }
     rendered = figures.render(readme, recorded)
     assert rendered.startswith(f"intro\n{figures.BEGIN}\n")
     assert rendered.endswith(f"{figures.END}\noutro\n")

@@ -25,8 +25,17 @@ from setuptools.build_meta import (  # noqa: F401 - the editable hooks, unchange
 
 _T = TypeVar("_T")
 # Nothing a build reads lives in these; .venv alone can be gigabytes.
-_NOT_COPIED = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
-                                     "__pycache__", ".*_cache", ".hypothesis", "dev-certs")
+_NOT_COPIED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    ".hypothesis",
+    "dev-certs",
+)
 
 
 def _in_a_copy(hook: Callable[..., _T]) -> Callable[..., _T]:
@@ -34,8 +43,10 @@ def _in_a_copy(hook: Callable[..., _T]) -> Callable[..., _T]:
     def run(*args: Any, **kwargs: Any) -> _T:
         # Output directories come as paths relative to the tree, or absolute.
         args = tuple(os.path.abspath(a) if isinstance(a, str) else a for a in args)
-        kwargs = {k: os.path.abspath(v) if k.endswith("directory") and isinstance(v, str)
-                  else v for k, v in kwargs.items()}
+        kwargs = {
+            k: os.path.abspath(v) if k.endswith("directory") and isinstance(v, str) else v
+            for k, v in kwargs.items()
+        }
         source = os.getcwd()
         with tempfile.TemporaryDirectory(prefix="mirrorgate-build-") as scratch:
             copy = shutil.copytree(source, os.path.join(scratch, "src"), ignore=_NOT_COPIED)
@@ -44,6 +55,7 @@ def _in_a_copy(hook: Callable[..., _T]) -> Callable[..., _T]:
                 return hook(*args, **kwargs)
             finally:
                 os.chdir(source)
+
     return run
 
 

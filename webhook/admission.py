@@ -80,10 +80,15 @@ def _audit_log_annotations(plan: policy.RewritePlan, *, health: bool = False) ->
     # The API server prefixes each key with the webhook's name.
     if not plan.rewrites:
         return {}
-    return {"rewrites": orjson.dumps(
-        {r.site.key: {"from": r.site.image, "to": r.new_image, "rule": r.rule_label}
-         | ({"health": r.health} if health else {})
-         for r in plan.rewrites}).decode()}
+    return {
+        "rewrites": orjson.dumps(
+            {
+                r.site.key: {"from": r.site.image, "to": r.new_image, "rule": r.rule_label}
+                | ({"health": r.health} if health else {})
+                for r in plan.rewrites
+            }
+        ).decode()
+    }
 
 
 def _audit_mode_report(plan: policy.RewritePlan) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -97,30 +102,51 @@ def _audit_mode_report(plan: policy.RewritePlan) -> tuple[tuple[str, ...], dict[
     if found is None:
         found = kept["audit-mode"] = (
             (*plan.warnings, *(policy.audit_mode_line(r, health=True) for r in plan.rewrites)),
-            _audit_log_annotations(plan, health=True))
+            _audit_log_annotations(plan, health=True),
+        )
     return cast("tuple[tuple[str, ...], dict[str, str]]", found)
 
 
-def _plan(request: review.AdmissionRequest, obj: dict[str, Any], *, namespace: str,
-          rules: policy.Policy, ephemeral: bool, health: policy.Health,
-          unavailable: Mapping[str, str] | None = None) -> policy.RewritePlan:
+def _plan(
+    request: review.AdmissionRequest,
+    obj: dict[str, Any],
+    *,
+    namespace: str,
+    rules: policy.Policy,
+    ephemeral: bool,
+    health: policy.Health,
+    unavailable: Mapping[str, str] | None = None,
+) -> policy.RewritePlan:
     if not ephemeral:
-        return policy.plan(obj, namespace=namespace, policy=rules, unavailable=unavailable,
-                           health=health)
+        return policy.plan(
+            obj, namespace=namespace, policy=rules, unavailable=unavailable, health=health
+        )
     # An ephemeral-container update may only add containers, and the API
     # server ignores any other change, imagePullSecrets and annotations
     # included: the record of an original goes to the user as a warning and
     # to the audit log instead (see admit).
     old = request.get("oldObject")
-    frozen = {s.key for s in policy.find_image_sites(
-        old, fields=EPHEMERAL)[0]} if isinstance(old, dict) else set()
-    return policy.plan(obj, namespace=namespace, policy=rules, fields=EPHEMERAL,
-                       frozen=frozen, can_add_pull_secrets=False, can_annotate=False,
-                       unavailable=unavailable, health=health)
+    frozen = (
+        {s.key for s in policy.find_image_sites(old, fields=EPHEMERAL)[0]}
+        if isinstance(old, dict)
+        else set()
+    )
+    return policy.plan(
+        obj,
+        namespace=namespace,
+        policy=rules,
+        fields=EPHEMERAL,
+        frozen=frozen,
+        can_add_pull_secrets=False,
+        can_annotate=False,
+        unavailable=unavailable,
+        health=health,
+    )
 
 
-def _container_count(request: review.AdmissionRequest, obj: dict[str, Any], *,
-                     ephemeral: bool) -> int:
+def _container_count(
+    request: review.AdmissionRequest, obj: dict[str, Any], *, ephemeral: bool
+) -> int:
     """The containers planning would walk: every list, or an update's ephemeral ones (old too)."""
     pods = [obj]
     old = request.get("oldObject")
@@ -147,8 +173,9 @@ class Target(NamedTuple):
     ephemeral: bool
 
 
-def screen(rev: review.Review, *, mode: policy.Mode,
-           max_containers: int = MAX_CONTAINERS) -> Decision | Target:
+def screen(
+    rev: review.Review, *, mode: policy.Mode, max_containers: int = MAX_CONTAINERS
+) -> Decision | Target:
     """What can be decided without the policy: a review that is not about a Pod to mutate,
     or a Pod of more than ``max_containers`` containers (admitted as written, saying so).
 
@@ -166,8 +193,9 @@ def screen(rev: review.Review, *, mode: policy.Mode,
     if type(obj) is not dict:
         raise rev.bad("request.object is missing or not an object")
     metadata = obj.get("metadata")
-    namespace = (metadata.get("namespace") if type(metadata) is dict else None) \
-        or request.get("namespace")
+    namespace = (metadata.get("namespace") if type(metadata) is dict else None) or request.get(
+        "namespace"
+    )
     if not isinstance(namespace, str) or not namespace:
         raise rev.bad("neither request.namespace nor the Pod's metadata.namespace is set")
     if NAMESPACE_RE.fullmatch(namespace) is None:
@@ -175,17 +203,26 @@ def screen(rev: review.Review, *, mode: policy.Mode,
     name = _pod_name(metadata)
     count = _container_count(request, obj, ephemeral=ephemeral)
     if count > max_containers:
-        warning = (f"mirrorgate: the Pod has {count:,} containers, more than the "
-                   f"{max_containers:,} it rewrites (serve --max-containers); its images are "
-                   "left as written")
-        return Decision(review.allowed(rev, warnings=[warning]), mode, "skipped", namespace,
-                        name, 0, 1)
+        warning = (
+            f"mirrorgate: the Pod has {count:,} containers, more than the "
+            f"{max_containers:,} it rewrites (serve --max-containers); its images are "
+            "left as written"
+        )
+        return Decision(
+            review.allowed(rev, warnings=[warning]), mode, "skipped", namespace, name, 0, 1
+        )
     return Target(obj, namespace, name, ephemeral)
 
 
-async def admit(rev: review.Review, *, rules: policy.Policy, mode: policy.Mode,
-                secrets: PullSecrets, health: policy.Health = policy.HEALTHY,
-                max_containers: int = MAX_CONTAINERS) -> Decision:
+async def admit(
+    rev: review.Review,
+    *,
+    rules: policy.Policy,
+    mode: policy.Mode,
+    secrets: PullSecrets,
+    health: policy.Health = policy.HEALTHY,
+    max_containers: int = MAX_CONTAINERS,
+) -> Decision:
     """Decide on one review. Raises :class:`review.BadReview` for malformed requests only.
 
     ``health`` is the probes' last conclusion, passed in: deciding never waits
@@ -198,17 +235,31 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: policy.Mode,
     request = rev.request
     obj, namespace, name, ephemeral = screened
 
-    plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
-                 health=health)
+    plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral, health=health)
     if plan.skipped is not None:
-        return Decision(review.allowed(rev, warnings=plan.warnings), mode, "skipped",
-                        namespace, name, 0, len(plan.warnings), plan=plan)
+        return Decision(
+            review.allowed(rev, warnings=plan.warnings),
+            mode,
+            "skipped",
+            namespace,
+            name,
+            0,
+            len(plan.warnings),
+            plan=plan,
+        )
 
     if mode == "audit":
         lines, annotations = _audit_mode_report(plan)
-        return Decision(review.allowed(rev, warnings=lines, audit_annotations=annotations),
-                        mode, "allowed", namespace, name, len(plan.rewrites), len(lines),
-                        plan=plan)
+        return Decision(
+            review.allowed(rev, warnings=lines, audit_annotations=annotations),
+            mode,
+            "allowed",
+            namespace,
+            name,
+            len(plan.rewrites),
+            len(lines),
+            plan=plan,
+        )
 
     unrewritten = 0
     if plan.credentials and not request.get("dryRun", False):
@@ -216,27 +267,57 @@ async def admit(rev: review.Review, *, rules: policy.Policy, mode: policy.Mode,
         failures = await secrets.ensure(namespace, stale) if stale else {}
         if failures:
             if rules.on_credential_error == "deny":
-                reasons = "; ".join(f"pull secret {policy.pull_secret_name(c)!r}: {why}"
-                                    for c, why in sorted(failures.items()))
+                reasons = "; ".join(
+                    f"pull secret {policy.pull_secret_name(c)!r}: {why}"
+                    for c, why in sorted(failures.items())
+                )
                 return Decision(
-                    review.denied(rev, f"mirrorgate: the Pod needs mirror credentials that "
-                                       f"could not be provided in namespace {namespace!r} "
-                                       f"({reasons}); onCredentialError is deny"),
-                    mode, "denied", namespace, name, plan=plan)
+                    review.denied(
+                        rev,
+                        f"mirrorgate: the Pod needs mirror credentials that "
+                        f"could not be provided in namespace {namespace!r} "
+                        f"({reasons}); onCredentialError is deny",
+                    ),
+                    mode,
+                    "denied",
+                    namespace,
+                    name,
+                    plan=plan,
+                )
             before = len(plan.rewrites)
-            plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral,
-                         health=health, unavailable=failures)
+            plan = _plan(
+                request,
+                obj,
+                namespace=namespace,
+                rules=rules,
+                ephemeral=ephemeral,
+                health=health,
+                unavailable=failures,
+            )
             unrewritten = before - len(plan.rewrites)
 
     warnings = plan.warnings
     if ephemeral:
-        warnings += tuple(f"mirrorgate: {r.site.shown} uses {r.new_image} (was {r.site.image})"
-                          for r in plan.rewrites)
+        warnings += tuple(
+            f"mirrorgate: {r.site.shown} uses {r.new_image} (was {r.site.image})"
+            for r in plan.rewrites
+        )
     encoded = patch.encoded_patch(obj, plan)
     # The rewrites are in the patch itself, which the API server's audit log
     # records at RequestResponse level; audit annotations are for audit mode.
     return Decision(
-        review.patched(rev, encoded, warnings=warnings,
-                       audit_annotations=_audit_log_annotations(plan) if ephemeral else None),
-        mode, "patched" if encoded else "allowed", namespace, name, len(plan.rewrites),
-        len(warnings), unrewritten, plan)
+        review.patched(
+            rev,
+            encoded,
+            warnings=warnings,
+            audit_annotations=_audit_log_annotations(plan) if ephemeral else None,
+        ),
+        mode,
+        "patched" if encoded else "allowed",
+        namespace,
+        name,
+        len(plan.rewrites),
+        len(warnings),
+        unrewritten,
+        plan,
+    )

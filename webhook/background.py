@@ -53,8 +53,7 @@ class Loop:
         """End the loop after the pass in hand, waiting for that at most the loop's deadline."""
         self._stopping.set()
         self._wake.set()
-        if self._stop_timeout is not None and self._thread is not None \
-                and self._thread.is_alive():
+        if self._stop_timeout is not None and self._thread is not None and self._thread.is_alive():
             self._thread.join(self._stop_timeout)
 
     def trigger(self) -> None:

@@ -57,215 +57,389 @@ def _port(text: str) -> int:
 
 
 def _mode_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mode", choices=offline.MODES, default=offline.ENFORCE,
-                        help="the namespace's mirrorgate.io/mode label; audit also when the "
-                             "server runs --audit-only (default: %(default)s)")
+    parser.add_argument(
+        "--mode",
+        choices=offline.MODES,
+        default=offline.ENFORCE,
+        help="the namespace's mirrorgate.io/mode label; audit also when the "
+        "server runs --audit-only (default: %(default)s)",
+    )
 
 
-def _group(commands: argparse._SubParsersAction[Any], name: str, text: str, *,
-           description: str | None = None, dest: str | None = None,
-           metavar: str = "COMMAND") -> argparse._SubParsersAction[Any]:
+def _group(
+    commands: argparse._SubParsersAction[Any],
+    name: str,
+    text: str,
+    *,
+    description: str | None = None,
+    dest: str | None = None,
+    metavar: str = "COMMAND",
+) -> argparse._SubParsersAction[Any]:
     """A command that only groups subcommands (`mirrorgate policy check`, ...)."""
     group = commands.add_parser(name, help=text, description=description)
     subcommands: argparse._SubParsersAction[Any] = group.add_subparsers(
-        dest=dest or f"{name}_command", metavar=metavar, parser_class=_Parser)
+        dest=dest or f"{name}_command", metavar=metavar, parser_class=_Parser
+    )
     subcommands.required = True
     return subcommands
 
 
-def _store_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
-                     flag: str = "--store", required: bool = False,
-                     text: str = "the encrypted credential store file") -> None:
+def _store_arguments(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    flag: str = "--store",
+    required: bool = False,
+    text: str = "the encrypted credential store file",
+) -> None:
     # `credentials` and `policy check` say --store; `serve` uses --store for the kind of store.
     parser.add_argument(flag, dest="store_file", required=required, metavar="FILE", help=text)
-    parser.add_argument("--key-file", metavar="FILE",
-                        help="file holding the store key (default: $MIRRORGATE_STORE_KEY)")
+    parser.add_argument(
+        "--key-file",
+        metavar="FILE",
+        help="file holding the store key (default: $MIRRORGATE_STORE_KEY)",
+    )
 
 
-def _source_arguments(group: argparse._ArgumentGroup | argparse.ArgumentParser, *,
-                      stores: tuple[str, ...]) -> None:
+def _source_arguments(
+    group: argparse._ArgumentGroup | argparse.ArgumentParser, *, stores: tuple[str, ...]
+) -> None:
     """Where credentials come from: the same options for `serve` and `credentials check`."""
-    group.add_argument("--kubeconfig", metavar="FILE",
-                       help="kubeconfig for the cluster (default: the in-cluster service "
-                            "account when in a Pod, else standalone: no pull secrets)")
+    group.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig for the cluster (default: the in-cluster service "
+        "account when in a Pod, else standalone: no pull secrets)",
+    )
     group.add_argument("--context", help="kubeconfig context")
-    group.add_argument("--namespace", help="mirrorgate's own namespace (credential Secrets, "
-                       "the Lease; default: the Pod's namespace, else 'mirrorgate')")
-    group.add_argument("--store", choices=stores,
-                       help="credential store (default: kubernetes with a cluster, file "
-                            "with --store-file, else none)")
+    group.add_argument(
+        "--namespace",
+        help="mirrorgate's own namespace (credential Secrets, "
+        "the Lease; default: the Pod's namespace, else 'mirrorgate')",
+    )
+    group.add_argument(
+        "--store",
+        choices=stores,
+        help="credential store (default: kubernetes with a cluster, file "
+        "with --store-file, else none)",
+    )
     _store_arguments(group, flag="--store-file")
-    group.add_argument("--credential-provider-config", metavar="FILE",
-                       help="the kubelet's CredentialProviderConfig, for policy credentials "
-                            "with a provider")
-    group.add_argument("--credential-provider-bin-dir", metavar="DIR",
-                       help="where the credential-provider plugins are")
-    group.add_argument("--credential-provider-timeout", type=float, default=10.0,
-                       metavar="SECONDS", help="a plugin running longer is killed "
-                                               "(default: %(default)s)")
+    group.add_argument(
+        "--credential-provider-config",
+        metavar="FILE",
+        help="the kubelet's CredentialProviderConfig, for policy credentials with a provider",
+    )
+    group.add_argument(
+        "--credential-provider-bin-dir",
+        metavar="DIR",
+        help="where the credential-provider plugins are",
+    )
+    group.add_argument(
+        "--credential-provider-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="a plugin running longer is killed (default: %(default)s)",
+    )
 
 
 def _limit_arguments(group: argparse._ArgumentGroup) -> None:
     defaults = Limits()
     for flag, kind, metavar, text in (
-            ("--max-connections", int, "N", "open connections, TLS handshakes included; over "
-             "it, the least recently active connection not being answered is closed"),
-            ("--max-header-bytes", int, "BYTES", "request line and header fields (431 beyond)"),
-            ("--max-headers", int, "N", "header fields per request (431 beyond)"),
-            ("--header-timeout", float, "SECONDS", "from accept (TLS handshake included), or "
-             "from a request's first byte, to the end of its head"),
-            ("--body-timeout", float, "SECONDS", "from the end of a request's head to the end "
-             "of its body"),
-            ("--idle-timeout", float, "SECONDS", "how long a keep-alive connection may wait "
-             "for its next request"),
-            ("--max-buffered-bytes", int, "BYTES", "request-body bytes held at once across all "
-             "connections; over it, the longest-running body reads are closed"),
-            ("--max-containers", int, "COUNT", "containers of one Pod that admission "
-             "rewrites; a Pod with more is admitted as written, with a warning"),
-            ("--write-timeout", float, "SECONDS", "how long an answer may wait for a client "
-             "that does not read it"),
-            ("--max-unsent-bytes", int, "BYTES", "answer bytes held at once across all "
-             "connections for clients that do not read them; over it, the connection that "
-             "stopped reading first is closed"),
-            ("--max-pipelined", int, "N", "requests of a connection read ahead of the one "
-             "being answered; the rest waits unread")):
+        (
+            "--max-connections",
+            int,
+            "N",
+            "open connections, TLS handshakes included; over "
+            "it, the least recently active connection not being answered is closed",
+        ),
+        ("--max-header-bytes", int, "BYTES", "request line and header fields (431 beyond)"),
+        ("--max-headers", int, "N", "header fields per request (431 beyond)"),
+        (
+            "--header-timeout",
+            float,
+            "SECONDS",
+            "from accept (TLS handshake included), or "
+            "from a request's first byte, to the end of its head",
+        ),
+        (
+            "--body-timeout",
+            float,
+            "SECONDS",
+            "from the end of a request's head to the end of its body",
+        ),
+        (
+            "--idle-timeout",
+            float,
+            "SECONDS",
+            "how long a keep-alive connection may wait for its next request",
+        ),
+        (
+            "--max-buffered-bytes",
+            int,
+            "BYTES",
+            "request-body bytes held at once across all "
+            "connections; over it, the longest-running body reads are closed",
+        ),
+        (
+            "--max-containers",
+            int,
+            "COUNT",
+            "containers of one Pod that admission "
+            "rewrites; a Pod with more is admitted as written, with a warning",
+        ),
+        (
+            "--write-timeout",
+            float,
+            "SECONDS",
+            "how long an answer may wait for a client that does not read it",
+        ),
+        (
+            "--max-unsent-bytes",
+            int,
+            "BYTES",
+            "answer bytes held at once across all "
+            "connections for clients that do not read them; over it, the connection that "
+            "stopped reading first is closed",
+        ),
+        (
+            "--max-pipelined",
+            int,
+            "N",
+            "requests of a connection read ahead of the one being answered; the rest waits unread",
+        ),
+    ):
         dest = flag[2:].replace("-", "_")
-        group.add_argument(flag, type=kind, default=getattr(defaults, dest), metavar=metavar,
-                           help=f"{text} (default: %(default)s)")
+        group.add_argument(
+            flag,
+            type=kind,
+            default=getattr(defaults, dest),
+            metavar=metavar,
+            help=f"{text} (default: %(default)s)",
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="mirrorgate", description=(
-        "Rewrite Pod images to authenticated registry mirrors at admission, "
-        "with matching pull secrets."))
+    parser = _Parser(
+        prog="mirrorgate",
+        description=(
+            "Rewrite Pod images to authenticated registry mirrors at admission, "
+            "with matching pull secrets."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"mirrorgate {VERSION}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
     rewrite = commands.add_parser(
-        "rewrite", help="print Pods, and workloads' Pods, as mirrorgate would admit them "
-                        "(offline)",
+        "rewrite",
+        help="print Pods, and workloads' Pods, as mirrorgate would admit them (offline)",
         description="Print each Pod as it would be admitted (or its JSON Patch); warnings go "
-                    "to stderr. A workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, "
-                    "ReplicationController, Job, CronJob, PodTemplate) comes out as the Pod "
-                    "its controller would create, as admitted: templates themselves are never "
-                    "mutated. Other objects are passed over. With --mode audit Pods come out "
-                    "unchanged and every planned rewrite is a warning. Exit 1 when there are "
-                    "warnings, 2 when the input has no Pod and no workload.")
+        "to stderr. A workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, "
+        "ReplicationController, Job, CronJob, PodTemplate) comes out as the Pod "
+        "its controller would create, as admitted: templates themselves are never "
+        "mutated. Other objects are passed over. With --mode audit Pods come out "
+        "unchanged and every planned rewrite is a warning. Exit 1 when there are "
+        "warnings, 2 when the input has no Pod and no workload.",
+    )
     rewrite.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
-    rewrite.add_argument("-n", "--namespace", help="namespace to plan for "
-                         "(default: the Pod's own, else 'default')")
+    rewrite.add_argument(
+        "-n", "--namespace", help="namespace to plan for (default: the Pod's own, else 'default')"
+    )
     _mode_argument(rewrite)
     rewrite.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
-    rewrite.add_argument("-f", "--filename", default="-", metavar="FILE",
-                         help="Pod manifests, YAML or JSON ('-' for stdin, the default); "
-                              "a directory: its .json, .yaml and .yml files in name order")
+    rewrite.add_argument(
+        "-f",
+        "--filename",
+        default="-",
+        metavar="FILE",
+        help="Pod manifests, YAML or JSON ('-' for stdin, the default); "
+        "a directory: its .json, .yaml and .yml files in name order",
+    )
     rewrite.set_defaults(run=offline.run_rewrite)
 
     explain = commands.add_parser(
-        "explain", help="explain what mirrorgate makes of image references",
+        "explain",
+        help="explain what mirrorgate makes of image references",
         description="Print one JSON object per image, in order: what admission would do with "
-                    "it in a Pod of the namespace. `outcome` is one of excluded, skipped, "
-                    "invalid, no-rule, already-mirrored, not-granted, rewrite (null without "
-                    "--policy); with -o table, one row per image instead. Exit 1 when an "
-                    "image is invalid or admission would warn about it.")
+        "it in a Pod of the namespace. `outcome` is one of excluded, skipped, "
+        "invalid, no-rule, already-mirrored, not-granted, rewrite (null without "
+        "--policy); with -o table, one row per image instead. Exit 1 when an "
+        "image is invalid or admission would warn about it.",
+    )
     explain.add_argument("--policy", metavar="FILE", help="policy YAML file (optional)")
-    explain.add_argument("-n", "--namespace", default=offline.DEFAULT_NAMESPACE,
-                         help="the Pod's namespace (default: %(default)s)")
-    explain.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
-                         help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)")
+    explain.add_argument(
+        "-n",
+        "--namespace",
+        default=offline.DEFAULT_NAMESPACE,
+        help="the Pod's namespace (default: %(default)s)",
+    )
+    explain.add_argument(
+        "-l",
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)",
+    )
     _mode_argument(explain)
-    explain.add_argument("-o", "--output", choices=("json", "table"), default="json",
-                         help="(default: %(default)s)")
+    explain.add_argument(
+        "-o", "--output", choices=("json", "table"), default="json", help="(default: %(default)s)"
+    )
     explain.add_argument("images", nargs="+", metavar="IMAGE")
     explain.set_defaults(run=offline.run_explain)
 
     policy_commands = _group(commands, "policy", "work with policy files")
     check = policy_commands.add_parser(
-        "check", help="validate a policy file",
+        "check",
+        help="validate a policy file",
         description="Validate a policy file and list every error with its field path. "
-                    "Exit 1 when it is invalid, or when --store is given and a credential the "
-                    "policy uses is missing from it or is for another host than its mirror.")
+        "Exit 1 when it is invalid, or when --store is given and a credential the "
+        "policy uses is missing from it or is for another host than its mirror.",
+    )
     check.add_argument("file", metavar="FILE")
-    _store_arguments(check, text="also check the policy's credentials against this "
-                                 "encrypted credential store (offline)")
+    _store_arguments(
+        check,
+        text="also check the policy's credentials against this "
+        "encrypted credential store (offline)",
+    )
     check.set_defaults(run=offline.run_policy_check)
 
     serve = commands.add_parser(
-        "serve", help="run the HTTPS admission webhook",
+        "serve",
+        help="run the HTTPS admission webhook",
         description="Serve /mutate (enforce), /audit (dry-run audit), /healthz, /readyz and "
-                    "/metrics over HTTPS. The policy and certificate files are reloaded when "
-                    "they change.")
+        "/metrics over HTTPS. The policy and certificate files are reloaded when "
+        "they change.",
+    )
     admission = serve.add_argument_group("admission")
-    admission.add_argument("--policy", required=True, metavar="FILE",
-                           help="the policy YAML, reloaded when it changes")
-    admission.add_argument("--audit-only", action="store_true",
-                           help="every endpoint only reports, whatever the namespace labels: "
-                                "a cluster-wide report-only override (a safe first install)")
-    admission.add_argument("--host", default="127.0.0.1",
-                           help="listen address (default: %(default)s)")
+    admission.add_argument(
+        "--policy", required=True, metavar="FILE", help="the policy YAML, reloaded when it changes"
+    )
+    admission.add_argument(
+        "--audit-only",
+        action="store_true",
+        help="every endpoint only reports, whatever the namespace labels: "
+        "a cluster-wide report-only override (a safe first install)",
+    )
+    admission.add_argument(
+        "--host", default="127.0.0.1", help="listen address (default: %(default)s)"
+    )
     admission.add_argument("--port", type=_port, default=8443, help="(default: %(default)s)")
-    admission.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
-                           help="how often to check the policy, certificate and store files "
-                                "(default: %(default)s)")
-    admission.add_argument("--log-level", default="info",
-                           choices=("debug", "info", "warning", "error"))
-    admission.add_argument("--no-health-probes", dest="health_probes", action="store_false",
-                           help="do not probe mirrors and credential logins (every mirror "
-                                "counts as up); the store is still checked against the policy")
+    admission.add_argument(
+        "--reload-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often to check the policy, certificate and store files (default: %(default)s)",
+    )
+    admission.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    admission.add_argument(
+        "--no-health-probes",
+        dest="health_probes",
+        action="store_false",
+        help="do not probe mirrors and credential logins (every mirror "
+        "counts as up); the store is still checked against the policy",
+    )
 
     tls = serve.add_argument_group(
-        "certificates", "either files (--tls-cert, --tls-key) or a Secret (--tls-secret)")
+        "certificates", "either files (--tls-cert, --tls-key) or a Secret (--tls-secret)"
+    )
     tls.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM)")
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
-    tls.add_argument("--tls-secret", metavar="NAME",
-                     help="keep a CA and serving certificate in this Secret of mirrorgate's "
-                          "namespace, created and renewed as needed")
-    tls.add_argument("--service", default="mirrorgate", metavar="NAME",
-                     help="with --tls-secret: the Service the certificate is for "
-                          "(default: %(default)s)")
-    tls.add_argument("--webhook-config", metavar="NAME",
-                     help="with --tls-secret: keep this MutatingWebhookConfiguration's "
-                          "caBundle in step with the CA")
-    tls.add_argument("--tls-name", action="append", default=[], metavar="NAME",
-                     help="with --tls-secret: an extra DNS name or IP for the serving "
-                          "certificate (repeatable)")
-    tls.add_argument("--tls-dir", metavar="DIR",
-                     help="with --tls-secret: where the serving files are written "
-                          "(default: a temporary folder)")
-    tls.add_argument("--cert-check-interval", type=float, default=300.0, metavar="SECONDS",
-                     help="with --tls-secret: how often the certificates are checked "
-                          "(default: %(default)s)")
+    tls.add_argument(
+        "--tls-secret",
+        metavar="NAME",
+        help="keep a CA and serving certificate in this Secret of mirrorgate's "
+        "namespace, created and renewed as needed",
+    )
+    tls.add_argument(
+        "--service",
+        default="mirrorgate",
+        metavar="NAME",
+        help="with --tls-secret: the Service the certificate is for (default: %(default)s)",
+    )
+    tls.add_argument(
+        "--webhook-config",
+        metavar="NAME",
+        help="with --tls-secret: keep this MutatingWebhookConfiguration's "
+        "caBundle in step with the CA",
+    )
+    tls.add_argument(
+        "--tls-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --tls-secret: an extra DNS name or IP for the serving certificate (repeatable)",
+    )
+    tls.add_argument(
+        "--tls-dir",
+        metavar="DIR",
+        help="with --tls-secret: where the serving files are written (default: a temporary folder)",
+    )
+    tls.add_argument(
+        "--cert-check-interval",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="with --tls-secret: how often the certificates are checked (default: %(default)s)",
+    )
 
     cluster = serve.add_argument_group("cluster and credentials")
     _source_arguments(cluster, stores=("kubernetes", "file", "none"))
-    cluster.add_argument("--credential-deadline", type=float, default=2.0, metavar="SECONDS",
-                         help="longest time admission spends making pull secrets "
-                              "(default: %(default)s)")
-    cluster.add_argument("--reconcile-interval", type=float, default=30.0, metavar="SECONDS",
-                         help="how often the leader re-asserts every generated pull secret, "
-                              "bringing back deleted ones (default: %(default)s)")
-    _limit_arguments(serve.add_argument_group(
-        "limits", "what any client may make the server hold (see docs/security.md)"))
+    cluster.add_argument(
+        "--credential-deadline",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="longest time admission spends making pull secrets (default: %(default)s)",
+    )
+    cluster.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how often the leader re-asserts every generated pull secret, "
+        "bringing back deleted ones (default: %(default)s)",
+    )
+    _limit_arguments(
+        serve.add_argument_group(
+            "limits", "what any client may make the server hold (see docs/security.md)"
+        )
+    )
     serve.set_defaults(run=_serve)
 
-    cred_commands = _group(commands, "credentials",
-                           "the encrypted file credential store; check any credential")
+    cred_commands = _group(
+        commands, "credentials", "the encrypted file credential store; check any credential"
+    )
     add = cred_commands.add_parser(
-        "add", help="add or replace a credential (password from stdin)",
+        "add",
+        help="add or replace a credential (password from stdin)",
         description="Add or replace credential NAME: a login for the mirror REGISTRY "
-                    "(host[:port][/path]: a path scopes the login to that part of the "
-                    "registry, as the kubelet matches it). The password is read from "
-                    "standard input, or user and password from a docker config.json "
-                    "(--from-docker-config).")
+        "(host[:port][/path]: a path scopes the login to that part of the "
+        "registry, as the kubelet matches it). The password is read from "
+        "standard input, or user and password from a docker config.json "
+        "(--from-docker-config).",
+    )
     add.add_argument("name", metavar="NAME")
-    add.add_argument("--registry", required=True, metavar="HOST[:PORT][/PATH]",
-                     help="the mirror, or the part of it, the login is for")
+    add.add_argument(
+        "--registry",
+        required=True,
+        metavar="HOST[:PORT][/PATH]",
+        help="the mirror, or the part of it, the login is for",
+    )
     add.add_argument("--username", metavar="USER")
-    add.add_argument("--password-stdin", action="store_true",
-                     help="read the password from standard input (required with --username)")
-    add.add_argument("--from-docker-config", metavar="FILE",
-                     help="take REGISTRY's login from a docker config.json instead")
+    add.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password from standard input (required with --username)",
+    )
+    add.add_argument(
+        "--from-docker-config",
+        metavar="FILE",
+        help="take REGISTRY's login from a docker config.json instead",
+    )
     _store_arguments(add, required=True)
     add.set_defaults(run=credentials.run_add)
     listing = cred_commands.add_parser("list", help="list credentials (never their passwords)")
@@ -276,53 +450,70 @@ def build_parser() -> argparse.ArgumentParser:
     _store_arguments(remove, required=True)
     remove.set_defaults(run=credentials.run_remove)
     checking = cred_commands.add_parser(
-        "check", help="resolve a credential through its source, as serve would",
+        "check",
+        help="resolve a credential through its source, as serve would",
         description="Resolve credential NAME for IMAGE through its source (the Kubernetes "
-                    "store, the file store, or its provider plugin when the policy names one) "
-                    "and print {credential, source, registry, username, expires} as JSON; "
-                    "never the password. Exit 1 when the source gives no usable login.")
+        "store, the file store, or its provider plugin when the policy names one) "
+        "and print {credential, source, registry, username, expires} as JSON; "
+        "never the password. Exit 1 when the source gives no usable login.",
+    )
     checking.add_argument("name", metavar="NAME")
-    checking.add_argument("--image", required=True, metavar="IMAGE",
-                          help="an image under the mirror that uses the credential, or, "
-                               "with --policy, a source image: checked as the policy "
-                               "rewrites it")
-    checking.add_argument("--policy", metavar="FILE",
-                          help="the policy (a credential's provider and registry scope)")
+    checking.add_argument(
+        "--image",
+        required=True,
+        metavar="IMAGE",
+        help="an image under the mirror that uses the credential, or, "
+        "with --policy, a source image: checked as the policy "
+        "rewrites it",
+    )
+    checking.add_argument(
+        "--policy", metavar="FILE", help="the policy (a credential's provider and registry scope)"
+    )
     _source_arguments(checking, stores=("kubernetes", "file"))
     checking.set_defaults(run=credentials.run_check)
     migrating = cred_commands.add_parser(
-        "migrate", help="rewrite a v1 credential store as v2 (keeps FILE.v1)",
+        "migrate",
+        help="rewrite a v1 credential store as v2 (keeps FILE.v1)",
         description="Rewrite the v1 store FILE (as mirrorgate 0.1.0 wrote it) as a v2 store "
-                    "with the same key and credentials; the v1 file is kept as FILE.v1. A v2 "
-                    "store is left untouched.")
+        "with the same key and credentials; the v1 file is kept as FILE.v1. A v2 "
+        "store is left untouched.",
+    )
     _store_arguments(migrating, required=True)
     migrating.set_defaults(run=credentials.run_migrate)
     keygen = cred_commands.add_parser(
-        "generate-key", help="make a new store key",
+        "generate-key",
+        help="make a new store key",
         description="Print a new random 32-byte store key (base64), or write it to FILE with "
-                    "mode 0600. Keep it apart from the store: a key file, or "
-                    "$MIRRORGATE_STORE_KEY.")
+        "mode 0600. Keep it apart from the store: a key file, or "
+        "$MIRRORGATE_STORE_KEY.",
+    )
     keygen.add_argument("--out", default="-", metavar="FILE")
     keygen.set_defaults(run=credentials.run_generate_key)
 
     certs_commands = _group(commands, "certs", "CA and serving certificates")
     generate = certs_commands.add_parser(
-        "generate", help="write a CA and a serving certificate for the webhook Service",
+        "generate",
+        help="write a CA and a serving certificate for the webhook Service",
         description="Write ca.crt, ca.key, tls.crt and tls.key into DIR (keys 0600, replaced "
-                    "atomically) and print the caBundle. An existing valid CA in DIR is "
-                    "reused, so the caBundle stays the same.")
+        "atomically) and print the caBundle. An existing valid CA in DIR is "
+        "reused, so the caBundle stays the same.",
+    )
     generate.add_argument("--service", required=True, metavar="NAME")
     generate.add_argument("--namespace", required=True, metavar="NS")
     generate.add_argument("--out", required=True, metavar="DIR")
-    generate.add_argument("--dns", action="append", default=[], metavar="NAME",
-                          help="extra DNS name (repeatable)")
-    generate.add_argument("--ip", action="append", default=[], metavar="IP",
-                          help="extra IP address (repeatable)")
+    generate.add_argument(
+        "--dns", action="append", default=[], metavar="NAME", help="extra DNS name (repeatable)"
+    )
+    generate.add_argument(
+        "--ip", action="append", default=[], metavar="IP", help="extra IP address (repeatable)"
+    )
     generate.set_defaults(run=certs.run_generate)
     inject = certs_commands.add_parser(
-        "inject", help="set caBundle on a MutatingWebhookConfiguration",
+        "inject",
+        help="set caBundle on a MutatingWebhookConfiguration",
         description="Set caBundle (base64 of the CA PEM, exactly once) on every webhook of "
-                    "the MutatingWebhookConfiguration NAME.")
+        "the MutatingWebhookConfiguration NAME.",
+    )
     inject.add_argument("--webhook-config", required=True, metavar="NAME")
     inject.add_argument("--ca", required=True, metavar="FILE", help="CA certificate (PEM)")
     inject.add_argument("--kubeconfig", metavar="FILE")
@@ -330,64 +521,96 @@ def build_parser() -> argparse.ArgumentParser:
     inject.set_defaults(run=certs.run_inject)
 
     audit_command = commands.add_parser(
-        "audit", help="report what the policy would do to the Pods in a cluster (read-only)",
+        "audit",
+        help="report what the policy would do to the Pods in a cluster (read-only)",
         description="List Pods through the API and report, per namespace and overall, the "
-                    "images already on a mirror, those the policy would rewrite (old → new), "
-                    "those no rule covers, those left alone for want of a credential grant, "
-                    "invalid references, and excluded images and namespaces. Needs only list "
-                    "on pods and namespaces. Exit 1 when --fail-on trips, 2 on errors. "
-                    "The JSON schema is in webhook/commands/cluster_audit.py's docstring.")
-    audit_command.add_argument("--policy", required=True, metavar="FILE",
-                               help="policy YAML file")
-    audit_command.add_argument("--kubeconfig", metavar="FILE",
-                               help="kubeconfig (default: $KUBECONFIG or ~/.kube/config, "
-                                    "else the in-cluster service account)")
+        "images already on a mirror, those the policy would rewrite (old → new), "
+        "those no rule covers, those left alone for want of a credential grant, "
+        "invalid references, and excluded images and namespaces. Needs only list "
+        "on pods and namespaces. Exit 1 when --fail-on trips, 2 on errors. "
+        "The JSON schema is in webhook/commands/cluster_audit.py's docstring.",
+    )
+    audit_command.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
+    audit_command.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig (default: $KUBECONFIG or ~/.kube/config, "
+        "else the in-cluster service account)",
+    )
     audit_command.add_argument("--context", metavar="NAME", help="kubeconfig context")
     scope = audit_command.add_mutually_exclusive_group()
-    scope.add_argument("-A", "--all-namespaces", action="store_true",
-                       help="every namespace (the default)")
-    scope.add_argument("-n", "--namespace", dest="namespaces", action="extend", nargs="+",
-                       metavar="NS", help="only these namespaces (repeatable)")
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="every namespace (the default)"
+    )
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        dest="namespaces",
+        action="extend",
+        nargs="+",
+        metavar="NS",
+        help="only these namespaces (repeatable)",
+    )
     audit_command.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    audit_command.add_argument("--no-health", dest="health", action="store_false",
-                               help="do not probe the mirrors of planned rewrites (by default "
-                                    "each is probed once, GET /v2/, and its health shown "
-                                    "beside them)")
-    audit_command.add_argument("--fail-on", choices=tuple(cluster_audit.FAIL_ON),
-                               help="exit 1 if any container is unmirrored (not on a mirror, "
-                                    "excluded ones aside) or, with 'rewrites', would be "
-                                    "rewritten")
+    audit_command.add_argument(
+        "--no-health",
+        dest="health",
+        action="store_false",
+        help="do not probe the mirrors of planned rewrites (by default "
+        "each is probed once, GET /v2/, and its health shown "
+        "beside them)",
+    )
+    audit_command.add_argument(
+        "--fail-on",
+        choices=tuple(cluster_audit.FAIL_ON),
+        help="exit 1 if any container is unmirrored (not on a mirror, "
+        "excluded ones aside) or, with 'rewrites', would be "
+        "rewritten",
+    )
     audit_command.set_defaults(run=cluster_audit.run)
 
-    runtimes = _group(commands, "export", "the policy's mirrors as containerd or CRI-O "
-                                          "configuration",
-                      description="Write the policy's mirrors as container-runtime "
-                                  "configuration, for runtimes that should pull through the "
-                                  "mirrors themselves.",
-                      dest="export_runtime", metavar="RUNTIME")
+    runtimes = _group(
+        commands,
+        "export",
+        "the policy's mirrors as containerd or CRI-O configuration",
+        description="Write the policy's mirrors as container-runtime "
+        "configuration, for runtimes that should pull through the "
+        "mirrors themselves.",
+        dest="export_runtime",
+        metavar="RUNTIME",
+    )
     containerd = runtimes.add_parser(
-        "containerd", help="write <registry>/hosts.toml files for containerd's config_path",
+        "containerd",
+        help="write <registry>/hosts.toml files for containerd's config_path",
         description="Write DIR/<registry>/hosts.toml for each source registry (point the CRI "
-                    "plugin's registry config_path at DIR). Rules containerd cannot express "
-                    "(repository paths, wildcards) are reported on stderr and left out; exit 1 "
-                    "then. Credentials are never written.")
+        "plugin's registry config_path at DIR). Rules containerd cannot express "
+        "(repository paths, wildcards) are reported on stderr and left out; exit 1 "
+        "then. Credentials are never written.",
+    )
     containerd.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
-    containerd.add_argument("--out", required=True, metavar="DIR",
-                            help="directory to write into, e.g. /etc/containerd/certs.d")
+    containerd.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="directory to write into, e.g. /etc/containerd/certs.d",
+    )
     containerd.set_defaults(run=export.run_containerd)
     cri_o = runtimes.add_parser(
-        "cri-o", help="print a registries.conf drop-in for CRI-O",
+        "cri-o",
+        help="print a registries.conf drop-in for CRI-O",
         description=f"Print a containers-registries.conf v2 drop-in (install it as "
-                    f"{export.CRI_O_DROP_IN}). Wildcard sources cannot be expressed: they are "
-                    "reported on stderr and left out; exit 1 then. Credentials are never "
-                    "written.")
+        f"{export.CRI_O_DROP_IN}). Wildcard sources cannot be expressed: they are "
+        "reported on stderr and left out; exit 1 then. Credentials are never "
+        "written.",
+    )
     cri_o.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
     cri_o.set_defaults(run=export.run_cri_o)
     return parser
 
 
-def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
-         err: TextIO | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     args = build_parser().parse_args(argv)
     command: Command = args.run

@@ -61,8 +61,10 @@ class JsonFormatter(logging.Formatter):
             # The type and where it was raised, never the message: messages of
             # client-library errors can quote request or response bodies.
             entry["error_type"] = record.exc_info[0].__name__
-            entry["error_at"] = [f"{f.filename}:{f.lineno} {f.name}"
-                                 for f in traceback.extract_tb(record.exc_info[2])][-5:]
+            entry["error_at"] = [
+                f"{f.filename}:{f.lineno} {f.name}"
+                for f in traceback.extract_tb(record.exc_info[2])
+            ][-5:]
         return orjson.dumps(entry, default=str).decode()
 
 
@@ -87,8 +89,12 @@ def admission(fields: dict[str, Any]) -> None:
     """
     if _stream is not None and _formatter is not None:
         if logger.isEnabledFor(logging.INFO):
-            entry = {"time": _formatter.timestamp(time.time()), "level": "info",
-                     "msg": "admission", **fields}
+            entry = {
+                "time": _formatter.timestamp(time.time()),
+                "level": "info",
+                "msg": "admission",
+                **fields,
+            }
             _stream.write(orjson.dumps(entry, default=str).decode() + "\n")
     else:
         logger.info("admission", extra={"fields": fields})
@@ -101,8 +107,13 @@ def configure(level: str = "info") -> None:
     logging.logMultiprocessing = False
     logging._srcfile = None  # skips the caller lookup (a frame walk per record)
     # A private, block-buffered handle on stderr: sys.stderr flushes every line.
-    _stream = open(os.dup(sys.stderr.fileno()), "w", buffering=1 << 16,  # noqa: SIM115
-                   encoding="utf-8", closefd=True)
+    _stream = open(
+        os.dup(sys.stderr.fileno()),
+        "w",
+        buffering=1 << 16,  # noqa: SIM115
+        encoding="utf-8",
+        closefd=True,
+    )
     handler = _BufferedHandler(_stream)
     _formatter = JsonFormatter()
     handler.setFormatter(_formatter)
@@ -153,8 +164,12 @@ class Sampled:
         if now - self._since < self.interval:
             return
         if self._left_out:
-            logger.warning(f"{self.message}: more not logged", extra={"fields": {
-                "not_logged": self._left_out, "seconds": round(now - self._since, 1)}})
+            logger.warning(
+                f"{self.message}: more not logged",
+                extra={
+                    "fields": {"not_logged": self._left_out, "seconds": round(now - self._since, 1)}
+                },
+            )
         self._since, self._written, self._left_out = now, 0, 0
 
 

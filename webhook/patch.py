@@ -58,6 +58,7 @@ def _forget(key: int) -> Callable[[weakref.ref[policy.RewritePlan]], None]:
         entry = _derived.get(key)
         if entry is not None and entry[0] is ref:
             del _derived[key]
+
     return forget
 
 
@@ -88,7 +89,8 @@ Anchors = tuple[Literal["metadata", "annotations", "annotation"], bool]
 
 def _anchors(pod: Mapping[str, Any], plan: policy.RewritePlan) -> Anchors:
     secrets_listed = bool(plan.pull_secrets) and isinstance(
-        pod["spec"].get("imagePullSecrets"), list)  # a plan with secrets had a spec
+        pod["spec"].get("imagePullSecrets"), list
+    )  # a plan with secrets had a spec
     if plan.original_images is None:
         return "annotation", secrets_listed
     metadata = pod.get("metadata")
@@ -107,28 +109,34 @@ def build_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> list[Operat
 def _operations(plan: policy.RewritePlan, anchors: Anchors) -> list[Operation]:
     annotation, secrets_listed = anchors
     ops: list[Operation] = [
-        {"op": "replace", "path": r.site.pointer, "value": r.new_image} for r in plan.rewrites]
+        {"op": "replace", "path": r.site.pointer, "value": r.new_image} for r in plan.rewrites
+    ]
 
     if plan.original_images is not None:
         key = policy.ORIGINAL_IMAGES_ANNOTATION
         value = annotation_value(plan.original_images)
         if annotation == "metadata":
-            ops.append({"op": "add", "path": "/metadata",
-                        "value": {"annotations": {key: value}}})
+            ops.append({"op": "add", "path": "/metadata", "value": {"annotations": {key: value}}})
         elif annotation == "annotations":
-            ops.append({"op": "add", "path": "/metadata/annotations",
-                        "value": {key: value}})
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": {key: value}})
         else:
             # `add` on an existing member replaces it (RFC 6902 4.1).
             ops.append({"op": "add", "path": _ANNOTATION_POINTER, "value": value})
 
     if plan.pull_secrets:
         if not secrets_listed:
-            ops.append({"op": "add", "path": "/spec/imagePullSecrets",
-                        "value": [{"name": name} for name in plan.pull_secrets]})
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/spec/imagePullSecrets",
+                    "value": [{"name": name} for name in plan.pull_secrets],
+                }
+            )
         else:
-            ops.extend({"op": "add", "path": "/spec/imagePullSecrets/-", "value": {"name": name}}
-                       for name in plan.pull_secrets)
+            ops.extend(
+                {"op": "add", "path": "/spec/imagePullSecrets/-", "value": {"name": name}}
+                for name in plan.pull_secrets
+            )
     return ops
 
 

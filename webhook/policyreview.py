@@ -70,16 +70,20 @@ def judge(rev: review.Review) -> review.AdmissionReview:
     data = obj.get("data")
     text = data.get(POLICY_KEY) if isinstance(data, dict) else None
     if not isinstance(text, str):
-        return review.denied(rev, f"{source}: missing; the server reads its policy from this "
-                                  f"key (remove the {POLICY_LABEL} label from a ConfigMap that "
-                                  "is not a policy)")
+        return review.denied(
+            rev,
+            f"{source}: missing; the server reads its policy from this "
+            f"key (remove the {POLICY_LABEL} label from a ConfigMap that "
+            "is not a policy)",
+        )
     data = text.encode()
     if len(data) > MAX_REVIEWED_POLICY_BYTES:
-        return review.denied(rev, f"{source}: {len(data)} bytes; a policy is at most "
-                                  f"{MAX_REVIEWED_POLICY_BYTES} bytes")
+        return review.denied(
+            rev,
+            f"{source}: {len(data)} bytes; a policy is at most {MAX_REVIEWED_POLICY_BYTES} bytes",
+        )
     try:
         loaded = parse_policy(data, source=source)
     except ConfigError as error:
         return review.denied(rev, str(error))
-    return review.allowed(rev, warnings=[f"{source}: {warning}"
-                                         for warning in loaded.warnings])
+    return review.allowed(rev, warnings=[f"{source}: {warning}" for warning in loaded.warnings])

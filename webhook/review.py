@@ -97,14 +97,21 @@ class BadReview(ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # As it was made: a worker process raises these too (webhook.edge.offload).
-        return functools.partial(BadReview, uid=self.uid, api_version=self.api_version), \
-            (str(self),)
+        return functools.partial(BadReview, uid=self.uid, api_version=self.api_version), (
+            str(self),
+        )
 
     def review(self) -> AdmissionReview:
         """The error as an AdmissionReview body, so that the uid still reaches the caller."""
-        return {"apiVersion": self.api_version, "kind": "AdmissionReview",
-                "response": {"uid": self.uid, "allowed": False,
-                             "status": {"code": 400, "message": str(self)}}}
+        return {
+            "apiVersion": self.api_version,
+            "kind": "AdmissionReview",
+            "response": {
+                "uid": self.uid,
+                "allowed": False,
+                "status": {"code": 400, "message": str(self)},
+            },
+        }
 
 
 class Review(NamedTuple):
@@ -123,8 +130,15 @@ class Review(NamedTuple):
 
 
 def _describe(value: object) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            int: "a number", float: "a number", type(None): "null"}.get(type(value), "a value")
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), "a value")
 
 
 def _show(value: object) -> str:
@@ -144,30 +158,38 @@ def decode(body: bytes) -> Review:
             raise BadReview("empty request body; expected an AdmissionReview") from None
         raise BadReview(f"request body is not valid JSON: {error}") from None
     if not isinstance(document, dict):
-        raise BadReview(f"request body is {_describe(document)}; expected an AdmissionReview "
-                        "object")
+        raise BadReview(
+            f"request body is {_describe(document)}; expected an AdmissionReview object"
+        )
     request = document.get("request")
     uid = request.get("uid") if isinstance(request, dict) else None
     uid = uid if isinstance(uid, str) else ""
     if len(uid) > UID_LENGTH_MAX:
-        raise BadReview(f"request.uid is {len(uid)} characters; a uid has at most "
-                        f"{UID_LENGTH_MAX}")
+        raise BadReview(f"request.uid is {len(uid)} characters; a uid has at most {UID_LENGTH_MAX}")
     api_version = document.get("apiVersion")
     if document.get("kind") != "AdmissionReview":
-        raise BadReview(f"kind is {_show(document.get('kind'))}; expected \"AdmissionReview\"",
-                        uid=uid)
+        raise BadReview(
+            f'kind is {_show(document.get("kind"))}; expected "AdmissionReview"', uid=uid
+        )
     if api_version not in SUPPORTED_VERSIONS:
-        raise BadReview(f"apiVersion {_show(api_version)} is not supported; "
-                        f"expected one of {', '.join(SUPPORTED_VERSIONS)}", uid=uid)
+        raise BadReview(
+            f"apiVersion {_show(api_version)} is not supported; "
+            f"expected one of {', '.join(SUPPORTED_VERSIONS)}",
+            uid=uid,
+        )
     if not isinstance(request, dict):
-        raise BadReview(f"request is {_describe(request)}; expected an object", uid=uid,
-                        api_version=api_version)
+        raise BadReview(
+            f"request is {_describe(request)}; expected an object", uid=uid, api_version=api_version
+        )
     if not uid:
         raise BadReview("request.uid is missing or not a string", api_version=api_version)
     for field, kind in (("operation", str), ("kind", dict)):
         if not isinstance(request.get(field), kind):
-            raise BadReview(f"request.{field} is {_describe(request.get(field))}; expected "
-                            f"{_describe(kind())}", uid=uid, api_version=api_version)
+            raise BadReview(
+                f"request.{field} is {_describe(request.get(field))}; expected {_describe(kind())}",
+                uid=uid,
+                api_version=api_version,
+            )
     return Review(api_version=api_version, request=request)  # type: ignore[arg-type]
 
 
@@ -176,8 +198,11 @@ def _review(review: Review, response: AdmissionResponse) -> AdmissionReview:
     return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}
 
 
-def _with_extras(response: AdmissionResponse, warnings: Sequence[str],
-                 audit_annotations: Mapping[str, str] | None) -> AdmissionResponse:
+def _with_extras(
+    response: AdmissionResponse,
+    warnings: Sequence[str],
+    audit_annotations: Mapping[str, str] | None,
+) -> AdmissionResponse:
     if warnings:
         response["warnings"] = list(warnings)
     if audit_annotations:
@@ -185,14 +210,23 @@ def _with_extras(response: AdmissionResponse, warnings: Sequence[str],
     return response
 
 
-def allowed(review: Review, *, warnings: Sequence[str] = (),
-            audit_annotations: Mapping[str, str] | None = None) -> AdmissionReview:
+def allowed(
+    review: Review,
+    *,
+    warnings: Sequence[str] = (),
+    audit_annotations: Mapping[str, str] | None = None,
+) -> AdmissionReview:
     """Admit the object unchanged."""
     return _review(review, _with_extras({"allowed": True}, warnings, audit_annotations))
 
 
-def patched(review: Review, patch: str | None, *, warnings: Sequence[str] = (),
-            audit_annotations: Mapping[str, str] | None = None) -> AdmissionReview:
+def patched(
+    review: Review,
+    patch: str | None,
+    *,
+    warnings: Sequence[str] = (),
+    audit_annotations: Mapping[str, str] | None = None,
+) -> AdmissionReview:
     """Admit the object with a JSON Patch, base64-encoded (``webhook.patch``), or none."""
     response: AdmissionResponse = {"allowed": True}
     if patch is not None:
@@ -201,9 +235,15 @@ def patched(review: Review, patch: str | None, *, warnings: Sequence[str] = (),
     return _review(review, _with_extras(response, warnings, audit_annotations))
 
 
-def denied(review: Review, message: str, *, code: int = 403,
-           warnings: Sequence[str] = ()) -> AdmissionReview:
+def denied(
+    review: Review, message: str, *, code: int = 403, warnings: Sequence[str] = ()
+) -> AdmissionReview:
     """Refuse the object; ``message`` reaches the user who made the request."""
-    return _review(review, _with_extras(
-        {"allowed": False, "status": {"code": code, "message": message, "reason": "Forbidden"}},
-        warnings, None))
+    return _review(
+        review,
+        _with_extras(
+            {"allowed": False, "status": {"code": code, "message": message, "reason": "Forbidden"}},
+            warnings,
+            None,
+        ),
+    )

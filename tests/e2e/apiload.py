@@ -33,7 +33,8 @@ DURATION = "apiserver_admission_webhook_admission_duration_seconds"
 def api_server_samples(api: k8s.ApiClient) -> scrape.Samples:
     """The API server's /metrics page, read as the client's own user (an admin)."""
     response = api.rest_client.pool_manager.request(
-        "GET", f"{api.configuration.host}/metrics", timeout=30)
+        "GET", f"{api.configuration.host}/metrics", timeout=30
+    )
     assert response.status == 200, response.status
     return scrape.samples(response.data.decode())
 
@@ -42,8 +43,11 @@ def _total(page: scrape.Samples, name: str, webhook: str, **labels: str) -> floa
     """The sum over every label set of ``name`` for ``webhook`` that has ``labels``
     (the parser names a counter's samples ``<name>_total``)."""
     wanted = {("name", webhook), *labels.items()}
-    return sum(value for (sample, found), value in page.items()
-               if sample in (name, f"{name}_total") and wanted <= found)
+    return sum(
+        value
+        for (sample, found), value in page.items()
+        if sample in (name, f"{name}_total") and wanted <= found
+    )
 
 
 @dataclass(frozen=True)
@@ -56,20 +60,27 @@ class WebhookCounts:
     p99_bound_s: float  # the smallest bucket bound holding 99 % of the admissions
 
     @classmethod
-    def between(cls, before: scrape.Samples, after: scrape.Samples,
-                webhook: str) -> WebhookCounts:
+    def between(cls, before: scrape.Samples, after: scrape.Samples, webhook: str) -> WebhookCounts:
         def delta(name: str, **labels: str) -> float:
-            return _total(after, name, webhook, **labels) - _total(before, name, webhook,
-                                                                    **labels)
+            return _total(after, name, webhook, **labels) - _total(before, name, webhook, **labels)
 
-        bounds = sorted({float(dict(found)["le"]) for (sample, found) in after
-                         if sample == f"{DURATION}_bucket" and ("name", webhook) in found})
+        bounds = sorted(
+            {
+                float(dict(found)["le"])
+                for (sample, found) in after
+                if sample == f"{DURATION}_bucket" and ("name", webhook) in found
+            }
+        )
         count = delta(f"{DURATION}_count")
-        within = [bound for bound in bounds
-                  if delta(f"{DURATION}_bucket", le=_le(bound)) >= 0.99 * count]
-        return cls(fail_open=round(delta(FAIL_OPEN)), rejected=round(delta(REJECTED)),
-                   admissions=round(count),
-                   p99_bound_s=within[0] if within and count else float("nan"))
+        within = [
+            bound for bound in bounds if delta(f"{DURATION}_bucket", le=_le(bound)) >= 0.99 * count
+        ]
+        return cls(
+            fail_open=round(delta(FAIL_OPEN)),
+            rejected=round(delta(REJECTED)),
+            admissions=round(count),
+            p99_bound_s=within[0] if within and count else float("nan"),
+        )
 
 
 def _le(bound: float) -> str:
@@ -125,8 +136,10 @@ class Load:
     def run(self) -> None:
         """Create until done; returns when every creator has stopped."""
         started = time.monotonic()
-        threads = [threading.Thread(target=self._creator, args=(k, started), daemon=True)
-                   for k in range(self.creators)]
+        threads = [
+            threading.Thread(target=self._creator, args=(k, started), daemon=True)
+            for k in range(self.creators)
+        ]
         for thread in threads:
             thread.start()
         while not self._done.wait(0.1):
@@ -147,8 +160,7 @@ class Load:
                     return
                 at = time.monotonic() - started
                 try:
-                    created = core.create_namespaced_pod(self.namespace,
-                                                         self.body(f"load-{slot}"))
+                    created = core.create_namespaced_pod(self.namespace, self.body(f"load-{slot}"))
                     assert created.spec is not None
                     outcome = Outcome(at, created.spec.containers[0].image)
                 except k8s.ApiException as error:

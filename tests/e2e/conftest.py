@@ -54,8 +54,18 @@ _T = TypeVar("_T")
 
 _HERE = Path(__file__).resolve().parent
 E2E_FIXTURES = frozenset(
-    {"control_plane", "registry", "own_registry", "make_namespace", "namespace", "kustomize",
-     "promtool", "installed", "helm", "own_control_plane"}
+    {
+        "control_plane",
+        "registry",
+        "own_registry",
+        "make_namespace",
+        "namespace",
+        "kustomize",
+        "promtool",
+        "installed",
+        "helm",
+        "own_control_plane",
+    }
 )
 NODE_FIXTURES = frozenset({"node_cluster", "node_installed"})
 _TIMINGS = pytest.StashKey[dict[str, float]]()
@@ -96,14 +106,19 @@ _C = TypeVar("_C", bound=_Component)
 
 
 @contextlib.contextmanager
-def _running(config: pytest.Config, start: Callable[[Path], _C], workdir: Path,
-             timings_prefix: str | None = None) -> Iterator[_C]:
+def _running(
+    config: pytest.Config,
+    start: Callable[[Path], _C],
+    workdir: Path,
+    timings_prefix: str | None = None,
+) -> Iterator[_C]:
     """Start a component (a missing binary fails or skips, see above), record its
     start-up timings under `timings_prefix` if given, and stop it afterwards."""
     component = _start(config, start, workdir)
     if timings_prefix is not None:
         config.stash.setdefault(_TIMINGS, {}).update(
-            {f"{timings_prefix}{k}": v for k, v in component.timings.items()})
+            {f"{timings_prefix}{k}": v for k, v in component.timings.items()}
+        )
     try:
         yield component
     finally:
@@ -134,14 +149,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The release is mirrorgate's image installed by its chart: `-m installed` (and
     # `-m image`) must select every test that uses it.
     release = frozenset({"node_installed"})
-    for fixtures, marker in ((E2E_FIXTURES | NODE_FIXTURES, "e2e"), (NODE_FIXTURES, "node"),
-                             (release, "installed"), (release, "image")):
-        unmarked = [item.nodeid for item in items
-                    if _uses_fixture(item, fixtures) and item.get_closest_marker(marker) is None]
+    for fixtures, marker in (
+        (E2E_FIXTURES | NODE_FIXTURES, "e2e"),
+        (NODE_FIXTURES, "node"),
+        (release, "installed"),
+        (release, "image"),
+    ):
+        unmarked = [
+            item.nodeid
+            for item in items
+            if _uses_fixture(item, fixtures) and item.get_closest_marker(marker) is None
+        ]
         if unmarked:
             raise pytest.UsageError(
                 f"these tests use {marker} fixtures but lack @pytest.mark.{marker}: "
-                + ", ".join(unmarked))
+                + ", ".join(unmarked)
+            )
 
 
 @pytest.fixture(scope="session")
@@ -149,8 +172,12 @@ def control_plane(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
     """A real etcd + kube-apiserver (RBAC, default admission plugins) for the session."""
-    with _running(request.config, start_control_plane, tmp_path_factory.mktemp("controlplane"),
-                  timings_prefix="") as plane:
+    with _running(
+        request.config,
+        start_control_plane,
+        tmp_path_factory.mktemp("controlplane"),
+        timings_prefix="",
+    ) as plane:
         yield plane
 
 
@@ -159,8 +186,12 @@ def registry(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RegistryStack]:
     """Token-auth upstream + TLS/htpasswd pull-through mirror, upstream seeded."""
-    with _running(request.config, start_registry_stack, tmp_path_factory.mktemp("registry"),
-                  timings_prefix="registry_") as stack:
+    with _running(
+        request.config,
+        start_registry_stack,
+        tmp_path_factory.mktemp("registry"),
+        timings_prefix="registry_",
+    ) as stack:
         yield stack
 
 
@@ -169,8 +200,9 @@ def own_registry(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RegistryStack]:
     """A registry stack of the test module's own, whose mirror it may stop and restart."""
-    with _running(request.config, start_registry_stack,
-                  tmp_path_factory.mktemp("own-registry")) as stack:
+    with _running(
+        request.config, start_registry_stack, tmp_path_factory.mktemp("own-registry")
+    ) as stack:
         yield stack
 
 
@@ -179,8 +211,9 @@ def own_control_plane(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
     """A second etcd + kube-apiserver, for one test module only."""
-    with _running(request.config, start_control_plane,
-                  tmp_path_factory.mktemp("own-plane")) as plane:
+    with _running(
+        request.config, start_control_plane, tmp_path_factory.mktemp("own-plane")
+    ) as plane:
         yield plane
 
 
@@ -253,15 +286,19 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed:
         funcargs = getattr(item, "funcargs", {})
-        for name, title in (("control_plane", "control plane"), ("registry", "registries"),
-                            ("node_cluster", "node")):
+        for name, title in (
+            ("control_plane", "control plane"),
+            ("registry", "registries"),
+            ("node_cluster", "node"),
+        ):
             component = funcargs.get(name)
             if isinstance(component, ControlPlane | RegistryStack | Node):
                 report.sections.append((f"{title} logs (tail)", component.describe()))
         installed = funcargs.get("installed")
         if isinstance(installed, Installed):
-            report.sections.append(("installed: mirrorgate log (tail)",
-                                    installed.server.process.describe_failure(40)))
+            report.sections.append(
+                ("installed: mirrorgate log (tail)", installed.server.process.describe_failure(40))
+            )
         release = funcargs.get("node_installed")
         if release is not None:
             report.sections.append(("node_installed: replicas' logs (tail)", release.describe()))
@@ -294,18 +331,26 @@ DOCKERHUB_MIRROR = "mirror.e2e.example/dockerhub"
 
 def e2e_policy(registry: RegistryStack, *, extra: str = "") -> str:
     """The suite's policy: the test upstream goes to the authenticated mirror."""
-    return (f"mirrors:\n"
-            f"  - source: {registry.upstream_host}\n"
-            f"    mirror: {registry.host}\n"
-            f"    credential: {CREDENTIAL}\n"
-            f"  - source: docker.io\n"
-            f"    mirror: {DOCKERHUB_MIRROR}\n"
-            f"credentials:\n"
-            f"  {CREDENTIAL}: {{namespaces: ['*']}}\n{extra}")
+    return (
+        f"mirrors:\n"
+        f"  - source: {registry.upstream_host}\n"
+        f"    mirror: {registry.host}\n"
+        f"    credential: {CREDENTIAL}\n"
+        f"  - source: docker.io\n"
+        f"    mirror: {DOCKERHUB_MIRROR}\n"
+        f"credentials:\n"
+        f"  {CREDENTIAL}: {{namespaces: ['*']}}\n{extra}"
+    )
 
 
-def central_credential(api: k8s.ApiClient, registry: RegistryStack, *, name: str = CREDENTIAL,
-                       password: str | None = None, host: str | None = None) -> None:
+def central_credential(
+    api: k8s.ApiClient,
+    registry: RegistryStack,
+    *,
+    name: str = CREDENTIAL,
+    password: str | None = None,
+    host: str | None = None,
+) -> None:
     """What `kubectl create secret docker-registry NAME ... -n mirrorgate` makes (or updates).
 
     ``host`` is the `--docker-server` (default: the registry's mirror).
@@ -314,7 +359,8 @@ def central_credential(api: k8s.ApiClient, registry: RegistryStack, *, name: str
     body = k8s.V1Secret(
         metadata=k8s.V1ObjectMeta(name=name, namespace=mg.NAMESPACE),
         type="kubernetes.io/dockerconfigjson",
-        data={".dockerconfigjson": base64.b64encode(payload).decode()})
+        data={".dockerconfigjson": base64.b64encode(payload).decode()},
+    )
     core = k8s.CoreV1Api(api)
     try:
         core.create_namespaced_secret(mg.NAMESPACE, body)
@@ -334,8 +380,9 @@ class Installed:
     control_plane: ControlPlane
 
 
-def pod(installed: Installed, *, name: str = "web",
-        labels: dict[str, str] | None = None) -> k8s.V1Pod:
+def pod(
+    installed: Installed, *, name: str = "web", labels: dict[str, str] | None = None
+) -> k8s.V1Pod:
     """A Pod with an image on the test upstream (needs the credential) and a Docker Hub one."""
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name=name, labels=labels),
@@ -344,37 +391,60 @@ def pod(installed: Installed, *, name: str = "web",
             containers=[
                 k8s.V1Container(name="app", image=installed.registry.upstream_image),
                 k8s.V1Container(name="sidecar", image="docker.io/library/nginx:1.27"),
-            ]))
+            ],
+        ),
+    )
 
 
 @contextlib.contextmanager
-def install_mirrorgate(control_plane: ControlPlane, registry: RegistryStack, kustomize: Path,
-                       workdir: Path, policy: str) -> Iterator[Installed]:
+def install_mirrorgate(
+    control_plane: ControlPlane,
+    registry: RegistryStack,
+    kustomize: Path,
+    workdir: Path,
+    policy: str,
+) -> Iterator[Installed]:
     """mirrorgate with the kubernetes credential store and the RBAC of manifests/base."""
     with control_plane.api_client() as api:
         mg.install_base(api, kustomize)
         central_credential(api, registry)
         # A short reconcile interval: a deleted copy is re-asserted within it.
-        server = mg.start_mirrorgate(workdir, control_plane, policy=policy,
-                                     args=["--store", "kubernetes", "--reconcile-interval",
-                                           str(RECONCILE_INTERVAL)],
-                                     redact=[registry.password])
+        server = mg.start_mirrorgate(
+            workdir,
+            control_plane,
+            policy=policy,
+            args=["--store", "kubernetes", "--reconcile-interval", str(RECONCILE_INTERVAL)],
+            redact=[registry.password],
+        )
         configuration = mg.webhook_configuration(kustomize)
         mg.register(api, configuration, server, excluded_labels=mg.OWN_WEBHOOK_LABELS)
         try:
-            yield Installed(server=server, configuration=configuration, registry=registry,
-                            control_plane=control_plane)
+            yield Installed(
+                server=server,
+                configuration=configuration,
+                registry=registry,
+                control_plane=control_plane,
+            )
         finally:
             mg.unregister(api, "mirrorgate")
             server.stop()
 
 
 @pytest.fixture(scope="session")
-def installed(control_plane: ControlPlane, registry: RegistryStack, kustomize: Path,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+def installed(
+    control_plane: ControlPlane,
+    registry: RegistryStack,
+    kustomize: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Installed]:
     """The session's mirrorgate: kubernetes credential store, RBAC of manifests/base."""
-    with install_mirrorgate(control_plane, registry, kustomize,
-                            tmp_path_factory.mktemp("mirrorgate"), e2e_policy(registry)) as found:
+    with install_mirrorgate(
+        control_plane,
+        registry,
+        kustomize,
+        tmp_path_factory.mktemp("mirrorgate"),
+        e2e_policy(registry),
+    ) as found:
         yield found
 
 
@@ -383,37 +453,44 @@ GRANTED_PREFIX = "granted-"
 
 def node_policy(registry: RegistryStack) -> str:
     """The node cluster's policy: the mirror's credential only for `granted-*` namespaces."""
-    return (f"mirrors:\n"
-            f"  - source: {registry.upstream_host}\n"
-            f"    mirror: {registry.host}\n"
-            f"    credential: {CREDENTIAL}\n"
-            f"credentials:\n"
-            f"  {CREDENTIAL}: {{namespaces: ['{GRANTED_PREFIX}*']}}\n")
+    return (
+        f"mirrors:\n"
+        f"  - source: {registry.upstream_host}\n"
+        f"    mirror: {registry.host}\n"
+        f"    credential: {CREDENTIAL}\n"
+        f"credentials:\n"
+        f"  {CREDENTIAL}: {{namespaces: ['{GRANTED_PREFIX}*']}}\n"
+    )
 
 
 @pytest.fixture(scope="session")
-def node_cluster(request: pytest.FixtureRequest,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+def node_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Node]:
     """A one-node cluster of its own (kubelet, containerd, controllers, registries on its
     bridge), under the machine lock.
 
     Its teardown fails the session if the host is left changed (sysctls,
     iptables chains, cgroups, mounts, network namespaces, fixed paths).
     """
-    with _running(request.config, start_node,
-                  tmp_path_factory.mktemp("node")) as node:
+    with _running(request.config, start_node, tmp_path_factory.mktemp("node")) as node:
         request.config.stash.setdefault(_TIMINGS, {}).update(
-            {**{f"node_{k}": v for k, v in node.control_plane.timings.items()},
-             **{f"node_{k}": v for k, v in node.timings.items()}})
+            {
+                **{f"node_{k}": v for k, v in node.control_plane.timings.items()},
+                **{f"node_{k}": v for k, v in node.timings.items()},
+            }
+        )
         # Printed as "node runtime: containerd vX.Y.Z" under "e2e figures".
-        request.config.stash.setdefault(_FIGURES, {})["node runtime"] = \
+        request.config.stash.setdefault(_FIGURES, {})["node runtime"] = (
             f"containerd {node.runtime.version}"
+        )
         yield node
 
 
 @pytest.fixture(scope="session")
-def node_installed(node_cluster: Node, helm: Path,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+def node_installed(
+    node_cluster: Node, helm: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
     """mirrorgate installed on the node cluster from its image by `helm install` of its chart
     (tests/e2e/incluster.py): the policy of `node_policy`, probes on, enforce."""
     from tests.e2e.incluster import installed_release  # it imports this module's helpers

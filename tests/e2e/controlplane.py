@@ -95,8 +95,9 @@ class ControlPlane:
         self._clients.append(api)
         return api
 
-    def kubeconfig_for(self, user: str, groups: Sequence[str] = (), *,
-                       url: str | None = None) -> Path:
+    def kubeconfig_for(
+        self, user: str, groups: Sequence[str] = (), *, url: str | None = None
+    ) -> Path:
         """A self-contained kubeconfig for `user` in `groups` (real RBAC applies).
 
         `url` overrides the server address, e.g. a closed port to make the API
@@ -163,9 +164,13 @@ def _kubeconfig(url: str, ca_pem: bytes, admin: KeyPair, *, user: str = ADMIN_US
     return json.dumps(config, indent=2).encode()
 
 
-def start_control_plane(workdir: Path, *, apiserver_args: Sequence[str] = (),
-                        ca: CertificateAuthority | None = None,
-                        authorization_modes: Sequence[str] = ("RBAC",)) -> ControlPlane:
+def start_control_plane(
+    workdir: Path,
+    *,
+    apiserver_args: Sequence[str] = (),
+    ca: CertificateAuthority | None = None,
+    authorization_modes: Sequence[str] = ("RBAC",),
+) -> ControlPlane:
     """Start etcd then kube-apiserver, wait for /readyz; on any error stop both and raise.
 
     ``apiserver_args`` are appended to kube-apiserver's flags (the benchmarks

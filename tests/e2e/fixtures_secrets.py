@@ -35,6 +35,7 @@ LEASE = "mirrorgate-reconciler"
 
 # --------------------------------------------------------------------------- credentials
 
+
 def auth_value(username: str, password: str) -> str:
     """The base64 `auth` field of a .dockerconfigjson entry."""
     return base64.b64encode(f"{username}:{password}".encode()).decode()
@@ -63,7 +64,8 @@ def read_secret(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, Any]
 
 def list_secrets(api: k8s.ApiClient, namespace: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = as_dict(
-        api, k8s.CoreV1Api(api).list_namespaced_secret(namespace))["items"]
+        api, k8s.CoreV1Api(api).list_namespaced_secret(namespace)
+    )["items"]
     return items
 
 
@@ -76,6 +78,7 @@ def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- policy files
+
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` in one rename, as a ConfigMap mount does: never read half-written."""
@@ -102,12 +105,14 @@ def wait_policy_live(server: mg.Mirrorgate, text: str, *, timeout: float = 10) -
     version = policy_version(text)
 
     def live() -> str | None:
-        found = re.findall(r'mirrorgate_policy_info\{[^}]*version="([0-9a-f]+)"',
-                           metrics_text(server))
+        found = re.findall(
+            r'mirrorgate_policy_info\{[^}]*version="([0-9a-f]+)"', metrics_text(server)
+        )
         return None if found == [version] else f"live versions {found}, want {version}"
 
-    wait_until(live, timeout=timeout, what="policy reloaded", interval=0.1,
-               alive=server.process.exited)
+    wait_until(
+        live, timeout=timeout, what="policy reloaded", interval=0.1, alive=server.process.exited
+    )
 
 
 def rewrite_policy(server: mg.Mirrorgate, text: str) -> None:
@@ -116,6 +121,7 @@ def rewrite_policy(server: mg.Mirrorgate, text: str) -> None:
 
 
 # --------------------------------------------------------------------------- metrics, logs
+
 
 def metric(text: str, name: str, **labels: str) -> float:
     """The sum of the samples of ``name`` whose labels include ``labels`` (0 when absent)."""
@@ -147,12 +153,16 @@ def log_entries(text: str) -> list[dict[str, Any]]:
 
 
 def entries_with(server: mg.Mirrorgate, msg: str, **fields: Any) -> list[dict[str, Any]]:
-    return [e for e in log_entries(server.logs())
-            if e.get("msg") == msg and all(e.get(k) == v for k, v in fields.items())]
+    return [
+        e
+        for e in log_entries(server.logs())
+        if e.get("msg") == msg and all(e.get(k) == v for k, v in fields.items())
+    ]
 
 
-def wait_log(server: mg.Mirrorgate, msg: str, *, timeout: float = 10,
-             **fields: Any) -> dict[str, Any]:
+def wait_log(
+    server: mg.Mirrorgate, msg: str, *, timeout: float = 10, **fields: Any
+) -> dict[str, Any]:
     """Wait for a log line (info lines reach the file within about a second)."""
     found: list[dict[str, Any]] = []
 
@@ -174,8 +184,9 @@ def logs_flushed(servers: Sequence[mg.Mirrorgate], namespace: str) -> None:
     """
     for server in servers:
         marker = f"flushed-{uuid.uuid4().hex[:8]}"
-        review = admission_review(namespace, pod_dict(marker, "flush.e2e.example/marker:1",
-                                                      namespace=namespace))
+        review = admission_review(
+            namespace, pod_dict(marker, "flush.e2e.example/marker:1", namespace=namespace)
+        )
         review["request"]["dryRun"] = True
         with server.client() as http:
             status, body = post_review(http, review)
@@ -185,11 +196,15 @@ def logs_flushed(servers: Sequence[mg.Mirrorgate], namespace: str) -> None:
 
 def bad_lines(text: str) -> list[dict[str, Any]]:
     """Error or critical lines, tracebacks, and lines that are not our JSON."""
-    return [e for e in log_entries(text)
-            if e.get("level") in ("error", "critical", "raw") or "error_type" in e]
+    return [
+        e
+        for e in log_entries(text)
+        if e.get("level") in ("error", "critical", "raw") or "error_type" in e
+    ]
 
 
 # --------------------------------------------------------------------------- webhook plumbing
+
 
 def own_configuration(configuration: Mapping[str, Any]) -> dict[str, Any]:
     """The base configuration's enforce webhook only.
@@ -199,39 +214,58 @@ def own_configuration(configuration: Mapping[str, Any]) -> dict[str, Any]:
     mirrorgate checks itself); the session's configuration leaves those out.
     """
     body = copy.deepcopy(dict(configuration))
-    body["webhooks"] = [w for w in body["webhooks"]
-                        if w["clientConfig"]["service"]["path"] == "/mutate"]
+    body["webhooks"] = [
+        w for w in body["webhooks"] if w["clientConfig"]["service"]["path"] == "/mutate"
+    ]
     assert len(body["webhooks"]) == 1, body["webhooks"]
     return body
 
 
-def pod_dict(name: str, image: str, *, namespace: str | None = None,
-             extra_images: Sequence[str] = ()) -> dict[str, Any]:
+def pod_dict(
+    name: str, image: str, *, namespace: str | None = None, extra_images: Sequence[str] = ()
+) -> dict[str, Any]:
     containers = [{"name": "app", "image": image}]
     containers += [{"name": f"extra{i}", "image": x} for i, x in enumerate(extra_images)]
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-            "spec": {"containers": containers}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": containers},
+    }
 
 
 def admission_review(namespace: str, pod: Mapping[str, Any]) -> dict[str, Any]:
     """A CREATE pods AdmissionReview as kube-apiserver sends it."""
     gvk = {"group": "", "version": "v1", "kind": "Pod"}
     gvr = {"group": "", "version": "v1", "resource": "pods"}
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": gvk, "resource": gvr, "requestKind": gvk,
-        "requestResource": gvr, "name": pod["metadata"]["name"], "namespace": namespace,
-        "operation": "CREATE",
-        "userInfo": {"username": "e2e-tester", "groups": ["system:authenticated"]},
-        "object": dict(pod), "oldObject": None, "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": gvk,
+            "resource": gvr,
+            "requestKind": gvk,
+            "requestResource": gvr,
+            "name": pod["metadata"]["name"],
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "e2e-tester", "groups": ["system:authenticated"]},
+            "object": dict(pod),
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
 
 
 def post_review(http: httpx.Client, review: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
-    response = http.post("/mutate", content=json.dumps(review),
-                         headers={"Content-Type": "application/json"})
+    response = http.post(
+        "/mutate", content=json.dumps(review), headers={"Content-Type": "application/json"}
+    )
     body: dict[str, Any] = response.json()
     return response.status_code, body
 
@@ -256,6 +290,7 @@ def identity_pid(identity: str) -> int | None:
 
 
 # --------------------------------------------------------------------------- a cuttable link
+
 
 class ApiRelay:
     """A TCP relay in front of the API server whose link can be cut for real.
@@ -357,6 +392,7 @@ class ApiRelay:
 
 
 # --------------------------------------------------------------------------- evidence
+
 
 class Evidence:
     """Everything a secret could leak into: logs, metrics, warnings, annotations, outputs."""

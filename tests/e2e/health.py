@@ -24,9 +24,14 @@ def health_policy(stack: RegistryStack, *, extra_rule: str = "", ca_file: str = 
         f"  - source: ghcr.io\n    mirror: {stack.host}/ghcr\n    credential: {LOGIN}\n{ca}"
         f"{extra_rule}"
         f"credentials:\n  {LOGIN}: {{namespaces: ['*']}}\n"
-        f"  absent: {{namespaces: ['*']}}\n  elsewhere: {{namespaces: ['*']}}\n")
+        f"  absent: {{namespaces: ['*']}}\n  elsewhere: {{namespaces: ['*']}}\n"
+    )
 
 
 def credential(stack: RegistryStack, password: str | None = None) -> Credential:
-    return Credential(name=LOGIN, registry=stack.host, username=stack.username,
-                      password=stack.password if password is None else password)
+    return Credential(
+        name=LOGIN,
+        registry=stack.host,
+        username=stack.username,
+        password=stack.password if password is None else password,
+    )

@@ -13,20 +13,31 @@ from tests.e2e import mirrorgate as mg
 
 CHART = mg.REPO / "manifests" / "helm" / "mirrorgate"
 # The labels a chart adds for Helm's bookkeeping; everything else must match kustomize.
-HELM_LABELS = frozenset({"helm.sh/chart", "app.kubernetes.io/managed-by",
-                         "app.kubernetes.io/instance", "app.kubernetes.io/version"})
+HELM_LABELS = frozenset(
+    {
+        "helm.sh/chart",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/version",
+    }
+)
 
 
-def run(helm: Path, *args: str, home: Path, kubeconfig: Path | None = None,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
+def run(
+    helm: Path, *args: str, home: Path, kubeconfig: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """helm with its cache, config and data under ``home`` (never the user's own)."""
-    env = {"HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
-           "HELM_DATA_HOME": str(home / "data"), "PATH": "/usr/bin:/bin", "HOME": str(home)}
+    env = {
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+    }
     argv = [str(helm), *args]
     if kubeconfig is not None:
         argv += ["--kubeconfig", str(kubeconfig)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env,
-                          check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env, check=False)
     if check and done.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
     return done
@@ -36,12 +47,25 @@ def set_args(values: Mapping[str, str]) -> list[str]:
     return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
 
 
-def template(helm: Path, home: Path, values: Mapping[str, str] | None = None,
-             namespace: str = mg.NAMESPACE, files: Sequence[Path] = ()) -> list[dict[str, Any]]:
+def template(
+    helm: Path,
+    home: Path,
+    values: Mapping[str, str] | None = None,
+    namespace: str = mg.NAMESPACE,
+    files: Sequence[Path] = (),
+) -> list[dict[str, Any]]:
     """`helm template mirrorgate CHART -n NAMESPACE -f FILE... --set ...` as a list of objects."""
-    output = run(helm, "template", "mirrorgate", str(CHART), "--namespace", namespace,
-                 *[arg for file in files for arg in ("-f", str(file))],
-                 *set_args(values or {}), home=home).stdout
+    output = run(
+        helm,
+        "template",
+        "mirrorgate",
+        str(CHART),
+        "--namespace",
+        namespace,
+        *[arg for file in files for arg in ("-f", str(file))],
+        *set_args(values or {}),
+        home=home,
+    ).stdout
     return [doc for doc in yaml.safe_load_all(output) if doc]
 
 

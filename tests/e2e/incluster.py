@@ -84,11 +84,19 @@ def installed_policy(registry: RegistryStack) -> dict[str, Any]:
     for rule in found["mirrors"]:
         rule["onMirrorDown"] = "fallback"
     up = registry.upstream_host
-    found["mirrors"] += [{"source": source(t), "mirror": f"{up}/{t}", "credential": t}
-                         for t in TEAMS]
-    found["credentials"].update({
-        t: {"namespaces": [f"{GRANTED_PREFIX}*"], "registry": f"{up}/{t}",
-            "provider": f"{t}-provider"} for t in TEAMS})
+    found["mirrors"] += [
+        {"source": source(t), "mirror": f"{up}/{t}", "credential": t} for t in TEAMS
+    ]
+    found["credentials"].update(
+        {
+            t: {
+                "namespaces": [f"{GRANTED_PREFIX}*"],
+                "registry": f"{up}/{t}",
+                "provider": f"{t}-provider",
+            }
+            for t in TEAMS
+        }
+    )
     return found
 
 
@@ -114,21 +122,29 @@ def _credential_providers(registry: RegistryStack, robots: Robots) -> dict[str, 
     """The chart's credentialProviders: the kubelet's CredentialProviderConfig naming a
     plugin per project, and the image the initContainer copies them from. The plugins
     reach the token server on the node's bridge and trust it through mirrorCA's bundle."""
-    reference = push_upstream(registry, PROVIDERS_REPOSITORY, "1",
-                              plugins.image([f"{t}-provider" for t in TEAMS]))
+    reference = push_upstream(
+        registry, PROVIDERS_REPOSITORY, "1", plugins.image([f"{t}-provider" for t in TEAMS])
+    )
     providers = []
     for team in TEAMS:
         provider = robots.issuer.provider(
-            f"{team}-provider", robots.names[team], match_images=[registry.upstream_host],
+            f"{team}-provider",
+            robots.names[team],
+            match_images=[registry.upstream_host],
             default_cache_duration="1h",  # the response's cacheDuration wins
-            args=["--ttl", str(TTL), "--cache-duration", f"{TTL}s"])
-        provider["env"] = [{**e, "value": MIRROR_CA_FILE} if e["name"] == "CA_FILE" else e
-                           for e in provider["env"]]
+            args=["--ttl", str(TTL), "--cache-duration", f"{TTL}s"],
+        )
+        provider["env"] = [
+            {**e, "value": MIRROR_CA_FILE} if e["name"] == "CA_FILE" else e for e in provider["env"]
+        ]
         providers.append(provider)
     repository, _, tag = reference.rpartition(":")
     return {
-        "config": {"apiVersion": "kubelet.config.k8s.io/v1",
-                   "kind": "CredentialProviderConfig", "providers": providers},
+        "config": {
+            "apiVersion": "kubelet.config.k8s.io/v1",
+            "kind": "CredentialProviderConfig",
+            "providers": providers,
+        },
         "image": {"repository": repository, "tag": tag},
         "path": f"/{plugins.IMAGE_PATH}",
         "command": plugins.INSTALL_COMMAND,
@@ -145,8 +161,10 @@ def helm_values(node: Node, relay_port: int, robots: Robots) -> dict[str, Any]:
         "mirrorCA": {"configMap": MIRROR_CA, "key": "ca.crt"},
         "credentialProviders": _credential_providers(node.registry, robots),
         "logLevel": "info",
-        "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": API_NAME},
-                     {"name": "KUBERNETES_SERVICE_PORT", "value": str(relay_port)}],
+        "extraEnv": [
+            {"name": "KUBERNETES_SERVICE_HOST", "value": API_NAME},
+            {"name": "KUBERNETES_SERVICE_PORT", "value": str(relay_port)},
+        ],
     }
 
 
@@ -172,14 +190,28 @@ class Release:
         return self.node.control_plane
 
     def run_helm(self, *args: str, check: bool = True) -> None:
-        h.run(self.helm, *args, "--namespace", mg.NAMESPACE, home=self.home,
-              kubeconfig=self.node.control_plane.kubeconfig, check=check)
+        h.run(
+            self.helm,
+            *args,
+            "--namespace",
+            mg.NAMESPACE,
+            home=self.home,
+            kubeconfig=self.node.control_plane.kubeconfig,
+            check=check,
+        )
 
     def install(self) -> None:
         """`helm install` (taking over objects an earlier install left under the same
         names), the test route, then wait until both replicas serve."""
-        self.run_helm("install", "mirrorgate", str(h.CHART), "--take-ownership",
-                      "--force-conflicts", "-f", str(self.values))
+        self.run_helm(
+            "install",
+            "mirrorgate",
+            str(h.CHART),
+            "--take-ownership",
+            "--force-conflicts",
+            "-f",
+            str(self.values),
+        )
         with self.node.control_plane.api_client() as api:
             _route_to_api(api)
             wait_rolled_out(api)
@@ -206,9 +238,15 @@ class Release:
         """Each serving replica's /metrics, read through the API server's Pod proxy."""
         with self.node.control_plane.api_client() as api:
             core = k8s.CoreV1Api(api)
-            return [str(core.connect_get_namespaced_pod_proxy_with_path(
-                        f"https:{p.metadata.name}:8443", mg.NAMESPACE, "metrics"))
-                    for p in replicas(api) if p.metadata is not None]
+            return [
+                str(
+                    core.connect_get_namespaced_pod_proxy_with_path(
+                        f"https:{p.metadata.name}:8443", mg.NAMESPACE, "metrics"
+                    )
+                )
+                for p in replicas(api)
+                if p.metadata is not None
+            ]
 
     def gauges(self, name: str, **labels: str) -> list[float]:
         """``name``'s value on each replica (each probes on its own)."""
@@ -216,11 +254,14 @@ class Release:
 
     def wait_gauge(self, name: str, value: float, *, timeout: float, **labels: str) -> None:
         """Until every replica reports ``value``."""
+
         def check() -> str | None:
             found = self.gauges(name, **labels)
             return None if found and all(v == value for v in found) else f"{name} = {found}"
-        wait_until(check, timeout=timeout, what=f"{name}{labels} {value} on every replica",
-                   interval=0.2)
+
+        wait_until(
+            check, timeout=timeout, what=f"{name}{labels} {value} on every replica", interval=0.2
+        )
 
     def set_policy(self, policy: dict[str, Any]) -> None:
         """`helm upgrade` with ``policy`` as the chart's `policy` value; returns once every
@@ -230,25 +271,44 @@ class Release:
         sparse one (the policy admission webhook refuses that, rightly)."""
         self.upgrade("--set-json", f"policy={json.dumps(policy)}")
         with self.node.control_plane.api_client() as api:
-            data = k8s.CoreV1Api(api).read_namespaced_config_map(
-                "mirrorgate-policy", mg.NAMESPACE).data or {}
+            data = (
+                k8s.CoreV1Api(api)
+                .read_namespaced_config_map("mirrorgate-policy", mg.NAMESPACE)
+                .data
+                or {}
+            )
         text = data["policy.yaml"]
         version = policy_version(text)
 
         def served() -> str | None:
-            found = [re.findall(r'mirrorgate_policy_info\{[^}]*version="([0-9a-f]+)"', m)
-                     for m in self.metrics()]
-            return None if found and all(v == [version] for v in found) else \
-                f"replicas serve policy versions {found}, not {version}"
-        wait_until(served, timeout=POLICY_RELOAD_TIMEOUT,
-                   what=f"policy {version} served by every replica", interval=0.5)
+            found = [
+                re.findall(r'mirrorgate_policy_info\{[^}]*version="([0-9a-f]+)"', m)
+                for m in self.metrics()
+            ]
+            return (
+                None
+                if found and all(v == [version] for v in found)
+                else f"replicas serve policy versions {found}, not {version}"
+            )
+
+        wait_until(
+            served,
+            timeout=POLICY_RELOAD_TIMEOUT,
+            what=f"policy {version} served by every replica",
+            interval=0.5,
+        )
 
     def log_entries(self) -> list[dict[str, Any]]:
         with self.node.control_plane.api_client() as api:
             core = k8s.CoreV1Api(api)
-            return [e for p in replicas(api) if p.metadata
-                    for e in log_entries(core.read_namespaced_pod_log(
-                        str(p.metadata.name), mg.NAMESPACE))]
+            return [
+                e
+                for p in replicas(api)
+                if p.metadata
+                for e in log_entries(
+                    core.read_namespaced_pod_log(str(p.metadata.name), mg.NAMESPACE)
+                )
+            ]
 
     def describe(self, lines: int = 40) -> str:
         """The replicas' last log lines (for a failed test's report)."""
@@ -258,25 +318,41 @@ class Release:
 
 def replicas(api: k8s.ApiClient, *, terminating: bool = False) -> list[k8s.V1Pod]:
     """mirrorgate's Pods; those being deleted only with ``terminating``."""
-    pods = k8s.CoreV1Api(api).list_namespaced_pod(
-        mg.NAMESPACE, label_selector="app.kubernetes.io/name=mirrorgate").items
-    return [p for p in pods
-            if terminating or p.metadata is None or p.metadata.deletion_timestamp is None]
+    pods = (
+        k8s.CoreV1Api(api)
+        .list_namespaced_pod(mg.NAMESPACE, label_selector="app.kubernetes.io/name=mirrorgate")
+        .items
+    )
+    return [
+        p
+        for p in pods
+        if terminating or p.metadata is None or p.metadata.deletion_timestamp is None
+    ]
 
 
 def rolled_out(api: k8s.ApiClient) -> str | None:
     deployment = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
-        k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE))
+        k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE)
+    )
     status = deployment.get("status", {})
     if status.get("availableReplicas") != 2 or status.get("updatedReplicas") != 2:
         return f"Deployment status {status}"
-    slices = k8s.DiscoveryV1Api(api).list_namespaced_endpoint_slice(
-        mg.NAMESPACE, label_selector="kubernetes.io/service-name=mirrorgate").items
+    slices = (
+        k8s.DiscoveryV1Api(api)
+        .list_namespaced_endpoint_slice(
+            mg.NAMESPACE, label_selector="kubernetes.io/service-name=mirrorgate"
+        )
+        .items
+    )
     ready = [e for s in slices for e in (s.endpoints or []) if e.conditions and e.conditions.ready]
     if len(ready) != 2:
         return f"{len(ready)} ready endpoints"
-    webhooks = k8s.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
-        "mirrorgate").webhooks or []
+    webhooks = (
+        k8s.AdmissionregistrationV1Api(api)
+        .read_mutating_webhook_configuration("mirrorgate")
+        .webhooks
+        or []
+    )
     if not all(w.client_config.ca_bundle for w in webhooks):
         return "caBundle not yet set by mirrorgate"
     return None
@@ -287,12 +363,18 @@ def _replica_logs(api: k8s.ApiClient, lines: int) -> str:
     tails = []
     for replica in replicas(api):
         assert replica.metadata is not None
-        restarted = any(c.restart_count for c in (replica.status.container_statuses or [])) \
-            if replica.status else False
+        restarted = (
+            any(c.restart_count for c in (replica.status.container_statuses or []))
+            if replica.status
+            else False
+        )
         try:
-            tails.append(f"{replica.metadata.name}:\n" + core.read_namespaced_pod_log(
-                str(replica.metadata.name), mg.NAMESPACE, previous=restarted,
-                tail_lines=lines))
+            tails.append(
+                f"{replica.metadata.name}:\n"
+                + core.read_namespaced_pod_log(
+                    str(replica.metadata.name), mg.NAMESPACE, previous=restarted, tail_lines=lines
+                )
+            )
         except k8s.ApiException as failed:
             tails.append(f"{replica.metadata.name}: (no log: {failed.status} {failed.reason})")
     return "\n---\n".join(tails)
@@ -301,17 +383,27 @@ def _replica_logs(api: k8s.ApiClient, lines: int) -> str:
 def wait_rolled_out(api: k8s.ApiClient) -> None:
     """Until both replicas serve; on a timeout, the replicas' last log lines say why."""
     try:
-        wait_until(lambda: rolled_out(api), timeout=ROLLOUT_TIMEOUT,
-                   what="mirrorgate rolled out in the cluster", interval=0.5)
+        wait_until(
+            lambda: rolled_out(api),
+            timeout=ROLLOUT_TIMEOUT,
+            what="mirrorgate rolled out in the cluster",
+            interval=0.5,
+        )
     except TimeoutError as error:
         raise TimeoutError(f"{error}\n{_replica_logs(api, 20)}") from None
 
 
 def _route_to_api(api: k8s.ApiClient) -> None:
     """hostAliases is no chart value: a test-only patch (module docstring)."""
-    k8s.AppsV1Api(api).patch_namespaced_deployment("mirrorgate", mg.NAMESPACE, {
-        "spec": {"template": {"spec": {"hostAliases": [
-            {"ip": GATEWAY, "hostnames": [API_NAME]}]}}}})
+    k8s.AppsV1Api(api).patch_namespaced_deployment(
+        "mirrorgate",
+        mg.NAMESPACE,
+        {
+            "spec": {
+                "template": {"spec": {"hostAliases": [{"ip": GATEWAY, "hostnames": [API_NAME]}]}}
+            }
+        },
+    )
 
 
 def push_image(registry: RegistryStack, tag: str, *, version: str | None = None) -> str:
@@ -321,8 +413,13 @@ def push_image(registry: RegistryStack, tag: str, *, version: str | None = None)
     if version is not None:
         env["VERSION"] = version
     image = build("build.sh", env=env)
-    push(image, f"{registry.upstream_host}/{REPOSITORY}:{tag}", ca_path=registry.ca_path,
-         username=registry.upstream_username, password=registry.upstream_password)
+    push(
+        image,
+        f"{registry.upstream_host}/{REPOSITORY}:{tag}",
+        ca_path=registry.ca_path,
+        username=registry.upstream_username,
+        password=registry.upstream_password,
+    )
     return image
 
 
@@ -332,9 +429,12 @@ def _prepare_namespace(api: k8s.ApiClient, registry: RegistryStack) -> None:
     create_namespace(api, mg.NAMESPACE)
     central_credential(api, registry)
     nodepods.upstream_pull_secret(api, mg.NAMESPACE, registry)
-    k8s.CoreV1Api(api).create_namespaced_config_map(mg.NAMESPACE, k8s.V1ConfigMap(
-        metadata=k8s.V1ObjectMeta(name=MIRROR_CA),
-        data={"ca.crt": registry.ca_path.read_text()}))
+    k8s.CoreV1Api(api).create_namespaced_config_map(
+        mg.NAMESPACE,
+        k8s.V1ConfigMap(
+            metadata=k8s.V1ObjectMeta(name=MIRROR_CA), data={"ca.crt": registry.ca_path.read_text()}
+        ),
+    )
 
 
 @contextlib.contextmanager
@@ -348,8 +448,15 @@ def installed_release(node: Node, helm: Path, workdir: Path) -> Iterator[Release
     with relay(GATEWAY, ("127.0.0.1", api_port)) as relayed:
         values = workdir / "values.yaml"
         values.write_text(json.dumps(helm_values(node, relayed.port, robots), indent=2))
-        release = Release(node=node, helm=helm, home=workdir / "home", values=values,
-                          image=image, relay_port=relayed.port, robots=robots)
+        release = Release(
+            node=node,
+            helm=helm,
+            home=workdir / "home",
+            values=values,
+            image=image,
+            relay_port=relayed.port,
+            robots=robots,
+        )
         with plane.api_client() as api:
             _prepare_namespace(api, registry)
         try:

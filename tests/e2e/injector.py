@@ -31,14 +31,24 @@ async def _inject(request: Request) -> JSONResponse:
     review = await request.json()
     pod = review["request"]["object"]
     names = [c["name"] for c in pod["spec"]["containers"]]
-    patch = [] if "injected" in names else [{"op": "add", "path": "/spec/containers/-", "value": {
-        "name": "injected", "image": SIDECAR_IMAGE}}]
+    patch = (
+        []
+        if "injected" in names
+        else [
+            {
+                "op": "add",
+                "path": "/spec/containers/-",
+                "value": {"name": "injected", "image": SIDECAR_IMAGE},
+            }
+        ]
+    )
     response = {"uid": review["request"]["uid"], "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-    return JSONResponse({"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
-                         "response": response})
+    return JSONResponse(
+        {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
+    )
 
 
 @contextmanager
@@ -49,10 +59,14 @@ def running_injector(workdir: Path) -> Iterator[tuple[str, bytes]]:
     (workdir / "tls.crt").write_bytes(leaf.cert_pem)
     (workdir / "tls.key").write_bytes(leaf.key_pem)
     port = free_port()
-    config = uvicorn.Config(Starlette(routes=[Route("/inject", _inject, methods=["POST"])]),
-                            host="127.0.0.1", port=port, log_config=None,
-                            ssl_certfile=str(workdir / "tls.crt"),
-                            ssl_keyfile=str(workdir / "tls.key"))
+    config = uvicorn.Config(
+        Starlette(routes=[Route("/inject", _inject, methods=["POST"])]),
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        ssl_certfile=str(workdir / "tls.crt"),
+        ssl_keyfile=str(workdir / "tls.key"),
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

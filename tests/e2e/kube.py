@@ -42,12 +42,14 @@ def create_namespace(api: k8s.ApiClient, name: str, labels: Mapping[str, str] | 
     return name
 
 
-def create_pod(api: k8s.ApiClient, namespace: str, body: k8s.V1Pod,
-           dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
+def create_pod(
+    api: k8s.ApiClient, namespace: str, body: k8s.V1Pod, dry_run: bool = False
+) -> tuple[dict[str, Any], list[str]]:
     """Create a Pod; the stored object as a dict, and the client's warnings."""
     core = k8s.CoreV1Api(api)
     created, _, headers = core.create_namespaced_pod_with_http_info(
-        namespace, body, dry_run="All" if dry_run else None)
+        namespace, body, dry_run="All" if dry_run else None
+    )
     stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
     return stored, warning_messages(headers)
 
@@ -61,13 +63,27 @@ def cert_manager_crds(api: k8s.ApiClient) -> None:
     extensions = k8s.ApiextensionsV1Api(api)
     for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
         body = {
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
             "metadata": {"name": f"{plural}.cert-manager.io"},
-            "spec": {"group": "cert-manager.io", "scope": "Namespaced",
-                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                         "openAPIV3Schema": {"type": "object",
-                                             "x-kubernetes-preserve-unknown-fields": True}}}]},
+            "spec": {
+                "group": "cert-manager.io",
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                    }
+                ],
+            },
         }
         try:
             extensions.create_custom_resource_definition(body)  # type: ignore[arg-type]

@@ -32,11 +32,16 @@ from tests.e2e.procs import ManagedProcess, free_port, http_ok, wait_until
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "mirrorgate"
 SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:mirrorgate"
-SERVICE_ACCOUNT_GROUPS: tuple[str, ...] = ("system:serviceaccounts",
-                                           f"system:serviceaccounts:{NAMESPACE}")
+SERVICE_ACCOUNT_GROUPS: tuple[str, ...] = (
+    "system:serviceaccounts",
+    f"system:serviceaccounts:{NAMESPACE}",
+)
 CONFINEMENT_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-OWN_WEBHOOK_LABELS = ("e2e.mirrorgate.io/suite", "e2e.mirrorgate.io/failure",
-                      "e2e.mirrorgate.io/selfcerts")
+OWN_WEBHOOK_LABELS = (
+    "e2e.mirrorgate.io/suite",
+    "e2e.mirrorgate.io/failure",
+    "e2e.mirrorgate.io/selfcerts",
+)
 """Namespaces a test serves with a webhook configuration of its own carry one of these
 (besides mirrorgate.io/mode, which mirrorgate itself checks); the session's configuration
 leaves them out."""
@@ -44,21 +49,27 @@ leaves them out."""
 
 def render(kustomize: Path, directory: str) -> list[dict[str, Any]]:
     """`kustomize build manifests/<directory>` as a list of objects."""
-    output = subprocess.run([str(kustomize), "build", str(REPO / "manifests" / directory)],
-                            check=True, capture_output=True, text=True, timeout=120).stdout
+    output = subprocess.run(
+        [str(kustomize), "build", str(REPO / "manifests" / directory)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     return [doc for doc in yaml.safe_load_all(output) if doc]
 
 
 def webhook_configuration(kustomize: Path) -> dict[str, Any]:
-    (found,) = [d for d in render(kustomize, "base")
-                if d["kind"] == "MutatingWebhookConfiguration"]
+    (found,) = [d for d in render(kustomize, "base") if d["kind"] == "MutatingWebhookConfiguration"]
     return found
 
 
 def service_account(namespace: str) -> tuple[str, tuple[str, str]]:
     """The user and groups of the ServiceAccount ``mirrorgate`` in ``namespace``."""
-    return (f"system:serviceaccount:{namespace}:mirrorgate",
-            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"))
+    return (
+        f"system:serviceaccount:{namespace}:mirrorgate",
+        ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
+    )
 
 
 def installed_in(api: k8s.ApiClient, namespace: str) -> tuple[str, tuple[str, str]]:
@@ -68,27 +79,51 @@ def installed_in(api: k8s.ApiClient, namespace: str) -> tuple[str, tuple[str, st
     ValidatingAdmissionPolicy confines it there as it confines the session's."""
     rbac = k8s.RbacAuthorizationV1Api(api)
     subject = {"kind": "ServiceAccount", "name": "mirrorgate", "namespace": namespace}
-    rbac.create_cluster_role_binding({  # type: ignore[arg-type]
-        "metadata": {"name": f"mirrorgate-{namespace}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "mirrorgate"}, "subjects": [subject]})
+    rbac.create_cluster_role_binding(
+        {  # type: ignore[arg-type]
+            "metadata": {"name": f"mirrorgate-{namespace}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "mirrorgate",
+            },
+            "subjects": [subject],
+        }
+    )
     for name in ("mirrorgate", "mirrorgate-leader"):
         role = copy.deepcopy(rbac.read_namespaced_role(name, NAMESPACE))
-        rbac.create_namespaced_role(namespace, {  # type: ignore[arg-type]
-            "metadata": {"name": name}, "rules": api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
-                role.rules)})
-        rbac.create_namespaced_role_binding(namespace, {  # type: ignore[arg-type]
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [subject]})
+        rbac.create_namespaced_role(
+            namespace,
+            {  # type: ignore[arg-type]
+                "metadata": {"name": name},
+                "rules": api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+                    role.rules
+                ),
+            },
+        )
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {  # type: ignore[arg-type]
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [subject],
+            },
+        )
     return service_account(namespace)
 
 
 def install_base(api: k8s.ApiClient, kustomize: Path) -> None:
     """Namespace, ServiceAccount, RBAC and the ValidatingAdmissionPolicy confining its
     writes, from manifests/base: what the server runs with."""
-    kinds = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-             "RoleBinding", *CONFINEMENT_KINDS}
+    kinds = {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        *CONFINEMENT_KINDS,
+    }
     for obj in render(kustomize, "base"):
         if obj["kind"] in kinds:
             try:
@@ -116,17 +151,28 @@ class Mirrorgate:
         return self.process.log_path.read_text(errors="replace")
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, verify=ssl.create_default_context(
-            cafile=str(self.ca_path)), timeout=10)
+        return httpx.Client(
+            base_url=self.url,
+            verify=ssl.create_default_context(cafile=str(self.ca_path)),
+            timeout=10,
+        )
 
 
-def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
-                     user: str = SERVICE_ACCOUNT_USER,
-                     groups: Sequence[str] = SERVICE_ACCOUNT_GROUPS,
-                     kubeconfig: Path | None = None, args: Sequence[str] = (),
-                     env: Mapping[str, str] | None = None, redact: Sequence[str] = (),
-                     ready: bool = True, tls_secret: str | None = None,
-                     health_probes: bool = False) -> Mirrorgate:
+def start_mirrorgate(
+    workdir: Path,
+    plane: ControlPlane,
+    *,
+    policy: str,
+    user: str = SERVICE_ACCOUNT_USER,
+    groups: Sequence[str] = SERVICE_ACCOUNT_GROUPS,
+    kubeconfig: Path | None = None,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    redact: Sequence[str] = (),
+    ready: bool = True,
+    tls_secret: str | None = None,
+    health_probes: bool = False,
+) -> Mirrorgate:
     """Start `mirrorgate serve`; with `tls_secret`, it manages its own certificates.
 
     Health probes are off unless asked for: the suite's policies name mirrors
@@ -139,25 +185,54 @@ def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
     """
     workdir.mkdir(parents=True, exist_ok=True)
     if tls_secret is None:
-        certs.generate_bundle(service="mirrorgate", namespace=NAMESPACE, out=workdir / "tls",
-                              dns=["localhost"], ips=["127.0.0.1"])
-        tls_args = ["--tls-cert", str(workdir / "tls" / certs.TLS_CERT),
-                    "--tls-key", str(workdir / "tls" / certs.TLS_KEY)]
+        certs.generate_bundle(
+            service="mirrorgate",
+            namespace=NAMESPACE,
+            out=workdir / "tls",
+            dns=["localhost"],
+            ips=["127.0.0.1"],
+        )
+        tls_args = [
+            "--tls-cert",
+            str(workdir / "tls" / certs.TLS_CERT),
+            "--tls-key",
+            str(workdir / "tls" / certs.TLS_KEY),
+        ]
     else:
         tls_args = ["--tls-secret", tls_secret, "--tls-dir", str(workdir / "tls")]
     policy_path = workdir / "policy.yaml"
     policy_path.write_text(policy)
     port = free_port()
-    argv = [*MIRRORGATE, "serve", "--policy", str(policy_path),
-            *tls_args, "--host", "127.0.0.1", "--port", str(port), "--reload-interval", "0.2",
-            "--kubeconfig", str(kubeconfig or plane.kubeconfig_for(user, groups)),
-            "--namespace", NAMESPACE, *([] if health_probes else ["--no-health-probes"]), *args]
-    process = ManagedProcess("mirrorgate", argv, workdir / "mirrorgate.log", env=env,
-                             cwd=REPO, redact=redact)
+    argv = [
+        *MIRRORGATE,
+        "serve",
+        "--policy",
+        str(policy_path),
+        *tls_args,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--reload-interval",
+        "0.2",
+        "--kubeconfig",
+        str(kubeconfig or plane.kubeconfig_for(user, groups)),
+        "--namespace",
+        NAMESPACE,
+        *([] if health_probes else ["--no-health-probes"]),
+        *args,
+    ]
+    process = ManagedProcess(
+        "mirrorgate", argv, workdir / "mirrorgate.log", env=env, cwd=REPO, redact=redact
+    )
     own_ca = b"" if tls_secret else (workdir / "tls" / certs.CA_CERT).read_bytes()
-    server = Mirrorgate(url=f"https://127.0.0.1:{port}", ca_pem=own_ca,
-                        ca_path=workdir / "tls" / certs.CA_CERT, policy_path=policy_path,
-                        process=process)
+    server = Mirrorgate(
+        url=f"https://127.0.0.1:{port}",
+        ca_pem=own_ca,
+        ca_path=workdir / "tls" / certs.CA_CERT,
+        policy_path=policy_path,
+        process=process,
+    )
     if tls_secret is None:
         context = ssl.create_default_context(cafile=str(server.ca_path))
     else:
@@ -167,9 +242,12 @@ def start_mirrorgate(workdir: Path, plane: ControlPlane, *, policy: str,
 
     path = "/readyz" if ready else "/healthz"
     try:
-        wait_until(lambda: http_ok(lambda: httpx.get(f"{server.url}{path}", verify=context,
-                                                     timeout=2)),
-                   timeout=30, what="mirrorgate ready", alive=process.exited)
+        wait_until(
+            lambda: http_ok(lambda: httpx.get(f"{server.url}{path}", verify=context, timeout=2)),
+            timeout=30,
+            what="mirrorgate ready",
+            alive=process.exited,
+        )
     except BaseException:
         process.stop()
         raise
@@ -186,11 +264,16 @@ class Endpoint(Protocol):
     def ca_pem(self) -> bytes: ...
 
 
-def register(api: k8s.ApiClient, configuration: Mapping[str, Any], server: Endpoint, *,
-             name: str = "mirrorgate",
-             namespace_label: tuple[str, str] | None = None,
-             excluded_labels: Sequence[str] = (),
-             failure_policy: str | None = None) -> dict[str, Any]:
+def register(
+    api: k8s.ApiClient,
+    configuration: Mapping[str, Any],
+    server: Endpoint,
+    *,
+    name: str = "mirrorgate",
+    namespace_label: tuple[str, str] | None = None,
+    excluded_labels: Sequence[str] = (),
+    failure_policy: str | None = None,
+) -> dict[str, Any]:
     """Create (or replace) the webhook configuration pointing at ``server``.
 
     Only the Service reference is swapped for the URL and caBundle; the
@@ -202,12 +285,15 @@ def register(api: k8s.ApiClient, configuration: Mapping[str, Any], server: Endpo
     body["metadata"].pop("resourceVersion", None)
     for webhook in body["webhooks"]:
         path = webhook["clientConfig"]["service"]["path"]
-        webhook["clientConfig"] = {"url": f"{server.url}{path}",
-                                   "caBundle": base64.b64encode(server.ca_pem).decode()}
+        webhook["clientConfig"] = {
+            "url": f"{server.url}{path}",
+            "caBundle": base64.b64encode(server.ca_pem).decode(),
+        }
         expressions = webhook["namespaceSelector"].setdefault("matchExpressions", [])
         if namespace_label is not None:
             expressions.append(
-                {"key": namespace_label[0], "operator": "In", "values": [namespace_label[1]]})
+                {"key": namespace_label[0], "operator": "In", "values": [namespace_label[1]]}
+            )
         expressions += [{"key": key, "operator": "DoesNotExist"} for key in excluded_labels]
         if failure_policy is not None:
             webhook["failurePolicy"] = failure_policy

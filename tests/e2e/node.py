@@ -78,40 +78,54 @@ def host_binary(name: str) -> Path:
         candidate = Path(directory) / name
         if os.access(candidate, os.X_OK):
             return candidate
-    raise MissingBinaryError(name, "in /usr/bin or /usr/sbin",
-                             f"make e2e-deps  (or: apt-get install {HOST_BINARIES[name]})")
+    raise MissingBinaryError(
+        name,
+        "in /usr/bin or /usr/sbin",
+        f"make e2e-deps  (or: apt-get install {HOST_BINARIES[name]})",
+    )
 
 
 def _require_cni() -> None:
     for plugin in ("bridge", "host-local", "loopback"):
         if not os.access(CNI_BIN_DIR / plugin, os.X_OK):
-            raise MissingBinaryError(f"CNI plugin {plugin}", str(CNI_BIN_DIR / plugin),
-                                     "make e2e-deps  (or: apt-get install "
-                                     "containernetworking-plugins)")
+            raise MissingBinaryError(
+                f"CNI plugin {plugin}",
+                str(CNI_BIN_DIR / plugin),
+                "make e2e-deps  (or: apt-get install containernetworking-plugins)",
+            )
 
 
 def cni_config(ipam_dir: Path) -> str:
-    return json.dumps({
-        "cniVersion": "0.4.0",
-        "name": "mirrorgate-e2e",
-        "plugins": [{
-            "type": "bridge",
-            "bridge": BRIDGE,
-            # The bridge gets the subnet's first address, so the host (the API
-            # server) routes to Pods by their own addresses.
-            "isGateway": True,
-            # No NAT: Pods talk to nothing beyond this host.
-            "ipMasq": False,
-            "hairpinMode": True,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]],
-                     # Default /var/lib/cni/networks: keep leases in the suite's directory.
-                     "dataDir": str(ipam_dir)},
-        }],
-    }, indent=2)
+    return json.dumps(
+        {
+            "cniVersion": "0.4.0",
+            "name": "mirrorgate-e2e",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": BRIDGE,
+                    # The bridge gets the subnet's first address, so the host (the API
+                    # server) routes to Pods by their own addresses.
+                    "isGateway": True,
+                    # No NAT: Pods talk to nothing beyond this host.
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": POD_SUBNET}]],
+                        # Default /var/lib/cni/networks: keep leases in the suite's directory.
+                        "dataDir": str(ipam_dir),
+                    },
+                }
+            ],
+        },
+        indent=2,
+    )
 
 
-def kubelet_config(workdir: Path, *, socket: Path, port: int, healthz_port: int,
-                   client_ca: Path) -> str:
+def kubelet_config(
+    workdir: Path, *, socket: Path, port: int, healthz_port: int, client_ca: Path
+) -> str:
     return f"""\
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -193,12 +207,17 @@ class Node:
     def ctr(self, *args: str, timeout: float = 120) -> str:
         """`ctr` against this node's containerd, in the CRI's namespace."""
         out = subprocess.run(
-            [str(self.runtime.ctr), "--address", str(self.socket), "--namespace", "k8s.io",
-             *args], capture_output=True, text=True, timeout=timeout)
+            [str(self.runtime.ctr), "--address", str(self.socket), "--namespace", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if out.returncode != 0:
             # Never echo the arguments: a pull carries credentials.
-            raise RuntimeError(f"ctr {args[0]} {args[1] if len(args) > 1 else ''} failed: "
-                               f"{out.stderr.strip()[-500:]}")
+            raise RuntimeError(
+                f"ctr {args[0]} {args[1] if len(args) > 1 else ''} failed: "
+                f"{out.stderr.strip()[-500:]}"
+            )
         return out.stdout
 
     def default_hosts_toml(self, host: str, ca_path: Path | None = None) -> str:
@@ -210,9 +229,11 @@ class Node:
         `host` tree") and falls back to defaults.
         """
         ca = f'ca = "{ca_path or self.registry.ca_path}"'
-        return (f'server = "https://{host}"\n{ca}\n\n'
-                f'[host."https://{host}"]\n'
-                f'  capabilities = ["pull", "resolve"]\n  {ca}\n')
+        return (
+            f'server = "https://{host}"\n{ca}\n\n'
+            f'[host."https://{host}"]\n'
+            f'  capabilities = ["pull", "resolve"]\n  {ca}\n'
+        )
 
     @contextlib.contextmanager
     def containerd_config_added(self, extra: str, log_name: str) -> Iterator[Path]:
@@ -280,8 +301,11 @@ class Node:
             return  # a start that failed early: nothing to drain
         with self.control_plane.api_client() as api:
             core = k8s.CoreV1Api(api)
-            namespaces = {pod.metadata.namespace for pod in
-                          core.list_pod_for_all_namespaces().items if pod.metadata}
+            namespaces = {
+                pod.metadata.namespace
+                for pod in core.list_pod_for_all_namespaces().items
+                if pod.metadata
+            }
             for namespace in sorted(ns for ns in namespaces if ns):
                 core.delete_collection_namespaced_pod(namespace, grace_period_seconds=1)
 
@@ -321,8 +345,7 @@ def _kill_leftover_processes(socket: Path) -> None:
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
     while pids and time.monotonic() < deadline:
-        pids = {pid for pid in pids if Path(f"/proc/{pid}").exists()
-                and _state(pid) != "Z"}
+        pids = {pid for pid in pids if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"}
         time.sleep(0.1)
 
 
@@ -352,8 +375,11 @@ def _node_ready(api: k8s.ApiClient) -> str | None:
         return f"node {NODE_NAME}: HTTP {error.status}"
     for condition in (node.status.conditions if node.status else None) or ():
         if condition.type == "Ready":
-            return None if condition.status == "True" else f"Ready={condition.status}: " \
-                f"{condition.message}"
+            return (
+                None
+                if condition.status == "True"
+                else f"Ready={condition.status}: {condition.message}"
+            )
     return "no Ready condition yet"
 
 
@@ -376,17 +402,21 @@ def _make_bridge() -> None:
     """The CNI bridge with its gateway address, before the first Pod (the bridge plugin
     takes an existing bridge and address as they are), so the node's registries can
     listen there from the start. Removed with the node's other links (nodehost.py)."""
-    for command in (["ip", "link", "add", BRIDGE, "type", "bridge"],
-                    ["ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE],
-                    ["ip", "link", "set", BRIDGE, "up"]):
+    for command in (
+        ["ip", "link", "add", BRIDGE, "type", "bridge"],
+        ["ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE],
+        ["ip", "link", "set", BRIDGE, "up"],
+    ):
         subprocess.run(command, check=True, capture_output=True, timeout=30)
 
 
 def start_node(workdir: Path) -> Node:
     """Start a one-node cluster (under the machine lock) with registries of its own on
     the bridge; `Node.stop()` undoes it all."""
-    binaries = {name: built_binary(name)
-                for name in ("kubelet", "kube-controller-manager", "kube-scheduler")}
+    binaries = {
+        name: built_binary(name)
+        for name in ("kubelet", "kube-controller-manager", "kube-scheduler")
+    }
     runtime = containerd_runtime()
     host_binary("runc")  # checked for a clear error; containerd runs it from PATH
     _require_cni()
@@ -399,8 +429,11 @@ def start_node(workdir: Path) -> Node:
         workdir.mkdir(parents=True, exist_ok=True)
         undone = recover_unfinished()
         if undone:
-            print("\nnode: a node of an earlier run was killed before it restored the host; "
-                  "undone now: " + "; ".join(undone), flush=True)
+            print(
+                "\nnode: a node of an earlier run was killed before it restored the host; "
+                "undone now: " + "; ".join(undone),
+                flush=True,
+            )
         host = HostState.capture(workdir)
         host.journal()
     except BaseException:
@@ -422,24 +455,44 @@ def start_node(workdir: Path) -> Node:
             host.forget()
         raise
     containerd_dir = workdir / "containerd"
-    node = Node(control_plane=plane, registry=registry, workdir=workdir,
-                socket=containerd_dir / "containerd.sock", hosts_dir=containerd_dir / "certs.d",
-                sandbox_image=sandbox_image, host=host, runtime=runtime, _cleanup=cleanup)
+    node = Node(
+        control_plane=plane,
+        registry=registry,
+        workdir=workdir,
+        socket=containerd_dir / "containerd.sock",
+        hosts_dir=containerd_dir / "certs.d",
+        sandbox_image=sandbox_image,
+        host=host,
+        runtime=runtime,
+        _cleanup=cleanup,
+    )
     node.timings["node_lock_wait_s"] = locked - started
     node.timings["registries_ready_s"] = registry_ready
     with _stop_on_error(node):
         _start_containerd(node)
         phase = time.monotonic()
-        node.ctr("images", "pull", "--hosts-dir", str(node.hosts_dir), "--user",
-                 f"{registry.upstream_username}:{registry.upstream_password}", sandbox_image)
+        node.ctr(
+            "images",
+            "pull",
+            "--hosts-dir",
+            str(node.hosts_dir),
+            "--user",
+            f"{registry.upstream_username}:{registry.upstream_password}",
+            sandbox_image,
+        )
         node.timings["sandbox_prepull_s"] = time.monotonic() - phase
         phase = time.monotonic()
         kubelet = _start_kubelet(node, binaries["kubelet"])
         for name in ("kube-controller-manager", "kube-scheduler"):
             _start_controller(node, name, binaries[name])
         with plane.api_client() as api:
-            wait_until(lambda: _node_ready(api), timeout=NODE_READY_TIMEOUT,
-                       what=f"node {NODE_NAME} Ready", interval=0.25, alive=kubelet.exited)
+            wait_until(
+                lambda: _node_ready(api),
+                timeout=NODE_READY_TIMEOUT,
+                what=f"node {NODE_NAME} Ready",
+                interval=0.25,
+                alive=kubelet.exited,
+            )
         node.timings["kubelet_node_ready_s"] = time.monotonic() - phase
         node.timings["node_ready_s"] = time.monotonic() - locked
     return node
@@ -458,17 +511,21 @@ def _start_node_control_plane(workdir: Path) -> ControlPlane:
     (pki / "kubelet-client.key").chmod(0o600)
     # As a production cluster: kubelets are authorised by the Node authorizer,
     # and NodeRestriction keeps each to its own Node and the Pods bound to it.
-    plane = start_control_plane(workdir / "controlplane", ca=ca,
-                                authorization_modes=("Node", "RBAC"), apiserver_args=[
-        "--enable-admission-plugins=NodeRestriction",
-        f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
-        f"--kubelet-client-key={pki / 'kubelet-client.key'}",
-        # The node's Hostname address ("localhost"), not its InternalIP: the
-        # kubelet refuses a loopback node IP, and nothing else is a target.
-        "--kubelet-preferred-address-types=Hostname",
-        # Webhook Services resolve to their endpoints' Pod addresses (no kube-proxy).
-        "--enable-aggregator-routing=true",
-    ])
+    plane = start_control_plane(
+        workdir / "controlplane",
+        ca=ca,
+        authorization_modes=("Node", "RBAC"),
+        apiserver_args=[
+            "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+            # The node's Hostname address ("localhost"), not its InternalIP: the
+            # kubelet refuses a loopback node IP, and nothing else is a target.
+            "--kubelet-preferred-address-types=Hostname",
+            # Webhook Services resolve to their endpoints' Pod addresses (no kube-proxy).
+            "--enable-aggregator-routing=true",
+        ],
+    )
     try:
         with plane.api_client() as api:
             _authorise_kubelet_client(api)
@@ -481,12 +538,23 @@ def _start_node_control_plane(workdir: Path) -> ControlPlane:
 def _authorise_kubelet_client(api: k8s.ApiClient) -> None:
     """The API server's identity at the kubelet may use the kubelet's API (logs, exec,
     port-forward, proxy), as the bootstrap ClusterRole `system:kubelet-api-admin` says."""
-    k8s.RbacAuthorizationV1Api(api).create_cluster_role_binding({  # type: ignore[arg-type]
-        "metadata": {"name": "kube-apiserver-kubelet-api-admin"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "system:kubelet-api-admin"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": KUBELET_CLIENT_USER}]})
+    k8s.RbacAuthorizationV1Api(api).create_cluster_role_binding(
+        {  # type: ignore[arg-type]
+            "metadata": {"name": "kube-apiserver-kubelet-api-admin"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:kubelet-api-admin",
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": KUBELET_CLIENT_USER,
+                }
+            ],
+        }
+    )
 
 
 def _start_containerd(node: Node) -> None:
@@ -507,17 +575,32 @@ def _run_containerd(node: Node, extra_config: str = "", log_name: str = "contain
     """Write the config (``extra_config`` appended) and start containerd; wait until it answers."""
     containerd_dir = node.socket.parent
     config = containerd_dir / "containerd.toml"
-    config.write_text(node.runtime.config(
-        containerd_dir, socket=node.socket, sandbox_image=node.sandbox_image,
-        hosts_dir=node.hosts_dir, cni_conf_dir=node.workdir / "cni" / "net.d",
-        extra=extra_config))
-    runtime = ManagedProcess("containerd", [str(node.runtime.containerd), "--config", str(config)],
-                             node.workdir / log_name, env=node.runtime.environment())
+    config.write_text(
+        node.runtime.config(
+            containerd_dir,
+            socket=node.socket,
+            sandbox_image=node.sandbox_image,
+            hosts_dir=node.hosts_dir,
+            cni_conf_dir=node.workdir / "cni" / "net.d",
+            extra=extra_config,
+        )
+    )
+    runtime = ManagedProcess(
+        "containerd",
+        [str(node.runtime.containerd), "--config", str(config)],
+        node.workdir / log_name,
+        env=node.runtime.environment(),
+    )
     node.processes.append(runtime)
-    wait_until(lambda: None if node.socket.exists() else "no socket yet", timeout=60,
-               what="containerd socket", alive=runtime.exited)
-    wait_until(lambda: _ctr_answers(node), timeout=60, what="containerd answers",
-               alive=runtime.exited)
+    wait_until(
+        lambda: None if node.socket.exists() else "no socket yet",
+        timeout=60,
+        what="containerd socket",
+        alive=runtime.exited,
+    )
+    wait_until(
+        lambda: _ctr_answers(node), timeout=60, what="containerd answers", alive=runtime.exited
+    )
 
 
 def _start_kubelet(node: Node, binary: Path) -> ManagedProcess:
@@ -533,15 +616,30 @@ def _start_kubelet(node: Node, binary: Path) -> ManagedProcess:
     kubelet_dir = node.workdir / "kubelet"
     kubelet_dir.mkdir()
     kubelet_yaml = node.workdir / "kubelet.yaml"
-    kubelet_yaml.write_text(kubelet_config(
-        kubelet_dir, socket=node.socket, port=free_port(), healthz_port=free_port(),
-        client_ca=plane.ca_path))
+    kubelet_yaml.write_text(
+        kubelet_config(
+            kubelet_dir,
+            socket=node.socket,
+            port=free_port(),
+            healthz_port=free_port(),
+            client_ca=plane.ca_path,
+        )
+    )
     kubeconfig = plane.kubeconfig_for(NODE_USER, [NODES_GROUP])
     node.kubelet_kubeconfig = kubeconfig
-    kubelet = ManagedProcess("kubelet", [
-        str(binary), f"--config={kubelet_yaml}", f"--kubeconfig={kubeconfig}",
-        f"--root-dir={kubelet_dir / 'root'}", f"--cert-dir={kubelet_dir / 'pki'}",
-        f"--hostname-override={NODE_NAME}", "--v=2"], node.workdir / "kubelet.log")
+    kubelet = ManagedProcess(
+        "kubelet",
+        [
+            str(binary),
+            f"--config={kubelet_yaml}",
+            f"--kubeconfig={kubeconfig}",
+            f"--root-dir={kubelet_dir / 'root'}",
+            f"--cert-dir={kubelet_dir / 'pki'}",
+            f"--hostname-override={NODE_NAME}",
+            "--v=2",
+        ],
+        node.workdir / "kubelet.log",
+    )
     node.processes.append(kubelet)
     return kubelet
 
@@ -550,20 +648,38 @@ def _start_controller(node: Node, name: str, binary: Path) -> None:
     """kube-controller-manager or kube-scheduler as cluster admin; waits for its /healthz."""
     plane, port = node.control_plane, free_port()
     admin = plane.kubeconfig
-    extra = [f"--service-account-private-key-file={plane.workdir / 'sa.key'}",
-             # Publishes kube-root-ca.crt, which every Pod's token volume mounts.
-             f"--root-ca-file={plane.ca_path}"] if name == "kube-controller-manager" else []
-    proc = ManagedProcess(name, [
-        str(binary), f"--kubeconfig={admin}",
-        f"--authentication-kubeconfig={admin}", f"--authorization-kubeconfig={admin}",
-        # Their /healthz is all we call; no front-proxy CA to look up.
-        "--authentication-skip-lookup=true",
-        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
-        *extra], node.workdir / f"{name}.log")
+    extra = (
+        [
+            f"--service-account-private-key-file={plane.workdir / 'sa.key'}",
+            # Publishes kube-root-ca.crt, which every Pod's token volume mounts.
+            f"--root-ca-file={plane.ca_path}",
+        ]
+        if name == "kube-controller-manager"
+        else []
+    )
+    proc = ManagedProcess(
+        name,
+        [
+            str(binary),
+            f"--kubeconfig={admin}",
+            f"--authentication-kubeconfig={admin}",
+            f"--authorization-kubeconfig={admin}",
+            # Their /healthz is all we call; no front-proxy CA to look up.
+            "--authentication-skip-lookup=true",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            *extra,
+        ],
+        node.workdir / f"{name}.log",
+    )
     node.processes.append(proc)
     node.timings[f"{name.removeprefix('kube-').replace('-', '_')}_ready_s"] = wait_until(
         lambda: _healthz(f"https://127.0.0.1:{port}/healthz"),
-        timeout=NODE_READY_TIMEOUT, what=f"{name} /healthz", alive=proc.exited)
+        timeout=NODE_READY_TIMEOUT,
+        what=f"{name} /healthz",
+        alive=proc.exited,
+    )
 
 
 def _ctr_answers(node: Node) -> str | None:

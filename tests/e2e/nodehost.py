@@ -101,10 +101,13 @@ def machine_lock(timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
                 raise NodeLockError(
                     f"another e2e node (pid {holder}) has held {LOCK_PATH} for over "
                     f"{timeout:.0f} s; the kubelet uses fixed host paths, so only one node "
-                    "may run per machine. Wait for it, or raise MIRRORGATE_NODE_LOCK_TIMEOUT.")
+                    "may run per machine. Wait for it, or raise MIRRORGATE_NODE_LOCK_TIMEOUT."
+                )
             if not announced:
-                print(f"\nwaiting for {LOCK_PATH}: another e2e node (pid {holder}) is running",
-                      flush=True)
+                print(
+                    f"\nwaiting for {LOCK_PATH}: another e2e node (pid {holder}) is running",
+                    flush=True,
+                )
                 announced = True
             time.sleep(1)
         os.ftruncate(fd, 0)
@@ -140,8 +143,10 @@ def recover_unfinished() -> list[str]:
     earlier.restore()
     left = earlier.leftovers()
     if left:
-        raise RuntimeError(f"a node of an earlier run left the host changed ({JOURNAL_PATH}) "
-                           "and restoring it failed: " + "; ".join(left))
+        raise RuntimeError(
+            f"a node of an earlier run left the host changed ({JOURNAL_PATH}) "
+            "and restoring it failed: " + "; ".join(left)
+        )
     HostState.forget()
     return undone
 
@@ -198,7 +203,8 @@ def _chains() -> dict[tuple[str, str], frozenset[str]]:
         for table in TABLES:
             listing = _run(tool, "-w", "5", "-t", table, "-S")
             chains[tool, table] = frozenset(
-                line.split()[1] for line in listing.splitlines() if line.startswith("-N "))
+                line.split()[1] for line in listing.splitlines() if line.startswith("-N ")
+            )
     return chains
 
 
@@ -233,8 +239,9 @@ def _mounts_under(prefixes: tuple[Path, ...]) -> list[str]:
 
 def _links() -> frozenset[str]:
     """The node's network links: the CNI bridge and the host ends of Pods' veth pairs."""
-    return frozenset(p.name for p in Path("/sys/class/net").iterdir()
-                     if p.name.startswith(LINK_PREFIXES))
+    return frozenset(
+        p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(LINK_PREFIXES)
+    )
 
 
 @dataclass(frozen=True)
@@ -252,17 +259,29 @@ class HostState:
 
     @classmethod
     def capture(cls, workdir: Path) -> HostState:
-        return cls(sysctls=_sysctls(), chains=_chains(),
-                   paths=frozenset(p for p in FIXED_PATHS if os.path.lexists(p)),
-                   netns=_netns(), links=_links(), cgroups=tuple(_cgroups()), workdir=workdir)
+        return cls(
+            sysctls=_sysctls(),
+            chains=_chains(),
+            paths=frozenset(p for p in FIXED_PATHS if os.path.lexists(p)),
+            netns=_netns(),
+            links=_links(),
+            cgroups=tuple(_cgroups()),
+            workdir=workdir,
+        )
 
     def journal(self) -> None:
         """Write this state where the next node finds it should this run die unrestored."""
-        record = {"sysctls": self.sysctls, "workdir": str(self.workdir),
-                  "chains": [[tool, table, sorted(chains)]
-                             for (tool, table), chains in self.chains.items()],
-                  "paths": sorted(map(str, self.paths)), "netns": sorted(self.netns),
-                  "links": sorted(self.links), "cgroups": [str(c) for c in self.cgroups]}
+        record = {
+            "sysctls": self.sysctls,
+            "workdir": str(self.workdir),
+            "chains": [
+                [tool, table, sorted(chains)] for (tool, table), chains in self.chains.items()
+            ],
+            "paths": sorted(map(str, self.paths)),
+            "netns": sorted(self.netns),
+            "links": sorted(self.links),
+            "cgroups": [str(c) for c in self.cgroups],
+        }
         partial = JOURNAL_PATH.with_suffix(".partial")
         partial.write_text(json.dumps(record))
         partial.replace(JOURNAL_PATH)
@@ -275,12 +294,15 @@ class HostState:
     @classmethod
     def from_journal(cls, text: str) -> HostState:
         record = json.loads(text)
-        return cls(sysctls=dict(record["sysctls"]),
-                   chains={(tool, table): frozenset(chains)
-                           for tool, table, chains in record["chains"]},
-                   paths=frozenset(map(Path, record["paths"])), netns=frozenset(record["netns"]),
-                   links=frozenset(record["links"]), cgroups=tuple(map(Path, record["cgroups"])),
-                   workdir=Path(record["workdir"]))
+        return cls(
+            sysctls=dict(record["sysctls"]),
+            chains={(tool, table): frozenset(chains) for tool, table, chains in record["chains"]},
+            paths=frozenset(map(Path, record["paths"])),
+            netns=frozenset(record["netns"]),
+            links=frozenset(record["links"]),
+            cgroups=tuple(map(Path, record["cgroups"])),
+            workdir=Path(record["workdir"]),
+        )
 
     def _created_paths(self) -> list[Path]:
         return [p for p in FIXED_PATHS if p not in self.paths and os.path.lexists(p)]
@@ -291,8 +313,15 @@ class HostState:
         Each step runs even if an earlier one failed; the first error is raised at the end.
         """
         errors: list[BaseException] = []
-        for step in (self._unmount, self._remove_netns, self._remove_links, self._remove_chains,
-                     self._remove_cgroups, self._remove_paths, self._restore_sysctls):
+        for step in (
+            self._unmount,
+            self._remove_netns,
+            self._remove_links,
+            self._remove_chains,
+            self._remove_cgroups,
+            self._remove_paths,
+            self._restore_sysctls,
+        ):
             try:
                 step()
             except Exception as error:  # keep undoing the rest
@@ -302,12 +331,16 @@ class HostState:
 
     def leftovers(self) -> list[str]:
         """What still differs from `capture()`: empty when the host is as it was."""
-        left = [f"sysctl {name} is {value}, was {self.sysctls[name]}"
-                for name, value in _sysctls().items()
-                if name in self.sysctls and value != self.sysctls[name]]
+        left = [
+            f"sysctl {name} is {value}, was {self.sysctls[name]}"
+            for name, value in _sysctls().items()
+            if name in self.sysctls and value != self.sysctls[name]
+        ]
         for key, chains in _chains().items():
-            left += [f"{key[0]} -t {key[1]} chain {c}"
-                     for c in sorted(chains - self.chains.get(key, frozenset()))]
+            left += [
+                f"{key[0]} -t {key[1]} chain {c}"
+                for c in sorted(chains - self.chains.get(key, frozenset()))
+            ]
         left += [f"path {p}" for p in self._created_paths()]
         left += [f"network namespace {n}" for n in sorted(_netns() - self.netns)]
         left += [f"network link {n}" for n in sorted(_links() - self.links)]
@@ -322,13 +355,15 @@ class HostState:
 
     def _remove_netns(self) -> None:
         for name in sorted(_netns() - self.netns):
-            subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True,
-                           timeout=30)
+            subprocess.run(
+                ["ip", "netns", "delete", name], check=False, capture_output=True, timeout=30
+            )
 
     def _remove_links(self) -> None:
         for name in sorted(_links() - self.links):
-            subprocess.run(["ip", "link", "delete", name], check=False, capture_output=True,
-                           timeout=30)
+            subprocess.run(
+                ["ip", "link", "delete", name], check=False, capture_output=True, timeout=30
+            )
 
     def _remove_chains(self) -> None:
         for (tool, table), chains in _chains().items():

@@ -54,8 +54,15 @@ def manifest_statuses(log: list[Access]) -> set[int]:
     return {a.status for a in log if "/manifests/" in a.path}
 
 
-def container(name: str, image: str, *, once: bool = False, listen: bool = False,
-              started_at: bool = False, pull_policy: str = "IfNotPresent") -> k8s.V1Container:
+def container(
+    name: str,
+    image: str,
+    *,
+    once: bool = False,
+    listen: bool = False,
+    started_at: bool = False,
+    pull_policy: str = "IfNotPresent",
+) -> k8s.V1Container:
     env = []
     if started_at:  # first line: started_at_unix_ns=N (see images/hello/main.go)
         env.append(k8s.V1EnvVar(name="STARTED_AT", value="1"))
@@ -63,37 +70,55 @@ def container(name: str, image: str, *, once: bool = False, listen: bool = False
         env.append(k8s.V1EnvVar(name="ONCE", value="1"))  # print and exit: an initContainer
     if listen:
         env.append(k8s.V1EnvVar(name="LISTEN", value=":8080"))
-    return k8s.V1Container(name=name, image=image, env=env or None,
-                           image_pull_policy=pull_policy)
+    return k8s.V1Container(name=name, image=image, env=env or None, image_pull_policy=pull_policy)
 
 
-def pod(name: str, containers: Sequence[k8s.V1Container], *,
-        init_containers: Sequence[k8s.V1Container] = (), pull_secrets: Sequence[str] = (),
-        labels: Mapping[str, str] | None = None) -> k8s.V1Pod:
+def pod(
+    name: str,
+    containers: Sequence[k8s.V1Container],
+    *,
+    init_containers: Sequence[k8s.V1Container] = (),
+    pull_secrets: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
+) -> k8s.V1Pod:
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name=name, labels=dict(labels or {}) or None),
         spec=k8s.V1PodSpec(
-            containers=list(containers), init_containers=list(init_containers) or None,
-            image_pull_secrets=[k8s.V1LocalObjectReference(name=s) for s in pull_secrets]
-            or None,
+            containers=list(containers),
+            init_containers=list(init_containers) or None,
+            image_pull_secrets=[k8s.V1LocalObjectReference(name=s) for s in pull_secrets] or None,
             # The workload exits on SIGTERM; no reason to wait 30 s at deletion.
-            termination_grace_period_seconds=2))
+            termination_grace_period_seconds=2,
+        ),
+    )
 
 
-def create_pull_secret(api: k8s.ApiClient, namespace: str, name: str, host: str,
-                       username: str, password: str) -> str:
+def create_pull_secret(
+    api: k8s.ApiClient, namespace: str, name: str, host: str, username: str, password: str
+) -> str:
     """A user's own `kubernetes.io/dockerconfigjson` Secret for `host` (not mirrorgate's)."""
     payload = json.dumps(dockerconfig.encode(host, username, password)).encode()
-    k8s.CoreV1Api(api).create_namespaced_secret(namespace, k8s.V1Secret(
-        metadata=k8s.V1ObjectMeta(name=name), type="kubernetes.io/dockerconfigjson",
-        data={".dockerconfigjson": base64.b64encode(payload).decode()}))
+    k8s.CoreV1Api(api).create_namespaced_secret(
+        namespace,
+        k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name=name),
+            type="kubernetes.io/dockerconfigjson",
+            data={".dockerconfigjson": base64.b64encode(payload).decode()},
+        ),
+    )
     return name
 
 
 def upstream_pull_secret(api: k8s.ApiClient, namespace: str, registry: RegistryStack) -> str:
     """The Secret a Pod needs to pull from the (authenticated) upstream directly."""
-    return create_pull_secret(api, namespace, UPSTREAM_SECRET, registry.upstream_host,
-                              registry.upstream_username, registry.upstream_password)
+    return create_pull_secret(
+        api,
+        namespace,
+        UPSTREAM_SECRET,
+        registry.upstream_host,
+        registry.upstream_username,
+        registry.upstream_password,
+    )
 
 
 def read(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -104,8 +129,11 @@ def read(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, Any]:
 
 def _statuses(stored: Mapping[str, Any]) -> list[dict[str, Any]]:
     status = stored.get("status", {})
-    return [*status.get("initContainerStatuses", []), *status.get("containerStatuses", []),
-            *status.get("ephemeralContainerStatuses", [])]
+    return [
+        *status.get("initContainerStatuses", []),
+        *status.get("containerStatuses", []),
+        *status.get("ephemeralContainerStatuses", []),
+    ]
 
 
 def describe(stored: Mapping[str, Any]) -> str:
@@ -116,16 +144,20 @@ def describe(stored: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def wait_running(api: k8s.ApiClient, namespace: str, name: str,
-                 timeout: float = RUNNING_TIMEOUT) -> dict[str, Any]:
+def wait_running(
+    api: k8s.ApiClient, namespace: str, name: str, timeout: float = RUNNING_TIMEOUT
+) -> dict[str, Any]:
     """Wait until the Pod is Running with every container started; returns the Pod."""
     seen: dict[str, Any] = {}
 
     def running() -> str | None:
         seen.update(read(api, namespace, name))
         statuses = seen.get("status", {}).get("containerStatuses", [])
-        if seen["status"].get("phase") == "Running" and statuses \
-                and all("running" in s.get("state", {}) for s in statuses):
+        if (
+            seen["status"].get("phase") == "Running"
+            and statuses
+            and all("running" in s.get("state", {}) for s in statuses)
+        ):
             return None
         return describe(seen)
 
@@ -133,8 +165,9 @@ def wait_running(api: k8s.ApiClient, namespace: str, name: str,
     return seen
 
 
-def wait_pull_failure(api: k8s.ApiClient, namespace: str, name: str, container: str,
-                      timeout: float = RUNNING_TIMEOUT) -> str:
+def wait_pull_failure(
+    api: k8s.ApiClient, namespace: str, name: str, container: str, timeout: float = RUNNING_TIMEOUT
+) -> str:
     """Wait until `container` waits on a failed pull; returns the kubelet's message."""
     message: list[str] = []
 
@@ -146,17 +179,22 @@ def wait_pull_failure(api: k8s.ApiClient, namespace: str, name: str, container: 
                 message.append(waiting.get("message", ""))
                 return None
             if status["name"] == container and "running" in status.get("state", {}):
-                raise AssertionError(f"{namespace}/{name}: {container} is running, "
-                                     "expected a failed pull")
+                raise AssertionError(
+                    f"{namespace}/{name}: {container} is running, expected a failed pull"
+                )
         return describe(stored)
 
-    wait_until(failed, timeout=timeout, what=f"a failed pull in {namespace}/{name}",
-               interval=0.2)
+    wait_until(failed, timeout=timeout, what=f"a failed pull in {namespace}/{name}", interval=0.2)
     return message[-1]
 
 
-def log(api: k8s.ApiClient, namespace: str, name: str, container: str | None = None,
-        timeout: float = 30.0) -> str:
+def log(
+    api: k8s.ApiClient,
+    namespace: str,
+    name: str,
+    container: str | None = None,
+    timeout: float = 30.0,
+) -> str:
     """The container's log through the API server (which fetches it from the kubelet).
 
     Waits for a first line: a container reported running may not have written yet.
@@ -164,43 +202,60 @@ def log(api: k8s.ApiClient, namespace: str, name: str, container: str | None = N
     text: list[str] = [""]
 
     def written() -> str | None:
-        text[0] = k8s.CoreV1Api(api).read_namespaced_pod_log(name, namespace,
-                                                              container=container)
+        text[0] = k8s.CoreV1Api(api).read_namespaced_pod_log(name, namespace, container=container)
         return None if text[0].strip() else "empty log"
 
-    wait_until(written, timeout=timeout, what=f"log of {namespace}/{name} {container or ''}",
-               interval=0.2)
+    wait_until(
+        written, timeout=timeout, what=f"log of {namespace}/{name} {container or ''}", interval=0.2
+    )
     return text[0]
 
 
 def events(api: k8s.ApiClient, namespace: str, name: str) -> list[str]:
     """The Pod's events (reason: message), oldest first: the kubelet's account of a pull."""
-    found = k8s.CoreV1Api(api).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name}").items
+    found = (
+        k8s.CoreV1Api(api)
+        .list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+        .items
+    )
     found.sort(key=lambda e: e.last_timestamp or e.event_time or 0)
     return [f"{e.reason}: {e.message}" for e in found]
 
 
-
-def run_deployment(api: k8s.ApiClient, namespace: str, workload: Workload,
-                   replicas: int = 2) -> tuple[list[dict[str, Any]], list[str]]:
+def run_deployment(
+    api: k8s.ApiClient, namespace: str, workload: Workload, replicas: int = 2
+) -> tuple[list[dict[str, Any]], list[str]]:
     """A Deployment `hello` of `workload`: waits for its Pods to run; returns them
     as stored, and each one's log (the controllers make the Pods, not the test)."""
     labels = {"app": "hello"}
-    k8s.AppsV1Api(api).create_namespaced_deployment(namespace, k8s.V1Deployment(
-        metadata=k8s.V1ObjectMeta(name="hello"),
-        spec=k8s.V1DeploymentSpec(
-            replicas=replicas, selector=k8s.V1LabelSelector(match_labels=labels),
-            template=k8s.V1PodTemplateSpec(
-                metadata=k8s.V1ObjectMeta(labels=labels),
-                spec=pod("x", [container("hello", workload.image)]).spec))))
+    k8s.AppsV1Api(api).create_namespaced_deployment(
+        namespace,
+        k8s.V1Deployment(
+            metadata=k8s.V1ObjectMeta(name="hello"),
+            spec=k8s.V1DeploymentSpec(
+                replicas=replicas,
+                selector=k8s.V1LabelSelector(match_labels=labels),
+                template=k8s.V1PodTemplateSpec(
+                    metadata=k8s.V1ObjectMeta(labels=labels),
+                    spec=pod("x", [container("hello", workload.image)]).spec,
+                ),
+            ),
+        ),
+    )
     core = k8s.CoreV1Api(api)
 
     def names() -> list[str]:
-        return sorted(str(p.metadata.name) for p in core.list_namespaced_pod(
-            namespace, label_selector="app=hello").items if p.metadata)
+        return sorted(
+            str(p.metadata.name)
+            for p in core.list_namespaced_pod(namespace, label_selector="app=hello").items
+            if p.metadata
+        )
 
-    wait_until(lambda: None if len(names()) == replicas else f"{len(names())} Pods",
-               timeout=60, what=f"the Deployment's {replicas} Pods", interval=0.2)
+    wait_until(
+        lambda: None if len(names()) == replicas else f"{len(names())} Pods",
+        timeout=60,
+        what=f"the Deployment's {replicas} Pods",
+        interval=0.2,
+    )
     pods = [wait_running(api, namespace, name) for name in names()]
     return pods, [log(api, namespace, name) for name in names()]

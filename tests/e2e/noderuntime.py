@@ -46,14 +46,23 @@ class ContainerdRuntime:
 
     def environment(self) -> dict[str, str]:
         """containerd finds its runc shim on PATH (Debian's runc is in /usr/sbin)."""
-        return {**os.environ,
-                "PATH": f"{self.directory}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        return {**os.environ, "PATH": f"{self.directory}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
 
-    def config(self, workdir: Path, *, socket: Path, sandbox_image: str, hosts_dir: Path,
-               cni_conf_dir: Path, extra: str = "") -> str:
+    def config(
+        self,
+        workdir: Path,
+        *,
+        socket: Path,
+        sandbox_image: str,
+        hosts_dir: Path,
+        cni_conf_dir: Path,
+        extra: str = "",
+    ) -> str:
         """The node's ``containerd.toml`` (config version 3); ``extra`` is appended as is."""
-        images, runtime = ('plugins."io.containerd.cri.v1.images"',
-                           'plugins."io.containerd.cri.v1.runtime"')
+        images, runtime = (
+            'plugins."io.containerd.cri.v1.images"',
+            'plugins."io.containerd.cri.v1.runtime"',
+        )
         return f"""\
 # containerd for the mirrorgate e2e node (containerd {self.version}, config version 3).
 version = 3
@@ -114,8 +123,10 @@ def deprecated_registry_auth(host: str, username: str, password: str) -> str:
     it does on containerd 2: CRI then leaves the transfer service for the
     local pull (a warning in containerd's log), and sends this login to HOST.
     """
-    return (f'\n[plugins."io.containerd.cri.v1.images".registry.configs."{host}".auth]\n'
-            f'  username = "{username}"\n  password = "{password}"\n')
+    return (
+        f'\n[plugins."io.containerd.cri.v1.images".registry.configs."{host}".auth]\n'
+        f'  username = "{username}"\n  password = "{password}"\n'
+    )
 
 
 def containerd_runtime() -> ContainerdRuntime:
@@ -124,8 +135,9 @@ def containerd_runtime() -> ContainerdRuntime:
     directory = binary.parent
     for name in ("ctr", "containerd-shim-runc-v2"):
         built_binary(name)
-    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
-                         check=True, timeout=30)
+    out = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, check=True, timeout=30
+    )
     found = _VERSION_RE.search(out.stdout)
     if found is None:
         raise RuntimeError(f"containerd --version printed no version: {out.stdout.strip()!r}")

@@ -53,10 +53,13 @@ def _layer(files: tuple[tuple[str, tuple[bytes, int]], ...]) -> tuple[bytes, byt
     return layer_tar, gzip.compress(layer_tar, compresslevel=9, mtime=0)
 
 
-def build_image(text: str = "hello from upstream\n", *,
-                files: Mapping[str, tuple[bytes, int]] | None = None,
-                command: Sequence[str] = ("/bin/cat", "/hello.txt"),
-                env: Mapping[str, str] | None = None) -> OciImage:
+def build_image(
+    text: str = "hello from upstream\n",
+    *,
+    files: Mapping[str, tuple[bytes, int]] | None = None,
+    command: Sequence[str] = ("/bin/cat", "/hello.txt"),
+    env: Mapping[str, str] | None = None,
+) -> OciImage:
     """A one-layer image; same arguments, same digest, every run.
 
     By default the layer holds /hello.txt with `text`; `files` replaces it

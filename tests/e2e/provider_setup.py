@@ -64,15 +64,20 @@ class Setup:
 
 def _policy(registry: RegistryStack, on_error: str) -> str:
     up = registry.upstream_host
-    return json.dumps({
-        "onCredentialError": on_error,
-        "mirrors": [
-            *({"source": source(t), "mirror": f"{up}/{t}", "credential": t} for t in TEAMS),
-            {"source": "docker.io", "mirror": DOCKERHUB_MIRROR},
-        ],
-        "credentials": {t: {"namespaces": ["*"], "registry": f"{up}/{t}",
-                            "provider": f"{t}-provider"} for t in TEAMS},
-    }, indent=2)
+    return json.dumps(
+        {
+            "onCredentialError": on_error,
+            "mirrors": [
+                *({"source": source(t), "mirror": f"{up}/{t}", "credential": t} for t in TEAMS),
+                {"source": "docker.io", "mirror": DOCKERHUB_MIRROR},
+            ],
+            "credentials": {
+                t: {"namespaces": ["*"], "registry": f"{up}/{t}", "provider": f"{t}-provider"}
+                for t in TEAMS
+            },
+        },
+        indent=2,
+    )
 
 
 @contextlib.contextmanager
@@ -87,11 +92,22 @@ def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
     for team in TEAMS:
         issuer.add_robot(robots[team], team)
         fault_files[team] = workdir / f"{team}.fault"
-        providers.append(issuer.provider(
-            f"{team}-provider", robots[team], match_images=[registry.upstream_host],
-            default_cache_duration="1h",  # the response's cacheDuration wins
-            args=["--ttl", str(TTL), "--cache-duration", f"{TTL}s",
-                  "--fault-file", str(fault_files[team])]))
+        providers.append(
+            issuer.provider(
+                f"{team}-provider",
+                robots[team],
+                match_images=[registry.upstream_host],
+                default_cache_duration="1h",  # the response's cacheDuration wins
+                args=[
+                    "--ttl",
+                    str(TTL),
+                    "--cache-duration",
+                    f"{TTL}s",
+                    "--fault-file",
+                    str(fault_files[team]),
+                ],
+            )
+        )
     config = issuer.write_config(workdir / "credential-providers.json", *providers)
     suite = f"prov-{secrets.token_hex(3)}"
     policy = _policy(registry, "skip")
@@ -100,20 +116,48 @@ def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
         own = create_namespace(api, f"mg-providers-{secrets.token_hex(3)}")
         user, groups = mg.installed_in(api, own)
         server = mg.start_mirrorgate(
-            workdir / "mirrorgate", plane, policy=policy, user=user, groups=groups,
-            args=["--store", "kubernetes", "--namespace", own, "--reconcile-interval", "5",
-                  "--credential-provider-config", str(config),
-                  "--credential-provider-bin-dir", str(issuer.bin_dir),
-                  "--credential-provider-timeout", "2"])
+            workdir / "mirrorgate",
+            plane,
+            policy=policy,
+            user=user,
+            groups=groups,
+            args=[
+                "--store",
+                "kubernetes",
+                "--namespace",
+                own,
+                "--reconcile-interval",
+                "5",
+                "--credential-provider-config",
+                str(config),
+                "--credential-provider-bin-dir",
+                str(issuer.bin_dir),
+                "--credential-provider-timeout",
+                "2",
+            ],
+        )
         try:
-            mg.register(api, own_configuration(installed.configuration), server,
-                        name=configuration, namespace_label=(SUITE_LABEL, suite),
-                        failure_policy="Fail")
-            namespace = create_namespace(api, namespace_name("providers"),
-                                         {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
-            yield Setup(installed=installed, server=server, own_namespace=own,
-                        namespace=namespace, issuer=issuer, fault_files=fault_files,
-                        policy=policy, robots=robots)
+            mg.register(
+                api,
+                own_configuration(installed.configuration),
+                server,
+                name=configuration,
+                namespace_label=(SUITE_LABEL, suite),
+                failure_policy="Fail",
+            )
+            namespace = create_namespace(
+                api, namespace_name("providers"), {SUITE_LABEL: suite, MODE_LABEL: "enforce"}
+            )
+            yield Setup(
+                installed=installed,
+                server=server,
+                own_namespace=own,
+                namespace=namespace,
+                issuer=issuer,
+                fault_files=fault_files,
+                policy=policy,
+                robots=robots,
+            )
         finally:
             mg.unregister(api, configuration)
             server.stop()
@@ -129,17 +173,18 @@ def password_of(secret: Mapping[str, Any]) -> str:
     return str(entry["password"])
 
 
-def create_pod(api: k8s.ApiClient, namespace: str, images: list[str]) -> tuple[dict[str, Any],
-                                                                            list[str]]:
+def create_pod(
+    api: k8s.ApiClient, namespace: str, images: list[str]
+) -> tuple[dict[str, Any], list[str]]:
     name = f"p-{secrets.token_hex(3)}"
     body = pod_dict(name, images[0], extra_images=images[1:])
-    created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(
-        namespace, body)  # type: ignore[arg-type]
+    created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(namespace, body)  # type: ignore[arg-type]
     return as_dict(api, created), warning_messages(headers)
 
 
-def wait_published(api: k8s.ApiClient, home: str, team: str,
-                    not_password: str | None = None) -> dict[str, Any]:
+def wait_published(
+    api: k8s.ApiClient, home: str, team: str, not_password: str | None = None
+) -> dict[str, Any]:
     found: list[dict[str, Any]] = []
 
     def ready() -> str | None:

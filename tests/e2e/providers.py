@@ -39,30 +39,49 @@ class RobotIssuer:
         secret = self.secrets[name] = secrets.token_urlsafe(18)
         self.server.robots[name] = Robot(secret=secret, project=project)
 
-    def provider(self, name: str, robot: str, *, args: list[str] | None = None,
-                 match_images: list[str] | None = None, default_cache_duration: str = "60s",
-                 api_version: str = API_VERSION) -> dict[str, Any]:
+    def provider(
+        self,
+        name: str,
+        robot: str,
+        *,
+        args: list[str] | None = None,
+        match_images: list[str] | None = None,
+        default_cache_duration: str = "60s",
+        api_version: str = API_VERSION,
+    ) -> dict[str, Any]:
         """One provider entry running the test plugin (installed as `name`) for `robot`."""
         plugins.install(self.bin_dir, name)
         return {
-            "name": name, "matchImages": match_images or ["*.example"],
-            "defaultCacheDuration": default_cache_duration, "apiVersion": api_version,
+            "name": name,
+            "matchImages": match_images or ["*.example"],
+            "defaultCacheDuration": default_cache_duration,
+            "apiVersion": api_version,
             "args": args or [],
-            "env": [{"name": "TOKEN_URL", "value": self.mint_url},
-                    {"name": "ROBOT", "value": robot},
-                    {"name": "ROBOT_SECRET", "value": self.secrets[robot]},
-                    {"name": "CA_FILE", "value": str(self.ca_path)}],
+            "env": [
+                {"name": "TOKEN_URL", "value": self.mint_url},
+                {"name": "ROBOT", "value": robot},
+                {"name": "ROBOT_SECRET", "value": self.secrets[robot]},
+                {"name": "CA_FILE", "value": str(self.ca_path)},
+            ],
         }
 
     def write_config(self, path: Path, *providers: dict[str, Any]) -> Path:
-        path.write_text(json.dumps({"apiVersion": "kubelet.config.k8s.io/v1",
-                                    "kind": "CredentialProviderConfig",
-                                    "providers": list(providers)}, indent=2))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "kubelet.config.k8s.io/v1",
+                    "kind": "CredentialProviderConfig",
+                    "providers": list(providers),
+                },
+                indent=2,
+            )
+        )
         return path
 
 
-def start_issuer(workdir: Path, *, server: TokenServer | None = None,
-                 ca_path: Path | None = None) -> RobotIssuer:
+def start_issuer(
+    workdir: Path, *, server: TokenServer | None = None, ca_path: Path | None = None
+) -> RobotIssuer:
     """A RobotIssuer on `server` (the registry stack's) or on a token server of its own."""
     workdir.mkdir(parents=True, exist_ok=True)
     if server is None or ca_path is None:
@@ -72,8 +91,12 @@ def start_issuer(workdir: Path, *, server: TokenServer | None = None,
         ca_path.write_bytes(ca.cert_pem)
         (workdir / "tls.crt").write_bytes(serving.cert_pem)
         (workdir / "tls.key").write_bytes(serving.key_pem)
-        server = TokenServer(users={}, tls_cert=workdir / "tls.crt",
-                             tls_key=workdir / "tls.key", signer=TokenSigner())
+        server = TokenServer(
+            users={},
+            tls_cert=workdir / "tls.crt",
+            tls_key=workdir / "tls.key",
+            signer=TokenSigner(),
+        )
         server.start()
     return RobotIssuer(server=server, ca_path=ca_path, bin_dir=workdir / "plugins")
 

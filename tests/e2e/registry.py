@@ -42,8 +42,10 @@ READY_TIMEOUT = 30.0
 
 
 # distribution's combined access log: `… "GET /v2/x/manifests/1 HTTP/1.1" 401 156 "" "agent"`.
-_ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) \S+ '
-                     r'"[^"]*" "(?P<agent>[^"]*)"')
+_ACCESS = re.compile(
+    r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) \S+ '
+    r'"[^"]*" "(?P<agent>[^"]*)"'
+)
 
 
 @dataclass(frozen=True)
@@ -149,8 +151,10 @@ class RegistryStack:
 
     def access_log(self, registry: str) -> list[Access]:
         """Every request `registry` ("mirror" or "upstream") has answered so far."""
-        return [Access(m["method"], m["path"], int(m["status"]), m["agent"])
-                for m in _ACCESS.finditer(self.log_text(registry))]
+        return [
+            Access(m["method"], m["path"], int(m["status"]), m["agent"])
+            for m in _ACCESS.finditer(self.log_text(registry))
+        ]
 
     def log_text(self, registry: str) -> str:
         """The whole log of `registry` ("mirror" or "upstream"), credentials redacted.
@@ -208,8 +212,9 @@ def _registry_config(
     return path
 
 
-def _start_registry(stack: RegistryStack, name: str, config: Path, host: str,
-                    redact: list[str]) -> ManagedProcess:
+def _start_registry(
+    stack: RegistryStack, name: str, config: Path, host: str, redact: list[str]
+) -> ManagedProcess:
     """Start one registry of the stack and wait until its /v2/ answers 401."""
     # Go reads SSL_CERT_FILE on Linux: the mirror trusts our CA for the upstream
     # and the token realm without touching the system trust store.
@@ -244,8 +249,13 @@ def stop_mirror(stack: RegistryStack) -> None:
 
 def start_mirror(stack: RegistryStack) -> None:
     """Start the mirror again on the same address, data and htpasswd file."""
-    _start_registry(stack, "mirror", stack.workdir / "mirror.yml", stack.host,
-                    [stack.upstream_password, stack.password])
+    _start_registry(
+        stack,
+        "mirror",
+        stack.workdir / "mirror.yml",
+        stack.host,
+        [stack.upstream_password, stack.password],
+    )
 
 
 def set_mirror_password(stack: RegistryStack, password: str) -> None:
@@ -368,22 +378,29 @@ class DevCache:
     password: str | None = field(default=None, repr=False)
 
     def access_log(self) -> list[Access]:
-        return [Access(m["method"], m["path"], int(m["status"]), m["agent"])
-                for m in _ACCESS.finditer(self.process.log_text())]
+        return [
+            Access(m["method"], m["path"], int(m["status"]), m["agent"])
+            for m in _ACCESS.finditer(self.process.log_text())
+        ]
 
 
 def _ready(url: str, ca_file: Path | None, status: int) -> str | None:
     """None once `url` answers `status`; otherwise why not yet."""
     try:
-        response = httpx.get(url, timeout=2, trust_env=False, verify=(
-            ssl.create_default_context(cafile=str(ca_file)) if ca_file else True))
+        response = httpx.get(
+            url,
+            timeout=2,
+            trust_env=False,
+            verify=(ssl.create_default_context(cafile=str(ca_file)) if ca_file else True),
+        )
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}: {exc}"
     return None if response.status_code == status else f"HTTP {response.status_code}"
 
 
-def start_dev_cache(stack: RegistryStack, workdir: Path, *, address: str,
-                    tls: bool, login: bool) -> DevCache:
+def start_dev_cache(
+    stack: RegistryStack, workdir: Path, *, address: str, tls: bool, login: bool
+) -> DevCache:
     """A pull-through cache of the stack's upstream on ``address`` (an IP), on a free port.
 
     ``tls``: HTTPS with a certificate for ``address`` from a private CA of its own
@@ -409,20 +426,34 @@ def start_dev_cache(stack: RegistryStack, workdir: Path, *, address: str,
         htpasswd.write_text(htpasswd_line(username, password) + "\n")
         auth = {"htpasswd": {"realm": "mirrorgate-e2e-dev-cache", "path": str(htpasswd)}}
     config = _registry_config(
-        workdir=workdir, name="cache", addr=host, tls_cert=tls_cert, tls_key=tls_key, auth=auth,
-        proxy={"remoteurl": f"https://{stack.upstream_host}",
-               "username": stack.upstream_username, "password": stack.upstream_password})
-    proc = ManagedProcess("registry-dev-cache", [str(docker_registry()), "serve", str(config)],
-                          workdir / "cache.log", env={"SSL_CERT_FILE": str(stack.ca_path)},
-                          redact=[stack.upstream_password, password or ""])
+        workdir=workdir,
+        name="cache",
+        addr=host,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        auth=auth,
+        proxy={
+            "remoteurl": f"https://{stack.upstream_host}",
+            "username": stack.upstream_username,
+            "password": stack.upstream_password,
+        },
+    )
+    proc = ManagedProcess(
+        "registry-dev-cache",
+        [str(docker_registry()), "serve", str(config)],
+        workdir / "cache.log",
+        env={"SSL_CERT_FILE": str(stack.ca_path)},
+        redact=[stack.upstream_password, password or ""],
+    )
     scheme = "https" if tls else "http"
     try:
-        wait_until(functools.partial(_ready, f"{scheme}://{host}/v2/", ca_path,
-                                     401 if login else 200),
-                   timeout=READY_TIMEOUT, what=f"dev cache at {scheme}://{host}/v2/",
-                   alive=proc.exited)
+        wait_until(
+            functools.partial(_ready, f"{scheme}://{host}/v2/", ca_path, 401 if login else 200),
+            timeout=READY_TIMEOUT,
+            what=f"dev cache at {scheme}://{host}/v2/",
+            alive=proc.exited,
+        )
     except BaseException:
         proc.stop()
         raise
-    return DevCache(host=host, process=proc, ca_path=ca_path, username=username,
-                    password=password)
+    return DevCache(host=host, process=proc, ca_path=ca_path, username=username, password=password)

@@ -59,7 +59,8 @@ class TcpRelay:
         asyncio.set_event_loop(self._loop)
         try:
             self._server = self._loop.run_until_complete(
-                asyncio.start_server(self._accept, self.host, 0))
+                asyncio.start_server(self._accept, self.host, 0)
+            )
         except OSError as error:
             self._error = error
             self._ready.set()

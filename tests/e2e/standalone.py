@@ -46,8 +46,9 @@ class Standalone:
     def admit(self, *images: str, namespace: str = "default") -> dict[str, Any]:
         """The AdmissionResponse of /mutate for a Pod with ``images``."""
         body = reviews.review(reviews.pod(*images), namespace=namespace)
-        answer = self.client.post("/mutate", content=orjson.dumps(body),
-                                  headers={"content-type": "application/json"})
+        answer = self.client.post(
+            "/mutate", content=orjson.dumps(body), headers={"content-type": "application/json"}
+        )
         assert answer.status_code == 200, answer.text
         response: dict[str, Any] = answer.json()["response"]
         return response
@@ -89,38 +90,72 @@ def write_store(directory: Path, credentials: Sequence[Credential]) -> list[str]
     key_file.write_text(key + "\n")
     key_file.chmod(0o600)
     store = directory / "store.json"
-    filestore.write_store(str(store), filestore.load_key(key_file=str(key_file), environ={}),
-                          filestore.StoreContents(credentials={}).replaced(
-                              {c.name: c for c in credentials}))
+    filestore.write_store(
+        str(store),
+        filestore.load_key(key_file=str(key_file), environ={}),
+        filestore.StoreContents(credentials={}).replaced({c.name: c for c in credentials}),
+    )
     return ["--store", "file", "--store-file", str(store), "--key-file", str(key_file)]
 
 
-def start_standalone(workdir: Path, *, policy: str, args: Sequence[str] = (),
-                     env: Mapping[str, str] | None = None,
-                     redact: Sequence[str] = ()) -> Standalone:
+def start_standalone(
+    workdir: Path,
+    *,
+    policy: str,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    redact: Sequence[str] = (),
+) -> Standalone:
     """`mirrorgate serve` with generated certificates on a free loopback port, until ready."""
     workdir.mkdir(parents=True, exist_ok=True)
-    certs.generate_bundle(service="mirrorgate", namespace="mirrorgate", out=workdir / "tls",
-                          dns=["localhost"], ips=["127.0.0.1"])
+    certs.generate_bundle(
+        service="mirrorgate",
+        namespace="mirrorgate",
+        out=workdir / "tls",
+        dns=["localhost"],
+        ips=["127.0.0.1"],
+    )
     policy_path = workdir / "policy.yaml"
     policy_path.write_text(policy)
     port = free_port()
-    argv = [*MIRRORGATE, "serve", "--policy", str(policy_path),
-            "--tls-cert", str(workdir / "tls" / certs.TLS_CERT),
-            "--tls-key", str(workdir / "tls" / certs.TLS_KEY),
-            "--host", "127.0.0.1", "--port", str(port), "--reload-interval", "0.2", *args]
+    argv = [
+        *MIRRORGATE,
+        "serve",
+        "--policy",
+        str(policy_path),
+        "--tls-cert",
+        str(workdir / "tls" / certs.TLS_CERT),
+        "--tls-key",
+        str(workdir / "tls" / certs.TLS_KEY),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--reload-interval",
+        "0.2",
+        *args,
+    ]
     # The server's own environment only: SSL_CERT_FILE is what these tests vary.
-    process = ManagedProcess("mirrorgate", argv, workdir / "mirrorgate.log",
-                             env=env, cwd=REPO, redact=redact)
-    client = httpx.Client(base_url=f"https://127.0.0.1:{port}", timeout=10, trust_env=False,
-                          verify=ssl.create_default_context(
-                              cafile=str(workdir / "tls" / certs.CA_CERT)))
-    server = Standalone(url=f"https://127.0.0.1:{port}", process=process, client=client,
-                        policy_path=policy_path)
+    process = ManagedProcess(
+        "mirrorgate", argv, workdir / "mirrorgate.log", env=env, cwd=REPO, redact=redact
+    )
+    client = httpx.Client(
+        base_url=f"https://127.0.0.1:{port}",
+        timeout=10,
+        trust_env=False,
+        verify=ssl.create_default_context(cafile=str(workdir / "tls" / certs.CA_CERT)),
+    )
+    server = Standalone(
+        url=f"https://127.0.0.1:{port}", process=process, client=client, policy_path=policy_path
+    )
 
     try:
-        wait_until(lambda: http_ok(lambda: client.get("/healthz")), timeout=30,
-                   what="mirrorgate serve", alive=process.exited)
+        wait_until(
+            lambda: http_ok(lambda: client.get("/healthz")),
+            timeout=30,
+            what="mirrorgate serve",
+            alive=process.exited,
+        )
     except BaseException:
         server.stop()
         raise

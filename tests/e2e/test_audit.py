@@ -87,15 +87,25 @@ def mirrorgate(*argv: str | Path, err: io.StringIO | None = None) -> Result:
     return Result(code=code, out=out.getvalue(), err=err.getvalue())
 
 
-def pod_body(name: str, images: Sequence[str], *, init: Sequence[str] = (),
-             labels: Mapping[str, str] | None = None) -> k8s.V1Pod:
+def pod_body(
+    name: str,
+    images: Sequence[str],
+    *,
+    init: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
+) -> k8s.V1Pod:
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name=name, labels=dict(labels or {})),
         spec=k8s.V1PodSpec(
-            containers=[k8s.V1Container(name=f"c{i}", image=image)
-                        for i, image in enumerate(images)],
-            init_containers=[k8s.V1Container(name=f"i{i}", image=image)
-                             for i, image in enumerate(init)] or None))
+            containers=[
+                k8s.V1Container(name=f"c{i}", image=image) for i, image in enumerate(images)
+            ],
+            init_containers=[
+                k8s.V1Container(name=f"i{i}", image=image) for i, image in enumerate(init)
+            ]
+            or None,
+        ),
+    )
 
 
 @dataclasses.dataclass
@@ -117,10 +127,17 @@ def scenario(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
     tag = secrets.token_hex(3)
     policy = tmp_path_factory.mktemp("audit") / "policy.yaml"
     policy.write_text(POLICY, encoding="utf-8")
-    made = Scenario(policy=policy, a=f"audit-{tag}-a", b=f"audit-{tag}-b", c=f"audit-{tag}-c",
-                    d=f"audit-{tag}-d", e=f"audit-{tag}-e")
+    made = Scenario(
+        policy=policy,
+        a=f"audit-{tag}-a",
+        b=f"audit-{tag}-b",
+        c=f"audit-{tag}-c",
+        d=f"audit-{tag}-d",
+        e=f"audit-{tag}-e",
+    )
     pods = {
-        made.a: [pod_body(f"web-{i}", [NGINX, REDIS_ON_MIRROR]) for i in range(3)] + [
+        made.a: [pod_body(f"web-{i}", [NGINX, REDIS_ON_MIRROR]) for i in range(3)]
+        + [
             pod_body("tool", [TOOL], init=[PAUSE]),
             pod_body("other", [UNMATCHED]),
             pod_body("bad", [INVALID]),
@@ -129,11 +146,16 @@ def scenario(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
         made.b: [pod_body("tool", [TOOL, UNMATCHED])],
         made.c: [pod_body("exporter", [EXPORTER])],
         made.d: [pod_body("web", [NGINX])],
-        made.e: [pod_body("cache", [REDIS_ON_MIRROR]),
-                 pod_body("opted-out", [UNMATCHED], labels={"mirrorgate.io/skip": "true"})],
+        made.e: [
+            pod_body("cache", [REDIS_ON_MIRROR]),
+            pod_body("opted-out", [UNMATCHED], labels={"mirrorgate.io/skip": "true"}),
+        ],
     }
-    labels = {made.a: {"mirrorgate.io/mode": "audit"}, made.c: {"mirrorgate.io/mode": "enforce"},
-              made.d: {"mirrorgate.io/mode": "audit"}}
+    labels = {
+        made.a: {"mirrorgate.io/mode": "audit"},
+        made.c: {"mirrorgate.io/mode": "enforce"},
+        made.d: {"mirrorgate.io/mode": "audit"},
+    }
     with control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
         for namespace, bodies in pods.items():
@@ -148,21 +170,34 @@ def by_name(report: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def image_rows(namespace: Mapping[str, Any]) -> list[tuple[str, str, int, int, str | None]]:
-    return [(i["image"], i["outcome"], i["pods"], i["containers"], i["new_image"])
-            for i in namespace["images"]]
+    return [
+        (i["image"], i["outcome"], i["pods"], i["containers"], i["new_image"])
+        for i in namespace["images"]
+    ]
 
 
 def no_outcomes(**counts: int) -> dict[str, int]:
     zero = dict.fromkeys(
-        ("rewrite", "not-granted", "unmatched", "invalid", "on-mirror", "excluded"), 0)
+        ("rewrite", "not-granted", "unmatched", "invalid", "on-mirror", "excluded"), 0
+    )
     return {**zero, **{k.replace("_", "-"): v for k, v in counts.items()}}
 
 
 # --- what the report says ----------------------------------------------------
 
+
 def test_json_report_per_namespace(control_plane: ControlPlane, scenario: Scenario) -> None:
-    result = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig",
-                        control_plane.kubeconfig, "-n", *scenario.names, "-o", "json")
+    result = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        control_plane.kubeconfig,
+        "-n",
+        *scenario.names,
+        "-o",
+        "json",
+    )
     assert result.code == 0, result.err
     assert result.err == ""
     report = result.json()
@@ -176,8 +211,8 @@ def test_json_report_per_namespace(control_plane: ControlPlane, scenario: Scenar
     assert (a["mode"], a["mode_label"], a["excluded"]) == ("audit", "audit", False)
     assert (a["pods"], a["skipped_pods"]) == (7, 1)
     assert image_rows(a) == [
-        (NGINX, "rewrite", 3, 3, NGINX_MIRRORED),        # 3 Pods, one row
-        (TOOL, "rewrite", 1, 1, TOOL_MIRRORED),          # granted here
+        (NGINX, "rewrite", 3, 3, NGINX_MIRRORED),  # 3 Pods, one row
+        (TOOL, "rewrite", 1, 1, TOOL_MIRRORED),  # granted here
         (UNMATCHED, "unmatched", 1, 1, None),
         (INVALID, "invalid", 1, 1, None),
         (REDIS_ON_MIRROR, "on-mirror", 3, 3, None),
@@ -186,15 +221,20 @@ def test_json_report_per_namespace(control_plane: ControlPlane, scenario: Scenar
     tool = a["images"][1]
     assert (tool["rule"], tool["credential"], tool["reason"]) == ("mirrors[1]", "ghcr-pull", None)
     assert a["images"][3]["reason"] == "repository name must be lowercase"
-    assert a["containers"] == no_outcomes(rewrite=4, unmatched=1, invalid=1, on_mirror=3,
-                                          excluded=1)
+    assert a["containers"] == no_outcomes(
+        rewrite=4, unmatched=1, invalid=1, on_mirror=3, excluded=1
+    )
 
     b = spaces[scenario.b]
     assert (b["mode"], b["mode_label"]) == ("none", None)
-    assert image_rows(b) == [(TOOL, "not-granted", 1, 1, None),
-                             (UNMATCHED, "unmatched", 1, 1, None)]
-    assert b["images"][0]["reason"] == (f"credential 'ghcr-pull' of mirrors[1] is not granted "
-                                        f"to namespace {scenario.b!r}; left as written")
+    assert image_rows(b) == [
+        (TOOL, "not-granted", 1, 1, None),
+        (UNMATCHED, "unmatched", 1, 1, None),
+    ]
+    assert b["images"][0]["reason"] == (
+        f"credential 'ghcr-pull' of mirrors[1] is not granted "
+        f"to namespace {scenario.b!r}; left as written"
+    )
 
     c = spaces[scenario.c]
     assert c["mode"] == "enforce"
@@ -209,19 +249,35 @@ def test_json_report_per_namespace(control_plane: ControlPlane, scenario: Scenar
     assert image_rows(e) == [(REDIS_ON_MIRROR, "on-mirror", 1, 1, None)]
 
     assert report["summary"] == {
-        "namespaces": 5, "excluded_namespaces": 1, "pods": 12, "skipped_pods": 2,
+        "namespaces": 5,
+        "excluded_namespaces": 1,
+        "pods": 12,
+        "skipped_pods": 2,
         "unmirrored": 9,
-        "containers": no_outcomes(rewrite=5, not_granted=1, unmatched=2, invalid=1,
-                                  on_mirror=4, excluded=1),
-        "images": no_outcomes(rewrite=3, not_granted=1, unmatched=1, invalid=1, on_mirror=1,
-                              excluded=1),
+        "containers": no_outcomes(
+            rewrite=5, not_granted=1, unmatched=2, invalid=1, on_mirror=4, excluded=1
+        ),
+        "images": no_outcomes(
+            rewrite=3, not_granted=1, unmatched=1, invalid=1, on_mirror=1, excluded=1
+        ),
     }
 
 
-def test_table_groups_images_and_fits_80_columns(control_plane: ControlPlane,
-                                                 scenario: Scenario) -> None:
-    result = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig",
-                        control_plane.kubeconfig, "-n", scenario.a, scenario.b, "-n", scenario.d)
+def test_table_groups_images_and_fits_80_columns(
+    control_plane: ControlPlane, scenario: Scenario
+) -> None:
+    result = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        control_plane.kubeconfig,
+        "-n",
+        scenario.a,
+        scenario.b,
+        "-n",
+        scenario.d,
+    )
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert lines[0] == "mirrorgate audit: 3 namespaces, 9 pods"
@@ -232,8 +288,9 @@ def test_table_groups_images_and_fits_80_columns(control_plane: ControlPlane,
     assert f"NAMESPACE {scenario.a}  mode: audit  pods: 7 (1 skipped)\n" in text
     detail = " " * 24  # under the IMAGE column
     assert f"        3  rewrite      {NGINX}\n{detail}→ {NGINX_MIRRORED}\n" in text
-    assert f"        1  invalid      {INVALID}\n{detail}(repository name must be lowercase)\n" \
-        in text
+    assert (
+        f"        1  invalid      {INVALID}\n{detail}(repository name must be lowercase)\n" in text
+    )
     assert f"        3  on-mirror    {REDIS_ON_MIRROR}\n" in text
     assert f"        1  excluded     {PAUSE}\n" in text
     assert text.count(f"  {NGINX}\n") == 1  # one row for the image of three Pods
@@ -245,18 +302,37 @@ def test_table_groups_images_and_fits_80_columns(control_plane: ControlPlane,
     reason = text[row:].splitlines()[1:4]
     assert " ".join(line.strip() for line in reason if line.startswith(detail)) == (
         f"(credential 'ghcr-pull' of mirrors[1] is not granted to namespace {scenario.b!r}; "
-        "left as written)")
+        "left as written)"
+    )
     assert "  rewrite                      4         2\n" in text
     assert "  skipped pods: 1   excluded namespaces: 1 (1 pod)\n" in text
     assert "  unmirrored: 8 containers" in text
 
 
 def test_all_namespaces_reports_the_same_and_excludes_kube_system(
-        control_plane: ControlPlane, scenario: Scenario) -> None:
-    named = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig",
-                       control_plane.kubeconfig, "-n", *scenario.names, "-o", "json")
-    every = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig",
-                       control_plane.kubeconfig, "-A", "-o", "json")
+    control_plane: ControlPlane, scenario: Scenario
+) -> None:
+    named = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        control_plane.kubeconfig,
+        "-n",
+        *scenario.names,
+        "-o",
+        "json",
+    )
+    every = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        control_plane.kubeconfig,
+        "-A",
+        "-o",
+        "json",
+    )
     assert every.code == 0, every.err
     report = every.json()
     assert report["scope"] == {"all_namespaces": True, "namespaces": []}
@@ -271,50 +347,88 @@ def test_all_namespaces_reports_the_same_and_excludes_kube_system(
 
 # --- exit codes ----------------------------------------------------------------
 
-@pytest.mark.parametrize(("which", "fail_on", "code"), [
-    pytest.param("b", "unmirrored", 1, id="not-granted-and-unmatched-are-unmirrored"),
-    pytest.param("b", "rewrites", 0, id="no-rewrite-no-failure"),
-    pytest.param("c", "rewrites", 1, id="a-rewrite-fails-rewrites"),
-    pytest.param("c", "unmirrored", 1, id="a-rewrite-is-unmirrored"),
-    pytest.param("e", "unmirrored", 0, id="on-mirror-and-skipped-pass"),
-    pytest.param("d", "unmirrored", 0, id="excluded-namespace-passes"),
-    pytest.param("b", None, 0, id="no-fail-on-always-0"),
-])
-def test_fail_on_exit_codes(control_plane: ControlPlane, scenario: Scenario, which: str,
-                            fail_on: str | None, code: int) -> None:
+
+@pytest.mark.parametrize(
+    ("which", "fail_on", "code"),
+    [
+        pytest.param("b", "unmirrored", 1, id="not-granted-and-unmatched-are-unmirrored"),
+        pytest.param("b", "rewrites", 0, id="no-rewrite-no-failure"),
+        pytest.param("c", "rewrites", 1, id="a-rewrite-fails-rewrites"),
+        pytest.param("c", "unmirrored", 1, id="a-rewrite-is-unmirrored"),
+        pytest.param("e", "unmirrored", 0, id="on-mirror-and-skipped-pass"),
+        pytest.param("d", "unmirrored", 0, id="excluded-namespace-passes"),
+        pytest.param("b", None, 0, id="no-fail-on-always-0"),
+    ],
+)
+def test_fail_on_exit_codes(
+    control_plane: ControlPlane, scenario: Scenario, which: str, fail_on: str | None, code: int
+) -> None:
     namespace = getattr(scenario, which)
     extra = ["--fail-on", fail_on] if fail_on else []
-    table = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig",
-                       control_plane.kubeconfig, "-n", namespace, *extra)
+    table = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        control_plane.kubeconfig,
+        "-n",
+        namespace,
+        *extra,
+    )
     assert table.code == code, table.out + table.err
     if fail_on:
-        assert table.out.rstrip().endswith(
-            f"--fail-on {fail_on}: {'FAILED' if code else 'passed'}")
-    as_json = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig",
-                         control_plane.kubeconfig, "-n", namespace, *extra, "-o", "json")
+        assert table.out.rstrip().endswith(f"--fail-on {fail_on}: {'FAILED' if code else 'passed'}")
+    as_json = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        control_plane.kubeconfig,
+        "-n",
+        namespace,
+        *extra,
+        "-o",
+        "json",
+    )
     assert as_json.code == code
     assert as_json.json()["failed"] is bool(code)
 
 
-def test_usage_and_config_errors_exit_2(control_plane: ControlPlane, scenario: Scenario,
-                                        tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                        ) -> None:
+def test_usage_and_config_errors_exit_2(
+    control_plane: ControlPlane,
+    scenario: Scenario,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     kubeconfig = control_plane.kubeconfig
-    missing = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig", kubeconfig,
-                         "-n", "no-such-namespace-x")
+    missing = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        kubeconfig,
+        "-n",
+        "no-such-namespace-x",
+    )
     assert (missing.code, missing.err) == (
-        2, "mirrorgate: error: namespace 'no-such-namespace-x' not found\n")
-    bad_policy = mirrorgate("audit", "--policy", tmp_path / "nope.yaml", "--kubeconfig",
-                            kubeconfig)
+        2,
+        "mirrorgate: error: namespace 'no-such-namespace-x' not found\n",
+    )
+    bad_policy = mirrorgate("audit", "--policy", tmp_path / "nope.yaml", "--kubeconfig", kubeconfig)
     assert bad_policy.code == 2
     assert bad_policy.err.startswith("mirrorgate: error: ")
     both = mirrorgate("audit", "--policy", scenario.policy, "-A", "-n", "x")
     assert both.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
-    unreachable = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig",
-                             control_plane.kubeconfig_for("e2e-admin-elsewhere",
-                                                          ("system:masters",),
-                                                          url="https://127.0.0.1:1"))
+    unreachable = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        control_plane.kubeconfig_for(
+            "e2e-admin-elsewhere", ("system:masters",), url="https://127.0.0.1:1"
+        ),
+    )
     assert unreachable.code == 2
     assert unreachable.err.startswith("mirrorgate: error: cannot reach the API server: ")
     assert len(unreachable.err.splitlines()) == 1
@@ -322,25 +436,31 @@ def test_usage_and_config_errors_exit_2(control_plane: ControlPlane, scenario: S
 
 # --- permissions -----------------------------------------------------------------
 
-def test_no_permission_names_the_verb_and_resource(control_plane: ControlPlane,
-                                                   scenario: Scenario) -> None:
+
+def test_no_permission_names_the_verb_and_resource(
+    control_plane: ControlPlane, scenario: Scenario
+) -> None:
     nobody = control_plane.kubeconfig_for("e2e-nobody")
     result = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig", nobody)
     assert result.code == 2
     assert result.out == ""
     assert result.err.startswith(
         "mirrorgate: error: not allowed to list pods at the cluster scope: "
-        'pods is forbidden: User "e2e-nobody" cannot list resource "pods"'), result.err
+        'pods is forbidden: User "e2e-nobody" cannot list resource "pods"'
+    ), result.err
     assert len(result.err.splitlines()) == 1
 
-    named = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig", nobody,
-                       "-n", scenario.a)
+    named = mirrorgate(
+        "audit", "--policy", scenario.policy, "--kubeconfig", nobody, "-n", scenario.a
+    )
     assert named.code == 2
     warning, error = named.err.splitlines()
-    assert warning.startswith(f"warning: not allowed to get namespace {scenario.a!r}; its "
-                              "mode is reported as unknown: ")
-    assert error.startswith(f"mirrorgate: error: not allowed to list pods in namespace "
-                            f"{scenario.a!r}: ")
+    assert warning.startswith(
+        f"warning: not allowed to get namespace {scenario.a!r}; its mode is reported as unknown: "
+    )
+    assert error.startswith(
+        f"mirrorgate: error: not allowed to list pods in namespace {scenario.a!r}: "
+    )
 
 
 @pytest.fixture
@@ -349,21 +469,40 @@ def pod_reader(control_plane: ControlPlane, scenario: Scenario) -> Path:
     user = f"e2e-audit-reader-{secrets.token_hex(2)}"
     with control_plane.api_client() as api:
         rbac = k8s.RbacAuthorizationV1Api(api)
-        rbac.create_namespaced_role(scenario.a, k8s.V1Role(
-            metadata=k8s.V1ObjectMeta(name=user),
-            rules=[k8s.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])]))
-        rbac.create_namespaced_role_binding(scenario.a, k8s.V1RoleBinding(
-            metadata=k8s.V1ObjectMeta(name=user),
-            role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=user),
-            subjects=[k8s.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User",
-                                        name=user)]))
+        rbac.create_namespaced_role(
+            scenario.a,
+            k8s.V1Role(
+                metadata=k8s.V1ObjectMeta(name=user),
+                rules=[k8s.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])],
+            ),
+        )
+        rbac.create_namespaced_role_binding(
+            scenario.a,
+            k8s.V1RoleBinding(
+                metadata=k8s.V1ObjectMeta(name=user),
+                role_ref=k8s.V1RoleRef(
+                    api_group="rbac.authorization.k8s.io", kind="Role", name=user
+                ),
+                subjects=[
+                    k8s.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User", name=user)
+                ],
+            ),
+        )
     return control_plane.kubeconfig_for(user)
 
 
-def test_list_pods_alone_is_enough_for_one_namespace(scenario: Scenario,
-                                                     pod_reader: Path) -> None:
-    result = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig", pod_reader,
-                        "-n", scenario.a, "-o", "json")
+def test_list_pods_alone_is_enough_for_one_namespace(scenario: Scenario, pod_reader: Path) -> None:
+    result = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        pod_reader,
+        "-n",
+        scenario.a,
+        "-o",
+        "json",
+    )
     assert result.code == 0, result.err
     assert result.err.startswith(f"warning: not allowed to get namespace {scenario.a!r}")
     (namespace,) = result.json()["namespaces"]
@@ -371,6 +510,7 @@ def test_list_pods_alone_is_enough_for_one_namespace(scenario: Scenario,
 
 
 # --- scale -------------------------------------------------------------------------
+
 
 def create_pods(control_plane: ControlPlane, namespace: str, count: int) -> None:
     """`count` Pods in parallel; without a scheduler they stay Pending, which is all we need."""
@@ -383,15 +523,17 @@ def create_pods(control_plane: ControlPlane, namespace: str, count: int) -> None
 
             def create(i: int) -> None:
                 image = NGINX if i % 10 else UNMATCHED  # two groups of very different size
-                core.create_namespaced_pod(namespace, pod_body(f"p-{i:05d}", [image]),
-                                           _preload_content=False)
+                core.create_namespaced_pod(
+                    namespace, pod_body(f"p-{i:05d}", [image]), _preload_content=False
+                )
 
             with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(create, range(count)))
 
 
-def test_audit_of_many_pods_takes_seconds(control_plane: ControlPlane, scenario: Scenario,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_audit_of_many_pods_takes_seconds(
+    control_plane: ControlPlane, scenario: Scenario, capsys: pytest.CaptureFixture[str]
+) -> None:
     namespace = f"audit-{secrets.token_hex(3)}-big"
     with control_plane.api_client() as api:
         create_namespace(api, namespace)
@@ -401,24 +543,45 @@ def test_audit_of_many_pods_takes_seconds(control_plane: ControlPlane, scenario:
 
     terminal = Terminal()
     started = time.perf_counter()
-    result = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig",
-                        control_plane.kubeconfig, "-n", namespace, "-o", "json", err=terminal)
+    result = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        control_plane.kubeconfig,
+        "-n",
+        namespace,
+        "-o",
+        "json",
+        err=terminal,
+    )
     elapsed = time.perf_counter() - started
     assert result.code == 0, result.err
     (report,) = result.json()["namespaces"]
     assert report["pods"] == SCALE_PODS
-    assert image_rows(report) == [(NGINX, "rewrite", 1800, 1800, NGINX_MIRRORED),
-                                  (UNMATCHED, "unmatched", 200, 200, None)]
+    assert image_rows(report) == [
+        (NGINX, "rewrite", 1800, 1800, NGINX_MIRRORED),
+        (UNMATCHED, "unmatched", 200, 200, None),
+    ]
     # One progress tick per page of 500, then the line is erased for the report.
     assert "\rmirrorgate audit: listed 500 pods…" in result.err
     assert f"\rmirrorgate audit: listed {SCALE_PODS:,} pods…\r\x1b[K" in result.err
     # Not a terminal: no progress at all (scripts get clean stderr).
-    quiet = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig",
-                       control_plane.kubeconfig, "-n", namespace)
+    quiet = mirrorgate(
+        "audit",
+        "--policy",
+        scenario.policy,
+        "--kubeconfig",
+        control_plane.kubeconfig,
+        "-n",
+        namespace,
+    )
     assert (quiet.code, quiet.err) == (0, "")
 
     scaled = elapsed * SCALE_TARGET / SCALE_PODS
     with capsys.disabled():
-        print(f"\naudit of {SCALE_PODS:,} Pods: {elapsed:.2f} s (creating them took "
-              f"{created:.1f} s); scaled to {SCALE_TARGET:,} Pods: {scaled:.1f} s")
+        print(
+            f"\naudit of {SCALE_PODS:,} Pods: {elapsed:.2f} s (creating them took "
+            f"{created:.1f} s); scaled to {SCALE_TARGET:,} Pods: {scaled:.1f} s"
+        )
     assert scaled < 30, f"{SCALE_TARGET:,} Pods would take {scaled:.1f} s"

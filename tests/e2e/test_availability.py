@@ -42,8 +42,8 @@ def _held(installed: Installed, name: str) -> k8s.V1Pod:
 
 
 def test_sixteen_creators_keep_20_pods_per_second_counted_by_the_api_server(
-        installed: Installed, make_namespace: MakeNamespace,
-        e2e_figures: dict[str, str]) -> None:
+    installed: Installed, make_namespace: MakeNamespace, e2e_figures: dict[str, str]
+) -> None:
     """16 concurrent creators at 20 Pods/s for 10 s through the session's mirrorgate:
     at least 18/s achieved, nothing failed open or rejected by the API server's count,
     every Pod stored rewritten, and the API server's p99 within 100 ms."""
@@ -56,12 +56,14 @@ def test_sixteen_creators_keep_20_pods_per_second_counted_by_the_api_server(
         after = apiload.api_server_samples(api)
     counts = apiload.WebhookCounts.between(before, after, ENFORCE)
     failed = [o for o in load.outcomes if o.error is not None]
-    unrewritten = [o for o in load.outcomes
-                   if o.error is None and o.image != installed.registry.mirror_image]
+    unrewritten = [
+        o for o in load.outcomes if o.error is None and o.image != installed.registry.mirror_image
+    ]
     e2e_figures["availability (API server only, host-process mirrorgate)"] = (
         f"{len(load.outcomes)} Pods, {load.achieved_rate:.1f}/s achieved, "
         f"fail-open {counts.fail_open}, rejected {counts.rejected}, "
-        f"unrewritten {len(unrewritten)}, admission p99 <= {counts.p99_bound_s * 1000:g} ms")
+        f"unrewritten {len(unrewritten)}, admission p99 <= {counts.p99_bound_s * 1000:g} ms"
+    )
     assert failed == []
     assert load.achieved_rate >= 18.0
     assert counts.admissions == len(load.outcomes)
@@ -71,7 +73,8 @@ def test_sixteen_creators_keep_20_pods_per_second_counted_by_the_api_server(
 
 @pytest.mark.parametrize("policy", ["Ignore", "Fail"])
 def test_an_unreachable_webhook_is_counted_though_the_client_may_see_nothing(
-        installed: Installed, make_namespace: MakeNamespace, policy: str) -> None:
+    installed: Installed, make_namespace: MakeNamespace, policy: str
+) -> None:
     """A configuration of its own pointing at a closed port: under Ignore every create
     succeeds, unrewritten, and only fail-open counts it; under Fail every create is
     refused and rejection counts it."""
@@ -81,18 +84,19 @@ def test_an_unreachable_webhook_is_counted_though_the_client_may_see_nothing(
     (enforce,) = [w for w in configuration["webhooks"] if w["name"] == ENFORCE]
     enforce["namespaceSelector"] = {"matchLabels": {"e2e.mirrorgate.io/failure": name}}
     configuration["webhooks"] = [enforce]
-    namespace = make_namespace({"e2e.mirrorgate.io/failure": name,
-                                "mirrorgate.io/mode": "enforce"})
+    namespace = make_namespace({"e2e.mirrorgate.io/failure": name, "mirrorgate.io/mode": "enforce"})
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
-        dead = _Dead(url=f"https://127.0.0.1:{closed.getsockname()[1]}",
-                     ca_pem=installed.server.ca_pem)
+        dead = _Dead(
+            url=f"https://127.0.0.1:{closed.getsockname()[1]}", ca_pem=installed.server.ca_pem
+        )
         with plane.api_client() as api:
             mg.register(api, configuration, dead, name=name, failure_policy=policy)
             try:
                 before = apiload.api_server_samples(api)
-                load = apiload.Load(plane.api_client, namespace,
-                                    lambda n: _held(installed, n), minimum_s=2.0)
+                load = apiload.Load(
+                    plane.api_client, namespace, lambda n: _held(installed, n), minimum_s=2.0
+                )
                 load.run()
                 after = apiload.api_server_samples(api)
             finally:

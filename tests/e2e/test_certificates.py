@@ -38,32 +38,65 @@ def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: st
     for its own configuration, and nothing more.
     """
     rbac = k8s.RbacAuthorizationV1Api(api)
-    rbac.create_cluster_role_binding({  # type: ignore[arg-type]
-        "metadata": {"name": f"{user}-base"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "mirrorgate"},
-        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
-    rbac.create_namespaced_role_binding(mg.NAMESPACE, {  # type: ignore[arg-type]
-        "metadata": {"name": f"{user}-own"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": "mirrorgate"},
-        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
-    rbac.create_namespaced_role_binding(mg.NAMESPACE, {  # type: ignore[arg-type]
-        "metadata": {"name": f"{user}-leader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": "mirrorgate-leader"},
-        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
-    rbac.create_cluster_role({  # type: ignore[arg-type]
-        "metadata": {"name": f"{user}-webhook"},
-        "rules": [{"apiGroups": ["admissionregistration.k8s.io"],
-                   "resources": ["mutatingwebhookconfigurations"],
-                   "resourceNames": [webhook_configuration],
-                   "verbs": ["get", "list", "watch", "patch"]}]})
-    rbac.create_cluster_role_binding({  # type: ignore[arg-type]
-        "metadata": {"name": f"{user}-webhook"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": f"{user}-webhook"},
-        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+    rbac.create_cluster_role_binding(
+        {  # type: ignore[arg-type]
+            "metadata": {"name": f"{user}-base"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "mirrorgate",
+            },
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        }
+    )
+    rbac.create_namespaced_role_binding(
+        mg.NAMESPACE,
+        {  # type: ignore[arg-type]
+            "metadata": {"name": f"{user}-own"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "mirrorgate",
+            },
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        mg.NAMESPACE,
+        {  # type: ignore[arg-type]
+            "metadata": {"name": f"{user}-leader"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "mirrorgate-leader",
+            },
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )
+    rbac.create_cluster_role(
+        {  # type: ignore[arg-type]
+            "metadata": {"name": f"{user}-webhook"},
+            "rules": [
+                {
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": ["mutatingwebhookconfigurations"],
+                    "resourceNames": [webhook_configuration],
+                    "verbs": ["get", "list", "watch", "patch"],
+                }
+            ],
+        }
+    )
+    rbac.create_cluster_role_binding(
+        {  # type: ignore[arg-type]
+            "metadata": {"name": f"{user}-webhook"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": f"{user}-webhook",
+            },
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        }
+    )
 
 
 def _secret(api: k8s.ApiClient, name: str) -> dict[str, bytes] | None:
@@ -78,16 +111,17 @@ def _secret(api: k8s.ApiClient, name: str) -> dict[str, bytes] | None:
 
 def _ca_bundles(api: k8s.ApiClient, name: str) -> list[bytes]:
     configuration = k8s.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(name)
-    return [base64.b64decode(w.client_config.ca_bundle or "")
-            for w in configuration.webhooks or []]
+    return [base64.b64decode(w.client_config.ca_bundle or "") for w in configuration.webhooks or []]
 
 
 def _served_certificate(server: mg.Mirrorgate, ca_pem: bytes) -> bytes:
     """The leaf a new TLS connection gets, verified against `ca_pem` (raises if it fails)."""
     context = ssl.create_default_context(cadata=ca_pem.decode())
     host, port = server.url.removeprefix("https://").split(":")
-    with socket.create_connection((host, int(port)), timeout=5) as raw, \
-            context.wrap_socket(raw, server_hostname=host) as tls:
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return ssl.DER_cert_to_PEM_cert(der).encode()
@@ -118,8 +152,9 @@ class _Admissions:
     def wait_for(self, more: int, what: str) -> None:
         """Until ``more`` Pods beyond those created so far have been admitted."""
         target = self.created + more
-        wait_until(lambda: None if self.created >= target else "no admissions yet",
-                   timeout=15, what=what)
+        wait_until(
+            lambda: None if self.created >= target else "no admissions yet", timeout=15, what=what
+        )
 
     def __enter__(self) -> _Admissions:
         self._thread.start()
@@ -149,9 +184,14 @@ def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
     with plane.api_client() as api:
         _grant_base_rbac(api, user, webhook_configuration=name)
     server = mg.start_mirrorgate(
-        tmp_path, plane, policy=e2e_policy(installed.registry), tls_secret=secret, user=user,
-        groups=(), args=["--store", "kubernetes", "--webhook-config", name,
-                         "--tls-name", "127.0.0.1", *args])
+        tmp_path,
+        plane,
+        policy=e2e_policy(installed.registry),
+        tls_secret=secret,
+        user=user,
+        groups=(),
+        args=["--store", "kubernetes", "--webhook-config", name, "--tls-name", "127.0.0.1", *args],
+    )
     configuration = copy.deepcopy(installed.configuration)
     for webhook in configuration["webhooks"]:
         webhook["namespaceSelector"] = {"matchLabels": {label[0]: label[1]}}
@@ -159,11 +199,13 @@ def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
 
 
 def test_certificates_are_created_injected_and_heal(
-        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path) -> None:
+    installed: Installed, make_namespace: MakeNamespace, tmp_path: Path
+) -> None:
     """No Secret at first; then an expired and a deleted one: admission never stops."""
     plane = installed.control_plane
     server, secret, name, label, configuration = _own_server(
-        installed, tmp_path, "--cert-check-interval", "0.5")
+        installed, tmp_path, "--cert-check-interval", "0.5"
+    )
     with plane.api_client() as api:
         try:
             # Registered with no caBundle: the server fills it in; Fail, so that
@@ -173,8 +215,11 @@ def test_certificates_are_created_injected_and_heal(
             assert stored is not None
             assert set(stored) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
             ca = stored["ca.crt"]
-            wait_until(lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS
-                       else "not injected", timeout=15, what="caBundle injected")
+            wait_until(
+                lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS else "not injected",
+                timeout=15,
+                what="caBundle injected",
+            )
             assert _served_certificate(server, ca) == stored["tls.crt"]
             leaf = certs.KeyPair(cert_pem=stored["tls.crt"], key_pem=stored["tls.key"])
             lifetime = leaf.not_valid_after - leaf.not_valid_before
@@ -186,9 +231,11 @@ def test_certificates_are_created_injected_and_heal(
                 authority = certs.CertificateAuthority.load(cert_pem=ca, key_pem=stored["ca.key"])
                 past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)
                 expired = authority.issue_serving(
-                    dns_names=certs.service_dns_names(service="mirrorgate",
-                                                      namespace=mg.NAMESPACE),
-                    ips=["127.0.0.1"], valid_for=datetime.timedelta(days=1), now=past)
+                    dns_names=certs.service_dns_names(service="mirrorgate", namespace=mg.NAMESPACE),
+                    ips=["127.0.0.1"],
+                    valid_for=datetime.timedelta(days=1),
+                    now=past,
+                )
                 body = k8s.CoreV1Api(api).read_namespaced_secret(secret, mg.NAMESPACE)
                 assert body.data is not None
                 body.data["tls.crt"] = base64.b64encode(expired.cert_pem).decode()
@@ -204,8 +251,15 @@ def test_certificates_are_created_injected_and_heal(
                 healed = _secret(api, secret)
                 assert healed is not None
                 assert healed["ca.crt"] == ca  # the CA, and so caBundle, stays
-                wait_until(lambda: None if _served_certificate(server, ca) == healed["tls.crt"]
-                           else "old certificate served", timeout=10, what="renewed cert served")
+                wait_until(
+                    lambda: (
+                        None
+                        if _served_certificate(server, ca) == healed["tls.crt"]
+                        else "old certificate served"
+                    ),
+                    timeout=10,
+                    what="renewed cert served",
+                )
 
                 # 2. The Secret deleted: a new CA, and caBundle follows it.
                 k8s.CoreV1Api(api).delete_namespaced_secret(secret, mg.NAMESPACE)
@@ -217,8 +271,15 @@ def test_certificates_are_created_injected_and_heal(
                 wait_until(recreated, timeout=15, what="deleted Secret recreated")
                 again = _secret(api, secret)
                 assert again is not None
-                wait_until(lambda: None if _ca_bundles(api, name) == [again["ca.crt"]] * WEBHOOKS
-                           else "caBundle not updated", timeout=20, what="caBundle follows")
+                wait_until(
+                    lambda: (
+                        None
+                        if _ca_bundles(api, name) == [again["ca.crt"]] * WEBHOOKS
+                        else "caBundle not updated"
+                    ),
+                    timeout=20,
+                    what="caBundle follows",
+                )
                 assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
                 admissions.wait_for(3, "a few more admissions on the new CA")
             assert admissions.created >= 10
@@ -229,8 +290,8 @@ def test_certificates_are_created_injected_and_heal(
 
 
 def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
-        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path,
-        e2e_figures: dict[str, str]) -> None:
+    installed: Installed, make_namespace: MakeNamespace, tmp_path: Path, e2e_figures: dict[str, str]
+) -> None:
     """`kubectl replace` or `helm upgrade --force` stores the configuration as the
     manifests write it, without caBundle: the API server then cannot verify
     mirrorgate. The server checks its certificates every 300 s (the default
@@ -245,8 +306,11 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
             stored = _secret(api, secret)
             assert stored is not None
             ca = stored["ca.crt"]
-            wait_until(lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS
-                       else "not injected", timeout=15, what="caBundle injected")
+            wait_until(
+                lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS else "not injected",
+                timeout=15,
+                what="caBundle injected",
+            )
             namespace = make_namespace({label[0]: label[1], "mirrorgate.io/mode": "enforce"})
             with _Admissions(installed, api, namespace) as admissions:
                 admissions.wait_for(3, "admissions before the replace")
@@ -255,9 +319,12 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
                     # The manifest as written (no caBundle), with the live
                     # resourceVersion, as `kubectl replace` sends it.
                     manifest = api.sanitize_for_serialization(
-                        admission.read_mutating_webhook_configuration(name))
+                        admission.read_mutating_webhook_configuration(name)
+                    )
                     manifest["metadata"] = {
-                        "name": name, "resourceVersion": manifest["metadata"]["resourceVersion"]}
+                        "name": name,
+                        "resourceVersion": manifest["metadata"]["resourceVersion"],
+                    }
                     for webhook in manifest["webhooks"]:
                         del webhook["clientConfig"]["caBundle"]
                     before = admissions.created
@@ -265,9 +332,15 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
                     stored_now = admission.replace_mutating_webhook_configuration(name, manifest)
                     emptied = [w.client_config.ca_bundle for w in stored_now.webhooks or ()]
                     assert emptied == [None] * WEBHOOKS
-                    wait_until(lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS
-                               else "caBundle still empty", timeout=10,
-                               what="caBundle restored after a replace")
+                    wait_until(
+                        lambda: (
+                            None
+                            if _ca_bundles(api, name) == [ca] * WEBHOOKS
+                            else "caBundle still empty"
+                        ),
+                        timeout=10,
+                        what="caBundle restored after a replace",
+                    )
                     gap = time.monotonic() - started
                     during = admissions.created - before
                     refused = len(admissions.failures)
@@ -275,7 +348,8 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
                     admissions.wait_for(3, "admissions after the restore")
                     assert admissions.failures == [], admissions.failures
                     e2e_figures[f"caBundle restored after a replace (round {round_ + 1})"] = (
-                        f"{gap:.2f} s, {during} Pods created meanwhile, {refused} refused")
+                        f"{gap:.2f} s, {during} Pods created meanwhile, {refused} refused"
+                    )
     finally:
         with plane.api_client() as api:
             mg.unregister(api, name)
@@ -295,18 +369,46 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
         mg.register(api, configuration, installed.server, name=name)
         try:
             result = subprocess.run(
-                [*MIRRORGATE, "certs", "inject", "--webhook-config", name,
-                 "--ca", str(tmp_path / "ca.crt"), "--kubeconfig", str(plane.kubeconfig)],
-                capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
+                [
+                    *MIRRORGATE,
+                    "certs",
+                    "inject",
+                    "--webhook-config",
+                    name,
+                    "--ca",
+                    str(tmp_path / "ca.crt"),
+                    "--kubeconfig",
+                    str(plane.kubeconfig),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=mg.REPO,
+                check=False,
+            )
             assert result.returncode == 0, result.stderr
             assert f"set caBundle on {WEBHOOKS} webhooks" in result.stderr
             assert _ca_bundles(api, name) == [authority.cert_pem] * WEBHOOKS
             # A file that is not a PEM certificate is refused, naming it, and changes nothing.
             (tmp_path / "bad.crt").write_text("not a certificate")
             refused = subprocess.run(
-                [*MIRRORGATE, "certs", "inject", "--webhook-config", name,
-                 "--ca", str(tmp_path / "bad.crt"), "--kubeconfig", str(plane.kubeconfig)],
-                capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
+                [
+                    *MIRRORGATE,
+                    "certs",
+                    "inject",
+                    "--webhook-config",
+                    name,
+                    "--ca",
+                    str(tmp_path / "bad.crt"),
+                    "--kubeconfig",
+                    str(plane.kubeconfig),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=mg.REPO,
+                check=False,
+            )
             assert refused.returncode == 2
             assert str(tmp_path / "bad.crt") in refused.stderr
             assert "Traceback" not in refused.stderr

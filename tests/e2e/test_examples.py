@@ -17,15 +17,18 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom-policy"
 
 def test_custom_policy_overlay_replaces_the_policy(kustomize: Path) -> None:
     """One mirrorgate-policy ConfigMap, holding the example's policy, under the name mounted."""
-    built = subprocess.run([kustomize, "build", EXAMPLE], capture_output=True, text=True,
-                           check=True, timeout=60).stdout
+    built = subprocess.run(
+        [kustomize, "build", EXAMPLE], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     objects = list(yaml.safe_load_all(built))
     config_maps = [o for o in objects if o["kind"] == "ConfigMap"]
     assert [c["metadata"]["name"] for c in config_maps] == ["mirrorgate-policy"]
     text = config_maps[0]["data"]["policy.yaml"]
     assert text == (EXAMPLE / "policy.yaml").read_text()
     assert [str(r.mirror) for r in policy.load(yaml.safe_load(text)).rules] == [
-        "harbor.example.com/dockerhub", "harbor.example.com/ghcr"]
+        "harbor.example.com/dockerhub",
+        "harbor.example.com/ghcr",
+    ]
     [deployment] = [o for o in objects if o["kind"] == "Deployment"]
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
     assert any(v.get("configMap", {}).get("name") == "mirrorgate-policy" for v in volumes)

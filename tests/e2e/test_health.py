@@ -56,32 +56,39 @@ PATIENCE = 10 * DOWN_BOUND + 15  # generous: a shared machine, and the API serve
 
 
 def _policy(stack: RegistryStack, on_mirror_down: str = "fallback") -> str:
-    return (f"health: {{interval: {int(INTERVAL * 1000)}ms, timeout: {int(TIMEOUT * 1000)}ms, "
-            f"failureThreshold: {FAILURES}, successThreshold: {SUCCESSES}}}\n"
-            f"mirrors:\n"
-            f"  - source: {stack.upstream_host}\n"
-            f"    mirror: {stack.host}\n"
-            f"    credential: {CREDENTIAL}\n"
-            f"    onMirrorDown: {on_mirror_down}\n"
-            f"credentials:\n  {CREDENTIAL}: {{namespaces: ['*']}}\n")
+    return (
+        f"health: {{interval: {int(INTERVAL * 1000)}ms, timeout: {int(TIMEOUT * 1000)}ms, "
+        f"failureThreshold: {FAILURES}, successThreshold: {SUCCESSES}}}\n"
+        f"mirrors:\n"
+        f"  - source: {stack.upstream_host}\n"
+        f"    mirror: {stack.host}\n"
+        f"    credential: {CREDENTIAL}\n"
+        f"    onMirrorDown: {on_mirror_down}\n"
+        f"credentials:\n  {CREDENTIAL}: {{namespaces: ['*']}}\n"
+    )
 
 
 class Scenario:
     """This module's mirrorgate, its registration, and a namespace it serves."""
 
-    def __init__(self, api: k8s.ApiClient, server: mg.Mirrorgate, stack: RegistryStack,
-                 namespace: str) -> None:
+    def __init__(
+        self, api: k8s.ApiClient, server: mg.Mirrorgate, stack: RegistryStack, namespace: str
+    ) -> None:
         self.api, self.server, self.stack, self.namespace = api, server, stack, namespace
 
-    def create(self, body: k8s.V1Pod | None = None, *,
-               dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
+    def create(
+        self, body: k8s.V1Pod | None = None, *, dry_run: bool = False
+    ) -> tuple[dict[str, Any], list[str]]:
         """Create `body`, by default a Pod of the upstream image (the policy's to rewrite)."""
         body = body or k8s.V1Pod(
             metadata=k8s.V1ObjectMeta(generate_name="health-"),
-            spec=k8s.V1PodSpec(containers=[
-                k8s.V1Container(name="app", image=self.stack.upstream_image)]))
+            spec=k8s.V1PodSpec(
+                containers=[k8s.V1Container(name="app", image=self.stack.upstream_image)]
+            ),
+        )
         created, _, headers = k8s.CoreV1Api(self.api).create_namespaced_pod_with_http_info(
-            self.namespace, body, dry_run="All" if dry_run else None)
+            self.namespace, body, dry_run="All" if dry_run else None
+        )
         stored: dict[str, Any] = self.api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
         return stored, warning_messages(headers)
 
@@ -95,8 +102,14 @@ class Scenario:
         def check() -> str | None:
             found = self.gauge(name, **labels)
             return None if found == value else f"{name}{labels} = {found}"
-        wait_until(check, timeout=PATIENCE, what=f"{name} {value}", interval=0.1,
-                   alive=self.server.process.exited)
+
+        wait_until(
+            check,
+            timeout=PATIENCE,
+            what=f"{name} {value}",
+            interval=0.1,
+            alive=self.server.process.exited,
+        )
 
 
 @contextlib.contextmanager
@@ -106,21 +119,37 @@ def serving(installed: Installed, stack: RegistryStack, workdir: Path) -> Iterat
     with installed.control_plane.api_client() as api:
         central_credential(api, stack, name=CREDENTIAL)
         server = mg.start_mirrorgate(
-            workdir, installed.control_plane, policy=_policy(stack),
-            args=["--store", "kubernetes"], env={"SSL_CERT_FILE": str(stack.ca_path)},
-            redact=[stack.password], health_probes=True)
+            workdir,
+            installed.control_plane,
+            policy=_policy(stack),
+            args=["--store", "kubernetes"],
+            env={"SSL_CERT_FILE": str(stack.ca_path)},
+            redact=[stack.password],
+            health_probes=True,
+        )
         name = f"mirrorgate-e2e-{suite}"
         try:
-            mg.register(api, own_configuration(installed.configuration), server, name=name,
-                        namespace_label=(SUITE_LABEL, suite), failure_policy="Fail")
+            mg.register(
+                api,
+                own_configuration(installed.configuration),
+                server,
+                name=name,
+                namespace_label=(SUITE_LABEL, suite),
+                failure_policy="Fail",
+            )
             # Opted in (the server makes pull secrets only in enforce namespaces) and
             # ours by the suite label; the session's webhook also sees it, but its
             # policy covers none of this module's images.
-            namespace = create_namespace(api, namespace_name("health"),
-                                         {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
+            namespace = create_namespace(
+                api, namespace_name("health"), {SUITE_LABEL: suite, MODE_LABEL: "enforce"}
+            )
             running = Scenario(api, server, stack, namespace)
-            wait_until(lambda: None if running.app_image() == stack.mirror_image else "not yet",
-                       timeout=PATIENCE, what="webhook in force", interval=0.2)
+            wait_until(
+                lambda: None if running.app_image() == stack.mirror_image else "not yet",
+                timeout=PATIENCE,
+                what="webhook in force",
+                interval=0.2,
+            )
             # Probed healthy, not merely unprobed yet (which also rewrites): the first
             # result decides at once, so a mirror stopped before it is "down" at once
             # and the failureThreshold path would go unmeasured.
@@ -133,8 +162,9 @@ def serving(installed: Installed, stack: RegistryStack, workdir: Path) -> Iterat
 
 
 @pytest.fixture(scope="module")
-def scenario(installed: Installed, own_registry: RegistryStack,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+def scenario(
+    installed: Installed, own_registry: RegistryStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Scenario]:
     with serving(installed, own_registry, tmp_path_factory.mktemp("health")) as running:
         yield running
 
@@ -144,15 +174,16 @@ def test_mirror_stopped_then_restarted(scenario: Scenario) -> None:
     stack = scenario.stack
     created, warnings = scenario.create()
     assert [c["image"] for c in created["spec"]["containers"]] == [stack.mirror_image]
-    assert created["spec"]["imagePullSecrets"] == [
-        {"name": policy.pull_secret_name(CREDENTIAL)}]
+    assert created["spec"]["imagePullSecrets"] == [{"name": policy.pull_secret_name(CREDENTIAL)}]
     assert warnings == []
 
     began, stopping = timed_stop(stack)
     try:
         wait_admitted_as(scenario, stack.upstream_image, "fallback to the upstream")
-        print(f"fallback {time.monotonic() - began:.2f} s after the mirror began stopping "
-              f"(stopping took {stopping:.2f} s; contract: {DOWN_BOUND:.2f} s)")
+        print(
+            f"fallback {time.monotonic() - began:.2f} s after the mirror began stopping "
+            f"(stopping took {stopping:.2f} s; contract: {DOWN_BOUND:.2f} s)"
+        )
         created, warnings = scenario.create()
         # On the node this Pod pulls from the upstream and runs (test_node_mirror_*).
         assert [c["image"] for c in created["spec"]["containers"]] == [stack.upstream_image]
@@ -160,7 +191,8 @@ def test_mirror_stopped_then_restarted(scenario: Scenario) -> None:
         (warning,) = warnings
         assert warning.startswith(
             f"containers/app: image '{stack.upstream_image}' left as written: mirror "
-            f"{stack.host} of mirrors[0] is down: ")
+            f"{stack.host} of mirrors[0] is down: "
+        )
         assert warning.endswith("(onMirrorDown: fallback)")
         assert scenario.gauge("mirrorgate_mirror_up", mirror=stack.host) == 0.0
         assert scenario.gauge("mirrorgate_images_left_for_health_total") >= 1.0
@@ -168,7 +200,10 @@ def test_mirror_stopped_then_restarted(scenario: Scenario) -> None:
         start_mirror(stack)
     seconds = wait_until(
         lambda: None if scenario.app_image() == stack.mirror_image else "still as written",
-        timeout=PATIENCE, what="rewrites resume", interval=0.1)
+        timeout=PATIENCE,
+        what="rewrites resume",
+        interval=0.1,
+    )
     print(f"rewrites resumed after {seconds:.2f} s (contract: {UP_BOUND:.2f} s)")
     created, warnings = scenario.create()
     # On the node this Pod pulls through the mirror again (test_node_mirror_*).
@@ -189,7 +224,8 @@ def test_password_changed_at_the_mirror_only(scenario: Scenario) -> None:
         assert warnings == [
             f"containers/app: image '{stack.upstream_image}' left as written: credential "
             f"'{CREDENTIAL}' of mirrors[0] cannot log in to mirror {stack.host}: login refused "
-            "by /v2/ (HTTP 401) (onMirrorDown: fallback)"]
+            "by /v2/ (HTTP 401) (onMirrorDown: fallback)"
+        ]
         assert scenario.gauge("mirrorgate_mirror_up", mirror=stack.host) == 1.0
     finally:
         set_mirror_password(stack, stack.password)
@@ -208,11 +244,13 @@ def test_keep_rewrites_while_the_mirror_is_down(scenario: Scenario) -> None:
         created, warnings = scenario.create()
         assert [c["image"] for c in created["spec"]["containers"]] == [stack.mirror_image]
         assert created["spec"]["imagePullSecrets"] == [
-            {"name": policy.pull_secret_name(CREDENTIAL)}]
+            {"name": policy.pull_secret_name(CREDENTIAL)}
+        ]
         (warning,) = warnings
         assert warning.startswith(
             f"containers/app: image '{stack.upstream_image}' rewritten although mirror "
-            f"{stack.host} of mirrors[0] is down: ")
+            f"{stack.host} of mirrors[0] is down: "
+        )
     finally:
         start_mirror(stack)
         rewrite_policy(scenario.server, _policy(stack))
@@ -220,23 +258,42 @@ def test_keep_rewrites_while_the_mirror_is_down(scenario: Scenario) -> None:
 
 
 def test_audit_command_shows_health_beside_each_planned_rewrite(
-        scenario: Scenario, installed: Installed, monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario: Scenario, installed: Installed, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`mirrorgate audit` probes the mirrors of planned rewrites once and shows their health."""
     stack = scenario.stack
     # A namespace no webhook serves: its Pod keeps the upstream image, which the
     # audit then plans to rewrite.
     namespace = create_namespace(scenario.api, namespace_name("health-audit"))
-    k8s.CoreV1Api(scenario.api).create_namespaced_pod(namespace, k8s.V1Pod(
-        metadata=k8s.V1ObjectMeta(name="written"),
-        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="app",
-                                                       image=stack.upstream_image)])))
+    k8s.CoreV1Api(scenario.api).create_namespaced_pod(
+        namespace,
+        k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(name="written"),
+            spec=k8s.V1PodSpec(
+                containers=[k8s.V1Container(name="app", image=stack.upstream_image)]
+            ),
+        ),
+    )
     monkeypatch.setenv("SSL_CERT_FILE", str(stack.ca_path))  # the command's own trust store
 
     def audit(*extra: str) -> dict[str, Any]:
         out = io.StringIO()
-        code = cli.main(["audit", "--policy", str(scenario.server.policy_path), "--kubeconfig",
-                         str(installed.control_plane.kubeconfig), "-n", namespace, "-o", "json",
-                         *extra], out=out, err=io.StringIO())
+        code = cli.main(
+            [
+                "audit",
+                "--policy",
+                str(scenario.server.policy_path),
+                "--kubeconfig",
+                str(installed.control_plane.kubeconfig),
+                "-n",
+                namespace,
+                "-o",
+                "json",
+                *extra,
+            ],
+            out=out,
+            err=io.StringIO(),
+        )
         assert code == 0
         (report,) = json.loads(out.getvalue())["namespaces"]
         (image,) = report["images"]
@@ -246,9 +303,19 @@ def test_audit_command_shows_health_beside_each_planned_rewrite(
     assert audit()["health"] == "up"
     assert audit("--no-health")["health"] is None
     table = io.StringIO()
-    cli.main(["audit", "--policy", str(scenario.server.policy_path), "--kubeconfig",
-              str(installed.control_plane.kubeconfig), "-n", namespace], out=table,
-             err=io.StringIO())
+    cli.main(
+        [
+            "audit",
+            "--policy",
+            str(scenario.server.policy_path),
+            "--kubeconfig",
+            str(installed.control_plane.kubeconfig),
+            "-n",
+            namespace,
+        ],
+        out=table,
+        err=io.StringIO(),
+    )
     assert f"→ {stack.mirror_image}\n" in table.getvalue()
     assert "(health: up)\n" in table.getvalue()
     stop_mirror(stack)
@@ -263,8 +330,15 @@ def test_audit_command_shows_health_beside_each_planned_rewrite(
 def test_readyz_stays_ready_and_lists_nothing_when_healthy(scenario: Scenario) -> None:
     # The module's earlier tests stop and restart the mirror: wait for the probes to have
     # seen it back, as the contract is about a healthy mirror, not about probe timing.
-    wait_until(lambda: None if scenario.gauge("mirrorgate_mirror_up", mirror=scenario.stack.host)
-               == 1.0 else "mirror not up yet", timeout=PATIENCE, what="mirror up again")
+    wait_until(
+        lambda: (
+            None
+            if scenario.gauge("mirrorgate_mirror_up", mirror=scenario.stack.host) == 1.0
+            else "mirror not up yet"
+        ),
+        timeout=PATIENCE,
+        what="mirror up again",
+    )
     with scenario.server.client() as http:
         response = http.get("/readyz")
     assert response.status_code == 200
@@ -286,8 +360,12 @@ class NodeScenario(Scenario):
     """The session's release, the node's registries, and a granted, enforced namespace."""
 
     def __init__(self, api: k8s.ApiClient, release: Release, namespace: str) -> None:
-        self.api, self.release, self.stack, self.namespace = \
-            api, release, release.registry, namespace
+        self.api, self.release, self.stack, self.namespace = (
+            api,
+            release,
+            release.registry,
+            namespace,
+        )
 
     def gauge(self, name: str, **labels: str) -> float:
         found = self.release.gauges(name, **labels)
@@ -301,8 +379,9 @@ class NodeScenario(Scenario):
 @pytest.fixture(scope="module")
 def node_scenario(node_installed: Release) -> Iterator[NodeScenario]:
     with node_installed.control_plane.api_client() as api:
-        namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('health')}",
-                                     {MODE_LABEL: "enforce"})
+        namespace = create_namespace(
+            api, f"{GRANTED_PREFIX}{namespace_name('health')}", {MODE_LABEL: "enforce"}
+        )
         # The user's own Secret for the upstream: what a Pod left as written pulls with.
         nodepods.upstream_pull_secret(api, namespace, node_installed.registry)
         running = NodeScenario(api, node_installed, namespace)
@@ -311,17 +390,20 @@ def node_scenario(node_installed: Release) -> Iterator[NodeScenario]:
         yield running
 
 
-def node_pod(scenario: NodeScenario, hint: str
-             ) -> tuple[Workload, str, dict[str, Any], list[str]]:
+def node_pod(scenario: NodeScenario, hint: str) -> tuple[Workload, str, dict[str, Any], list[str]]:
     """A fresh workload on the upstream and a Pod of it (with the upstream Secret), created.
 
     Returns the workload, the Pod's name, the Pod as admitted, and the warnings.
     """
     workload = push_workload(scenario.stack, f"health/{hint}-{secrets.token_hex(3)}")
     name = f"{hint}-{secrets.token_hex(3)}"
-    created, warnings = scenario.create(nodepods.pod(
-        name, [nodepods.container("app", workload.image)],
-        pull_secrets=[nodepods.UPSTREAM_SECRET]))
+    created, warnings = scenario.create(
+        nodepods.pod(
+            name,
+            [nodepods.container("app", workload.image)],
+            pull_secrets=[nodepods.UPSTREAM_SECRET],
+        )
+    )
     return workload, name, created, warnings
 
 
@@ -334,8 +416,12 @@ def runs(scenario: Scenario, name: str, workload: Workload) -> float:
 
 
 def wait_admitted_as(scenario: Scenario, image: str, what: str) -> float:
-    return wait_until(lambda: None if scenario.app_image() == image else f"not {image}",
-                      timeout=PATIENCE, what=what, interval=0.1)
+    return wait_until(
+        lambda: None if scenario.app_image() == image else f"not {image}",
+        timeout=PATIENCE,
+        what=what,
+        interval=0.1,
+    )
 
 
 def timed_stop(stack: RegistryStack) -> tuple[float, float]:
@@ -349,7 +435,8 @@ def timed_stop(stack: RegistryStack) -> tuple[float, float]:
 @INSTALLED
 @IMAGE
 def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_mirror(
-        node_scenario: NodeScenario) -> None:
+    node_scenario: NodeScenario,
+) -> None:
     """Down: a new Pod is left as written and the node pulls it from the upstream and runs it.
 
     Restarted: rewrites resume, and a new Pod pulls through the mirror and runs.
@@ -358,14 +445,18 @@ def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_m
     began, stopping = timed_stop(stack)
     try:
         scenario.wait_gauge("mirrorgate_mirror_up", 0.0, mirror=stack.host)
-        print(f"\nnode: both replicas saw the mirror down {time.monotonic() - began:.2f} s "
-              f"after it began stopping (stopping took {stopping:.2f} s)")
+        print(
+            f"\nnode: both replicas saw the mirror down {time.monotonic() - began:.2f} s "
+            f"after it began stopping (stopping took {stopping:.2f} s)"
+        )
         down, name, created, warnings = node_pod(scenario, "down")
         assert created["spec"]["containers"][0]["image"] == down.image
         assert created["spec"]["imagePullSecrets"] == [{"name": nodepods.UPSTREAM_SECRET}]
         (warning,) = warnings
-        assert warning.startswith(f"containers/app: image '{down.image}' left as written: "
-                                  f"mirror {stack.host} of mirrors[0] is down: ")
+        assert warning.startswith(
+            f"containers/app: image '{down.image}' left as written: "
+            f"mirror {stack.host} of mirrors[0] is down: "
+        )
         seconds = runs(scenario, name, down)
         print(f"node: Pod left as written running after {seconds:.2f} s")
     finally:
@@ -378,8 +469,7 @@ def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_m
     print(f"node: both replicas saw the mirror up after {time.monotonic() - restarted:.2f} s")
     up, name, created, warnings = node_pod(scenario, "up")
     assert created["spec"]["containers"][0]["image"] == f"{stack.host}/{up.repository}:{up.tag}"
-    assert {"name": policy.pull_secret_name(NODE_CREDENTIAL)} in \
-        created["spec"]["imagePullSecrets"]
+    assert {"name": policy.pull_secret_name(NODE_CREDENTIAL)} in created["spec"]["imagePullSecrets"]
     assert warnings == []
     seconds = runs(scenario, name, up)
     print(f"node: rewritten Pod running after {seconds:.2f} s")
@@ -391,7 +481,8 @@ def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_m
 @INSTALLED
 @IMAGE
 def test_node_password_changed_at_the_mirror_pod_runs_from_upstream(
-        node_scenario: NodeScenario) -> None:
+    node_scenario: NodeScenario,
+) -> None:
     """credential_valid 0: the Pod is left as written, with a warning, and runs from upstream."""
     scenario, stack = node_scenario, node_scenario.stack
     scenario.wait_gauge("mirrorgate_credential_valid", 1.0, credential=NODE_CREDENTIAL)
@@ -403,7 +494,8 @@ def test_node_password_changed_at_the_mirror_pod_runs_from_upstream(
         assert warnings == [
             f"containers/app: image '{workload.image}' left as written: credential "
             f"'{NODE_CREDENTIAL}' of mirrors[0] cannot log in to mirror {stack.host}: login "
-            "refused by /v2/ (HTTP 401) (onMirrorDown: fallback)"]
+            "refused by /v2/ (HTTP 401) (onMirrorDown: fallback)"
+        ]
         # Through the private CA given as mirrorCA: the mirror itself is up.
         assert scenario.gauge("mirrorgate_mirror_up", mirror=stack.host) == 1.0
         seconds = runs(scenario, name, workload)
@@ -419,7 +511,8 @@ def test_node_password_changed_at_the_mirror_pod_runs_from_upstream(
 @INSTALLED
 @IMAGE
 def test_node_keep_rewrites_while_the_mirror_is_down_and_the_pull_fails(
-        node_scenario: NodeScenario) -> None:
+    node_scenario: NodeScenario,
+) -> None:
     """keep: the Pod names the down mirror, so the node cannot pull it (what keep means)."""
     scenario, stack = node_scenario, node_scenario.stack
     # As an operator changes it: `helm upgrade`; the replicas reload the ConfigMap.
@@ -433,8 +526,10 @@ def test_node_keep_rewrites_while_the_mirror_is_down_and_the_pull_fails(
         mirrored = f"{stack.host}/{workload.repository}:{workload.tag}"
         assert created["spec"]["containers"][0]["image"] == mirrored
         (warning,) = warnings
-        assert warning.startswith(f"containers/app: image '{workload.image}' rewritten "
-                                  f"although mirror {stack.host} of mirrors[0] is down: ")
+        assert warning.startswith(
+            f"containers/app: image '{workload.image}' rewritten "
+            f"although mirror {stack.host} of mirrors[0] is down: "
+        )
         message = nodepods.wait_pull_failure(scenario.api, scenario.namespace, name, "app")
         print(f"\nnode: keep, mirror down: pull failed: {message[:200]}")
     finally:

@@ -27,11 +27,18 @@ def image() -> str:
 
 
 def test_pushed_image_is_pulled_through_the_mirror(image: str, registry: RegistryStack) -> None:
-    pushed = push(image, f"{registry.upstream_host}/{REPOSITORY}:under-test",
-                  ca_path=registry.ca_path, username=registry.upstream_username,
-                  password=registry.upstream_password)
-    with RegistryClient(registry.host, ca_file=str(registry.ca_path),
-                        credentials=Credentials(registry.username, registry.password)) as mirror:
+    pushed = push(
+        image,
+        f"{registry.upstream_host}/{REPOSITORY}:under-test",
+        ca_path=registry.ca_path,
+        username=registry.upstream_username,
+        password=registry.upstream_password,
+    )
+    with RegistryClient(
+        registry.host,
+        ca_file=str(registry.ca_path),
+        credentials=Credentials(registry.username, registry.password),
+    ) as mirror:
         assert mirror.pull(REPOSITORY, "under-test") == pushed
         _, manifest = mirror.manifest(REPOSITORY, pushed)
         config = json.loads(mirror.blob(REPOSITORY, manifest["config"]["digest"]))

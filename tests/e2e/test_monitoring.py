@@ -41,9 +41,15 @@ pytestmark = pytest.mark.e2e
 
 OVERLAY = Path(__file__).resolve().parents[2] / "manifests" / "overlays" / "monitoring"
 # What a Prometheus Operator scrape of a mirrorgate Pod adds to every series.
-TARGET = {"job": "mirrorgate", "namespace": "mirrorgate", "service": "mirrorgate",
-          "endpoint": "https", "pod": "mirrorgate-6d9c7b5f4-x2x7q", "container": "mirrorgate",
-          "instance": "10.244.1.7:8443"}
+TARGET = {
+    "job": "mirrorgate",
+    "namespace": "mirrorgate",
+    "service": "mirrorgate",
+    "endpoint": "https",
+    "pod": "mirrorgate-6d9c7b5f4-x2x7q",
+    "container": "mirrorgate",
+    "instance": "10.244.1.7:8443",
+}
 METRIC_NAME = re.compile(r"\b(?:mirrorgate_[a-z_]+|up)\b")
 
 
@@ -53,44 +59,57 @@ class Sample(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def health_scrape(own_registry: RegistryStack,
-                  tmp_path_factory: pytest.TempPathFactory) -> list[Sample]:
+def health_scrape(
+    own_registry: RegistryStack, tmp_path_factory: pytest.TempPathFactory
+) -> list[Sample]:
     """/metrics of `mirrorgate serve` once its probes found the mirror up and the login valid."""
     workdir = tmp_path_factory.mktemp("health-scrape")
     with start_standalone(
-            workdir, policy=health_policy(own_registry),
-            args=write_store(workdir, [credential(own_registry)]),
-            env={"SSL_CERT_FILE": str(own_registry.ca_path)},
-            redact=[own_registry.password]) as running:
-        wait_until(lambda: None if running.gauge("mirrorgate_credential_valid",
-                                                 credential=LOGIN) == 1.0 else "not yet",
-                   timeout=PATIENCE, what="the first probes", interval=0.1)
+        workdir,
+        policy=health_policy(own_registry),
+        args=write_store(workdir, [credential(own_registry)]),
+        env={"SSL_CERT_FILE": str(own_registry.ca_path)},
+        redact=[own_registry.password],
+    ) as running:
+        wait_until(
+            lambda: (
+                None
+                if running.gauge("mirrorgate_credential_valid", credential=LOGIN) == 1.0
+                else "not yet"
+            ),
+            timeout=PATIENCE,
+            what="the first probes",
+            interval=0.1,
+        )
         page = running.metrics()
     return [Sample(name, dict(labels)) for name, labels in page]
 
 
 @pytest.fixture(scope="module")
-def scrape(tmp_path_factory: pytest.TempPathFactory,
-           health_scrape: list[Sample]) -> list[Sample]:
+def scrape(tmp_path_factory: pytest.TempPathFactory, health_scrape: list[Sample]) -> list[Sample]:
     """Every sample of the real server's /metrics after a few admissions, and the health ones."""
     ca = CertificateAuthority.generate()
     pair = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
     directory = tmp_path_factory.mktemp("scrape")
-    with serve(directory, pair=pair, policy=policies.POLICY) as running, \
-            httpx.Client(base_url=running.url, verify=client_context(ca.cert_pem)) as client:
+    with (
+        serve(directory, pair=pair, policy=policies.POLICY) as running,
+        httpx.Client(base_url=running.url, verify=client_context(ca.cert_pem)) as client,
+    ):
         for path in ("/mutate", "/audit"):
             assert client.post(path, json=review(pod(PROM_IMAGE))).status_code == 200
         assert client.post("/mutate", content=b"{").status_code == 400
         page = client.get("/metrics")
     assert page.status_code == 200
-    return [Sample(s.name, dict(s.labels)) for family in text_string_to_metric_families(page.text)
-            for s in family.samples] + health_scrape
+    return [
+        Sample(s.name, dict(s.labels))
+        for family in text_string_to_metric_families(page.text)
+        for s in family.samples
+    ] + health_scrape
 
 
 def exported(scrape: list[Sample], name: str, **labels: str) -> dict[str, str]:
     """The labels of the scraped sample ``name`` with ``labels``, as Prometheus stores them."""
-    found = [s.labels for s in scrape
-             if s.name == name and labels.items() <= s.labels.items()]
+    found = [s.labels for s in scrape if s.name == name and labels.items() <= s.labels.items()]
     assert found, f"/metrics exports no {name} with {labels}"
     return {**TARGET, **found[0]}
 
@@ -116,29 +135,37 @@ def alerts(groups: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 def test_the_overlay_builds(kustomize: Path) -> None:
     """kustomize builds the overlay: a ServiceMonitor, a PrometheusRule, the dashboard."""
-    built = subprocess.run([kustomize, "build", OVERLAY], capture_output=True, text=True,
-                           check=True, timeout=60).stdout
-    objects = {(o["kind"], o["metadata"]["name"], o["metadata"]["namespace"])
-               for o in yaml.safe_load_all(built)}
-    assert objects == {("ServiceMonitor", "mirrorgate", "mirrorgate"),
-                       ("PrometheusRule", "mirrorgate", "mirrorgate"),
-                       ("ConfigMap", "mirrorgate-dashboard", "mirrorgate")}
+    built = subprocess.run(
+        [kustomize, "build", OVERLAY], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    objects = {
+        (o["kind"], o["metadata"]["name"], o["metadata"]["namespace"])
+        for o in yaml.safe_load_all(built)
+    }
+    assert objects == {
+        ("ServiceMonitor", "mirrorgate", "mirrorgate"),
+        ("PrometheusRule", "mirrorgate", "mirrorgate"),
+        ("ConfigMap", "mirrorgate-dashboard", "mirrorgate"),
+    }
 
 
-def test_promtool_checks_the_rules(promtool: Path, rule_groups: list[dict[str, Any]],
-                                   tmp_path: Path) -> None:
+def test_promtool_checks_the_rules(
+    promtool: Path, rule_groups: list[dict[str, Any]], tmp_path: Path
+) -> None:
     """The rules as written (expressions and annotation templates) pass `promtool check rules`."""
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": rule_groups}))
-    done = subprocess.run([promtool, "check", "rules", rules], capture_output=True, text=True,
-                          check=False, timeout=60)
+    done = subprocess.run(
+        [promtool, "check", "rules", rules], capture_output=True, text=True, check=False, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     for rule in alerts(rule_groups):
         assert {"summary", "description"} <= set(rule["annotations"]), rule["alert"]
 
 
-def test_rules_name_only_exported_metrics(rule_groups: list[dict[str, Any]],
-                                          scrape: list[Sample]) -> None:
+def test_rules_name_only_exported_metrics(
+    rule_groups: list[dict[str, Any]], scrape: list[Sample]
+) -> None:
     """Every metric an alert reads is one /metrics exports (or Prometheus's own `up`)."""
     names = {s.name for s in scrape} | {"up"}
     for rule in alerts(rule_groups):
@@ -160,32 +187,67 @@ class Case(NamedTuple):
 
 DOWN = "1x10 0x20 1x20"  # a gauge: 1, then 0 from minute 11 to 30, then 1 again
 CASES = [
-    Case("MirrorgateWebhookErrors", "mirrorgate_errors_total",
-         {"endpoint": "mutate", "reason": "internal"}, ("namespace", "job", "endpoint", "reason")),
-    Case("MirrorgateDenials", "mirrorgate_admissions_total",
-         {"endpoint": "mutate", "mode": "enforce", "outcome": "denied"}, ("namespace", "job")),
-    Case("MirrorgateImagesLeftUnmirrored", "mirrorgate_images_left_unmirrored_total", {},
-         ("namespace", "job")),
-    Case("MirrorgateCredentialErrors", "mirrorgate_pull_secret_writes_total",
-         {"action": "failed"}, ("namespace", "job")),
-    Case("MirrorgatePolicyRejected", "mirrorgate_policy_reload_failures_total", {},
-         ("namespace", "job")),
-    Case("MirrorgateImagesLeftForHealth", "mirrorgate_images_left_for_health_total", {},
-         ("namespace", "job")),
-    Case("MirrorgateMirrorDown", "mirrorgate_mirror_up", {}, ("namespace", "job", "mirror"),
-         DOWN),
-    Case("MirrorgateCredentialInvalid", "mirrorgate_credential_valid", {"credential": LOGIN},
-         ("namespace", "job", "credential"), DOWN),
+    Case(
+        "MirrorgateWebhookErrors",
+        "mirrorgate_errors_total",
+        {"endpoint": "mutate", "reason": "internal"},
+        ("namespace", "job", "endpoint", "reason"),
+    ),
+    Case(
+        "MirrorgateDenials",
+        "mirrorgate_admissions_total",
+        {"endpoint": "mutate", "mode": "enforce", "outcome": "denied"},
+        ("namespace", "job"),
+    ),
+    Case(
+        "MirrorgateImagesLeftUnmirrored",
+        "mirrorgate_images_left_unmirrored_total",
+        {},
+        ("namespace", "job"),
+    ),
+    Case(
+        "MirrorgateCredentialErrors",
+        "mirrorgate_pull_secret_writes_total",
+        {"action": "failed"},
+        ("namespace", "job"),
+    ),
+    Case(
+        "MirrorgatePolicyRejected",
+        "mirrorgate_policy_reload_failures_total",
+        {},
+        ("namespace", "job"),
+    ),
+    Case(
+        "MirrorgateImagesLeftForHealth",
+        "mirrorgate_images_left_for_health_total",
+        {},
+        ("namespace", "job"),
+    ),
+    Case("MirrorgateMirrorDown", "mirrorgate_mirror_up", {}, ("namespace", "job", "mirror"), DOWN),
+    Case(
+        "MirrorgateCredentialInvalid",
+        "mirrorgate_credential_valid",
+        {"credential": LOGIN},
+        ("namespace", "job", "credential"),
+        DOWN,
+    ),
 ]
 
 
 def test_promtool_fires_each_alert_on_real_series(
-        promtool: Path, rule_groups: list[dict[str, Any]], scrape: list[Sample],
-        tmp_path: Path) -> None:
+    promtool: Path, rule_groups: list[dict[str, Any]], scrape: list[Sample], tmp_path: Path
+) -> None:
     """Each alert is quiet before its event, fires after it (and its `for`), and clears."""
     severity = {rule["alert"]: rule["labels"]["severity"] for rule in alerts(rule_groups)}
-    stripped = [{**group, "rules": [{k: v for k, v in rule.items() if k != "annotations"}
-                                    for rule in group["rules"]]} for group in rule_groups]
+    stripped = [
+        {
+            **group,
+            "rules": [
+                {k: v for k, v in rule.items() if k != "annotations"} for rule in group["rules"]
+            ],
+        }
+        for group in rule_groups
+    ]
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": stripped}))
 
     inputs: list[dict[str, str]] = []
@@ -193,45 +255,84 @@ def test_promtool_fires_each_alert_on_real_series(
     for case in CASES:
         labels = exported(scrape, case.name, **case.labels)
         inputs.append({"series": series(case.name, labels), "values": case.values})
-        firing = {"alertname": case.alert, "severity": severity[case.alert],
-                  **{key: labels[key] for key in case.by}}
-        checks += [{"eval_time": "5m", "alertname": case.alert, "exp_alerts": []},
-                   {"eval_time": "17m", "alertname": case.alert,
-                    "exp_alerts": [{"exp_labels": firing}]},
-                   {"eval_time": "45m", "alertname": case.alert, "exp_alerts": []}]
+        firing = {
+            "alertname": case.alert,
+            "severity": severity[case.alert],
+            **{key: labels[key] for key in case.by},
+        }
+        checks += [
+            {"eval_time": "5m", "alertname": case.alert, "exp_alerts": []},
+            {"eval_time": "17m", "alertname": case.alert, "exp_alerts": [{"exp_labels": firing}]},
+            {"eval_time": "45m", "alertname": case.alert, "exp_alerts": []},
+        ]
 
     # Prometheus's own `up` for the target, down from minute 10.
     inputs.append({"series": series("up", TARGET), "values": "1x10 0x40"})
-    checks += [{"eval_time": "12m", "alertname": "MirrorgateDown", "exp_alerts": []},
-               {"eval_time": "17m", "alertname": "MirrorgateDown",
-                "exp_alerts": [{"exp_labels": {**TARGET, "alertname": "MirrorgateDown",
-                                               "severity": "critical"}}]}]
+    checks += [
+        {"eval_time": "12m", "alertname": "MirrorgateDown", "exp_alerts": []},
+        {
+            "eval_time": "17m",
+            "alertname": "MirrorgateDown",
+            "exp_alerts": [
+                {"exp_labels": {**TARGET, "alertname": "MirrorgateDown", "severity": "critical"}}
+            ],
+        },
+    ]
 
     # A serving certificate ten days from expiry: the warning, not yet the critical alert.
     expiry = exported(scrape, "mirrorgate_certificate_expiry_timestamp_seconds")
-    inputs.append({"series": series("mirrorgate_certificate_expiry_timestamp_seconds", expiry),
-                   "values": f"{10 * 86400}x50"})
-    checks.append({"eval_time": "17m", "alertname": "MirrorgateCertificateExpiresSoon",
-                   "exp_alerts": [{"exp_labels": {
-                       "alertname": "MirrorgateCertificateExpiresSoon", "severity": "warning",
-                       "namespace": "mirrorgate", "job": "mirrorgate"}}]})
+    inputs.append(
+        {
+            "series": series("mirrorgate_certificate_expiry_timestamp_seconds", expiry),
+            "values": f"{10 * 86400}x50",
+        }
+    )
+    checks.append(
+        {
+            "eval_time": "17m",
+            "alertname": "MirrorgateCertificateExpiresSoon",
+            "exp_alerts": [
+                {
+                    "exp_labels": {
+                        "alertname": "MirrorgateCertificateExpiresSoon",
+                        "severity": "warning",
+                        "namespace": "mirrorgate",
+                        "job": "mirrorgate",
+                    }
+                }
+            ],
+        }
+    )
 
     tested = {check["alertname"] for check in checks}
     assert tested == set(severity), "every alert has a promtool test"
     test_file = tmp_path / "test.yaml"
-    test_file.write_text(yaml.safe_dump({
-        "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": inputs, "alert_rule_test": checks}]}))
-    done = subprocess.run([promtool, "test", "rules", test_file], capture_output=True,
-                          text=True, check=False, timeout=120, cwd=tmp_path)
+    test_file.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["rules.yaml"],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": inputs, "alert_rule_test": checks}],
+            }
+        )
+    )
+    done = subprocess.run(
+        [promtool, "test", "rules", test_file],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def dashboard_queries() -> list[str]:
     dashboard = json.loads((OVERLAY / "dashboard.json").read_text())
     queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
-    queries += [v["query"]["query"] for v in dashboard["templating"]["list"]
-                if v["type"] == "query"]
+    queries += [
+        v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"
+    ]
     return queries
 
 
@@ -249,11 +350,14 @@ def test_every_dashboard_query_reads_an_exported_metric(scrape: list[Sample]) ->
 def test_dashboard_queries_are_valid_promql(promtool: Path, tmp_path: Path) -> None:
     """promtool parses every dashboard query (as recording rules, its one PromQL check)."""
     # Grafana's variables are not PromQL: give them the value they take.
-    recording = [{"record": f"mirrorgate:dashboard_{i}",
-                  "expr": query.replace("$namespace", "mirrorgate")}
-                 for i, query in enumerate(dashboard_queries()) if not query.startswith("label_")]
+    recording = [
+        {"record": f"mirrorgate:dashboard_{i}", "expr": query.replace("$namespace", "mirrorgate")}
+        for i, query in enumerate(dashboard_queries())
+        if not query.startswith("label_")
+    ]
     rules = tmp_path / "dashboard-rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": recording}]}))
-    done = subprocess.run([promtool, "check", "rules", rules], capture_output=True, text=True,
-                          check=False, timeout=60)
+    done = subprocess.run(
+        [promtool, "check", "rules", rules], capture_output=True, text=True, check=False, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr

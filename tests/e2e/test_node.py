@@ -58,8 +58,9 @@ ROTATION_LIMIT = 30.0
 REPO = Path(__file__).resolve().parents[2]
 
 
-def make_namespace(api: k8s.ApiClient, hint: str, labels: dict[str, str] | None = None, *,
-                   granted: bool) -> str:
+def make_namespace(
+    api: k8s.ApiClient, hint: str, labels: dict[str, str] | None = None, *, granted: bool
+) -> str:
     """A fresh namespace; `granted` ones match the node policy's grant (`granted-*`)."""
     name = namespace_name(hint)
     return create_namespace(api, f"{GRANTED_PREFIX}{name}" if granted else name, labels)
@@ -80,9 +81,13 @@ def exported_hosts_toml(node: Node, tmp_path: Path) -> Iterator[str]:
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(node_policy(registry))
     out = tmp_path / "export"
-    subprocess.run([*MIRRORGATE, "export", "containerd", "--policy",
-                    str(policy_file), "--out", str(out)], check=True, cwd=REPO,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [*MIRRORGATE, "export", "containerd", "--policy", str(policy_file), "--out", str(out)],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+    )
     exported = (out / registry.upstream_host / "hosts.toml").read_text()
     ca = f'ca = "{registry.ca_path}"'
     lines = []
@@ -97,16 +102,24 @@ def exported_hosts_toml(node: Node, tmp_path: Path) -> Iterator[str]:
     try:
         yield exported
     finally:
-        node.write_hosts_toml(registry.upstream_host,
-                              node.default_hosts_toml(registry.upstream_host))
+        node.write_hosts_toml(
+            registry.upstream_host, node.default_hosts_toml(registry.upstream_host)
+        )
 
 
-def _allowed(api: k8s.ApiClient, user: str, verb: str, resource: str,
-             subresource: str = "") -> bool:
+def _allowed(
+    api: k8s.ApiClient, user: str, verb: str, resource: str, subresource: str = ""
+) -> bool:
     review = k8s.AuthorizationV1Api(api).create_subject_access_review(
-        k8s.V1SubjectAccessReview(spec=k8s.V1SubjectAccessReviewSpec(
-            user=user, resource_attributes=k8s.V1ResourceAttributes(
-                verb=verb, resource=resource, subresource=subresource or None))))
+        k8s.V1SubjectAccessReview(
+            spec=k8s.V1SubjectAccessReviewSpec(
+                user=user,
+                resource_attributes=k8s.V1ResourceAttributes(
+                    verb=verb, resource=resource, subresource=subresource or None
+                ),
+            )
+        )
+    )
     return bool(review.status and review.status.allowed)
 
 
@@ -120,17 +133,29 @@ def test_api_server_reaches_kubelet_and_pods(node_cluster: Node) -> None:
     with node_cluster.control_plane.api_client() as api:
         namespace = make_namespace(api, "reachable", granted=False)
         secret = nodepods.upstream_pull_secret(api, namespace, registry)
-        create_pod(api, namespace, nodepods.pod("web", [nodepods.container(
-            "web", workload.image, listen=True)], pull_secrets=[secret]))
+        create_pod(
+            api,
+            namespace,
+            nodepods.pod(
+                "web",
+                [nodepods.container("web", workload.image, listen=True)],
+                pull_secrets=[secret],
+            ),
+        )
         stored = nodepods.wait_running(api, namespace, "web")
         assert nodepods.log(api, namespace, "web").strip() == workload.greeting
         # The API server proxies to the Pod's own address on the bridge.
         answer = k8s.CoreV1Api(api).connect_get_namespaced_pod_proxy_with_path(
-            "web:8080", namespace, "")
-        kubelet_api = [_allowed(api, KUBELET_CLIENT_USER, verb, "nodes", sub)
-                       for verb, sub in (("get", "log"), ("create", "proxy"))]
-        beyond = [_allowed(api, KUBELET_CLIENT_USER, verb, resource)
-                  for verb, resource in (("get", "secrets"), ("create", "pods"))]
+            "web:8080", namespace, ""
+        )
+        kubelet_api = [
+            _allowed(api, KUBELET_CLIENT_USER, verb, "nodes", sub)
+            for verb, sub in (("get", "log"), ("create", "proxy"))
+        ]
+        beyond = [
+            _allowed(api, KUBELET_CLIENT_USER, verb, resource)
+            for verb, resource in (("get", "secrets"), ("create", "pods"))
+        ]
     assert stored["status"]["podIP"].startswith("10.244.0.")
     assert answer.strip() == workload.greeting
     assert kubelet_api == [True, True]
@@ -166,25 +191,41 @@ def test_the_kubelet_runs_on_its_own_node_identity(node_cluster: Node) -> None:
     pem = _kubelet_certificate(node_cluster)
     cert = x509.load_pem_x509_certificate(pem)
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(plane.ca_pem))
-    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)] == \
-        [NODE_USER] == [f"system:node:{NODE_NAME}"]
-    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == \
-        [NODES_GROUP]
+    assert (
+        [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+        == [NODE_USER]
+        == [f"system:node:{NODE_NAME}"]
+    )
+    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
+        NODES_GROUP
+    ]
     workload = push_workload(registry, "node/identity")
     with plane.api_client() as api:
         rbac = k8s.RbacAuthorizationV1Api(api)
-        bindings = [as_dict(api, b) for b in
-                    [*rbac.list_cluster_role_binding().items,
-                     *rbac.list_role_binding_for_all_namespaces().items]]
+        bindings = [
+            as_dict(api, b)
+            for b in [
+                *rbac.list_cluster_role_binding().items,
+                *rbac.list_role_binding_for_all_namespaces().items,
+            ]
+        ]
         namespace = make_namespace(api, "identity", granted=False)
         bound = nodepods.upstream_pull_secret(api, namespace, registry)
-        unused = nodepods.create_pull_secret(api, namespace, "unused", registry.host,
-                                             registry.username, registry.password)
-        create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)],
-                                                pull_secrets=[bound]))
+        unused = nodepods.create_pull_secret(
+            api, namespace, "unused", registry.host, registry.username, registry.password
+        )
+        create_pod(
+            api,
+            namespace,
+            nodepods.pod("app", [nodepods.container("app", workload.image)], pull_secrets=[bound]),
+        )
         nodepods.wait_running(api, namespace, "app")
-    granted = [(b["metadata"]["name"], s["name"]) for b in bindings for s in b.get("subjects", [])
-               if s["name"] in (NODE_USER, NODES_GROUP)]
+    granted = [
+        (b["metadata"]["name"], s["name"])
+        for b in bindings
+        for s in b.get("subjects", [])
+        if s["name"] in (NODE_USER, NODES_GROUP)
+    ]
     assert granted == []
     # The very certificate and key of the kubelet's kubeconfig (the plane issues one per identity).
     with plane.api_client(NODE_USER, [NODES_GROUP]) as kubelet:
@@ -194,8 +235,9 @@ def test_the_kubelet_runs_on_its_own_node_identity(node_cluster: Node) -> None:
         unrelated = _forbidden(lambda: core.read_namespaced_secret(unused, namespace))
         listing = _forbidden(lambda: core.list_namespaced_secret(namespace))
         label = "node-restriction.kubernetes.io/e2e"
-        restricted = _forbidden(lambda: core.patch_node(
-            NODE_NAME, {"metadata": {"labels": {label: "yes"}}}))
+        restricted = _forbidden(
+            lambda: core.patch_node(NODE_NAME, {"metadata": {"labels": {label: "yes"}}})
+        )
     assert readable["metadata"]["name"] == bound
     assert "no relationship found between node 'localhost' and this object" in unrelated
     assert NODE_USER in listing
@@ -203,7 +245,8 @@ def test_the_kubelet_runs_on_its_own_node_identity(node_cluster: Node) -> None:
 
 
 def test_1_without_mirrorgate_the_kubelet_gives_the_mirror_no_credential(
-        node_cluster: Node, tmp_path: Path) -> None:
+    node_cluster: Node, tmp_path: Path
+) -> None:
     """The seeds' problem: a node-level mirror never sees the Pod's secret for it.
 
     containerd sends the upstream's pulls to the mirror (the exported
@@ -215,13 +258,21 @@ def test_1_without_mirrorgate_the_kubelet_gives_the_mirror_no_credential(
     """
     registry = node_cluster.registry
     workload = push_workload(registry, "node/seeds-problem")
-    with node_cluster.control_plane.api_client() as api, \
-            exported_hosts_toml(node_cluster, tmp_path) as exported:
+    with (
+        node_cluster.control_plane.api_client() as api,
+        exported_hosts_toml(node_cluster, tmp_path) as exported,
+    ):
         namespace = make_namespace(api, "seeds", granted=False)  # no mirrorgate label
         mirror_secret = nodepods.create_pull_secret(
-            api, namespace, "mirror-pull", registry.host, registry.username, registry.password)
-        create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)],
-                                            pull_secrets=[mirror_secret]))
+            api, namespace, "mirror-pull", registry.host, registry.username, registry.password
+        )
+        create_pod(
+            api,
+            namespace,
+            nodepods.pod(
+                "app", [nodepods.container("app", workload.image)], pull_secrets=[mirror_secret]
+            ),
+        )
         message = nodepods.wait_pull_failure(api, namespace, "app", "app")
     assert f'[host."https://{registry.host}' in exported
     assert "password" not in exported.lower()
@@ -230,8 +281,11 @@ def test_1_without_mirrorgate_the_kubelet_gives_the_mirror_no_credential(
     # The mirror was asked first (for the upstream's name: ?ns=), only ever without credentials.
     assert manifest_statuses(mirror) == {401}
     assert all(f"ns={registry.upstream_host.replace(':', '%3A')}" in a.path for a in mirror)
-    refusals = [line for line in registry.log_text("mirror").splitlines()
-                if f"vars.name={workload.repository} " in line and "error authorizing" in line]
+    refusals = [
+        line
+        for line in registry.log_text("mirror").splitlines()
+        if f"vars.name={workload.repository} " in line and "error authorizing" in line
+    ]
     # "invalid authorization credential" is distribution's word for none at all (a
     # wrong one is "authentication failure").
     assert refusals
@@ -251,7 +305,8 @@ def test_2_enforce_deployment_pulls_through_the_mirror(node_installed: Release) 
         namespace = make_namespace(api, "deployment", ENFORCE, granted=True)
         pods, logs = nodepods.run_deployment(api, namespace, workload)
         template = api.sanitize_for_serialization(
-            k8s.AppsV1Api(api).read_namespaced_deployment("hello", namespace))
+            k8s.AppsV1Api(api).read_namespaced_deployment("hello", namespace)
+        )
     for stored in pods:
         assert stored["spec"]["containers"][0]["image"] == mirror_image(registry, workload)
         assert stored["spec"]["imagePullSecrets"] == [{"name": SECRET}]
@@ -273,22 +328,36 @@ def test_2_enforce_deployment_pulls_through_the_mirror(node_installed: Release) 
 
 @INSTALLED
 @IMAGE
-def test_3_init_and_ephemeral_containers_pull_through_the_mirror(
-        node_installed: Release) -> None:
+def test_3_init_and_ephemeral_containers_pull_through_the_mirror(node_installed: Release) -> None:
     """An initContainer, and a `kubectl debug` container added later, both rewritten and run."""
     registry = node_installed.registry
-    init, app, debug = (push_workload(registry, f"node/{kind}") for kind in
-                        ("init", "app", "debug"))
+    init, app, debug = (
+        push_workload(registry, f"node/{kind}") for kind in ("init", "app", "debug")
+    )
     with node_installed.control_plane.api_client() as api:
         namespace = make_namespace(api, "containers", ENFORCE, granted=True)
-        create_pod(api, namespace, nodepods.pod(
-            "app", [nodepods.container("app", app.image)],
-            init_containers=[nodepods.container("init", init.image, once=True)]))
+        create_pod(
+            api,
+            namespace,
+            nodepods.pod(
+                "app",
+                [nodepods.container("app", app.image)],
+                init_containers=[nodepods.container("init", init.image, once=True)],
+            ),
+        )
         nodepods.wait_running(api, namespace, "app")
         # What `kubectl debug -it app --image=…` sends: the ephemeralcontainers subresource.
-        k8s.CoreV1Api(api).patch_namespaced_pod_ephemeralcontainers("app", namespace, {
-            "spec": {"ephemeralContainers": [{"name": "debug", "image": debug.image,
-                                              "targetContainerName": "app"}]}})
+        k8s.CoreV1Api(api).patch_namespaced_pod_ephemeralcontainers(
+            "app",
+            namespace,
+            {
+                "spec": {
+                    "ephemeralContainers": [
+                        {"name": "debug", "image": debug.image, "targetContainerName": "app"}
+                    ]
+                }
+            },
+        )
 
         def debug_running() -> str | None:
             stored = nodepods.read(api, namespace, "app")
@@ -297,11 +366,17 @@ def test_3_init_and_ephemeral_containers_pull_through_the_mirror(
                     return None
             return nodepods.describe(stored)
 
-        wait_until(debug_running, timeout=nodepods.RUNNING_TIMEOUT,
-                   what="the ephemeral container running", interval=0.2)
+        wait_until(
+            debug_running,
+            timeout=nodepods.RUNNING_TIMEOUT,
+            what="the ephemeral container running",
+            interval=0.2,
+        )
         stored = nodepods.read(api, namespace, "app")
-        logs = {name: nodepods.log(api, namespace, "app", name).strip()
-                for name in ("init", "app", "debug")}
+        logs = {
+            name: nodepods.log(api, namespace, "app", name).strip()
+            for name in ("init", "app", "debug")
+        }
     spec = stored["spec"]
     assert spec["initContainers"][0]["image"] == mirror_image(registry, init)
     assert spec["containers"][0]["image"] == mirror_image(registry, app)
@@ -334,8 +409,11 @@ def mirror_password(registry: RegistryStack, password: str) -> Iterator[None]:
 def mirror_answers(registry: RegistryStack, password: str) -> int:
     """The status the mirror gives a manifest request with `password` (200 or 401)."""
     try:
-        with RegistryClient(registry.host, ca_file=str(registry.ca_path),
-                            credentials=Credentials(registry.username, password)) as client:
+        with RegistryClient(
+            registry.host,
+            ca_file=str(registry.ca_path),
+            credentials=Credentials(registry.username, password),
+        ) as client:
             client.pull(registry.repository, registry.tag)
     except RegistryHTTPError as error:
         return error.status
@@ -349,9 +427,15 @@ def rotated(api: k8s.ApiClient, registry: RegistryStack, password: str) -> Itera
     Yields when the credential changed (time.monotonic()); both are put back after.
     """
     with mirror_password(registry, password):
-        wait_until(lambda: None if mirror_answers(registry, registry.password) == 401
-                   else "old password still accepted", timeout=10,
-                   what="the mirror refusing the old password")
+        wait_until(
+            lambda: (
+                None
+                if mirror_answers(registry, registry.password) == 401
+                else "old password still accepted"
+            ),
+            timeout=10,
+            what="the mirror refusing the old password",
+        )
         try:
             started = time.monotonic()
             central_credential(api, registry, password=password)
@@ -362,8 +446,7 @@ def rotated(api: k8s.ApiClient, registry: RegistryStack, password: str) -> Itera
 
 @INSTALLED
 @IMAGE
-def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
-        node_installed: Release) -> None:
+def test_4_rotated_mirror_password_reaches_new_pods_within_30s(node_installed: Release) -> None:
     """The mirror's password changes and the central credential with it: a new Pod pulls."""
     registry = node_installed.registry
     workload = push_workload(registry, "node/rotation")
@@ -371,8 +454,9 @@ def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
     with node_installed.control_plane.api_client() as api:
         namespace = make_namespace(api, "rotation", ENFORCE, granted=True)
         with rotated(api, registry, new_password) as started:
-            create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app",
-                                                                           workload.image)]))
+            create_pod(
+                api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)])
+            )
             nodepods.wait_running(api, namespace, "app", timeout=ROTATION_LIMIT)
             seconds = time.monotonic() - started
             line = nodepods.log(api, namespace, "app").strip()
@@ -387,7 +471,8 @@ def test_4_rotated_mirror_password_reaches_new_pods_within_30s(
 @INSTALLED
 @IMAGE
 def test_4_rotation_rewrites_the_copy_of_a_namespace_with_running_pods(
-        node_installed: Release) -> None:
+    node_installed: Release,
+) -> None:
     """Rotation of an existing copy: Pod A runs in N; the credential rotates, the mirror
     refuses the old password; Pod B in N pulls with the new login; Pod C in N, with
     A's image already on the node, starts under KubeletEnsureSecretPulledImages.
@@ -418,17 +503,22 @@ def test_4_rotation_rewrites_the_copy_of_a_namespace_with_running_pods(
         before = copy_in(api, namespace)
         with rotated(api, registry, new_password) as started:
             # No Pod asks for it: mirrorgate rewrites the copy because the store changed.
-            wait_until(lambda: copy_rotated(api, namespace), timeout=ROTATION_LIMIT,
-                       what=f"{namespace}/{SECRET} holding the new password")
+            wait_until(
+                lambda: copy_rotated(api, namespace),
+                timeout=ROTATION_LIMIT,
+                what=f"{namespace}/{SECRET} holding the new password",
+            )
             rotated_after = time.monotonic() - started
             after = copy_in(api, namespace)
-            stored_b, _ = create_pod(api, namespace, nodepods.pod(
-                "b", [nodepods.container("app", fresh.image)]))
+            stored_b, _ = create_pod(
+                api, namespace, nodepods.pod("b", [nodepods.container("app", fresh.image)])
+            )
             nodepods.wait_running(api, namespace, "b", timeout=ROTATION_LIMIT)
             pulled_b = by_node(registry.access_log("mirror"), fresh)
             mark = len(by_node(registry.access_log("mirror"), running))
-            stored_c, _ = create_pod(api, namespace, nodepods.pod(
-                "c", [nodepods.container("app", running.image)]))
+            stored_c, _ = create_pod(
+                api, namespace, nodepods.pod("c", [nodepods.container("app", running.image)])
+            )
             nodepods.wait_running(api, namespace, "c")
             logs = [nodepods.log(api, namespace, name).strip() for name in ("a", "b", "c")]
             old_status = mirror_answers(registry, registry.password)
@@ -448,9 +538,9 @@ def test_4_rotation_rewrites_the_copy_of_a_namespace_with_running_pods(
     assert asked_for_c == []
 
 
-def runs_untouched_from_the_upstream(installed: Release, repository: str,
-                                     labels: dict[str, str], *,
-                                     granted: bool) -> tuple[Workload, dict[str, Any], list[str]]:
+def runs_untouched_from_the_upstream(
+    installed: Release, repository: str, labels: dict[str, str], *, granted: bool
+) -> tuple[Workload, dict[str, Any], list[str]]:
     """A Pod with the user's own upstream Secret runs as written, pulled from the upstream.
 
     Returns the workload, the Pod as created, and the client's warnings.
@@ -460,8 +550,11 @@ def runs_untouched_from_the_upstream(installed: Release, repository: str,
     with installed.control_plane.api_client() as api:
         namespace = make_namespace(api, repository.rpartition("/")[2], labels, granted=granted)
         secret = nodepods.upstream_pull_secret(api, namespace, registry)
-        created, warnings = create_pod(api, namespace, nodepods.pod(
-            "app", [nodepods.container("app", workload.image)], pull_secrets=[secret]))
+        created, warnings = create_pod(
+            api,
+            namespace,
+            nodepods.pod("app", [nodepods.container("app", workload.image)], pull_secrets=[secret]),
+        )
         nodepods.wait_running(api, namespace, "app")
         line = nodepods.log(api, namespace, "app").strip()
     assert created["spec"]["containers"][0]["image"] == workload.image
@@ -476,21 +569,23 @@ def runs_untouched_from_the_upstream(installed: Release, repository: str,
 @INSTALLED
 @IMAGE
 def test_5_audit_mode_runs_the_original_image_and_names_the_rewrite(
-        node_installed: Release) -> None:
+    node_installed: Release,
+) -> None:
     """audit: the Pod runs from the upstream, untouched; the warning names the mirror image."""
-    workload, _, warnings = runs_untouched_from_the_upstream(node_installed, "node/audit", AUDIT,
-                                                             granted=True)
+    workload, _, warnings = runs_untouched_from_the_upstream(
+        node_installed, "node/audit", AUDIT, granted=True
+    )
     mirrored = mirror_image(node_installed.registry, workload)
     assert any(mirrored in w and workload.image in w for w in warnings), warnings
 
 
 @INSTALLED
 @IMAGE
-def test_6_namespace_without_the_grant_pulls_from_the_upstream(
-        node_installed: Release) -> None:
+def test_6_namespace_without_the_grant_pulls_from_the_upstream(node_installed: Release) -> None:
     """enforce, but not granted the credential: images stay as written, pulled upstream."""
-    _, _, warnings = runs_untouched_from_the_upstream(node_installed, "node/no-grant", ENFORCE,
-                                                      granted=False)
+    _, _, warnings = runs_untouched_from_the_upstream(
+        node_installed, "node/no-grant", ENFORCE, granted=False
+    )
     assert any(CREDENTIAL in w for w in warnings), warnings
 
 
@@ -515,8 +610,11 @@ def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Relea
         before = len(by_node(registry.access_log("mirror"), workload))
 
         other = make_namespace(api, "ensure-other", ENFORCE, granted=False)
-        stored, warnings = create_pod(api, other, nodepods.pod(
-            "reuse", [nodepods.container("app", image, pull_policy="IfNotPresent")]))
+        stored, warnings = create_pod(
+            api,
+            other,
+            nodepods.pod("reuse", [nodepods.container("app", image, pull_policy="IfNotPresent")]),
+        )
         message = nodepods.wait_pull_failure(api, other, "reuse", "app")
 
         second = make_namespace(api, "ensure-granted-2", ENFORCE, granted=True)

@@ -38,33 +38,45 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.installed, pytest.m
 
 
 def test_the_kubelet_pulls_each_project_with_its_own_robot_across_refreshes(
-        node_installed: Release) -> None:
+    node_installed: Release,
+) -> None:
     registry = node_installed.registry
     up = registry.upstream_host
     with node_installed.control_plane.api_client() as api:
         # The plugins came from the image the values name, through the initContainer.
         deployment = api.sanitize_for_serialization(
-            k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE))
-        [copier] = [c for c in deployment["spec"]["template"]["spec"]["initContainers"]
-                    if c["name"] == "credential-providers"]
+            k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE)
+        )
+        [copier] = [
+            c
+            for c in deployment["spec"]["template"]["spec"]["initContainers"]
+            if c["name"] == "credential-providers"
+        ]
         assert (copier["name"], copier["image"]) == (
-            "credential-providers", f"{up}/{PROVIDERS_REPOSITORY}:1")
-        namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name('providers')}",
-                                     {MODE_LABEL: "enforce"})
+            "credential-providers",
+            f"{up}/{PROVIDERS_REPOSITORY}:1",
+        )
+        namespace = create_namespace(
+            api, f"{GRANTED_PREFIX}{namespace_name('providers')}", {MODE_LABEL: "enforce"}
+        )
         for round_ in range(2):
             workloads = {t: push_workload(registry, f"{t}/hello", f"r{round_}") for t in TEAMS}
             before = {t: password_of(wait_published(api, mg.NAMESPACE, t)) for t in TEAMS}
             if round_ == 0:  # the other replica's store has each published login, too
                 for team in TEAMS:
-                    node_installed.wait_gauge("mirrorgate_credential_valid", 1.0,
-                                              timeout=60, credential=team)
-            pod, warnings = create_pod(api, namespace,
-                                       [f"{source(t)}/hello:r{round_}" for t in TEAMS])
+                    node_installed.wait_gauge(
+                        "mirrorgate_credential_valid", 1.0, timeout=60, credential=team
+                    )
+            pod, warnings = create_pod(
+                api, namespace, [f"{source(t)}/hello:r{round_}" for t in TEAMS]
+            )
             assert warnings == []
-            assert [c["image"] for c in pod["spec"]["containers"]] == \
-                [workloads[t].image for t in TEAMS]
-            assert [s["name"] for s in pod["spec"]["imagePullSecrets"]] == \
-                [f"mirrorgate-{t}" for t in TEAMS]
+            assert [c["image"] for c in pod["spec"]["containers"]] == [
+                workloads[t].image for t in TEAMS
+            ]
+            assert [s["name"] for s in pod["spec"]["imagePullSecrets"]] == [
+                f"mirrorgate-{t}" for t in TEAMS
+            ]
             name = pod["metadata"]["name"]
             nodepods.wait_running(api, namespace, name)
             containers = [c["name"] for c in pod["spec"]["containers"]]
@@ -77,14 +89,23 @@ def test_the_kubelet_pulls_each_project_with_its_own_robot_across_refreshes(
         other = create_namespace(api, namespace_name("robot-a-only"))
         published = published_login(api, mg.NAMESPACE, "team-a")
         assert published is not None
-        k8s.CoreV1Api(api).create_namespaced_secret(other, k8s.V1Secret(
-            metadata=k8s.V1ObjectMeta(name="robot-a"), type="kubernetes.io/dockerconfigjson",
-            data=published["data"]))
+        k8s.CoreV1Api(api).create_namespaced_secret(
+            other,
+            k8s.V1Secret(
+                metadata=k8s.V1ObjectMeta(name="robot-a"),
+                type="kubernetes.io/dockerconfigjson",
+                data=published["data"],
+            ),
+        )
         stranger = push_workload(registry, "team-b/hello", f"n{secrets.token_hex(2)}")
         own = push_workload(registry, "team-a/hello", f"n{secrets.token_hex(2)}")
         for name, workload in (("refused", stranger), ("allowed", own)):
-            k8s.CoreV1Api(api).create_namespaced_pod(other, nodepods.pod(
-                name, [nodepods.container("hello", workload.image)], pull_secrets=["robot-a"]))
+            k8s.CoreV1Api(api).create_namespaced_pod(
+                other,
+                nodepods.pod(
+                    name, [nodepods.container("hello", workload.image)], pull_secrets=["robot-a"]
+                ),
+            )
         message = nodepods.wait_pull_failure(api, other, "refused", "hello")
         nodepods.wait_running(api, other, "allowed")
         copy = read_secret(api, namespace, "mirrorgate-team-a")

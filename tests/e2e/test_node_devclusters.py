@@ -69,32 +69,50 @@ class Dev:
 
     def export(self, out: Path) -> tuple[dict[str, str], str]:
         """`mirrorgate export containerd` of the policy: files written, and stderr."""
-        done = subprocess.run([*MIRRORGATE, "export", "containerd", "--policy",
-                               str(self.policy_file), "--out", str(out)], cwd=REPO,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                *MIRRORGATE,
+                "export",
+                "containerd",
+                "--policy",
+                str(self.policy_file),
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode in (0, 1), done.stderr  # 1: rules it cannot express, named
-        return {str(p.relative_to(out)): p.read_text() for p in sorted(out.rglob("hosts.toml"))
-                }, done.stderr
+        return {
+            str(p.relative_to(out)): p.read_text() for p in sorted(out.rglob("hosts.toml"))
+        }, done.stderr
 
     def pod(self, workload: Workload, hint: str) -> tuple[str, str]:
         """A Pod of the upstream ``workload``; returns its name and the image admitted."""
         name = f"{hint}-{secrets.token_hex(3)}"
-        created, _ = create_pod(self.api, self.namespace, nodepods.pod(
-            name, [nodepods.container("app", workload.image)]))
+        created, _ = create_pod(
+            self.api,
+            self.namespace,
+            nodepods.pod(name, [nodepods.container("app", workload.image)]),
+        )
         return name, str(created["spec"]["containers"][0]["image"])
 
 
 def dev_policy(upstream: str, plain: DevCache, tls: DevCache) -> str:
     """Two paths of the upstream, each through one cache (a cache proxies the whole
     upstream at its root, so ``upstream/P/x`` is ``cache/P/x``)."""
-    return (f"mirrors:\n"
-            f"  - source: {upstream}/plain\n"
-            f"    mirror: http://{plain.host}/plain\n"
-            f"  - source: {upstream}/tls\n"
-            f"    mirror: https://{tls.host}/tls\n"
-            f"    caFile: {tls.ca_path}\n"
-            f"    credential: {LOGIN}\n"
-            f"credentials:\n  {LOGIN}: {{namespaces: ['*']}}\n")
+    return (
+        f"mirrors:\n"
+        f"  - source: {upstream}/plain\n"
+        f"    mirror: http://{plain.host}/plain\n"
+        f"  - source: {upstream}/tls\n"
+        f"    mirror: https://{tls.host}/tls\n"
+        f"    caFile: {tls.ca_path}\n"
+        f"    credential: {LOGIN}\n"
+        f"credentials:\n  {LOGIN}: {{namespaces: ['*']}}\n"
+    )
 
 
 def _docker_config(path: Path, cache: DevCache) -> Path:
@@ -108,13 +126,15 @@ def _docker_config(path: Path, cache: DevCache) -> Path:
 
 
 def _mirrorgate_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MIRRORGATE, *args], cwd=REPO, capture_output=True, text=True,
-                          input=stdin, timeout=60)
+    return subprocess.run(
+        [*MIRRORGATE, *args], cwd=REPO, capture_output=True, text=True, input=stdin, timeout=60
+    )
 
 
 @pytest.fixture(scope="module")
-def dev(node_cluster: Node, kustomize: Path,
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+def dev(
+    node_cluster: Node, kustomize: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Dev]:
     """A dev cluster's mirrorgate beside the session's release: a process of this module
     with the file store, in a namespace of its own (its Lease and key there, confined
     there by the release's ValidatingAdmissionPolicy), registered for this module's
@@ -122,21 +142,30 @@ def dev(node_cluster: Node, kustomize: Path,
     node, stack = node_cluster, node_cluster.registry
     workdir = tmp_path_factory.mktemp("dev-caches")
     with contextlib.ExitStack() as stop:
-        plain = start_dev_cache(stack, workdir / "plain", address=NODE_ADDRESS, tls=False,
-                                login=False)
+        plain = start_dev_cache(
+            stack, workdir / "plain", address=NODE_ADDRESS, tls=False, login=False
+        )
         stop.callback(plain.process.stop)
-        tls = start_dev_cache(stack, workdir / "tls", address=NODE_ADDRESS, tls=True,
-                              login=True)
+        tls = start_dev_cache(stack, workdir / "tls", address=NODE_ADDRESS, tls=True, login=True)
         stop.callback(tls.process.stop)
         policy_file = workdir / "policy.yaml"
         policy_file.write_text(dev_policy(stack.upstream_host, plain, tls))
         # The login, from what `docker login` wrote, into mirrorgate's file store.
         key, store = workdir / "store.key", workdir / "store.json"
         assert _mirrorgate_cli("credentials", "generate-key", "--out", str(key)).returncode == 0
-        added = _mirrorgate_cli("credentials", "add", LOGIN, "--registry", tls.host,
-                                "--from-docker-config",
-                                str(_docker_config(workdir / "config.json", tls)),
-                                "--store", str(store), "--key-file", str(key))
+        added = _mirrorgate_cli(
+            "credentials",
+            "add",
+            LOGIN,
+            "--registry",
+            tls.host,
+            "--from-docker-config",
+            str(_docker_config(workdir / "config.json", tls)),
+            "--store",
+            str(store),
+            "--key-file",
+            str(key),
+        )
         assert added.returncode == 0, added.stderr
         assert tls.password is not None
         assert tls.password not in added.stdout + added.stderr
@@ -145,20 +174,46 @@ def dev(node_cluster: Node, kustomize: Path,
             own = create_namespace(api, f"mg-dev-{secrets.token_hex(3)}")
             user, groups = mg.installed_in(api, own)
             server = mg.start_mirrorgate(
-                workdir / "mirrorgate", node.control_plane, policy=policy_file.read_text(),
-                user=user, groups=groups,
-                args=["--store", "file", "--store-file", str(store), "--key-file", str(key),
-                      "--namespace", own],
-                redact=[tls.password], health_probes=True)
+                workdir / "mirrorgate",
+                node.control_plane,
+                policy=policy_file.read_text(),
+                user=user,
+                groups=groups,
+                args=[
+                    "--store",
+                    "file",
+                    "--store-file",
+                    str(store),
+                    "--key-file",
+                    str(key),
+                    "--namespace",
+                    own,
+                ],
+                redact=[tls.password],
+                health_probes=True,
+            )
             stop.callback(server.stop)
             name = f"mirrorgate-e2e-{suite}"
-            mg.register(api, own_configuration(mg.webhook_configuration(kustomize)), server,
-                        name=name, namespace_label=(SUITE_LABEL, suite), failure_policy="Fail")
+            mg.register(
+                api,
+                own_configuration(mg.webhook_configuration(kustomize)),
+                server,
+                name=name,
+                namespace_label=(SUITE_LABEL, suite),
+                failure_policy="Fail",
+            )
             stop.callback(mg.unregister, api, name)
-            namespace = create_namespace(api, namespace_name("dev"),
-                                         {SUITE_LABEL: suite, MODE_LABEL: "enforce"})
-            yield Dev(node=node, plain=plain, tls=tls, api=api, namespace=namespace,
-                      policy_file=policy_file)
+            namespace = create_namespace(
+                api, namespace_name("dev"), {SUITE_LABEL: suite, MODE_LABEL: "enforce"}
+            )
+            yield Dev(
+                node=node,
+                plain=plain,
+                tls=tls,
+                api=api,
+                namespace=namespace,
+                policy_file=policy_file,
+            )
 
 
 @contextlib.contextmanager
@@ -179,12 +234,14 @@ def wait_rewritten(dev: Dev, workload: Workload, hint: str, mirror: str) -> str:
         name, image = dev.pod(workload, hint)
         names.append(name)
         return None if image.startswith(f"{mirror}/") else f"admitted as {image}"
+
     wait_until(rewritten, timeout=60, what=f"a Pod rewritten to {mirror}", interval=1)
     return names[-1]
 
 
-def refused_then_run(dev: Dev, files: dict[str, str], cache: DevCache, path: str,
-                     refusal: str) -> tuple[Workload, dict[str, Any]]:
+def refused_then_run(
+    dev: Dev, files: dict[str, str], cache: DevCache, path: str, refusal: str
+) -> tuple[Workload, dict[str, Any]]:
     """A Pod rewritten to the cache fails to pull without the exported hosts.toml (with
     ``refusal`` in the kubelet's message); with it, a new one runs. Returns that one."""
     mirror = f"{cache.host}/{path}"
@@ -200,8 +257,7 @@ def refused_then_run(dev: Dev, files: dict[str, str], cache: DevCache, path: str
     return workload, stored
 
 
-def test_plain_http_cache_pulls_with_only_the_exported_hosts_toml(
-        dev: Dev, tmp_path: Path) -> None:
+def test_plain_http_cache_pulls_with_only_the_exported_hosts_toml(dev: Dev, tmp_path: Path) -> None:
     stack, cache = dev.node.registry, dev.plain
     files, stderr = dev.export(tmp_path / "certs.d")
     exported = files[f"{cache.host}/hosts.toml"]
@@ -211,8 +267,9 @@ def test_plain_http_cache_pulls_with_only_the_exported_hosts_toml(
     assert f"{stack.upstream_host}/hosts.toml" not in files
 
     # Without it, containerd speaks HTTPS to the cache, which answers in plain HTTP.
-    workload, _ = refused_then_run(dev, files, cache, "plain",
-                                   "server gave HTTP response to HTTPS client")
+    workload, _ = refused_then_run(
+        dev, files, cache, "plain", "server gave HTTP response to HTTPS client"
+    )
     pulls = by_node(cache.access_log(), workload)
     assert manifest_statuses(pulls) == {200}  # over HTTP, anonymously
     assert any("/blobs/" in a.path and a.status == 200 for a in pulls)
@@ -222,15 +279,17 @@ def test_plain_http_cache_pulls_with_only_the_exported_hosts_toml(
 
 
 def test_https_cache_with_a_private_ca_and_a_login_from_mirrorgate(
-        dev: Dev, tmp_path: Path) -> None:
+    dev: Dev, tmp_path: Path
+) -> None:
     stack, cache = dev.node.registry, dev.tls
     files, _ = dev.export(tmp_path / "certs.d")
     assert f'ca = "{cache.ca_path}"' in files[f"{cache.host}/hosts.toml"]
     assert "password" not in files[f"{cache.host}/hosts.toml"].lower()
 
     # Without the CA, the node cannot verify the cache's certificate.
-    workload, stored = refused_then_run(dev, files, cache, "tls",
-                                        "certificate signed by unknown authority")
+    workload, stored = refused_then_run(
+        dev, files, cache, "tls", "certificate signed by unknown authority"
+    )
     assert stored["spec"]["imagePullSecrets"] == [{"name": f"mirrorgate-{LOGIN}"}]
     pulls = by_node(cache.access_log(), workload)
     assert manifest_statuses(pulls) == {401, 200}  # challenged, then the attached login
@@ -238,7 +297,8 @@ def test_https_cache_with_a_private_ca_and_a_login_from_mirrorgate(
 
 
 def test_1_on_containerd_2_the_deprecated_registry_auth_is_a_node_wide_login(
-        node_cluster: Node, dev: Dev, tmp_path: Path) -> None:
+    node_cluster: Node, dev: Dev, tmp_path: Path
+) -> None:
     """Scenario 1 again, with the mirror's login in containerd's own config.
 
     The upstream's hosts.toml sends pulls to the authenticated mirror, and the
@@ -250,32 +310,43 @@ def test_1_on_containerd_2_the_deprecated_registry_auth_is_a_node_wide_login(
     """
     node, stack = node_cluster, node_cluster.registry
     policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(f"mirrors:\n  - source: {stack.upstream_host}\n"
-                           f"    mirror: {stack.host}\n    caFile: {stack.ca_path}\n")
+    policy_file.write_text(
+        f"mirrors:\n  - source: {stack.upstream_host}\n"
+        f"    mirror: {stack.host}\n    caFile: {stack.ca_path}\n"
+    )
     out = tmp_path / "certs.d"
-    assert _mirrorgate_cli("export", "containerd", "--policy", str(policy_file), "--out",
-                           str(out)).returncode == 0
+    assert (
+        _mirrorgate_cli(
+            "export", "containerd", "--policy", str(policy_file), "--out", str(out)
+        ).returncode
+        == 0
+    )
     exported = (out / stack.upstream_host / "hosts.toml").read_text()
     workload, other = push_workload(stack, "dev/seeds"), push_workload(stack, "dev/seeds-auth")
     node.write_hosts_toml(stack.upstream_host, exported)
     try:
         with node.control_plane.api_client() as api:
             namespace = create_namespace(api, namespace_name("seeds2"))  # no mirrorgate
-            create_pod(api, namespace, nodepods.pod("app", [
-                nodepods.container("app", workload.image)]))
+            create_pod(
+                api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)])
+            )
             message = nodepods.wait_pull_failure(api, namespace, "app", "app")
             assert nodepods.NO_CREDENTIAL in message, message
             assert manifest_statuses(by_node(stack.access_log("mirror"), workload)) == {401}
-            with node.containerd_config_added(deprecated_registry_auth(
-                    stack.host, stack.username, stack.password), "containerd.auth.log") as log:
-                create_pod(api, namespace, nodepods.pod("auth", [
-                    nodepods.container("app", other.image)]))
+            with node.containerd_config_added(
+                deprecated_registry_auth(stack.host, stack.username, stack.password),
+                "containerd.auth.log",
+            ) as log:
+                create_pod(
+                    api, namespace, nodepods.pod("auth", [nodepods.container("app", other.image)])
+                )
                 nodepods.wait_running(api, namespace, "auth")
                 text = log.read_text()
     finally:
         node.write_hosts_toml(stack.upstream_host, node.default_hosts_toml(stack.upstream_host))
-    assert "Found 'Registry.Configs' in CRI config which is incompatible with transfer " \
-           "service" in text
+    assert (
+        "Found 'Registry.Configs' in CRI config which is incompatible with transfer service" in text
+    )
     assert "Falling back to local image pull mode" in text
     assert "`configs` is deprecated, please use `config_path` instead" in text
     assert stack.password not in text

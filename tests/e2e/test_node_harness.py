@@ -32,8 +32,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.node_selftest]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_stopped_node_leaves_the_host_as_it_found_it(tmp_path_factory: pytest.TempPathFactory
-                                                     ) -> None:
+def test_stopped_node_leaves_the_host_as_it_found_it(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     node = start_node(tmp_path_factory.mktemp("node-self-test"))
     try:
         registry = node.registry
@@ -43,8 +44,12 @@ def test_stopped_node_leaves_the_host_as_it_found_it(tmp_path_factory: pytest.Te
         with node.control_plane.api_client() as api:
             namespace = create_namespace(api, "self-test")
             secret = nodepods.upstream_pull_secret(api, namespace, registry)
-            k8s.CoreV1Api(api).create_namespaced_pod(namespace, nodepods.pod(
-                "app", [nodepods.container("app", workload.image)], pull_secrets=[secret]))
+            k8s.CoreV1Api(api).create_namespaced_pod(
+                namespace,
+                nodepods.pod(
+                    "app", [nodepods.container("app", workload.image)], pull_secrets=[secret]
+                ),
+            )
             nodepods.wait_running(api, namespace, "app")
         # While a Pod runs, the check sees the node's marks on the host: it can fail.
         changed = node.host.leftovers()
@@ -59,10 +64,11 @@ def test_stopped_node_leaves_the_host_as_it_found_it(tmp_path_factory: pytest.Te
 
 def test_a_second_suite_waits_for_the_node_lock_then_says_who_holds_it() -> None:
     """Another process asking for the lock waits, then fails naming the holder's PID."""
-    waiter = [sys.executable, "-c",
-              "from tests.e2e.nodehost import machine_lock\n"
-              "with machine_lock(timeout=2):\n"
-              "    pass\n"]
+    waiter = [
+        sys.executable,
+        "-c",
+        "from tests.e2e.nodehost import machine_lock\nwith machine_lock(timeout=2):\n    pass\n",
+    ]
     with machine_lock():
         refused = subprocess.run(waiter, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0
@@ -73,8 +79,7 @@ def test_a_second_suite_waits_for_the_node_lock_then_says_who_holds_it() -> None
     assert subprocess.run(waiter, cwd=REPO, timeout=60, capture_output=True).returncode == 0
 
 
-def test_a_node_killed_before_it_restored_the_host_is_undone_by_the_next(
-        tmp_path: Path) -> None:
+def test_a_node_killed_before_it_restored_the_host_is_undone_by_the_next(tmp_path: Path) -> None:
     """A run killed mid-node (SIGKILL, a session's end) leaves its journal: the next node,
     holding the lock, restores the host the killed one found before capturing its own."""
     chain = "MIRRORGATE-SELFTEST"
@@ -88,12 +93,18 @@ def test_a_node_killed_before_it_restored_the_host_is_undone_by_the_next(
         try:
             undone = recover_unfinished()
         finally:
-            subprocess.run(["iptables", "-w", "5", "-D", "FORWARD", "-j", chain], check=False,
-                           capture_output=True)
-            subprocess.run(["iptables", "-w", "5", "-X", chain], check=False,
-                           capture_output=True)
+            subprocess.run(
+                ["iptables", "-w", "5", "-D", "FORWARD", "-j", chain],
+                check=False,
+                capture_output=True,
+            )
+            subprocess.run(["iptables", "-w", "5", "-X", chain], check=False, capture_output=True)
         assert undone == [f"iptables -t filter chain {chain}"]
-        assert chain not in subprocess.run(["iptables", "-w", "5", "-S"], check=True,
-                                           capture_output=True, text=True).stdout
+        assert (
+            chain
+            not in subprocess.run(
+                ["iptables", "-w", "5", "-S"], check=True, capture_output=True, text=True
+            ).stdout
+        )
         assert not JOURNAL_PATH.exists()
         assert recover_unfinished() == []

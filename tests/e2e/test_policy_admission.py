@@ -28,27 +28,38 @@ pytestmark = pytest.mark.e2e
 POLICY_LABEL = {"mirrorgate.io/policy": "true"}
 
 
-def config_map(name: str, policy: str, *, labels: dict[str, str] | None = None,
-               version: str | None = None) -> dict[str, Any]:
+def config_map(
+    name: str, policy: str, *, labels: dict[str, str] | None = None, version: str | None = None
+) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "labels": POLICY_LABEL if labels is None else labels}
     if version is not None:
         metadata["resourceVersion"] = version
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
-            "data": {"policy.yaml": policy}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": {"policy.yaml": policy},
+    }
 
 
 def policy_check(tmp_path: Path, text: str) -> list[str]:
     """`mirrorgate policy check`'s error lines for ``text``."""
     path = tmp_path / "policy.yaml"
     path.write_text(text)
-    done = subprocess.run([*MIRRORGATE, "policy", "check", str(path)], capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [*MIRRORGATE, "policy", "check", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 1, done.stdout
     return [line.strip() for line in done.stdout.splitlines()[1:]]
 
 
 def test_an_invalid_policy_is_refused_with_policy_checks_errors_and_the_old_one_stays(
-        installed: Installed, tmp_path: Path) -> None:
+    installed: Installed, tmp_path: Path
+) -> None:
     """Create a valid policy ConfigMap; replacing it with an invalid policy is refused
     naming every error as `policy check` does (also when the update drops the label), and
     the stored policy and the server's live one are unchanged."""
@@ -57,14 +68,20 @@ def test_an_invalid_policy_is_refused_with_policy_checks_errors_and_the_old_one_
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
         created, _, headers = core.create_namespaced_config_map_with_http_info(
-            mg.NAMESPACE, config_map(name, valid))  # type: ignore[arg-type]
+            mg.NAMESPACE, config_map(name, valid)
+        )  # type: ignore[arg-type]
         assert created.metadata is not None
         version = created.metadata.resource_version
         refused: dict[str, k8s.ApiException] = {}
         for case, labels in (("labelled", None), ("label dropped", {})):
             with pytest.raises(k8s.ApiException) as caught:
-                core.replace_namespaced_config_map(name, mg.NAMESPACE, config_map(  # type: ignore[arg-type]
-                    name, policies.INVALID_POLICY, labels=labels, version=version))
+                core.replace_namespaced_config_map(
+                    name,
+                    mg.NAMESPACE,
+                    config_map(  # type: ignore[arg-type]
+                        name, policies.INVALID_POLICY, labels=labels, version=version
+                    ),
+                )
             refused[case] = caught.value
         stored = core.read_namespaced_config_map(name, mg.NAMESPACE)
     expected = policy_check(tmp_path, policies.INVALID_POLICY)
@@ -73,28 +90,40 @@ def test_an_invalid_policy_is_refused_with_policy_checks_errors_and_the_old_one_
         assert error.status == 403, (case, error.body)
         body = str(error.body)
         assert 'admission webhook \\"policy.mirrorgate.io\\" denied the request' in body, body
-        assert f"ConfigMap {mg.NAMESPACE}/{name} data.policy.yaml: invalid policy (3 errors)" \
-            in body, body
+        assert (
+            f"ConfigMap {mg.NAMESPACE}/{name} data.policy.yaml: invalid policy (3 errors)" in body
+        ), body
         for line in expected:
             assert line.replace('"', '\\"') in body, (case, line, body)
     assert stored.data == {"policy.yaml": valid}
     assert stored.metadata is not None
     assert stored.metadata.resource_version == version
     # `policy check`'s warning comes back on the accepted write: the suite's policy grants "*".
-    assert any('"*" grants this credential to every opted-in namespace' in w
-               for w in warning_messages(headers)), headers
+    assert any(
+        '"*" grants this credential to every opted-in namespace' in w
+        for w in warning_messages(headers)
+    ), headers
     with installed.server.client() as http:
         live = http.get("/readyz").json()["policy"]
     assert live == hashlib.sha256(valid.encode()).hexdigest()[:12]
 
 
 def test_a_config_map_without_the_label_or_elsewhere_is_not_judged(
-        installed: Installed, make_namespace: Any) -> None:
+    installed: Installed, make_namespace: Any
+) -> None:
     """The webhook is matched to the policy object only: other ConfigMaps pass untouched."""
     elsewhere = make_namespace()
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
-        core.create_namespaced_config_map(mg.NAMESPACE, config_map(  # type: ignore[arg-type]
-            f"e2e-other-{secrets.token_hex(3)}", "not: [a policy", labels={}))
-        core.create_namespaced_config_map(elsewhere, config_map(  # type: ignore[arg-type]
-            f"e2e-policy-{secrets.token_hex(3)}", "not: [a policy"))
+        core.create_namespaced_config_map(
+            mg.NAMESPACE,
+            config_map(  # type: ignore[arg-type]
+                f"e2e-other-{secrets.token_hex(3)}", "not: [a policy", labels={}
+            ),
+        )
+        core.create_namespaced_config_map(
+            elsewhere,
+            config_map(  # type: ignore[arg-type]
+                f"e2e-policy-{secrets.token_hex(3)}", "not: [a policy"
+            ),
+        )

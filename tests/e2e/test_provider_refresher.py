@@ -30,20 +30,31 @@ issuer = providers.issuer  # the fixture
 
 
 def test_a_huge_cache_duration_fails_its_credential_only(
-        control_plane: ControlPlane, make_namespace: MakeNamespace, issuer: RobotIssuer,
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    control_plane: ControlPlane,
+    make_namespace: MakeNamespace,
+    issuer: RobotIssuer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """It was an OverflowError that ended the pass: the credential after it never came."""
     namespace = make_namespace()
     config = issuer.write_config(
         tmp_path / "providers.json",
         issuer.provider("broken", "robot-a", args=["--cache-duration", "100000000h"]),
-        issuer.provider("healthy", "robot-a", args=["--cache-duration", "1h"]))
-    rules = policy.load({
-        "mirrors": [{"source": "docker.io", "mirror": "a.example/broken", "credential": "broken"},
-                    {"source": "quay.io", "mirror": "a.example/healthy",
-                     "credential": "healthy"}],
-        "credentials": {"broken": {"namespaces": ["*"], "provider": "broken"},
-                        "healthy": {"namespaces": ["*"], "provider": "healthy"}}})
+        issuer.provider("healthy", "robot-a", args=["--cache-duration", "1h"]),
+    )
+    rules = policy.load(
+        {
+            "mirrors": [
+                {"source": "docker.io", "mirror": "a.example/broken", "credential": "broken"},
+                {"source": "quay.io", "mirror": "a.example/healthy", "credential": "healthy"},
+            ],
+            "credentials": {
+                "broken": {"namespaces": ["*"], "provider": "broken"},
+                "healthy": {"namespaces": ["*"], "provider": "healthy"},
+            },
+        }
+    )
     assert list(rules.grants) == ["broken", "healthy"]
     client = kube.Kube.connect(kubeconfig=str(control_plane.kubeconfig))
     store = KubernetesCredentialStore(client, namespace)
@@ -52,9 +63,13 @@ def test_a_huge_cache_duration_fails_its_credential_only(
     try:
         assert store.informer.synced.wait(30)
         refresher = ProviderRefresher(
-            ProviderSource(providerconfig.load(config), issuer.bin_dir), client, store=store,
-            rules=lambda: rules, is_leader=lambda: True,
-            observe=lambda name, outcome, expires: outcomes.append((name, outcome)))
+            ProviderSource(providerconfig.load(config), issuer.bin_dir),
+            client,
+            store=store,
+            rules=lambda: rules,
+            is_leader=lambda: True,
+            observe=lambda name, outcome, expires: outcomes.append((name, outcome)),
+        )
         with caplog.at_level(logging.WARNING, logger="mirrorgate"):
             wait = refresher.refresh_due()
     finally:
@@ -64,9 +79,16 @@ def test_a_huge_cache_duration_fails_its_credential_only(
     [failed] = [r for r in caplog.records if r.getMessage() == "credential refresh failed"]
     assert getattr(failed, "fields", {})["reason"] == (
         "plugin 'broken': cacheDuration '100000000h' is not a duration from 0 to 2562047h "
-        "(such as 12h)")
+        "(such as 12h)"
+    )
     with control_plane.api_client() as api:
-        secrets = k8s.CoreV1Api(api).list_namespaced_secret(
-            namespace, label_selector=PROVIDER_LABEL).items
-    assert {s.metadata.name: (s.metadata.labels or {}).get(PROVIDER_LABEL)
-            for s in secrets if s.metadata} == {"healthy": "healthy"}
+        secrets = (
+            k8s.CoreV1Api(api)
+            .list_namespaced_secret(namespace, label_selector=PROVIDER_LABEL)
+            .items
+        )
+    assert {
+        s.metadata.name: (s.metadata.labels or {}).get(PROVIDER_LABEL)
+        for s in secrets
+        if s.metadata
+    } == {"healthy": "healthy"}

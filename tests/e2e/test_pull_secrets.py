@@ -89,6 +89,7 @@ CONVERGE = 30.0
 
 # --------------------------------------------------------------------------- fixtures
 
+
 @pytest.fixture(scope="module")
 def evidence(installed: Installed) -> Evidence:
     """What every test collects for the final leak scan; knows every password in play."""
@@ -120,13 +121,15 @@ def started(tmp_path: Path, evidence: Evidence) -> Iterator[Callable[..., mg.Mir
 
 # --------------------------------------------------------------------------- helpers
 
+
 def mirrors(registry: RegistryStack) -> dict[str, str]:
     """Mirror prefix -> the pull secret an image there needs."""
     return {registry.host: SECRET, GONE_MIRROR: GONE_SECRET}
 
 
-def assert_authenticated(api: k8s.ApiClient, registry: RegistryStack,
-                         pod: Mapping[str, Any]) -> None:
+def assert_authenticated(
+    api: k8s.ApiClient, registry: RegistryStack, pod: Mapping[str, Any]
+) -> None:
     """Never a Pod pointing at an authenticated mirror without its pull secret, present."""
     spec, namespace = pod["spec"], pod["metadata"]["namespace"]
     attached = {s["name"] for s in spec.get("imagePullSecrets") or []}
@@ -134,29 +137,40 @@ def assert_authenticated(api: k8s.ApiClient, registry: RegistryStack,
         for prefix, secret in mirrors(registry).items():
             if container["image"].startswith(prefix + "/"):
                 assert secret in attached, (container["image"], attached)
-                assert read_secret(api, namespace, secret) is not None, \
+                assert read_secret(api, namespace, secret) is not None, (
                     f"{namespace}/{secret} missing for {container['image']}"
+                )
 
 
-def create_pod(api: k8s.ApiClient, registry: RegistryStack, evidence: Evidence, namespace: str,
-               body: Mapping[str, Any], *, dry_run: bool = False) -> tuple[dict[str, Any],
-                                                                             list[str]]:
+def create_pod(
+    api: k8s.ApiClient,
+    registry: RegistryStack,
+    evidence: Evidence,
+    namespace: str,
+    body: Mapping[str, Any],
+    *,
+    dry_run: bool = False,
+) -> tuple[dict[str, Any], list[str]]:
     """Create a Pod through the real API server; check the mirror invariant; keep evidence."""
     # The generated client takes plain dicts at run time; its annotations say models.
     created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(
-        namespace, dict(body), dry_run="All" if dry_run else None)  # type: ignore[arg-type]
+        namespace, dict(body), dry_run="All" if dry_run else None
+    )  # type: ignore[arg-type]
     stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
     warnings = warning_messages(headers)
     evidence.text(f"warnings for {namespace}/{stored['metadata']['name']}", warnings)
-    evidence.text(f"annotations of {namespace}/{stored['metadata']['name']}",
-                  stored["metadata"].get("annotations") or {})
+    evidence.text(
+        f"annotations of {namespace}/{stored['metadata']['name']}",
+        stored["metadata"].get("annotations") or {},
+    )
     if not dry_run:
         assert_authenticated(api, registry, stored)
     return stored, warnings
 
 
-def upstream_pod(registry: RegistryStack, name: str = "web",
-                 extra: Sequence[str] = (NGINX,)) -> dict[str, Any]:
+def upstream_pod(
+    registry: RegistryStack, name: str = "web", extra: Sequence[str] = (NGINX,)
+) -> dict[str, Any]:
     return pod_dict(name, registry.upstream_image, extra_images=extra)
 
 
@@ -173,9 +187,11 @@ def refused(call: Callable[[], object]) -> k8s.ApiException:
     raise AssertionError("the API server admitted what should have been refused")
 
 
-def expect_copies(api: k8s.ApiClient, namespaces: Sequence[str], name: str,
-                  password: str) -> Callable[[], str | None]:
+def expect_copies(
+    api: k8s.ApiClient, namespaces: Sequence[str], name: str, password: str
+) -> Callable[[], str | None]:
     """A wait_until check: every copy holds the login with ``password``."""
+
     def check() -> str | None:
         for namespace in namespaces:
             secret = read_secret(api, namespace, name)
@@ -185,21 +201,28 @@ def expect_copies(api: k8s.ApiClient, namespaces: Sequence[str], name: str,
             if [e["password"] for e in entries] != [password]:
                 return f"{namespace}/{name}: not the expected login yet"
         return None
+
     return check
 
 
 def expect_gone(api: k8s.ApiClient, namespace: str, name: str) -> Callable[[], str | None]:
     def check() -> str | None:
         return None if read_secret(api, namespace, name) is None else f"{namespace}/{name} exists"
+
     return check
 
 
 def register_own(api: k8s.ApiClient, installed: Installed, server: mg.Mirrorgate) -> str:
     """Register ``server`` for namespaces labelled with a suite value of its own (Fail)."""
     suite = f"ps-{secrets.token_hex(4)}"
-    mg.register(api, own_configuration(installed.configuration), server,
-                name=f"mirrorgate-e2e-{suite}", namespace_label=(SUITE_LABEL, suite),
-                failure_policy="Fail")
+    mg.register(
+        api,
+        own_configuration(installed.configuration),
+        server,
+        name=f"mirrorgate-e2e-{suite}",
+        namespace_label=(SUITE_LABEL, suite),
+        failure_policy="Fail",
+    )
     return suite
 
 
@@ -209,17 +232,23 @@ def wait_webhook_active(api: k8s.ApiClient, namespace: str) -> None:
 
     def active() -> str | None:
         probe = pod_dict(f"probe-{secrets.token_hex(3)}", NGINX)
-        created = core.create_namespaced_pod(namespace, probe,  # type: ignore[arg-type]
-                                             dry_run="All")
+        created = core.create_namespaced_pod(
+            namespace,
+            probe,  # type: ignore[arg-type]
+            dry_run="All",
+        )
         image = str(as_dict(api, created)["spec"]["containers"][0]["image"])
         return None if image.startswith(DOCKERHUB_MIRROR) else f"image {image}"
 
     wait_until(active, timeout=15, what="webhook configuration in force", interval=0.2)
 
 
-def wait_namespaces_cached(server: mg.Mirrorgate, registry: RegistryStack,
-                           make_namespace: MakeNamespace,
-                           answered: Callable[[dict[str, Any]], bool] | None = None) -> None:
+def wait_namespaces_cached(
+    server: mg.Mirrorgate,
+    registry: RegistryStack,
+    make_namespace: MakeNamespace,
+    answered: Callable[[dict[str, Any]], bool] | None = None,
+) -> None:
     """Until ``server``'s Namespace cache holds every namespace made so far.
 
     mirrorgate makes a pull secret only where its own cache shows the opt-in
@@ -235,25 +264,34 @@ def wait_namespaces_cached(server: mg.Mirrorgate, registry: RegistryStack,
     want = {"op": "add", "path": "/spec/imagePullSecrets", "value": [{"name": SECRET}]}
 
     def provisioned() -> str | None:
-        review = admission_review(later, pod_dict(f"warm-{secrets.token_hex(3)}",
-                                                  registry.upstream_image, namespace=later))
+        review = admission_review(
+            later,
+            pod_dict(f"warm-{secrets.token_hex(3)}", registry.upstream_image, namespace=later),
+        )
         with server.client() as http:
             status, body = post_review(http, review)
         response = body.get("response") or {}
-        if status == 200 and (answered(response) if answered is not None
-                              else want in decoded_patch(response)):
+        if status == 200 and (
+            answered(response) if answered is not None else want in decoded_patch(response)
+        ):
             return None
         return f"{status}: {response.get('warnings') or response.get('status')}"
 
-    wait_until(provisioned, timeout=15, what=f"{later} in the Namespace cache", interval=0.1,
-               alive=server.process.exited)
+    wait_until(
+        provisioned,
+        timeout=15,
+        what=f"{later} in the Namespace cache",
+        interval=0.1,
+        alive=server.process.exited,
+    )
 
 
 def session_is_leader(api: k8s.ApiClient, installed: Installed) -> None:
     holder = lease_holder(api)
     assert identity_pid(holder) == installed.server.process.pid, (
         f"the Lease is held by {holder!r}, not the session server (pid "
-        f"{installed.server.process.pid}): these tests rely on it rotating and cleaning up")
+        f"{installed.server.process.pid}): these tests rely on it rotating and cleaning up"
+    )
 
 
 def removal_reason(installed: Installed, namespace: str, name: str) -> str:
@@ -263,23 +301,37 @@ def removal_reason(installed: Installed, namespace: str, name: str) -> str:
 
 # --------------------------------------------------------------------------- tests
 
+
 def test_foreign_secret_of_that_name_is_left_alone(
-        installed: Installed, make_namespace: MakeNamespace, evidence: Evidence) -> None:
+    installed: Installed, make_namespace: MakeNamespace, evidence: Evidence
+) -> None:
     """A foreign mirrorgate-e2e-mirror: image left as written, a warning names it, data kept."""
     registry = installed.registry
     data: dict[str, bytes | str] = {
-        "token": base64.b64encode(b"hand-made; not a registry login").decode()}
+        "token": base64.b64encode(b"hand-made; not a registry login").decode()
+    }
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
         namespace = make_namespace(ENFORCE)
-        before = as_dict(api, core.create_namespaced_secret(namespace, k8s.V1Secret(
-            metadata=k8s.V1ObjectMeta(name=SECRET, labels={"team": "payments"},
-                                      annotations={"owner": "payments"}),
-            type="Opaque", data=data)))
+        before = as_dict(
+            api,
+            core.create_namespaced_secret(
+                namespace,
+                k8s.V1Secret(
+                    metadata=k8s.V1ObjectMeta(
+                        name=SECRET, labels={"team": "payments"}, annotations={"owner": "payments"}
+                    ),
+                    type="Opaque",
+                    data=data,
+                ),
+            ),
+        )
         counter = "mirrorgate_images_left_unmirrored_total"
         unmirrored = metric(metrics_text(installed.server), counter)
-        results = [create_pod(api, registry, evidence, namespace, upstream_pod(registry, name))
-                   for name in ("web", "web-again")]
+        results = [
+            create_pod(api, registry, evidence, namespace, upstream_pod(registry, name))
+            for name in ("web", "web-again")
+        ]
         after = read_secret(api, namespace, SECRET)
         unmirrored = metric(metrics_text(installed.server), counter) - unmirrored
     for created, warnings in results:
@@ -290,8 +342,10 @@ def test_foreign_secret_of_that_name_is_left_alone(
         assert SECRET not in {s["name"] for s in spec.get("imagePullSecrets") or []}
         named = [w for w in warnings if f"{namespace}/{SECRET}" in w]
         assert len(named) == 1, warnings
-        assert named[0].startswith(f"containers/app: image '{registry.upstream_image}' left as "
-                                   f"written: pull secret '{SECRET}' is unavailable"), named
+        assert named[0].startswith(
+            f"containers/app: image '{registry.upstream_image}' left as "
+            f"written: pull secret '{SECRET}' is unavailable"
+        ), named
         assert "not created by mirrorgate" in named[0], named
     assert unmirrored == 2
     assert after is not None
@@ -303,8 +357,11 @@ def test_foreign_secret_of_that_name_is_left_alone(
 
 
 def test_rotation_reaches_every_copy_within_30s(
-        installed: Installed, make_namespace: MakeNamespace, evidence: Evidence,
-        record_property: Callable[[str, object], None]) -> None:
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    evidence: Evidence,
+    record_property: Callable[[str, object], None],
+) -> None:
     """A changed central credential: every copy holds the new login within 30 s."""
     registry = installed.registry
     new_password = f"rotated-{secrets.token_hex(8)}"
@@ -318,14 +375,22 @@ def test_rotation_reaches_every_copy_within_30s(
         try:
             since = time.monotonic()
             central_credential(api, registry, password=new_password)
-            wait_until(expect_copies(api, namespaces, SECRET, new_password),
-                       timeout=CONVERGE, what="rotation of every copy", interval=0.05)
+            wait_until(
+                expect_copies(api, namespaces, SECRET, new_password),
+                timeout=CONVERGE,
+                what="rotation of every copy",
+                interval=0.05,
+            )
             seconds = elapsed(since)
             rotated = [read_secret(api, ns, SECRET) for ns in namespaces]
         finally:
             central_credential(api, registry)
-            wait_until(expect_copies(api, namespaces, SECRET, registry.password),
-                       timeout=CONVERGE, what="every copy rotated back", interval=0.1)
+            wait_until(
+                expect_copies(api, namespaces, SECRET, registry.password),
+                timeout=CONVERGE,
+                what="every copy rotated back",
+                interval=0.1,
+            )
     record_property("rotation_seconds", seconds)
     print(f"\nFIGURE rotation_seconds={seconds}")
     assert seconds <= CONVERGE
@@ -341,8 +406,11 @@ def test_rotation_reaches_every_copy_within_30s(
 
 
 def test_opt_out_deletes_copy_and_keeps_other_secrets(
-        installed: Installed, make_namespace: MakeNamespace, evidence: Evidence,
-        record_property: Callable[[str, object], None]) -> None:
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    evidence: Evidence,
+    record_property: Callable[[str, object], None],
+) -> None:
     """Removing mirrorgate.io/mode deletes the copy; Secrets without mirrorgate's labels stay."""
     registry = installed.registry
     with installed.control_plane.api_client() as api:
@@ -355,19 +423,29 @@ def test_opt_out_deletes_copy_and_keeps_other_secrets(
             "registry-login": k8s.V1Secret(
                 metadata=k8s.V1ObjectMeta(name="registry-login"),
                 type="kubernetes.io/dockerconfigjson",
-                data={".dockerconfigjson": base64.b64encode(b'{"auths": {}}').decode()}),
+                data={".dockerconfigjson": base64.b64encode(b'{"auths": {}}').decode()},
+            ),
             # mirrorgate's name prefix, none of its labels: not mirrorgate's either.
             "mirrorgate-handmade": k8s.V1Secret(
-                metadata=k8s.V1ObjectMeta(name="mirrorgate-handmade",
-                                          labels={"team": "payments"}),
-                type="Opaque", data={"k": base64.b64encode(b"v").decode()}),
+                metadata=k8s.V1ObjectMeta(name="mirrorgate-handmade", labels={"team": "payments"}),
+                type="Opaque",
+                data={"k": base64.b64encode(b"v").decode()},
+            ),
         }
-        versions = {name: as_dict(api, core.create_namespaced_secret(namespace, body))[
-                    "metadata"]["resourceVersion"] for name, body in others.items()}
+        versions = {
+            name: as_dict(api, core.create_namespaced_secret(namespace, body))["metadata"][
+                "resourceVersion"
+            ]
+            for name, body in others.items()
+        }
         since = time.monotonic()
         core.patch_namespace(namespace, {"metadata": {"labels": {MODE_LABEL: None}}})
-        wait_until(expect_gone(api, namespace, SECRET), timeout=CONVERGE,
-                   what="copy deleted on opt-out", interval=0.05)
+        wait_until(
+            expect_gone(api, namespace, SECRET),
+            timeout=CONVERGE,
+            what="copy deleted on opt-out",
+            interval=0.05,
+        )
         seconds = elapsed(since)
         kept = {name: read_secret(api, namespace, name) for name in others}
     record_property("opt_out_cleanup_seconds", seconds)
@@ -375,13 +453,18 @@ def test_opt_out_deletes_copy_and_keeps_other_secrets(
     for name, secret in kept.items():
         assert secret is not None, f"{name} was deleted"
         assert secret["metadata"]["resourceVersion"] == versions[name], name
-    assert removal_reason(installed, namespace, SECRET) == \
-        f"namespace no longer has the {MODE_LABEL} label"
+    assert (
+        removal_reason(installed, namespace, SECRET)
+        == f"namespace no longer has the {MODE_LABEL} label"
+    )
 
 
 def test_grant_revoked_by_policy_reload_deletes_copy(
-        installed: Installed, make_namespace: MakeNamespace, evidence: Evidence,
-        record_property: Callable[[str, object], None]) -> None:
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    evidence: Evidence,
+    record_property: Callable[[str, object], None],
+) -> None:
     """A policy reload that stops granting the credential deletes the copy (and only there)."""
     registry = installed.registry
     original = installed.server.policy_path.read_text()
@@ -399,13 +482,18 @@ def test_grant_revoked_by_policy_reload_deletes_copy(
         try:
             since = time.monotonic()
             rewrite_policy(installed.server, revoked)
-            wait_until(expect_gone(api, outside, SECRET), timeout=CONVERGE,
-                       what="copy deleted after the grant was revoked", interval=0.05)
+            wait_until(
+                expect_gone(api, outside, SECRET),
+                timeout=CONVERGE,
+                what="copy deleted after the grant was revoked",
+                interval=0.05,
+            )
             seconds = elapsed(since)
             still = read_secret(api, inside, SECRET)
             # Admission agrees with the clean-up: no new copy, the image stays as written.
-            created, warnings = create_pod(api, registry, evidence, outside,
-                                           upstream_pod(registry, "after"))
+            created, warnings = create_pod(
+                api, registry, evidence, outside, upstream_pod(registry, "after")
+            )
             recreated = read_secret(api, outside, SECRET)
         finally:
             rewrite_policy(installed.server, original)
@@ -414,27 +502,37 @@ def test_grant_revoked_by_policy_reload_deletes_copy(
     assert still is not None, "a copy in a still-granted namespace was deleted"
     assert recreated is None
     assert created["spec"]["containers"][0]["image"] == registry.upstream_image
-    assert any(f"credential '{CREDENTIAL}'" in w and "is not granted to namespace" in w
-               for w in warnings), warnings
-    assert removal_reason(installed, outside, SECRET) == \
-        "the policy no longer grants the credential to the namespace"
+    assert any(
+        f"credential '{CREDENTIAL}'" in w and "is not granted to namespace" in w for w in warnings
+    ), warnings
+    assert (
+        removal_reason(installed, outside, SECRET)
+        == "the policy no longer grants the credential to the namespace"
+    )
 
 
 def test_central_credential_deleted_removes_its_copies(
-        installed: Installed, make_namespace: MakeNamespace, evidence: Evidence,
-        record_property: Callable[[str, object], None]) -> None:
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    evidence: Evidence,
+    record_property: Callable[[str, object], None],
+) -> None:
     """Deleting e2e-gone from the store deletes its copies; e2e-mirror's copies stay."""
     registry = installed.registry
     password = f"gone-{secrets.token_hex(8)}"
     evidence.secret(registry.username, password)
     original = installed.server.policy_path.read_text()
     assert original.count("credentials:\n") == 1
-    with_gone = original.replace("credentials:\n", (
-        f"  - source: {GONE_SOURCE}\n"
-        f"    mirror: {GONE_MIRROR}\n"
-        f"    credential: {GONE}\n"
-        f"credentials:\n"
-        f"  {GONE}: {{namespaces: ['*']}}\n"))
+    with_gone = original.replace(
+        "credentials:\n",
+        (
+            f"  - source: {GONE_SOURCE}\n"
+            f"    mirror: {GONE_MIRROR}\n"
+            f"    credential: {GONE}\n"
+            f"credentials:\n"
+            f"  {GONE}: {{namespaces: ['*']}}\n"
+        ),
+    )
     body = upstream_pod(registry, extra=[GONE_IMAGE])
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
@@ -443,8 +541,9 @@ def test_central_credential_deleted_removes_its_copies(
         try:
             rewrite_policy(installed.server, with_gone)
             # For the host of its mirror: one for another host would count as broken.
-            central_credential(api, registry, name=GONE, password=password,
-                               host=GONE_MIRROR.partition("/")[0])
+            central_credential(
+                api, registry, name=GONE, password=password, host=GONE_MIRROR.partition("/")[0]
+            )
 
             def provisioned(namespace: str) -> Callable[[], str | None]:
                 def check() -> str | None:
@@ -453,30 +552,56 @@ def test_central_credential_deleted_removes_its_copies(
                     created, warnings = create_pod(api, registry, evidence, namespace, pod)
                     image = created["spec"]["containers"][1]["image"]
                     return None if image.startswith(GONE_MIRROR) else f"{image}: {warnings}"
+
                 return check
 
             for namespace in namespaces:
-                wait_until(provisioned(namespace), timeout=10, what="e2e-gone provisioned",
-                           interval=0.2)
+                wait_until(
+                    provisioned(namespace), timeout=10, what="e2e-gone provisioned", interval=0.2
+                )
                 assert read_secret(api, namespace, GONE_SECRET) is not None
                 assert read_secret(api, namespace, SECRET) is not None
-            verdicts = len(entries_with(installed.server, "credential cannot serve its mirror",
-                                        credential=GONE, reason="not in the credential store"))
+            verdicts = len(
+                entries_with(
+                    installed.server,
+                    "credential cannot serve its mirror",
+                    credential=GONE,
+                    reason="not in the credential store",
+                )
+            )
             since = time.monotonic()
             core.delete_namespaced_secret(GONE, mg.NAMESPACE)
             for namespace in namespaces:
-                wait_until(expect_gone(api, namespace, GONE_SECRET), timeout=CONVERGE,
-                           what="copy deleted after its credential left the store",
-                           interval=0.05)
+                wait_until(
+                    expect_gone(api, namespace, GONE_SECRET),
+                    timeout=CONVERGE,
+                    what="copy deleted after its credential left the store",
+                    interval=0.05,
+                )
             seconds = elapsed(since)
             kept = [read_secret(api, namespace, SECRET) for namespace in namespaces]
             # The store's change reaches the health check too: wait for its verdict.
-            wait_until(lambda: None if len(entries_with(
-                installed.server, "credential cannot serve its mirror", credential=GONE,
-                reason="not in the credential store")) > verdicts else "no verdict yet",
-                timeout=CONVERGE, what="the health verdict on e2e-gone", interval=0.1)
-            created, warnings = create_pod(api, registry, evidence, namespaces[0],
-                                           {**body, "metadata": {"name": "after"}})
+            wait_until(
+                lambda: (
+                    None
+                    if len(
+                        entries_with(
+                            installed.server,
+                            "credential cannot serve its mirror",
+                            credential=GONE,
+                            reason="not in the credential store",
+                        )
+                    )
+                    > verdicts
+                    else "no verdict yet"
+                ),
+                timeout=CONVERGE,
+                what="the health verdict on e2e-gone",
+                interval=0.1,
+            )
+            created, warnings = create_pod(
+                api, registry, evidence, namespaces[0], {**body, "metadata": {"name": "after"}}
+            )
         finally:
             try:
                 core.delete_namespaced_secret(GONE, mg.NAMESPACE)
@@ -488,13 +613,17 @@ def test_central_credential_deleted_removes_its_copies(
     print(f"\nFIGURE store_deletion_cleanup_seconds={seconds}")
     assert all(secret is not None for secret in kept), "e2e-mirror copies were deleted too"
     for namespace in namespaces:
-        assert removal_reason(installed, namespace, GONE_SECRET) == \
-            "the credential is no longer in the store"
+        assert (
+            removal_reason(installed, namespace, GONE_SECRET)
+            == "the credential is no longer in the store"
+        )
     assert created["spec"]["containers"][1]["image"] == GONE_IMAGE
     assert created["spec"]["containers"][0]["image"] == registry.mirror_image
-    assert f"containers/extra0: image '{GONE_IMAGE}' left as written: credential '{GONE}' of " \
-           f"mirrors[2] cannot log in to mirror {GONE_MIRROR}: not in the credential store " \
-           "(onMirrorDown: fallback)" in warnings, warnings
+    assert (
+        f"containers/extra0: image '{GONE_IMAGE}' left as written: credential '{GONE}' of "
+        f"mirrors[2] cannot log in to mirror {GONE_MIRROR}: not in the credential store "
+        "(onMirrorDown: fallback)" in warnings
+    ), warnings
 
 
 def _deny(text: str) -> str:
@@ -503,9 +632,12 @@ def _deny(text: str) -> str:
 
 
 def test_rbac_forbidden_create_skips_then_denies(
-        installed: Installed, make_namespace: MakeNamespace, evidence: Evidence,
-        started: Callable[..., mg.Mirrorgate],
-        record_property: Callable[[str, object], None]) -> None:
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    evidence: Evidence,
+    started: Callable[..., mg.Mirrorgate],
+    record_property: Callable[[str, object], None],
+) -> None:
     """An identity that may not create Secrets: skip admits as written, deny refuses.
 
     The Pod's creator gets a short cause; the API server's RBAC message, which
@@ -521,51 +653,83 @@ def test_rbac_forbidden_create_skips_then_denies(
         # mirrorgate's own-namespace Role (store, records) and the Namespace
         # informer, but not the ClusterRole that may write Secrets elsewhere.
         cluster_role: Any = {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
             "metadata": {"name": role},
-            "rules": [{"apiGroups": [""], "resources": ["namespaces"],
-                       "verbs": ["list", "watch"]}]}
+            "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}],
+        }
         binding: Any = {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
             "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": role}, "subjects": [subject]}
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [subject],
+        }
         own: Any = {
             "metadata": {"name": role, "namespace": mg.NAMESPACE},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                        "name": "mirrorgate"}, "subjects": [subject]}
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "mirrorgate",
+            },
+            "subjects": [subject],
+        }
         rbac.create_cluster_role(cluster_role)
         rbac.create_cluster_role_binding(binding)
         rbac.create_namespaced_role_binding(mg.NAMESPACE, own)
         configuration = ""
         try:
-            server = started("nocreate", plane, policy=skip_policy, user=user, groups=(),
-                             args=["--store", "kubernetes", "--credential-deadline", "1"],
-                             redact=[registry.password])
+            server = started(
+                "nocreate",
+                plane,
+                policy=skip_policy,
+                user=user,
+                groups=(),
+                args=["--store", "kubernetes", "--credential-deadline", "1"],
+                redact=[registry.password],
+            )
             suite = register_own(api, installed, server)
             configuration = f"mirrorgate-e2e-{suite}"
             namespace = make_namespace({SUITE_LABEL: suite, **ENFORCE})
             wait_webhook_active(api, namespace)
             # Until the server's cache holds the label: before that it answers
             # "not labelled", which is not what this test is about.
-            wait_namespaces_cached(server, registry, make_namespace, answered=lambda response: any(
-                "could not create it: forbidden" in w for w in response.get("warnings") or []))
+            wait_namespaces_cached(
+                server,
+                registry,
+                make_namespace,
+                answered=lambda response: any(
+                    "could not create it: forbidden" in w for w in response.get("warnings") or []
+                ),
+            )
 
             since = time.monotonic()
-            created, warnings = create_pod(api, registry, evidence, namespace,
-                                           upstream_pod(registry))
+            created, warnings = create_pod(
+                api, registry, evidence, namespace, upstream_pod(registry)
+            )
             skip_seconds = elapsed(since)
             rewrite_policy(server, _deny(skip_policy))
             since = time.monotonic()
-            denial = refused(lambda: create_pod(api, registry, evidence, namespace,
-                                                upstream_pod(registry, "denied")))
+            denial = refused(
+                lambda: create_pod(
+                    api, registry, evidence, namespace, upstream_pod(registry, "denied")
+                )
+            )
             deny_seconds = elapsed(since)
             evidence.text("denial (rbac)", str(denial.body))
             leftovers = [s["metadata"]["name"] for s in list_secrets(api, namespace)]
             pods = pod_names(api, namespace)
-            records = [c["metadata"]["name"] for c in as_dict(
-                api, k8s.CoreV1Api(api).list_namespaced_config_map(mg.NAMESPACE))["items"]
-                if f".{namespace}." in c["metadata"]["name"]]
+            records = [
+                c["metadata"]["name"]
+                for c in as_dict(api, k8s.CoreV1Api(api).list_namespaced_config_map(mg.NAMESPACE))[
+                    "items"
+                ]
+                if f".{namespace}." in c["metadata"]["name"]
+            ]
             detail = wait_log(server, "pull secret not made", secret=f"{namespace}/{SECRET}")
         finally:
             if configuration:
@@ -579,12 +743,12 @@ def test_rbac_forbidden_create_skips_then_denies(
     assert created["spec"]["containers"][0]["image"] == registry.upstream_image
     assert created["spec"]["containers"][1]["image"] == f"{DOCKERHUB_MIRROR}/library/nginx:1.27"
     assert "imagePullSecrets" not in created["spec"]
-    assert f"containers/app: image '{registry.upstream_image}' left as written: pull secret " \
-        f"'{SECRET}' is unavailable: mirrorgate could not create it: forbidden" in warnings, \
-        warnings
+    assert (
+        f"containers/app: image '{registry.upstream_image}' left as written: pull secret "
+        f"'{SECRET}' is unavailable: mirrorgate could not create it: forbidden" in warnings
+    ), warnings
     assert denial.status == 403, (denial.status, denial.body)
-    assert f"pull secret '{SECRET}': mirrorgate could not create it: forbidden" \
-        in str(denial.body)
+    assert f"pull secret '{SECRET}': mirrorgate could not create it: forbidden" in str(denial.body)
     assert "onCredentialError is deny" in str(denial.body)
     # The API server's own text names the identity and the rule: for the log only.
     for told in [*warnings, str(denial.body)]:
@@ -600,9 +764,12 @@ def test_rbac_forbidden_create_skips_then_denies(
 
 
 def test_api_hang_and_refusal_answer_within_the_deadline(
-        installed: Installed, make_namespace: MakeNamespace, evidence: Evidence,
-        started: Callable[..., mg.Mirrorgate],
-        record_property: Callable[[str, object], None]) -> None:
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    evidence: Evidence,
+    started: Callable[..., mg.Mirrorgate],
+    record_property: Callable[[str, object], None],
+) -> None:
     """The API stops answering, then refuses: skip and deny both answer within the 1 s deadline."""
     registry, plane = installed.registry, installed.control_plane
     skip_policy = "onCredentialError: skip\n" + e2e_policy(registry)
@@ -612,11 +779,17 @@ def test_api_hang_and_refusal_answer_within_the_deadline(
     with plane.api_client() as api:
         configuration = ""
         try:
-            kubeconfig = plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER, mg.SERVICE_ACCOUNT_GROUPS,
-                                              url=relay.url)
-            server = started("relay", plane, policy=skip_policy, kubeconfig=kubeconfig,
-                             args=["--store", "kubernetes", "--credential-deadline", "1"],
-                             redact=[registry.password])
+            kubeconfig = plane.kubeconfig_for(
+                mg.SERVICE_ACCOUNT_USER, mg.SERVICE_ACCOUNT_GROUPS, url=relay.url
+            )
+            server = started(
+                "relay",
+                plane,
+                policy=skip_policy,
+                kubeconfig=kubeconfig,
+                args=["--store", "kubernetes", "--credential-deadline", "1"],
+                redact=[registry.password],
+            )
             suite = register_own(api, installed, server)
             configuration = f"mirrorgate-e2e-{suite}"
             namespace = make_namespace({SUITE_LABEL: suite, **ENFORCE})
@@ -626,8 +799,9 @@ def test_api_hang_and_refusal_answer_within_the_deadline(
             def attempt(label: str) -> None:
                 since = time.monotonic()
                 try:
-                    outcomes[label] = create_pod(api, registry, evidence, namespace,
-                                                 upstream_pod(registry, label))
+                    outcomes[label] = create_pod(
+                        api, registry, evidence, namespace, upstream_pod(registry, label)
+                    )
                 except k8s.ApiException as error:
                     evidence.text(f"denial ({label})", str(error.body))
                     outcomes[label] = error
@@ -643,8 +817,10 @@ def test_api_hang_and_refusal_answer_within_the_deadline(
             attempt("refused-skip")
             pods = pod_names(api, namespace)
             wait_log(server, "admission", pod="refused-skip")  # info lines flush each second
-            answered = {e["pod"]: e["duration_ms"]
-                        for e in entries_with(server, "admission", namespace=namespace)}
+            answered = {
+                e["pod"]: e["duration_ms"]
+                for e in entries_with(server, "admission", namespace=namespace)
+            }
         finally:
             if configuration:
                 mg.unregister(api, configuration)
@@ -652,8 +828,10 @@ def test_api_hang_and_refusal_answer_within_the_deadline(
     for label, seconds in figures.items():
         record_property(f"{label}_seconds", seconds)
     print(f"\nFIGURE api_failure_seconds={figures} webhook_duration_ms={answered}")
-    reasons = {"hang": "no answer from the Kubernetes API within 1s",
-               "refused": "mirrorgate could not create it: the Kubernetes API is unavailable"}
+    reasons = {
+        "hang": "no answer from the Kubernetes API within 1s",
+        "refused": "mirrorgate could not create it: the Kubernetes API is unavailable",
+    }
     for label in ("hang-skip", "refused-skip"):
         outcome = outcomes[label]
         assert isinstance(outcome, tuple), (label, outcome)
@@ -678,27 +856,39 @@ def test_api_hang_and_refusal_answer_within_the_deadline(
 
 
 def test_two_replicas_race_to_exactly_one_secret(
-        installed: Installed, make_namespace: MakeNamespace, evidence: Evidence,
-        started: Callable[..., mg.Mirrorgate],
-        record_property: Callable[[str, object], None]) -> None:
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    evidence: Evidence,
+    started: Callable[..., mg.Mirrorgate],
+    record_property: Callable[[str, object], None],
+) -> None:
     """Two replicas, 20 concurrent reviews each for one namespace: one Secret, no failures."""
     registry, plane = installed.registry, installed.control_plane
-    replicas = [started(name, plane, policy=e2e_policy(registry),
-                        args=["--store", "kubernetes"], redact=[registry.password])
-                for name in ("replica-a", "replica-b")]
+    replicas = [
+        started(
+            name,
+            plane,
+            policy=e2e_policy(registry),
+            args=["--store", "kubernetes"],
+            redact=[registry.password],
+        )
+        for name in ("replica-a", "replica-b")
+    ]
     namespace = make_namespace(ENFORCE)
     per_replica = 20
     barrier = threading.Barrier(per_replica * len(replicas))
 
     def call(server: mg.Mirrorgate, name: str) -> tuple[int, dict[str, Any]]:
-        review = admission_review(namespace, pod_dict(name, registry.upstream_image,
-                                                      namespace=namespace))
+        review = admission_review(
+            namespace, pod_dict(name, registry.upstream_image, namespace=namespace)
+        )
         with server.client() as http:
             barrier.wait(timeout=30)
             return post_review(http, review)
 
-    jobs = [(server, f"web-{i}-{j}") for i, server in enumerate(replicas)
-            for j in range(per_replica)]
+    jobs = [
+        (server, f"web-{i}-{j}") for i, server in enumerate(replicas) for j in range(per_replica)
+    ]
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         since = time.monotonic()
         results = list(pool.map(lambda job: call(*job), jobs))
@@ -712,10 +902,16 @@ def test_two_replicas_race_to_exactly_one_secret(
         assert response["allowed"] is True, response
         assert "warnings" not in response, response
         operations = decoded_patch(response)
-        assert {"op": "replace", "path": "/spec/containers/0/image",
-                "value": registry.mirror_image} in operations, operations
-        assert {"op": "add", "path": "/spec/imagePullSecrets",
-                "value": [{"name": SECRET}]} in operations, operations
+        assert {
+            "op": "replace",
+            "path": "/spec/containers/0/image",
+            "value": registry.mirror_image,
+        } in operations, operations
+        assert {
+            "op": "add",
+            "path": "/spec/imagePullSecrets",
+            "value": [{"name": SECRET}],
+        } in operations, operations
     with plane.api_client() as api:
         stored = list_secrets(api, namespace)
         assert [s["metadata"]["name"] for s in stored] == [SECRET]
@@ -725,35 +921,50 @@ def test_two_replicas_race_to_exactly_one_secret(
         assert [metric(t, writes, action="failed") for t in texts] == [0, 0]
         assert sum(metric(t, writes, action="created") for t in texts) == 1, texts
         assert sum(metric(t, writes, action="updated") for t in texts) == 0, texts
-        assert [metric(t, "mirrorgate_admissions_total", outcome="patched") for t in texts] == \
-            [per_replica, per_replica]
+        assert [metric(t, "mirrorgate_admissions_total", outcome="patched") for t in texts] == [
+            per_replica,
+            per_replica,
+        ]
 
         # One Lease, one holder among the three servers running, and only it reconciles.
-        servers = {"session": installed.server, "replica-a": replicas[0],
-                   "replica-b": replicas[1]}
+        servers = {"session": installed.server, "replica-a": replicas[0], "replica-b": replicas[1]}
         holder = lease_holder(api)
-        leaders = [name for name, server in servers.items()
-                   if identity_pid(holder) == server.process.pid]
+        leaders = [
+            name for name, server in servers.items() if identity_pid(holder) == server.process.pid
+        ]
         assert len(leaders) == 1, (holder, {n: s.process.pid for n, s in servers.items()})
         logs_flushed(list(servers.values()), namespace)
-        claims = {name: [e["leading"] for e in entries_with(server, "leadership changed")]
-                  for name, server in servers.items()}
+        claims = {
+            name: [e["leading"] for e in entries_with(server, "leadership changed")]
+            for name, server in servers.items()
+        }
         assert [n for n, c in claims.items() if c and c[-1]] == leaders, claims
 
         new_password = f"rotated-{secrets.token_hex(8)}"
         evidence.secret(registry.username, new_password)
         try:
             central_credential(api, registry, password=new_password)
-            wait_until(expect_copies(api, [namespace], SECRET, new_password),
-                       timeout=CONVERGE, what="rotation with three servers", interval=0.05)
+            wait_until(
+                expect_copies(api, [namespace], SECRET, new_password),
+                timeout=CONVERGE,
+                what="rotation with three servers",
+                interval=0.05,
+            )
             wait_log(servers[leaders[0]], "pull secret rotated", secret=f"{namespace}/{SECRET}")
             logs_flushed(list(servers.values()), namespace)
-            rotated_by = [name for name, server in servers.items() if entries_with(
-                server, "pull secret rotated", secret=f"{namespace}/{SECRET}")]
+            rotated_by = [
+                name
+                for name, server in servers.items()
+                if entries_with(server, "pull secret rotated", secret=f"{namespace}/{SECRET}")
+            ]
         finally:
             central_credential(api, registry)
-            wait_until(expect_copies(api, [namespace], SECRET, registry.password),
-                       timeout=CONVERGE, what="copy rotated back", interval=0.1)
+            wait_until(
+                expect_copies(api, [namespace], SECRET, registry.password),
+                timeout=CONVERGE,
+                what="copy rotated back",
+                interval=0.1,
+            )
     assert rotated_by == leaders
     for name, server in servers.items():
         if name != "session":
@@ -761,8 +972,11 @@ def test_two_replicas_race_to_exactly_one_secret(
 
 
 def test_leader_releases_the_lease_on_shutdown(
-        installed: Installed, evidence: Evidence, started: Callable[..., mg.Mirrorgate],
-        record_property: Callable[[str, object], None]) -> None:
+    installed: Installed,
+    evidence: Evidence,
+    started: Callable[..., mg.Mirrorgate],
+    record_property: Callable[[str, object], None],
+) -> None:
     """A stopped leader releases its Lease: the other replica leads within one renewal (5 s)."""
     registry, plane = installed.registry, installed.control_plane
     # A namespace of their own (Lease and store), so the session server keeps its Lease. The
@@ -772,14 +986,26 @@ def test_leader_releases_the_lease_on_shutdown(
         own = create_namespace(api, f"mg-{namespace_name('lease')}")
         user, groups = mg.installed_in(api, own)
         payload = base64.b64encode(json.dumps(registry.dockerconfigjson()).encode()).decode()
-        k8s.CoreV1Api(api).create_namespaced_secret(own, k8s.V1Secret(
-            metadata=k8s.V1ObjectMeta(name=CREDENTIAL), type="kubernetes.io/dockerconfigjson",
-            data={".dockerconfigjson": payload}))
-        replicas = {name: started(name, plane, policy=e2e_policy(registry),
-                                  user=user, groups=groups,
-                                  args=["--store", "kubernetes", "--namespace", own],
-                                  redact=[registry.password])
-                    for name in ("lease-a", "lease-b")}
+        k8s.CoreV1Api(api).create_namespaced_secret(
+            own,
+            k8s.V1Secret(
+                metadata=k8s.V1ObjectMeta(name=CREDENTIAL),
+                type="kubernetes.io/dockerconfigjson",
+                data={".dockerconfigjson": payload},
+            ),
+        )
+        replicas = {
+            name: started(
+                name,
+                plane,
+                policy=e2e_policy(registry),
+                user=user,
+                groups=groups,
+                args=["--store", "kubernetes", "--namespace", own],
+                redact=[registry.password],
+            )
+            for name in ("lease-a", "lease-b")
+        }
         by_pid = {server.process.pid: name for name, server in replicas.items()}
 
         def holder() -> str:
@@ -797,8 +1023,11 @@ def test_leader_releases_the_lease_on_shutdown(
         since = time.monotonic()
 
         def taken_over() -> str | None:
-            return None if by_pid.get(identity_pid(holder()) or 0) == survivor \
+            return (
+                None
+                if by_pid.get(identity_pid(holder()) or 0) == survivor
                 else f"holder {holder()!r}"
+            )
 
         wait_until(taken_over, timeout=25, what="the survivor holds the Lease", interval=0.1)
         seconds = elapsed(since)
@@ -806,18 +1035,30 @@ def test_leader_releases_the_lease_on_shutdown(
     print(f"\nFIGURE lease_takeover_seconds={seconds} (released: {after_stop != first})")
     assert after_stop != first, (
         f"{leader} exited still holding the Lease {LEASE!r} ({first!r}); the survivor had to "
-        f"wait for it to expire ({seconds} s)")
+        f"wait for it to expire ({seconds} s)"
+    )
     assert seconds <= 7, seconds
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MIRRORGATE, *args], input=stdin,
-                          capture_output=True, text=True, timeout=60, cwd=mg.REPO, check=False)
+    return subprocess.run(
+        [*MIRRORGATE, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=mg.REPO,
+        check=False,
+    )
 
 
 def test_file_store_secret_pulls_and_wrong_password_gets_401(
-        installed: Installed, make_namespace: MakeNamespace, evidence: Evidence,
-        started: Callable[..., mg.Mirrorgate], tmp_path: Path) -> None:
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    evidence: Evidence,
+    started: Callable[..., mg.Mirrorgate],
+    tmp_path: Path,
+) -> None:
     """--store file: the generated Secret pulls from the mirror; a wrong password gets 401."""
     registry, plane = installed.registry, installed.control_plane
     store, key = tmp_path / "credentials.json", tmp_path / "store.key"
@@ -825,9 +1066,21 @@ def test_file_store_secret_pulls_and_wrong_password_gets_401(
     evidence.secret(registry.username, wrong)
 
     def add(password: str) -> None:
-        done = _cli("credentials", "add", CREDENTIAL, "--registry", registry.host,
-                    "--username", registry.username, "--password-stdin",
-                    "--store", str(store), "--key-file", str(key), stdin=password + "\n")
+        done = _cli(
+            "credentials",
+            "add",
+            CREDENTIAL,
+            "--registry",
+            registry.host,
+            "--username",
+            registry.username,
+            "--password-stdin",
+            "--store",
+            str(store),
+            "--key-file",
+            str(key),
+            stdin=password + "\n",
+        )
         evidence.text("credentials add output", done.stdout + done.stderr)
         assert done.returncode == 0, done.stderr
 
@@ -840,13 +1093,18 @@ def test_file_store_secret_pulls_and_wrong_password_gets_401(
     assert CREDENTIAL in listing.stdout
     assert registry.host in listing.stdout
     evidence.text("store file (encrypted)", store.read_text())
-    server = started("file-store", plane, policy=e2e_policy(registry),
-                     args=["--store", "file", "--store-file", str(store),
-                           "--key-file", str(key)], redact=[registry.password, wrong])
+    server = started(
+        "file-store",
+        plane,
+        policy=e2e_policy(registry),
+        args=["--store", "file", "--store-file", str(store), "--key-file", str(key)],
+        redact=[registry.password, wrong],
+    )
 
     def admit(namespace: str, name: str) -> list[dict[str, Any]]:
-        review = admission_review(namespace, pod_dict(name, registry.upstream_image,
-                                                      namespace=namespace))
+        review = admission_review(
+            namespace, pod_dict(name, registry.upstream_image, namespace=namespace)
+        )
         with server.client() as http:
             status, body = post_review(http, review)
         evidence.text("review response", body)
@@ -857,8 +1115,11 @@ def test_file_store_secret_pulls_and_wrong_password_gets_401(
     with plane.api_client() as api:
         good_namespace = make_namespace(ENFORCE)
         operations = admit(good_namespace, "web")
-        assert {"op": "add", "path": "/spec/imagePullSecrets",
-                "value": [{"name": SECRET}]} in operations, operations
+        assert {
+            "op": "add",
+            "path": "/spec/imagePullSecrets",
+            "value": [{"name": SECRET}],
+        } in operations, operations
         good = read_secret(api, good_namespace, SECRET)
         assert good is not None
         evidence.text("annotations of the file-store copy", annotations_of(good))
@@ -872,8 +1133,9 @@ def test_file_store_secret_pulls_and_wrong_password_gets_401(
         def wrong_copy() -> str | None:
             admit(bad_namespace, f"web-{next(attempts)}")
             secret = read_secret(api, bad_namespace, SECRET)
-            if secret is None or [e["password"] for e in secret_config(secret)["auths"]
-                                  .values()] != [wrong]:
+            if secret is None or [
+                e["password"] for e in secret_config(secret)["auths"].values()
+            ] != [wrong]:
                 return "copy not yet made from the reloaded store"
             seen.append(secret)
             return None
@@ -888,11 +1150,14 @@ def test_file_store_secret_pulls_and_wrong_password_gets_401(
 def test_no_credential_leaks_anywhere(installed: Installed, evidence: Evidence) -> None:
     """No password or auth value in any log, metrics, warning, annotation or CLI output."""
     registry = installed.registry
-    extra = [("session log", installed.server.logs()),
-             ("session metrics", metrics_text(installed.server))]
-    assert {registry.password,
-            base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()} \
-        <= evidence.secrets
+    extra = [
+        ("session log", installed.server.logs()),
+        ("session metrics", metrics_text(installed.server)),
+    ]
+    assert {
+        registry.password,
+        base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode(),
+    } <= evidence.secrets
     assert evidence.leaks(extra) == []
     # The scan would see them: the session log really holds the lines it checks.
     assert any(e.get("msg") == "admission" for e in log_entries(extra[0][1]))

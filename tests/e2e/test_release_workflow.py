@@ -25,8 +25,14 @@ WORKFLOW = REPO_ROOT / ".github" / "workflows" / "release.yml"
 
 def _lint(actionlint: Path, workflow: Path) -> subprocess.CompletedProcess[str]:
     # From the workflow's repository: actionlint reads its .github/ from the working directory.
-    return subprocess.run([str(actionlint), "-no-color", str(workflow)], capture_output=True,
-                          text=True, timeout=120, check=False, cwd=workflow.parents[2])
+    return subprocess.run(
+        [str(actionlint), "-no-color", str(workflow)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=workflow.parents[2],
+    )
 
 
 def test_actionlint_passes_the_release_workflow(actionlint: Path, tmp_path: Path) -> None:
@@ -41,9 +47,11 @@ def test_actionlint_passes_the_release_workflow(actionlint: Path, tmp_path: Path
     broken.parent.mkdir(parents=True)
     text = WORKFLOW.read_text()
     assert 'digest="$(cat "$RUNNER_TEMP/image.digest")"' in text
-    broken.write_text(text.replace("steps.image.outputs.digest", "steps.imgae.outputs.digest")
-                      .replace('digest="$(cat "$RUNNER_TEMP/image.digest")"',
-                               "digest=$(cat $RUNNER_TEMP/image.digest)"))
+    broken.write_text(
+        text.replace("steps.image.outputs.digest", "steps.imgae.outputs.digest").replace(
+            'digest="$(cat "$RUNNER_TEMP/image.digest")"', "digest=$(cat $RUNNER_TEMP/image.digest)"
+        )
+    )
     refused = _lint(actionlint, broken)
     assert refused.returncode == 1
     assert 'property "imgae" is not defined' in refused.stdout
@@ -57,17 +65,26 @@ def test_it_publishes_what_make_release_verified() -> None:
     assert workflow[True]["push"]["tags"] == ["v[0-9]+.[0-9]+.[0-9]+"]  # YAML 1.1: on → True
     assert workflow["permissions"] == {}
     [job] = workflow["jobs"].values()
-    assert job["permissions"] == {"contents": "write", "packages": "write",
-                                  "id-token": "write", "attestations": "write"}
+    assert job["permissions"] == {
+        "contents": "write",
+        "packages": "write",
+        "id-token": "write",
+        "attestations": "write",
+    }
     scripts = "\n".join(step.get("run", "") for step in job["steps"])
     assert re.search(r"^\s*make release VERSION=", scripts, re.M)
-    assert "cosign sign --yes \"$IMAGE@$digest\"" in scripts
-    assert "cosign sign --yes \"$CHARTS/mirrorgate@$digest\"" in scripts
+    assert 'cosign sign --yes "$IMAGE@$digest"' in scripts
+    assert 'cosign sign --yes "$CHARTS/mirrorgate@$digest"' in scripts
     assert "--type cyclonedx" in scripts
     uses = [step["uses"] for step in job["steps"] if "uses" in step]
     assert all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", use) for use in uses), uses
-    attested = [step["with"] for step in job["steps"]
-                if step.get("uses", "").startswith("actions/attest-build-provenance@")]
+    attested = [
+        step["with"]
+        for step in job["steps"]
+        if step.get("uses", "").startswith("actions/attest-build-provenance@")
+    ]
     assert [a.get("subject-name", a.get("subject-checksums")) for a in attested] == [
-        "${{ steps.names.outputs.image }}", "${{ steps.names.outputs.charts }}/mirrorgate",
-        "dist/SHA256SUMS"]
+        "${{ steps.names.outputs.image }}",
+        "${{ steps.names.outputs.charts }}/mirrorgate",
+        "dist/SHA256SUMS",
+    ]

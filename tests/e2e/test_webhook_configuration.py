@@ -28,7 +28,8 @@ OVERLAYS = ["base", "overlays/audit", "overlays/enforce", "overlays/cert-manager
 
 
 def test_reinvocation_converges_to_a_single_pass(
-        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path) -> None:
+    installed: Installed, make_namespace: MakeNamespace, tmp_path: Path
+) -> None:
     """A later webhook adds a container; mirrorgate is called again and the result is one pass."""
     with installed.control_plane.api_client() as api, running_injector(tmp_path) as (url, ca):
         # "zz-" sorts after "mirrorgate": the API server calls the injector second.
@@ -36,20 +37,32 @@ def test_reinvocation_converges_to_a_single_pass(
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": "zz-e2e-injector"},
-            "webhooks": [{
-                "name": "inject.e2e.mirrorgate.io",
-                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca).decode()},
-                "namespaceSelector": {"matchLabels": {"e2e.mirrorgate.io/inject": "yes"}},
-                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                           "resources": ["pods"]}],
-                "sideEffects": "None", "admissionReviewVersions": ["v1"],
-                "failurePolicy": "Fail", "reinvocationPolicy": "Never",
-            }]}
+            "webhooks": [
+                {
+                    "name": "inject.e2e.mirrorgate.io",
+                    "clientConfig": {"url": url, "caBundle": base64.b64encode(ca).decode()},
+                    "namespaceSelector": {"matchLabels": {"e2e.mirrorgate.io/inject": "yes"}},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ],
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "failurePolicy": "Fail",
+                    "reinvocationPolicy": "Never",
+                }
+            ],
+        }
         admission = k8s.AdmissionregistrationV1Api(api)
         admission.create_mutating_webhook_configuration(injector)  # type: ignore[arg-type]
         try:
-            namespace = make_namespace({"mirrorgate.io/mode": "enforce",
-                                        "e2e.mirrorgate.io/inject": "yes"})
+            namespace = make_namespace(
+                {"mirrorgate.io/mode": "enforce", "e2e.mirrorgate.io/inject": "yes"}
+            )
             created, _ = create_pod(api, namespace, pod(installed))
         finally:
             admission.delete_mutating_webhook_configuration("zz-e2e-injector")
@@ -61,24 +74,37 @@ def test_reinvocation_converges_to_a_single_pass(
     plan = policy.plan(written, namespace=namespace, policy=rules)
     single = jsonpatch.apply_patch(written, patch.build_patch(written, plan))
 
-    assert [c["image"] for c in created["spec"]["containers"]] == \
-        [c["image"] for c in single["spec"]["containers"]]
-    assert created["spec"]["initContainers"][0]["image"] == \
-        single["spec"]["initContainers"][0]["image"]
+    assert [c["image"] for c in created["spec"]["containers"]] == [
+        c["image"] for c in single["spec"]["containers"]
+    ]
+    assert (
+        created["spec"]["initContainers"][0]["image"]
+        == single["spec"]["initContainers"][0]["image"]
+    )
     assert created["spec"]["imagePullSecrets"] == single["spec"]["imagePullSecrets"]
     annotation = policy.ORIGINAL_IMAGES_ANNOTATION
-    assert json.loads(created["metadata"]["annotations"][annotation]) == \
-        json.loads(single["metadata"]["annotations"][annotation])
-    assert json.loads(created["metadata"]["annotations"][annotation])["containers/injected"] \
+    assert json.loads(created["metadata"]["annotations"][annotation]) == json.loads(
+        single["metadata"]["annotations"][annotation]
+    )
+    assert (
+        json.loads(created["metadata"]["annotations"][annotation])["containers/injected"]
         == SIDECAR_IMAGE
+    )
+
     # mirrorgate really was called twice for this Pod (log lines are flushed
     # within a second, so wait for them).
     def admissions() -> list[str]:
-        return [line for line in installed.server.logs().splitlines()
-                if f'"namespace":"{namespace}"' in line and '"msg":"admission"' in line]
+        return [
+            line
+            for line in installed.server.logs().splitlines()
+            if f'"namespace":"{namespace}"' in line and '"msg":"admission"' in line
+        ]
 
-    wait_until(lambda: None if len(admissions()) >= 2 else f"{len(admissions())} lines",
-               timeout=5, what="two admission log lines")
+    wait_until(
+        lambda: None if len(admissions()) >= 2 else f"{len(admissions())} lines",
+        timeout=5,
+        what="two admission log lines",
+    )
     assert len(admissions()) == 2, admissions()
 
 
@@ -90,32 +116,47 @@ def _failure_configuration(installed: Installed, label: str) -> dict[str, Any]:
     return configuration
 
 
-@pytest.mark.parametrize(("failure_policy", "admitted"), [
-    pytest.param("Ignore", True, id="ignore-admits-unchanged"),
-    pytest.param("Fail", False, id="fail-refuses"),
-])
+@pytest.mark.parametrize(
+    ("failure_policy", "admitted"),
+    [
+        pytest.param("Ignore", True, id="ignore-admits-unchanged"),
+        pytest.param("Fail", False, id="fail-refuses"),
+    ],
+)
 def test_stopped_webhook_follows_failure_policy(
-        installed: Installed, make_namespace: MakeNamespace, tmp_path: Path,
-        failure_policy: str, admitted: bool) -> None:
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    tmp_path: Path,
+    failure_policy: str,
+    admitted: bool,
+) -> None:
     """With mirrorgate stopped, Ignore creates Pods unmodified and Fail refuses them."""
     plane = installed.control_plane
-    server = mg.start_mirrorgate(tmp_path, plane, policy=e2e_policy(installed.registry),
-                                 args=["--store", "kubernetes"])
+    server = mg.start_mirrorgate(
+        tmp_path, plane, policy=e2e_policy(installed.registry), args=["--store", "kubernetes"]
+    )
     name = f"e2e-failure-{failure_policy.lower()}"
     label = failure_policy.lower()
     with plane.api_client() as api:
-        mg.register(api, _failure_configuration(installed, label), server, name=name,
-                    failure_policy=failure_policy)
+        mg.register(
+            api,
+            _failure_configuration(installed, label),
+            server,
+            name=name,
+            failure_policy=failure_policy,
+        )
         try:
-            namespace = make_namespace({"e2e.mirrorgate.io/failure": label,
-                                        "mirrorgate.io/mode": "enforce"})
+            namespace = make_namespace(
+                {"e2e.mirrorgate.io/failure": label, "mirrorgate.io/mode": "enforce"}
+            )
             running, _ = create_pod(api, namespace, pod(installed, name="while-up"))
             assert running["spec"]["containers"][0]["image"] == installed.registry.mirror_image
             server.stop()
             if admitted:
                 created, _ = create_pod(api, namespace, pod(installed, name="while-down"))
-                assert created["spec"]["containers"][0]["image"] == \
-                    installed.registry.upstream_image
+                assert (
+                    created["spec"]["containers"][0]["image"] == installed.registry.upstream_image
+                )
                 assert "imagePullSecrets" not in created["spec"]
             else:
                 with pytest.raises(k8s.ApiException) as refused:
@@ -131,8 +172,10 @@ def test_manifests_choose_ignore_and_say_why(installed: Installed) -> None:
     """The shipped failurePolicy is Ignore for both Pod webhooks, with its reason written down;
     Fail only for the policy ConfigMap's validator, which no Pod waits for."""
     assert {w["name"]: w["failurePolicy"] for w in installed.configuration["webhooks"]} == {
-        "enforce.mirrorgate.io": "Ignore", "audit.mirrorgate.io": "Ignore",
-        "policy.mirrorgate.io": "Fail"}
+        "enforce.mirrorgate.io": "Ignore",
+        "audit.mirrorgate.io": "Ignore",
+        "policy.mirrorgate.io": "Fail",
+    }
     source = (mg.REPO / "manifests" / "base" / "mutatingwebhookconfiguration.yaml").read_text()
     assert "failurePolicy: Ignore" in source
     assert "air-gapped" in source  # the documented reason to switch enforce to Fail
@@ -140,13 +183,21 @@ def test_manifests_choose_ignore_and_say_why(installed: Installed) -> None:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_overlay_is_accepted_by_server_side_dry_run(installed: Installed, kustomize: Path,
-                                                    overlay: str) -> None:
+def test_overlay_is_accepted_by_server_side_dry_run(
+    installed: Installed, kustomize: Path, overlay: str
+) -> None:
     """`kustomize build` of every overlay is accepted by the API server (dry run)."""
     objects = mg.render(kustomize, overlay)
     kinds = {o["kind"] for o in objects}
-    assert {"Deployment", "MutatingWebhookConfiguration", "ClusterRole", "Service",
-            "PodDisruptionBudget", "ConfigMap", "NetworkPolicy"} <= kinds
+    assert {
+        "Deployment",
+        "MutatingWebhookConfiguration",
+        "ClusterRole",
+        "Service",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "NetworkPolicy",
+    } <= kinds
     with installed.control_plane.api_client() as api:
         if overlay.endswith("cert-manager"):
             cert_manager_crds(api)
@@ -158,8 +209,13 @@ def test_overlay_is_accepted_by_server_side_dry_run(installed: Installed, kustom
                 obj = {**obj, "metadata": {**obj["metadata"], "name": "mirrorgate-dry-run"}}
             resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
             client.server_side_apply(  # type: ignore[no-untyped-call]
-                resource, body=obj, namespace=obj["metadata"].get("namespace"),
-                field_manager="mirrorgate-e2e", force_conflicts=True, dry_run="All")
+                resource,
+                body=obj,
+                namespace=obj["metadata"].get("namespace"),
+                field_manager="mirrorgate-e2e",
+                force_conflicts=True,
+                dry_run="All",
+            )
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert ("--audit-only" in args) == overlay.endswith("audit")

@@ -28,8 +28,9 @@ _GO_ENV = {"CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
 
 
 def _cache_dir() -> Path:
-    out = subprocess.run(["bash", str(BUILD_SH), "--print"], check=True, capture_output=True,
-                         text=True, timeout=30)
+    out = subprocess.run(
+        ["bash", str(BUILD_SH), "--print"], check=True, capture_output=True, text=True, timeout=30
+    )
     return Path(out.stdout.strip())
 
 
@@ -38,8 +39,9 @@ def go_binary(name: str, *, sources: Path = SOURCES) -> bytes:
     and cached by source hash."""
     source = (sources / name / "main.go").read_bytes()
     env = {**os.environ, **_GO_ENV}
-    version = subprocess.run(["go", "version"], check=True, capture_output=True, env=env,
-                             timeout=60).stdout
+    version = subprocess.run(
+        ["go", "version"], check=True, capture_output=True, env=env, timeout=60
+    ).stdout
     key = hashlib.sha256(source + version).hexdigest()[:16]
     cached = _cache_dir() / f"e2e-{name}-{key}"
     if not cached.exists():
@@ -47,9 +49,14 @@ def go_binary(name: str, *, sources: Path = SOURCES) -> bytes:
         with tempfile.TemporaryDirectory() as work:
             Path(work, "go.mod").write_text(f"module mirrorgate.test/{name}\n\ngo 1.22\n")
             Path(work, "main.go").write_bytes(source)
-            subprocess.run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o",
-                            f"{cached}.tmp", "."], check=True, cwd=work, env=env,
-                           capture_output=True, timeout=600)
+            subprocess.run(
+                ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", f"{cached}.tmp", "."],
+                check=True,
+                cwd=work,
+                env=env,
+                capture_output=True,
+                timeout=600,
+            )
         Path(f"{cached}.tmp").rename(cached)  # atomic: a concurrent run sees all or nothing
         for stale in cached.parent.glob(f"e2e-{name}-*"):
             if stale != cached and not stale.name.endswith(".tmp"):
@@ -63,17 +70,20 @@ def pause_image() -> OciImage:
 
 def workload_image(greeting: str) -> OciImage:
     """The `hello` program printing `greeting`: one image (and digest) per greeting."""
-    return build_image(files={"hello": (go_binary("hello"), 0o755)}, command=["/hello"],
-                       env={"GREETING": greeting})
+    return build_image(
+        files={"hello": (go_binary("hello"), 0o755)}, command=["/hello"], env={"GREETING": greeting}
+    )
 
 
 def push_upstream(registry: RegistryStack, repository: str, tag: str, image: OciImage) -> str:
     """Push `image` to the upstream; returns the reference a Pod names it by."""
     credentials = Credentials(registry.upstream_username, registry.upstream_password)
-    with RegistryClient(registry.upstream_host, ca_file=str(registry.ca_path),
-                        credentials=credentials) as client:
+    with RegistryClient(
+        registry.upstream_host, ca_file=str(registry.ca_path), credentials=credentials
+    ) as client:
         pushed = client.push(repository, tag, image)
     if pushed != image.digest:
-        raise RuntimeError(f"upstream stored {pushed} for {repository}:{tag}, "
-                           f"expected {image.digest}")
+        raise RuntimeError(
+            f"upstream stored {pushed} for {repository}:{tag}, expected {image.digest}"
+        )
     return f"{registry.upstream_host}/{repository}:{tag}"

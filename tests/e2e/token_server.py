@@ -130,8 +130,11 @@ class RobotPasswords:
 
 def _robot_access(robot: Robot, access: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Only repositories of the robot's own project; pull at most."""
-    return [{**a, "actions": [x for x in a["actions"] if x == "pull"]} for a in access
-            if a["type"] == "repository" and a["name"].startswith(robot.project + "/")]
+    return [
+        {**a, "actions": [x for x in a["actions"] if x == "pull"]}
+        for a in access
+        if a["type"] == "repository" and a["name"].startswith(robot.project + "/")
+    ]
 
 
 class TokenServer:
@@ -178,8 +181,9 @@ class TokenServer:
         self._server.server_close()
 
 
-def _make_handler(signer: TokenSigner, users: dict[str, str],
-                  server: TokenServer) -> type[BaseHTTPRequestHandler]:
+def _make_handler(
+    signer: TokenSigner, users: dict[str, str], server: TokenServer
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "e2e-token-server"
 

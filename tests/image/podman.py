@@ -19,11 +19,17 @@ ULIMITS = ("--ulimit", "nofile=4096:4096", "--ulimit", "nproc=2048:2048")
 RUN_AS = "65532:65532"
 
 
-def podman(*args: str, timeout: float = 120,
-           check: bool = True) -> subprocess.CompletedProcess[str]:
+def podman(
+    *args: str, timeout: float = 120, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """podman (through image/podman.sh) with its output captured; raises naming stderr."""
-    done = subprocess.run(["bash", str(PODMAN_SH), *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    done = subprocess.run(
+        ["bash", str(PODMAN_SH), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if check and done.returncode != 0:
         raise AssertionError(f"podman {' '.join(args)} exited {done.returncode}: {done.stderr}")
     return done
@@ -31,18 +37,36 @@ def podman(*args: str, timeout: float = 120,
 
 def build(script: str, *, env: dict[str, str] | None = None, timeout: float = 1200) -> str:
     """Run one of the image/ scripts; returns the image name it prints last."""
-    done = subprocess.run(["bash", str(REPO_ROOT / "image" / script)], capture_output=True,
-                          text=True, timeout=timeout, check=False,
-                          env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "image" / script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
     assert done.returncode == 0, f"image/{script} failed:\n{done.stderr}"
     return done.stdout.strip().splitlines()[-1]
 
 
-def run(image: str, *args: str, options: Sequence[str] = (), timeout: float = 120
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    image: str, *args: str, options: Sequence[str] = (), timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """The image as the Deployment runs it: read-only root, non-root user, no network."""
-    return podman("run", "--rm", "--read-only", "--user", RUN_AS, "--network=none",
-                  *ULIMITS, *options, image, *args, timeout=timeout, check=False)
+    return podman(
+        "run",
+        "--rm",
+        "--read-only",
+        "--user",
+        RUN_AS,
+        "--network=none",
+        *ULIMITS,
+        *options,
+        image,
+        *args,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def push(image: str, destination: str, *, ca_path: Path, username: str, password: str) -> str:
@@ -53,7 +77,17 @@ def push(image: str, destination: str, *, ca_path: Path, username: str, password
         certs.mkdir()
         shutil.copy(ca_path, certs / "ca.crt")
         digest_file = Path(work, "digest")
-        podman("push", "--quiet", "--cert-dir", str(certs), "--digestfile", str(digest_file),
-               "--creds", f"{username}:{password}", image, f"docker://{destination}",
-               timeout=300)
+        podman(
+            "push",
+            "--quiet",
+            "--cert-dir",
+            str(certs),
+            "--digestfile",
+            str(digest_file),
+            "--creds",
+            f"{username}:{password}",
+            image,
+            f"docker://{destination}",
+            timeout=300,
+        )
         return digest_file.read_text().strip()

@@ -14,8 +14,11 @@ from tests.image.podman import REPO_ROOT
 LOCK = (REPO_ROOT / "image" / "requirements.lock").read_text()
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 # One entry: "name==version [; marker] \" then its "--hash=sha256:..." lines.
-ENTRY = re.compile(r"^([A-Za-z0-9._-]+)==(\S+)[^\n]*\n"
-                   r"((?:    --hash=sha256:[0-9a-f]{64}[ \\]*\n)+)", re.MULTILINE)
+ENTRY = re.compile(
+    r"^([A-Za-z0-9._-]+)==(\S+)[^\n]*\n"
+    r"((?:    --hash=sha256:[0-9a-f]{64}[ \\]*\n)+)",
+    re.MULTILINE,
+)
 
 
 def _pins() -> dict[str, str]:

@@ -46,8 +46,23 @@ PRIVATE_CA = "mirror-ca.trust-store.test"
 
 
 def _probe(image: str, *args: str, options: tuple[str, ...] = ()) -> dict[str, Any]:
-    done = podman("run", "--rm", "--read-only", "--user", RUN_AS, "--network=host", *ULIMITS,
-                  *options, "--entrypoint", "python3", image, "-c", PROBE, *args, check=False)
+    done = podman(
+        "run",
+        "--rm",
+        "--read-only",
+        "--user",
+        RUN_AS,
+        "--network=host",
+        *ULIMITS,
+        *options,
+        "--entrypoint",
+        "python3",
+        image,
+        "-c",
+        PROBE,
+        *args,
+        check=False,
+    )
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     found: dict[str, Any] = json.loads(done.stdout)
     return found
@@ -62,11 +77,24 @@ def tls_get(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _go_get(image: str, tls_get: Path, *args: str, options: tuple[str, ...] = ()
-            ) -> dict[str, Any]:
-    done = podman("run", "--rm", "--read-only", "--user", RUN_AS, "--network=host", *ULIMITS,
-                  "-v", f"{tls_get}:/tls-get:ro", *options, "--entrypoint", "/tls-get", image,
-                  *args, check=False)
+def _go_get(image: str, tls_get: Path, *args: str, options: tuple[str, ...] = ()) -> dict[str, Any]:
+    done = podman(
+        "run",
+        "--rm",
+        "--read-only",
+        "--user",
+        RUN_AS,
+        "--network=host",
+        *ULIMITS,
+        "-v",
+        f"{tls_get}:/tls-get:ro",
+        *options,
+        "--entrypoint",
+        "/tls-get",
+        image,
+        *args,
+        check=False,
+    )
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     found: dict[str, Any] = json.loads(done.stdout)
     return found
@@ -87,8 +115,9 @@ def test_the_system_roots_are_debian_s_ca_store(image: str, tls_get: Path) -> No
 def chart_pod(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The Deployment's Pod spec as the chart renders it for `mirrorCA`."""
     home = tmp_path_factory.mktemp("helm-home")
-    objects = h.template(built_binary("helm"), home, {"mirrorCA.configMap": "mirror-ca",
-                                                      "mirrorCA.key": KEY})
+    objects = h.template(
+        built_binary("helm"), home, {"mirrorCA.configMap": "mirror-ca", "mirrorCA.key": KEY}
+    )
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
     return spec
@@ -96,9 +125,16 @@ def chart_pod(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def _volumes(container: dict[str, Any], hosts: dict[str, Path]) -> list[str]:
     """podman -v options for the container's mounts of the chart's volumes."""
-    return [arg for mount in container["volumeMounts"] if mount["name"] in hosts
-            for arg in ("-v", f"{hosts[mount['name']]}:{mount['mountPath']}"
-                              + (":ro" if mount.get("readOnly") else ""))]
+    return [
+        arg
+        for mount in container["volumeMounts"]
+        if mount["name"] in hosts
+        for arg in (
+            "-v",
+            f"{hosts[mount['name']]}:{mount['mountPath']}"
+            + (":ro" if mount.get("readOnly") else ""),
+        )
+    ]
 
 
 def _lay_out(tmp_path: Path, bundle: bytes) -> dict[str, Path]:
@@ -113,18 +149,29 @@ def _lay_out(tmp_path: Path, bundle: bytes) -> dict[str, Path]:
     return {"mirror-ca": mirror_ca, "trust-store": trust}
 
 
-def _init(image: str, spec: dict[str, Any], hosts: dict[str, Path]
-          ) -> tuple[int, str]:
+def _init(image: str, spec: dict[str, Any], hosts: dict[str, Path]) -> tuple[int, str]:
     """The chart's trust-store initContainer, run from the image with its own command."""
     (init,) = [c for c in spec["initContainers"] if c["name"] == "trust-store"]
-    done = podman("run", "--rm", "--read-only", "--user", RUN_AS, "--network=none", *ULIMITS,
-                  *_volumes(init, hosts), "--entrypoint", json.dumps(init["command"]), image,
-                  check=False)
+    done = podman(
+        "run",
+        "--rm",
+        "--read-only",
+        "--user",
+        RUN_AS,
+        "--network=none",
+        *ULIMITS,
+        *_volumes(init, hosts),
+        "--entrypoint",
+        json.dumps(init["command"]),
+        image,
+        check=False,
+    )
     return done.returncode, done.stderr
 
 
-def test_mirror_ca_is_added_to_the_system_roots(image: str, chart_pod: dict[str, Any],
-                                                tls_get: Path, tmp_path: Path) -> None:
+def test_mirror_ca_is_added_to_the_system_roots(
+    image: str, chart_pod: dict[str, Any], tls_get: Path, tmp_path: Path
+) -> None:
     """The chart's initContainer and environment, run from the image: a mirror whose
     certificate a private CA signed is probed up through the TLS handshake (and reached
     by Go), and the store still holds every Debian root. Without `mirrorCA` both fail
@@ -138,8 +185,10 @@ def test_mirror_ca_is_added_to_the_system_roots(image: str, chart_pod: dict[str,
     chart = (*env, *_volumes(container, hosts))
     with https_server(pair, tmp_path, answer(401)) as mirror:
         given, alone = _probe(image, mirror, options=chart), _probe(image, mirror)
-        go_given, go_alone = (_go_get(image, tls_get, mirror, options=chart),
-                              _go_get(image, tls_get, mirror))
+        go_given, go_alone = (
+            _go_get(image, tls_get, mirror, options=chart),
+            _go_get(image, tls_get, mirror),
+        )
     assert given["env"] == "/etc/mirrorgate-trust/ca-certificates.crt"
     assert given["probe"] == [True, "HTTP 401"]
     assert given["cas"] == alone["cas"] + 1
@@ -152,15 +201,19 @@ def test_mirror_ca_is_added_to_the_system_roots(image: str, chart_pod: dict[str,
     assert "x509: certificate signed by unknown authority" in go_alone["error"]
     # The mirror-ca volume is still mounted for whatever names it (a plugin's CA_FILE).
     assert f"/etc/mirrorgate-ca/{KEY}" in {
-        f"{m['mountPath']}/{KEY}" for m in container["volumeMounts"] if m["name"] == "mirror-ca"}
+        f"{m['mountPath']}/{KEY}" for m in container["volumeMounts"] if m["name"] == "mirror-ca"
+    }
 
 
 @pytest.mark.parametrize("bundle", [b"", b"not a certificate\n"], ids=["empty", "not-pem"])
-def test_a_bundle_without_a_certificate_stops_the_pod(image: str, chart_pod: dict[str, Any],
-                                                     tmp_path: Path, bundle: bytes) -> None:
+def test_a_bundle_without_a_certificate_stops_the_pod(
+    image: str, chart_pod: dict[str, Any], tmp_path: Path, bundle: bytes
+) -> None:
     """A mirrorCA key holding no certificate fails the initContainer naming the file,
     instead of a replica starting with a trust store that verifies no private mirror."""
     hosts = _lay_out(tmp_path, bundle)
     assert _init(image, chart_pod, hosts) == (
-        1, f"mirrorCA: /etc/mirrorgate-ca/{KEY} holds no PEM certificate\n")
+        1,
+        f"mirrorCA: /etc/mirrorgate-ca/{KEY} holds no PEM certificate\n",
+    )
     assert os.listdir(hosts["trust-store"]) == []

@@ -37,11 +37,13 @@ class CheckFailed(Exception):
 
 
 def run(*argv: str | Path, cwd: Path = REPOSITORY) -> str:
-    done = subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        [str(a) for a in argv], cwd=cwd, capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
-        raise CheckFailed(f"{' '.join(map(str, argv))} exited {done.returncode}:\n"
-                          f"{done.stdout}{done.stderr}")
+        raise CheckFailed(
+            f"{' '.join(map(str, argv))} exited {done.returncode}:\n{done.stdout}{done.stderr}"
+        )
     return done.stdout + done.stderr
 
 
@@ -86,16 +88,20 @@ def check_single_package(site: Path) -> None:
     """The install adds one import package, ``mirrorgate``, and none of the generic names."""
     generic = [name for name in GENERIC_NAMES if (site / name).exists()]
     if generic:
-        raise CheckFailed(f"site-packages has top-level {', '.join(generic)}: "
-                          "they belong under mirrorgate")
+        raise CheckFailed(
+            f"site-packages has top-level {', '.join(generic)}: they belong under mirrorgate"
+        )
     if not (site / "mirrorgate" / "__init__.py").is_file():
         raise CheckFailed("site-packages has no mirrorgate package")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--single-package", action="store_true",
-                        help="require one top-level import package, mirrorgate")
+    parser.add_argument(
+        "--single-package",
+        action="store_true",
+        help="require one top-level import package, mirrorgate",
+    )
     args = parser.parse_args(argv)
     before = tree_state()
     try:
@@ -110,18 +116,19 @@ def main(argv: list[str] | None = None) -> int:
             if args.single_package:
                 check_single_package(site_packages(venv))
             # A user's `pip install .` of a clone: non-editable, from the tree itself.
-            run(pip, "install", "--quiet", "--no-deps", "--force-reinstall", REPOSITORY,
-                cwd=work)
+            run(pip, "install", "--quiet", "--no-deps", "--force-reinstall", REPOSITORY, cwd=work)
             check_installed_wheel(venv)
         left = sorted(tree_state() - before)
         if left:
-            raise CheckFailed("building and installing left in the source tree: "
-                              + ", ".join(left))
+            raise CheckFailed("building and installing left in the source tree: " + ", ".join(left))
     except CheckFailed as failure:
         print(f"check_dist: {failure}", file=sys.stderr)
         return 1
-    print(f"check_dist: sdist and wheel of mirrorgate {PROJECT['version']} build, install and "
-          "run; the source tree is untouched", file=sys.stderr)
+    print(
+        f"check_dist: sdist and wheel of mirrorgate {PROJECT['version']} build, install and "
+        "run; the source tree is untouched",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -41,7 +41,8 @@ def paths(max_components: int = 4) -> st.SearchStrategy[str]:
 
 
 _DOMAIN_COMPONENT = st.one_of(
-    _ALNUM, st.tuples(_ALNUM, st.sampled_from(["-", "--"]), _ALNUM).map("".join))
+    _ALNUM, st.tuples(_ALNUM, st.sampled_from(["-", "--"]), _ALNUM).map("".join)
+)
 
 
 @st.composite
@@ -70,7 +71,9 @@ def digests() -> st.SearchStrategy[str]:
     """A digest a container runtime accepts: sha256, sha384 or sha512, lower-case hex."""
     return st.sampled_from([("sha256", 32), ("sha384", 48), ("sha512", 64)]).flatmap(
         lambda alg: st.binary(min_size=alg[1], max_size=alg[1]).map(
-            lambda raw: f"{alg[0]}:{raw.hex()}"))
+            lambda raw: f"{alg[0]}:{raw.hex()}"
+        )
+    )
 
 
 @st.composite
@@ -99,16 +102,25 @@ def references(draw: st.DrawFn) -> str:
 
 # --- policies ----------------------------------------------------------------
 
-SOURCE_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io", "quay.io", "ghcr.io",
-                "gcr.io", "eu.gcr.io", "registry.k8s.io", "localhost:5000", "registry:5000")
+SOURCE_HOSTS = (
+    "docker.io",
+    "index.docker.io",
+    "registry-1.docker.io",
+    "quay.io",
+    "ghcr.io",
+    "gcr.io",
+    "eu.gcr.io",
+    "registry.k8s.io",
+    "localhost:5000",
+    "registry:5000",
+)
 SOURCE_PATHS = ("prometheus", "org", "org/team", "library")
 WILDCARDS = ("*.gcr.io", "*.corp.example", "*.k8s.io")
 MIRROR_HOSTS = ("mirror.corp.example", "mirror.corp.example:8443", "localhost:5001")
 CREDENTIALS = ("cred-a", "cred-b")
 NAMESPACES = ("default", "team-a", "team-b", "prod", "kube-system")
 NAMESPACE_GLOBS = ("*", "team-*", "prod", "default")
-IMAGE_GLOBS = ("registry.k8s.io/pause:*", "docker.io/library/busybox", "quay.io/org/*",
-               "*:v1*")
+IMAGE_GLOBS = ("registry.k8s.io/pause:*", "docker.io/library/busybox", "quay.io/org/*", "*:v1*")
 
 
 def _canonical(source: str) -> str:
@@ -137,16 +149,20 @@ def policy_documents(draw: st.DrawFn) -> dict[str, Any]:
     mirrors: list[dict[str, Any]] = []
     for i, source in enumerate(rule_sources):
         rule: dict[str, Any] = {
-            "source": source, "mirror": f"{draw(st.sampled_from(MIRROR_HOSTS))}/m{i}"}
+            "source": source,
+            "mirror": f"{draw(st.sampled_from(MIRROR_HOSTS))}/m{i}",
+        }
         credential = draw(st.none() | st.sampled_from(CREDENTIALS))
         if credential is not None:
             rule["credential"] = credential
         mirrors.append(rule)
     credentials = {
-        name: {"namespaces": draw(st.lists(st.sampled_from(NAMESPACE_GLOBS), min_size=1,
-                                           max_size=2))}
-        for name in CREDENTIALS if draw(st.booleans()) or any(
-            r.get("credential") == name for r in mirrors)}
+        name: {
+            "namespaces": draw(st.lists(st.sampled_from(NAMESPACE_GLOBS), min_size=1, max_size=2))
+        }
+        for name in CREDENTIALS
+        if draw(st.booleans()) or any(r.get("credential") == name for r in mirrors)
+    }
     document: dict[str, Any] = {"mirrors": mirrors, "credentials": credentials}
     if draw(st.booleans()):
         document["exclude"] = {
@@ -163,17 +179,43 @@ def policies() -> st.SearchStrategy[policy.Policy]:
 
 # --- images and Pods ---------------------------------------------------------
 
-INVALID_IMAGES = ("", " nginx", "nginx:", "Nginx", "docker/Docker", "ubuntu\n", "a" * 64,
-                  "nginx@sha256:abc", "[::1]:5000", "nginx@md5:" + "0" * 32)
+INVALID_IMAGES = (
+    "",
+    " nginx",
+    "nginx:",
+    "Nginx",
+    "docker/Docker",
+    "ubuntu\n",
+    "a" * 64,
+    "nginx@sha256:abc",
+    "[::1]:5000",
+    "nginx@md5:" + "0" * 32,
+)
 
 
 @st.composite
 def pooled_images(draw: st.DrawFn) -> str:
     """An image on one of the hosts the policy strategies know about."""
-    host = draw(st.sampled_from(
-        ("", "docker.io/", "index.docker.io/", "registry-1.docker.io/", "quay.io/",
-         "ghcr.io/", "gcr.io/", "eu.gcr.io/", "asia.eu.gcr.io/", "registry.k8s.io/",
-         "localhost:5000/", "registry:5000/", "a.corp.example/", "eu.gcr.io:443/")))
+    host = draw(
+        st.sampled_from(
+            (
+                "",
+                "docker.io/",
+                "index.docker.io/",
+                "registry-1.docker.io/",
+                "quay.io/",
+                "ghcr.io/",
+                "gcr.io/",
+                "eu.gcr.io/",
+                "asia.eu.gcr.io/",
+                "registry.k8s.io/",
+                "localhost:5000/",
+                "registry:5000/",
+                "a.corp.example/",
+                "eu.gcr.io:443/",
+            )
+        )
+    )
     first = draw(st.sampled_from((*SOURCE_PATHS, "pause", "busybox", "nginx")))
     rest = draw(st.lists(path_components(), max_size=2))
     return host + "/".join([first, *rest]) + draw(suffixes())
@@ -217,32 +259,41 @@ _CONTAINER_NAMES = st.sampled_from(("app", "web", "init", "debug", "side-car", "
 
 
 @st.composite
-def container_lists(draw: st.DrawFn, mirrors: Sequence[str] = (),
-                    sources: Sequence[str] = ()) -> list[dict[str, Any]]:
+def container_lists(
+    draw: st.DrawFn, mirrors: Sequence[str] = (), sources: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """Containers with distinct names and images from :func:`images`."""
     names = draw(st.lists(_CONTAINER_NAMES, max_size=3, unique=True))
     return [{"name": name, "image": draw(images(mirrors, sources))} for name in names]
 
 
 @st.composite
-def pods(draw: st.DrawFn, mirrors: Sequence[str] = (),
-         sources: Sequence[str] = ()) -> dict[str, Any]:
+def pods(
+    draw: st.DrawFn, mirrors: Sequence[str] = (), sources: Sequence[str] = ()
+) -> dict[str, Any]:
     """A Pod with a mix of container kinds, maybe prior annotations and pull secrets."""
     spec: dict[str, Any] = {}
     for field in policy.CONTAINER_FIELDS:
         if draw(st.booleans()):
             spec[field] = draw(container_lists(mirrors, sources))
     if draw(st.booleans()):
-        secrets = draw(st.lists(st.sampled_from(
-            ("regcred", *(policy.pull_secret_name(c) for c in CREDENTIALS))), max_size=3))
+        secrets = draw(
+            st.lists(
+                st.sampled_from(("regcred", *(policy.pull_secret_name(c) for c in CREDENTIALS))),
+                max_size=3,
+            )
+        )
         spec["imagePullSecrets"] = [{"name": s} for s in secrets]
-    metadata: dict[str, Any] = dict(draw(st.sampled_from(
-        [{"name": "app"}, {"generateName": "app-"}, {}])))
+    metadata: dict[str, Any] = dict(
+        draw(st.sampled_from([{"name": "app"}, {"generateName": "app-"}, {}]))
+    )
     if draw(st.booleans()):
         annotations: dict[str, str] = {"team": "a"}
         if draw(st.booleans()):
-            existing = {f"containers/{n}": draw(images(mirrors))
-                        for n in draw(st.lists(_CONTAINER_NAMES, max_size=2, unique=True))}
+            existing = {
+                f"containers/{n}": draw(images(mirrors))
+                for n in draw(st.lists(_CONTAINER_NAMES, max_size=2, unique=True))
+            }
             annotations[policy.ORIGINAL_IMAGES_ANNOTATION] = json.dumps(existing)
         metadata["annotations"] = annotations
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "spec": spec}

@@ -20,8 +20,10 @@ from mirrorgate.policy import reference
 from tests.environment import skips_forbidden
 
 CORPUS_DIR = pathlib.Path(
-    os.environ.get("MIRRORGATE_CONFORMANCE_DIR",
-                   pathlib.Path(__file__).resolve().parents[3] / "shared" / "conformance")
+    os.environ.get(
+        "MIRRORGATE_CONFORMANCE_DIR",
+        pathlib.Path(__file__).resolve().parents[3] / "shared" / "conformance",
+    )
 )
 # The APIs mirrorgate implements; the runner skips the others as unsupported.
 APIS = "Parse,ParseNormalizedNamed,regexp:domain"
@@ -32,11 +34,14 @@ def _load_runner() -> types.ModuleType:
     if not script.exists():
         # The corpus is reference data beside the checkout, not in it: a fresh
         # clone has none, CI lays it out (and there it must run).
-        where = (f"no corpus at {CORPUS_DIR} (CI lays it out beside the checkout; "
-                 "MIRRORGATE_CONFORMANCE_DIR=DIR names another place)")
+        where = (
+            f"no corpus at {CORPUS_DIR} (CI lays it out beside the checkout; "
+            "MIRRORGATE_CONFORMANCE_DIR=DIR names another place)"
+        )
         if skips_forbidden():
-            pytest.fail(f"conformance check required here (CI or MIRRORGATE_REQUIRE_E2E=1), "
-                        f"but {where}")
+            pytest.fail(
+                f"conformance check required here (CI or MIRRORGATE_REQUIRE_E2E=1), but {where}"
+            )
         pytest.skip(f"conformance check DID NOT RUN: {where}")
     spec = importlib.util.spec_from_file_location("check_reference", script)
     assert spec is not None
@@ -61,9 +66,18 @@ def _adapter(runner: types.ModuleType) -> Any:
                 raise runner.Unsupported(api)
         except reference.InvalidReferenceError as error:
             raise runner.Rejected(error.code, str(error)) from error
-        return {"kind": "named", "name": ref.name, "domain": ref.domain, "path": ref.path,
-                "tag": ref.tag, "digest": ref.digest, "normalized": str(ref),
-                "familiar_name": ref.familiar_name, "familiar": ref.familiar}
+        return {
+            "kind": "named",
+            "name": ref.name,
+            "domain": ref.domain,
+            "path": ref.path,
+            "tag": ref.tag,
+            "digest": ref.digest,
+            "normalized": str(ref),
+            "familiar_name": ref.familiar_name,
+            "familiar": ref.familiar,
+        }
+
     return adapter
 
 
@@ -74,8 +88,16 @@ def test_agrees_with_distribution_reference(capsys: pytest.CaptureFixture[str]) 
     """Every unflagged Parse/ParseNormalizedNamed case agrees with the Go package."""
     runner = _load_runner()
     runner.adapter = _adapter(runner)  # type: ignore[attr-defined]  # the hook we plug into
-    status = runner.main(["mirrorgate.policy.reference:parse", "--api", APIS,
-                          "--cases", str(CORPUS_DIR / "reference_cases.json"), "-v"])
+    status = runner.main(
+        [
+            "mirrorgate.policy.reference:parse",
+            "--api",
+            APIS,
+            "--cases",
+            str(CORPUS_DIR / "reference_cases.json"),
+            "-v",
+        ]
+    )
     out = capsys.readouterr()
     assert status == 0, out.out + out.err
     assert " 0 skipped as unsupported" in out.out

@@ -36,8 +36,7 @@ def _errors(document: object) -> list[tuple[str, str]]:
     return [(e.path, e.message) for e in caught.value.errors]
 
 
-def _rule(source: object, mirror: object = "mirror.corp.example/m",
-          **extra: Any) -> dict[str, Any]:
+def _rule(source: object, mirror: object = "mirror.corp.example/m", **extra: Any) -> dict[str, Any]:
     return {"source": source, "mirror": mirror, **extra}
 
 
@@ -46,10 +45,18 @@ def test_issue_example_loads() -> None:
     loaded = policy.load(yaml.safe_load(ISSUE_EXAMPLE))
     assert loaded.on_credential_error == "skip"
     assert loaded.rules == (
-        MirrorRule(0, Source("docker.io", "", False),
-                   Mirror("harbor.corp.example", "dockerhub-proxy"), "harbor-pull"),
-        MirrorRule(1, Source("quay.io", "prometheus", False),
-                   Mirror("mirror.corp.example", "prometheus"), None),
+        MirrorRule(
+            0,
+            Source("docker.io", "", False),
+            Mirror("harbor.corp.example", "dockerhub-proxy"),
+            "harbor-pull",
+        ),
+        MirrorRule(
+            1,
+            Source("quay.io", "prometheus", False),
+            Mirror("mirror.corp.example", "prometheus"),
+            None,
+        ),
         MirrorRule(2, Source("gcr.io", "", True), Mirror("mirror.corp.example", "gcr"), None),
     )
     assert loaded.exclude_images == ("registry.k8s.io/pause:*",)
@@ -59,57 +66,123 @@ def test_issue_example_loads() -> None:
 
 # document, attribute checks as (expression name, expected value)
 VALID = [
-    pytest.param({}, {"on_credential_error": "skip", "rules": ()},
-                 id="empty-mapping-defaults"),
-    pytest.param({"mirrors": None, "exclude": None, "credentials": None},
-                 {"rules": (), "exclude_images": (), "exclude_namespaces": ()},
-                 id="null-sections"),
+    pytest.param({}, {"on_credential_error": "skip", "rules": ()}, id="empty-mapping-defaults"),
+    pytest.param(
+        {"mirrors": None, "exclude": None, "credentials": None},
+        {"rules": (), "exclude_images": (), "exclude_namespaces": ()},
+        id="null-sections",
+    ),
     pytest.param({"onCredentialError": "deny"}, {"on_credential_error": "deny"}, id="deny"),
-    pytest.param({"mirrors": [_rule("index.docker.io")]},
-                 {"rules": (MirrorRule(0, Source("docker.io", "", False),
-                                       Mirror("mirror.corp.example", "m"), None),)},
-                 id="index.docker.io-canonicalised"),
-    pytest.param({"mirrors": [_rule("registry-1.docker.io/bitnami")]},
-                 {"rules": (MirrorRule(0, Source("docker.io", "bitnami", False),
-                                       Mirror("mirror.corp.example", "m"), None),)},
-                 id="registry-1.docker.io-canonicalised"),
-    pytest.param({"mirrors": [_rule("localhost:5000", "mirror.corp.example:8443/local/")]},
-                 {"rules": (MirrorRule(0, Source("localhost:5000", "", False),
-                                       Mirror("mirror.corp.example:8443", "local"), None),)},
-                 id="ports-and-trailing-slash"),
-    pytest.param({"mirrors": [_rule("localhost", "localhost:5001")]},
-                 {"rules": (MirrorRule(0, Source("localhost", "", False),
-                                       Mirror("localhost:5001", ""), None),)},
-                 id="localhost-and-mirror-without-path"),
-    pytest.param({"mirrors": [_rule("[2001:db8::1]:5000/team", "[::1]:5001/v6")]},
-                 {"rules": (MirrorRule(0, Source("[2001:db8::1]:5000", "team", False),
-                                       Mirror("[::1]:5001", "v6"), None),)},
-                 id="ipv6-hosts"),
-    pytest.param({"mirrors": [_rule("quay.io/org/team", "m.example/a/b-c")]},
-                 {"rules": (MirrorRule(0, Source("quay.io", "org/team", False),
-                                       Mirror("m.example", "a/b-c"), None),)},
-                 id="multi-component-paths"),
-    pytest.param({"mirrors": [_rule("docker.io", "m.example/a"), _rule("docker.io/library",
-                                                                        "m.example/b")]},
-                 {"rules": (MirrorRule(0, Source("docker.io", "", False),
-                                       Mirror("m.example", "a"), None),
-                            MirrorRule(1, Source("docker.io", "library", False),
-                                       Mirror("m.example", "b"), None))},
-                 id="host-and-path-of-same-host"),
-    pytest.param({"mirrors": [_rule("*.gcr.io", "m.example/a"), _rule("gcr.io", "m.example/b")]},
-                 {"rules": (MirrorRule(0, Source("gcr.io", "", True), Mirror("m.example", "a"),
-                                       None),
-                            MirrorRule(1, Source("gcr.io", "", False), Mirror("m.example", "b"),
-                                       None))},
-                 id="wildcard-and-exact-host-differ"),
-    pytest.param({"credentials": {"a": {"namespaces": ["team-*", "prod"]}}},
-                 {"grants": {"a": model.CredentialGrant("a", ("team-*", "prod"))}},
-                 id="grant-without-rule"),
-    pytest.param({"exclude": {"images": ["docker.io/library/nginx", "*:debug"],
-                              "namespaces": ["team-?", "ci-[ab]"]}},
-                 {"exclude_images": ("docker.io/library/nginx", "*:debug"),
-                  "exclude_namespaces": ("team-?", "ci-[ab]")},
-                 id="exclusion-globs"),
+    pytest.param(
+        {"mirrors": [_rule("index.docker.io")]},
+        {
+            "rules": (
+                MirrorRule(
+                    0, Source("docker.io", "", False), Mirror("mirror.corp.example", "m"), None
+                ),
+            )
+        },
+        id="index.docker.io-canonicalised",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("registry-1.docker.io/bitnami")]},
+        {
+            "rules": (
+                MirrorRule(
+                    0,
+                    Source("docker.io", "bitnami", False),
+                    Mirror("mirror.corp.example", "m"),
+                    None,
+                ),
+            )
+        },
+        id="registry-1.docker.io-canonicalised",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("localhost:5000", "mirror.corp.example:8443/local/")]},
+        {
+            "rules": (
+                MirrorRule(
+                    0,
+                    Source("localhost:5000", "", False),
+                    Mirror("mirror.corp.example:8443", "local"),
+                    None,
+                ),
+            )
+        },
+        id="ports-and-trailing-slash",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("localhost", "localhost:5001")]},
+        {
+            "rules": (
+                MirrorRule(0, Source("localhost", "", False), Mirror("localhost:5001", ""), None),
+            )
+        },
+        id="localhost-and-mirror-without-path",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("[2001:db8::1]:5000/team", "[::1]:5001/v6")]},
+        {
+            "rules": (
+                MirrorRule(
+                    0, Source("[2001:db8::1]:5000", "team", False), Mirror("[::1]:5001", "v6"), None
+                ),
+            )
+        },
+        id="ipv6-hosts",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("quay.io/org/team", "m.example/a/b-c")]},
+        {
+            "rules": (
+                MirrorRule(
+                    0, Source("quay.io", "org/team", False), Mirror("m.example", "a/b-c"), None
+                ),
+            )
+        },
+        id="multi-component-paths",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", "m.example/a"), _rule("docker.io/library", "m.example/b")]},
+        {
+            "rules": (
+                MirrorRule(0, Source("docker.io", "", False), Mirror("m.example", "a"), None),
+                MirrorRule(
+                    1, Source("docker.io", "library", False), Mirror("m.example", "b"), None
+                ),
+            )
+        },
+        id="host-and-path-of-same-host",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("*.gcr.io", "m.example/a"), _rule("gcr.io", "m.example/b")]},
+        {
+            "rules": (
+                MirrorRule(0, Source("gcr.io", "", True), Mirror("m.example", "a"), None),
+                MirrorRule(1, Source("gcr.io", "", False), Mirror("m.example", "b"), None),
+            )
+        },
+        id="wildcard-and-exact-host-differ",
+    ),
+    pytest.param(
+        {"credentials": {"a": {"namespaces": ["team-*", "prod"]}}},
+        {"grants": {"a": model.CredentialGrant("a", ("team-*", "prod"))}},
+        id="grant-without-rule",
+    ),
+    pytest.param(
+        {
+            "exclude": {
+                "images": ["docker.io/library/nginx", "*:debug"],
+                "namespaces": ["team-?", "ci-[ab]"],
+            }
+        },
+        {
+            "exclude_images": ("docker.io/library/nginx", "*:debug"),
+            "exclude_namespaces": ("team-?", "ci-[ab]"),
+        },
+        id="exclusion-globs",
+    ),
 ]
 
 
@@ -122,171 +195,322 @@ def test_load_valid(document: object, expected: dict[str, object]) -> None:
 
 HOST_MSG = "is not a valid registry host"
 UPPER = f"{HOST_MSG}: it has upper-case letters (registry hosts are written in lower case)"
-DOTLESS = (f"{HOST_MSG}: without a '.', a ':port' or localhost it would be read as a "
-           "Docker Hub name")
-SCHEME = (f"{HOST_MSG}: write it without a scheme such as https:// (only mirrors[].mirror "
-          "takes one: http:// for a plain-HTTP mirror)")
+DOTLESS = f"{HOST_MSG}: without a '.', a ':port' or localhost it would be read as a Docker Hub name"
+SCHEME = (
+    f"{HOST_MSG}: write it without a scheme such as https:// (only mirrors[].mirror "
+    "takes one: http:// for a plain-HTTP mirror)"
+)
 BAD_HOST = f"{HOST_MSG}: the host must be letters, digits, '-' and '.', then an optional :port"
-CRED_MSG = "is not a valid credential name (lower-case letters, digits and '-', at most 63 " \
-           "characters)"
-NAMESPACES_REQUIRED = "is required: the namespaces (names or globs) whose Pods may use this " \
-                      "credential"
+CRED_MSG = (
+    "is not a valid credential name (lower-case letters, digits and '-', at most 63 characters)"
+)
+NAMESPACES_REQUIRED = (
+    "is required: the namespaces (names or globs) whose Pods may use this credential"
+)
 TOP_FIELDS = "onCredentialError, health, mirrors, exclude, credentials"
 
 INVALID = [
     pytest.param(None, [("", "the policy is empty")], id="empty-document"),
     pytest.param([], [("", "must be a mapping, got a list")], id="document-is-a-list"),
-    pytest.param("mode: audit", [("", "must be a mapping, got a string")],
-                 id="document-is-a-string"),
+    pytest.param(
+        "mode: audit", [("", "must be a mapping, got a string")], id="document-is-a-string"
+    ),
     pytest.param({"mode": "audit"}, [("mode", model._REMOVED_KEYS["mode"])], id="mode-removed"),
-    pytest.param({"mode": "enforce"}, [("mode", model._REMOVED_KEYS["mode"])],
-                 id="mode-removed-enforce"),
-    pytest.param({"onCredentialError": "fail"},
-                 [("onCredentialError", '"fail" is not one of: skip, deny')],
-                 id="on-credential-error"),
-    pytest.param({"mirror": []},
-                 [("mirror", f"unknown field (expected one of: {TOP_FIELDS})")],
-                 id="unknown-top-level-field"),
-    pytest.param({"mirrors": "docker.io"}, [("mirrors", "must be a list, got a string")],
-                 id="mirrors-string"),
-    pytest.param({"mirrors": {"source": "docker.io"}},
-                 [("mirrors", "must be a list, got a mapping")], id="mirrors-mapping"),
-    pytest.param({"mirrors": ["docker.io"]},
-                 [("mirrors[0]", "must be a mapping with source and mirror, got a string")],
-                 id="rule-string"),
-    pytest.param({"mirrors": [7]},
-                 [("mirrors[0]", "must be a mapping with source and mirror, got a number")],
-                 id="rule-number"),
-    pytest.param({"mirrors": [{}]},
-                 [("mirrors[0].source", "is required"), ("mirrors[0].mirror", "is required")],
-                 id="rule-empty"),
-    pytest.param({"mirrors": [_rule("docker.io", target="x")]},
-                 [("mirrors[0].target",
-                   "unknown field (expected one of: source, mirror, credential, "
-                   "onMirrorDown, caFile, insecureSkipVerify)")],
-                 id="rule-unknown-field"),
-    pytest.param({"mirrors": [_rule(5)]},
-                 [("mirrors[0].source", "must be a registry host or host/path, got 5")],
-                 id="source-number"),
-    pytest.param({"mirrors": [_rule(None)]},
-                 [("mirrors[0].source", "must be a registry host or host/path, got null")],
-                 id="source-null"),
-    pytest.param({"mirrors": [_rule("")]},
-                 [("mirrors[0].source", 'must be a registry host or host/path, got ""')],
-                 id="source-empty"),
-    pytest.param({"mirrors": [_rule("Docker.io")]},
-                 [("mirrors[0].source", f'"Docker.io" {UPPER}')], id="source-upper-case"),
-    pytest.param({"mirrors": [_rule("quay")]},
-                 [("mirrors[0].source", f'"quay" {DOTLESS}')], id="source-dotless-host"),
-    pytest.param({"mirrors": [_rule("quay.io/Org")]},
-                 [("mirrors[0].source", '"quay.io/Org" has an invalid repository path "Org"')],
-                 id="source-upper-case-path"),
-    pytest.param({"mirrors": [_rule("quay.io/org//x")]},
-                 [("mirrors[0].source",
-                   '"quay.io/org//x" has an invalid repository path "org//x"')],
-                 id="source-empty-path-component"),
-    pytest.param({"mirrors": [_rule("https://quay.io")]},
-                 [("mirrors[0].source", f'"https://quay.io" {SCHEME}')],
-                 id="source-url-scheme"),
-    pytest.param({"mirrors": [_rule("*.gcr.io/p")]},
-                 [("mirrors[0].source", '"*.gcr.io/p" is not a valid wildcard host (write '
-                   '*.example.com: whole hosts only, no port, no path)')], id="wildcard-with-path"),
-    pytest.param({"mirrors": [_rule("*.*.gcr.io")]},
-                 [("mirrors[0].source", '"*.*.gcr.io" is not a valid wildcard host (write '
-                   '*.example.com: whole hosts only, no port, no path)')], id="wildcard-twice"),
-    pytest.param({"mirrors": [_rule("*.io")]},
-                 [("mirrors[0].source", '"*.io" is not a valid wildcard host (write '
-                   '*.example.com: whole hosts only, no port, no path)')],
-                 id="wildcard-top-level-domain"),
-    pytest.param({"mirrors": [_rule("*gcr.io")]},
-                 [("mirrors[0].source", f'"*gcr.io" {BAD_HOST}')], id="wildcard-without-dot"),
-    pytest.param({"mirrors": [_rule("docker.io", 3)]},
-                 [("mirrors[0].mirror", "must be host[:port][/path], got 3")],
-                 id="mirror-number"),
-    pytest.param({"mirrors": [_rule("docker.io", "Harbor.corp.example/x")]},
-                 [("mirrors[0].mirror", f'"Harbor.corp.example/x" {UPPER}')],
-                 id="mirror-upper-case-host"),
-    pytest.param({"mirrors": [_rule("docker.io", "harbor/x")]},
-                 [("mirrors[0].mirror", f'"harbor/x" {DOTLESS}')], id="mirror-dotless-host"),
-    pytest.param({"mirrors": [_rule("docker.io", "harbor.corp.example/X")]},
-                 [("mirrors[0].mirror",
-                   '"harbor.corp.example/X" has an invalid repository path "X"')],
-                 id="mirror-upper-case-path"),
-    pytest.param({"mirrors": [_rule("quay.io", "docker.io/mirror")]},
-                 [("mirrors[0].mirror", '"docker.io/mirror" is Docker Hub itself, not a mirror')],
-                 id="mirror-on-docker-hub"),
-    pytest.param({"mirrors": [_rule("quay.io", "index.docker.io/x")]},
-                 [("mirrors[0].mirror",
-                   '"index.docker.io/x" is Docker Hub itself, not a mirror')],
-                 id="mirror-on-index-docker-io"),
-    pytest.param({"mirrors": [_rule("docker.io", credential="harbor-pull")]},
-                 [("mirrors[0].credential", '"harbor-pull" is not granted to any namespace: '
-                   "add credentials.harbor-pull.namespaces")], id="credential-not-granted"),
-    pytest.param({"mirrors": [_rule("docker.io", credential="Harbor")]},
-                 [("mirrors[0].credential", f'"Harbor" {CRED_MSG}')], id="credential-upper"),
-    pytest.param({"mirrors": [_rule("docker.io", credential="")]},
-                 [("mirrors[0].credential", f'"" {CRED_MSG}')], id="credential-empty"),
-    pytest.param({"mirrors": [_rule("docker.io", credential=["a"])]},
-                 [("mirrors[0].credential", f'["a"] {CRED_MSG}')], id="credential-list"),
-    pytest.param({"mirrors": [_rule("docker.io", credential="a" * 64)]},
-                 [("mirrors[0].credential", f'"{"a" * 64}" {CRED_MSG}')],
-                 id="credential-too-long"),
-    pytest.param({"mirrors": [_rule("docker.io", "m.example/a"),
-                              _rule("index.docker.io", "m.example/b")]},
-                 [("mirrors[1].source", '"index.docker.io" (as "docker.io") is already the '
-                                        "source of mirrors[0]")],
-                 id="duplicate-source-via-alias"),
-    pytest.param({"mirrors": [_rule("docker.io", "m.example/a"),
-                              _rule("docker.io", "m.example/b")]},
-                 [("mirrors[1].source", '"docker.io" is already the source of mirrors[0]')],
-                 id="duplicate-source"),
-    pytest.param({"mirrors": [_rule("*.gcr.io", "m.example/a"), _rule("*.gcr.io", "m.example/b")]},
-                 [("mirrors[1].source", '"*.gcr.io" is already the source of mirrors[0]')],
-                 id="duplicate-wildcard"),
-    pytest.param({"mirrors": [_rule("quay.io", "m.example/a"), _rule("ghcr.io", "m.example/a/")]},
-                 [("mirrors[1].mirror", '"m.example/a" is already the mirror of mirrors[0]; '
-                   "give each source its own mirror path")], id="duplicate-mirror"),
-    pytest.param({"credentials": []}, [("credentials", "must be a mapping, got a list")],
-                 id="credentials-list"),
-    pytest.param({"credentials": {"Bad_Name": {"namespaces": ["*"]}}},
-                 [("credentials.Bad_Name", f'"Bad_Name" {CRED_MSG}')],
-                 id="credential-key-invalid"),
-    pytest.param({"credentials": {"a": {}}},
-                 [("credentials.a.namespaces", NAMESPACES_REQUIRED)],
-                 id="grant-without-namespaces"),
-    pytest.param({"credentials": {"a": ["*"]}},
-                 [("credentials.a", "must be a mapping, got a list"),
-                  ("credentials.a.namespaces", NAMESPACES_REQUIRED)],
-                 id="grant-list"),
-    pytest.param({"credentials": {"a": {"namespaces": "*"}}},
-                 [("credentials.a.namespaces", "must be a list, got a string")],
-                 id="grant-namespaces-string"),
-    pytest.param({"credentials": {"a": {"namespaces": ["*"], "secret": "x"}}},
-                 [("credentials.a.secret",
-                   "unknown field (expected one of: namespaces, registry, provider)")],
-                 id="grant-unknown-field"),
-    pytest.param({"credentials": {"a": {"namespaces": ["Team", "", 3]}}},
-                 [("credentials.a.namespaces[1]", 'must be a non-empty string, got ""'),
-                  ("credentials.a.namespaces[2]", "must be a non-empty string, got 3"),
-                  ("credentials.a.namespaces[0]", '"Team" is not a namespace name or glob')],
-                 id="grant-namespace-items"),
-    pytest.param({"exclude": ["nginx"]}, [("exclude", "must be a mapping, got a list")],
-                 id="exclude-list"),
-    pytest.param({"exclude": {"image": []}},
-                 [("exclude.image", "unknown field (expected one of: images, namespaces)")],
-                 id="exclude-unknown-field"),
-    pytest.param({"exclude": {"images": "nginx"}},
-                 [("exclude.images", "must be a list, got a string")], id="exclude-images-string"),
-    pytest.param({"exclude": {"images": ["ngi nx", True]}},
-                 [("exclude.images[1]", "must be a non-empty string, got true"),
-                  ("exclude.images[0]", '"ngi nx" contains white space')],
-                 id="exclude-image-items"),
-    pytest.param({"exclude": {"namespaces": ["kube_system"]}},
-                 [("exclude.namespaces[0]", '"kube_system" is not a namespace name or glob')],
-                 id="exclude-namespace-invalid"),
-    pytest.param({"exclude": {"namespaces": {"kube-system": True}}},
-                 [("exclude.namespaces", "must be a list, got a mapping")],
-                 id="exclude-namespaces-mapping"),
+    pytest.param(
+        {"mode": "enforce"}, [("mode", model._REMOVED_KEYS["mode"])], id="mode-removed-enforce"
+    ),
+    pytest.param(
+        {"onCredentialError": "fail"},
+        [("onCredentialError", '"fail" is not one of: skip, deny')],
+        id="on-credential-error",
+    ),
+    pytest.param(
+        {"mirror": []},
+        [("mirror", f"unknown field (expected one of: {TOP_FIELDS})")],
+        id="unknown-top-level-field",
+    ),
+    pytest.param(
+        {"mirrors": "docker.io"}, [("mirrors", "must be a list, got a string")], id="mirrors-string"
+    ),
+    pytest.param(
+        {"mirrors": {"source": "docker.io"}},
+        [("mirrors", "must be a list, got a mapping")],
+        id="mirrors-mapping",
+    ),
+    pytest.param(
+        {"mirrors": ["docker.io"]},
+        [("mirrors[0]", "must be a mapping with source and mirror, got a string")],
+        id="rule-string",
+    ),
+    pytest.param(
+        {"mirrors": [7]},
+        [("mirrors[0]", "must be a mapping with source and mirror, got a number")],
+        id="rule-number",
+    ),
+    pytest.param(
+        {"mirrors": [{}]},
+        [("mirrors[0].source", "is required"), ("mirrors[0].mirror", "is required")],
+        id="rule-empty",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", target="x")]},
+        [
+            (
+                "mirrors[0].target",
+                "unknown field (expected one of: source, mirror, credential, "
+                "onMirrorDown, caFile, insecureSkipVerify)",
+            )
+        ],
+        id="rule-unknown-field",
+    ),
+    pytest.param(
+        {"mirrors": [_rule(5)]},
+        [("mirrors[0].source", "must be a registry host or host/path, got 5")],
+        id="source-number",
+    ),
+    pytest.param(
+        {"mirrors": [_rule(None)]},
+        [("mirrors[0].source", "must be a registry host or host/path, got null")],
+        id="source-null",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("")]},
+        [("mirrors[0].source", 'must be a registry host or host/path, got ""')],
+        id="source-empty",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("Docker.io")]},
+        [("mirrors[0].source", f'"Docker.io" {UPPER}')],
+        id="source-upper-case",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("quay")]},
+        [("mirrors[0].source", f'"quay" {DOTLESS}')],
+        id="source-dotless-host",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("quay.io/Org")]},
+        [("mirrors[0].source", '"quay.io/Org" has an invalid repository path "Org"')],
+        id="source-upper-case-path",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("quay.io/org//x")]},
+        [("mirrors[0].source", '"quay.io/org//x" has an invalid repository path "org//x"')],
+        id="source-empty-path-component",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("https://quay.io")]},
+        [("mirrors[0].source", f'"https://quay.io" {SCHEME}')],
+        id="source-url-scheme",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("*.gcr.io/p")]},
+        [
+            (
+                "mirrors[0].source",
+                '"*.gcr.io/p" is not a valid wildcard host (write '
+                "*.example.com: whole hosts only, no port, no path)",
+            )
+        ],
+        id="wildcard-with-path",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("*.*.gcr.io")]},
+        [
+            (
+                "mirrors[0].source",
+                '"*.*.gcr.io" is not a valid wildcard host (write '
+                "*.example.com: whole hosts only, no port, no path)",
+            )
+        ],
+        id="wildcard-twice",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("*.io")]},
+        [
+            (
+                "mirrors[0].source",
+                '"*.io" is not a valid wildcard host (write '
+                "*.example.com: whole hosts only, no port, no path)",
+            )
+        ],
+        id="wildcard-top-level-domain",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("*gcr.io")]},
+        [("mirrors[0].source", f'"*gcr.io" {BAD_HOST}')],
+        id="wildcard-without-dot",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", 3)]},
+        [("mirrors[0].mirror", "must be host[:port][/path], got 3")],
+        id="mirror-number",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", "Harbor.corp.example/x")]},
+        [("mirrors[0].mirror", f'"Harbor.corp.example/x" {UPPER}')],
+        id="mirror-upper-case-host",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", "harbor/x")]},
+        [("mirrors[0].mirror", f'"harbor/x" {DOTLESS}')],
+        id="mirror-dotless-host",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", "harbor.corp.example/X")]},
+        [("mirrors[0].mirror", '"harbor.corp.example/X" has an invalid repository path "X"')],
+        id="mirror-upper-case-path",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("quay.io", "docker.io/mirror")]},
+        [("mirrors[0].mirror", '"docker.io/mirror" is Docker Hub itself, not a mirror')],
+        id="mirror-on-docker-hub",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("quay.io", "index.docker.io/x")]},
+        [("mirrors[0].mirror", '"index.docker.io/x" is Docker Hub itself, not a mirror')],
+        id="mirror-on-index-docker-io",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", credential="harbor-pull")]},
+        [
+            (
+                "mirrors[0].credential",
+                '"harbor-pull" is not granted to any namespace: '
+                "add credentials.harbor-pull.namespaces",
+            )
+        ],
+        id="credential-not-granted",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", credential="Harbor")]},
+        [("mirrors[0].credential", f'"Harbor" {CRED_MSG}')],
+        id="credential-upper",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", credential="")]},
+        [("mirrors[0].credential", f'"" {CRED_MSG}')],
+        id="credential-empty",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", credential=["a"])]},
+        [("mirrors[0].credential", f'["a"] {CRED_MSG}')],
+        id="credential-list",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", credential="a" * 64)]},
+        [("mirrors[0].credential", f'"{"a" * 64}" {CRED_MSG}')],
+        id="credential-too-long",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", "m.example/a"), _rule("index.docker.io", "m.example/b")]},
+        [
+            (
+                "mirrors[1].source",
+                '"index.docker.io" (as "docker.io") is already the source of mirrors[0]',
+            )
+        ],
+        id="duplicate-source-via-alias",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", "m.example/a"), _rule("docker.io", "m.example/b")]},
+        [("mirrors[1].source", '"docker.io" is already the source of mirrors[0]')],
+        id="duplicate-source",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("*.gcr.io", "m.example/a"), _rule("*.gcr.io", "m.example/b")]},
+        [("mirrors[1].source", '"*.gcr.io" is already the source of mirrors[0]')],
+        id="duplicate-wildcard",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("quay.io", "m.example/a"), _rule("ghcr.io", "m.example/a/")]},
+        [
+            (
+                "mirrors[1].mirror",
+                '"m.example/a" is already the mirror of mirrors[0]; '
+                "give each source its own mirror path",
+            )
+        ],
+        id="duplicate-mirror",
+    ),
+    pytest.param(
+        {"credentials": []},
+        [("credentials", "must be a mapping, got a list")],
+        id="credentials-list",
+    ),
+    pytest.param(
+        {"credentials": {"Bad_Name": {"namespaces": ["*"]}}},
+        [("credentials.Bad_Name", f'"Bad_Name" {CRED_MSG}')],
+        id="credential-key-invalid",
+    ),
+    pytest.param(
+        {"credentials": {"a": {}}},
+        [("credentials.a.namespaces", NAMESPACES_REQUIRED)],
+        id="grant-without-namespaces",
+    ),
+    pytest.param(
+        {"credentials": {"a": ["*"]}},
+        [
+            ("credentials.a", "must be a mapping, got a list"),
+            ("credentials.a.namespaces", NAMESPACES_REQUIRED),
+        ],
+        id="grant-list",
+    ),
+    pytest.param(
+        {"credentials": {"a": {"namespaces": "*"}}},
+        [("credentials.a.namespaces", "must be a list, got a string")],
+        id="grant-namespaces-string",
+    ),
+    pytest.param(
+        {"credentials": {"a": {"namespaces": ["*"], "secret": "x"}}},
+        [
+            (
+                "credentials.a.secret",
+                "unknown field (expected one of: namespaces, registry, provider)",
+            )
+        ],
+        id="grant-unknown-field",
+    ),
+    pytest.param(
+        {"credentials": {"a": {"namespaces": ["Team", "", 3]}}},
+        [
+            ("credentials.a.namespaces[1]", 'must be a non-empty string, got ""'),
+            ("credentials.a.namespaces[2]", "must be a non-empty string, got 3"),
+            ("credentials.a.namespaces[0]", '"Team" is not a namespace name or glob'),
+        ],
+        id="grant-namespace-items",
+    ),
+    pytest.param(
+        {"exclude": ["nginx"]}, [("exclude", "must be a mapping, got a list")], id="exclude-list"
+    ),
+    pytest.param(
+        {"exclude": {"image": []}},
+        [("exclude.image", "unknown field (expected one of: images, namespaces)")],
+        id="exclude-unknown-field",
+    ),
+    pytest.param(
+        {"exclude": {"images": "nginx"}},
+        [("exclude.images", "must be a list, got a string")],
+        id="exclude-images-string",
+    ),
+    pytest.param(
+        {"exclude": {"images": ["ngi nx", True]}},
+        [
+            ("exclude.images[1]", "must be a non-empty string, got true"),
+            ("exclude.images[0]", '"ngi nx" contains white space'),
+        ],
+        id="exclude-image-items",
+    ),
+    pytest.param(
+        {"exclude": {"namespaces": ["kube_system"]}},
+        [("exclude.namespaces[0]", '"kube_system" is not a namespace name or glob')],
+        id="exclude-namespace-invalid",
+    ),
+    pytest.param(
+        {"exclude": {"namespaces": {"kube-system": True}}},
+        [("exclude.namespaces", "must be a list, got a mapping")],
+        id="exclude-namespaces-mapping",
+    ),
 ]
 
 
@@ -314,10 +538,15 @@ def test_every_error_is_reported() -> None:
         ("mode", model._REMOVED_KEYS["mode"]),
         ("colour", f"unknown field (expected one of: {TOP_FIELDS})"),
         ("mirrors[2].source", f'"Docker.io" {UPPER}'),
-        ("mirrors[3].credential", '"ghcr" is not granted to any namespace: '
-                                  "add credentials.ghcr.namespaces"),
-        ("mirrors[3].mirror", '"mirror.corp.example/prometheus" is already the mirror of '
-                              "mirrors[1]; give each source its own mirror path"),
+        (
+            "mirrors[3].credential",
+            '"ghcr" is not granted to any namespace: add credentials.ghcr.namespaces',
+        ),
+        (
+            "mirrors[3].mirror",
+            '"mirror.corp.example/prometheus" is already the mirror of '
+            "mirrors[1]; give each source its own mirror path",
+        ),
         ("exclude.images[0]", 'must be a non-empty string, got ""'),
         ("exclude.namespaces[0]", '"Kube" is not a namespace name or glob'),
     ]
@@ -328,7 +557,7 @@ def test_policy_error_message_lists_every_error() -> None:
     with pytest.raises(policy.PolicyError) as caught:
         policy.load({"mirrors": [_rule("Docker.io")], "mode": "x"})
     assert str(caught.value).splitlines() == [
-        f'mode: {model._REMOVED_KEYS["mode"]}',
+        f"mode: {model._REMOVED_KEYS['mode']}",
         f'mirrors[0].source: "Docker.io" {UPPER}',
     ]
     assert isinstance(caught.value, ValueError)
@@ -348,8 +577,9 @@ def test_null_rule_is_an_error() -> None:
 
 def test_nested_mirror_prefixes_are_rejected() -> None:
     """A mirror path under another rule's mirror path collides, like a duplicate mirror."""
-    document = {"mirrors": [_rule("docker.io", "m.example/hub"),
-                            _rule("quay.io", "m.example/hub/library")]}
+    document = {
+        "mirrors": [_rule("docker.io", "m.example/hub"), _rule("quay.io", "m.example/hub/library")]
+    }
     # Otherwise docker.io/library/nginx and quay.io/nginx both become
     # m.example/hub/library/nginx.
     assert [path for path, _ in _errors(document)] == ["mirrors[1].mirror"]
@@ -357,39 +587,52 @@ def test_nested_mirror_prefixes_are_rejected() -> None:
 
 def test_wildcard_with_port_is_rejected() -> None:
     """A wildcard source with a port is refused at load rather than never matching."""
-    assert _errors({"mirrors": [_rule("*.corp.example:5000")]}) == [(
-        "mirrors[0].source", '"*.corp.example:5000" is not a valid wildcard host '
-        "(write *.example.com: whole hosts only, no port, no path)")]
+    assert _errors({"mirrors": [_rule("*.corp.example:5000")]}) == [
+        (
+            "mirrors[0].source",
+            '"*.corp.example:5000" is not a valid wildcard host '
+            "(write *.example.com: whole hosts only, no port, no path)",
+        )
+    ]
 
 
 def test_empty_grant_is_rejected() -> None:
     """A grant to no namespace at all is refused at load."""
-    assert ("credentials.a.namespaces", "is empty: the credential would reach no namespace") \
-        in _errors({"credentials": {"a": {"namespaces": []}}})
+    assert (
+        "credentials.a.namespaces",
+        "is empty: the credential would reach no namespace",
+    ) in _errors({"credentials": {"a": {"namespaces": []}}})
 
 
-@pytest.mark.parametrize(("grants", "namespace", "expected"), [
-    pytest.param({"a": ["*"]}, "anything", ("a",), id="star"),
-    pytest.param({"a": ["team-*"], "b": ["prod"]}, "team-x", ("a",), id="glob"),
-    pytest.param({"a": ["team-*"], "b": ["prod"]}, "prod", ("b",), id="exact"),
-    pytest.param({"b": ["*"], "a": ["*"]}, "x", ("a", "b"), id="sorted"),
-    pytest.param({"a": ["team-?"]}, "team-ab", (), id="question-mark-one-char"),
-])
-def test_grants_are_namespace_globs(grants: dict[str, list[str]], namespace: str,
-                             expected: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("grants", "namespace", "expected"),
+    [
+        pytest.param({"a": ["*"]}, "anything", ("a",), id="star"),
+        pytest.param({"a": ["team-*"], "b": ["prod"]}, "team-x", ("a",), id="glob"),
+        pytest.param({"a": ["team-*"], "b": ["prod"]}, "prod", ("b",), id="exact"),
+        pytest.param({"b": ["*"], "a": ["*"]}, "x", ("a", "b"), id="sorted"),
+        pytest.param({"a": ["team-?"]}, "team-ab", (), id="question-mark-one-char"),
+    ],
+)
+def test_grants_are_namespace_globs(
+    grants: dict[str, list[str]], namespace: str, expected: tuple[str, ...]
+) -> None:
     """Grants are namespace globs, matched whole."""
     loaded = policy.load({"credentials": {k: {"namespaces": v} for k, v in grants.items()}})
     assert tuple(sorted(c for c in grants if loaded.is_granted(c, namespace))) == expected
 
 
-@pytest.mark.parametrize(("globs", "namespace", "excluded"), [
-    pytest.param([], "kube-system", True, id="kube-system-always"),
-    pytest.param(["team-*"], "kube-system", True, id="kube-system-with-other-globs"),
-    pytest.param([], "kube-public", False, id="kube-public-not-by-default"),
-    pytest.param(["team-*"], "team-a", True, id="glob"),
-    pytest.param(["team-*"], "teams", False, id="glob-whole-name"),
-    pytest.param(["prod"], "prod-eu", False, id="exact-not-prefix"),
-])
+@pytest.mark.parametrize(
+    ("globs", "namespace", "excluded"),
+    [
+        pytest.param([], "kube-system", True, id="kube-system-always"),
+        pytest.param(["team-*"], "kube-system", True, id="kube-system-with-other-globs"),
+        pytest.param([], "kube-public", False, id="kube-public-not-by-default"),
+        pytest.param(["team-*"], "team-a", True, id="glob"),
+        pytest.param(["team-*"], "teams", False, id="glob-whole-name"),
+        pytest.param(["prod"], "prod-eu", False, id="exact-not-prefix"),
+    ],
+)
 def test_namespace_exclusion(globs: list[str], namespace: str, excluded: bool) -> None:
     """Namespace exclusions are whole-name globs, and kube-system is always excluded."""
     loaded = policy.load({"exclude": {"namespaces": globs}})

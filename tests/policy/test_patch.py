@@ -16,28 +16,37 @@ from mirrorgate.webhook import patch
 
 KEY = policy.ORIGINAL_IMAGES_ANNOTATION
 SITE = policy.ImageSite(field="containers", index=1, name="b", image="nginx")
-REWRITE = policy.ImageRewrite(site=SITE, new_image="m.example/hub/library/nginx",
-                              rule_label="mirrors[0]")
-PLAN = policy.RewritePlan(rewrites=(REWRITE,), pull_secrets=("mirrorgate-a", "mirrorgate-b"),
-                          credentials=("a", "b"), original_images={"containers/b": "nginx"})
+REWRITE = policy.ImageRewrite(
+    site=SITE, new_image="m.example/hub/library/nginx", rule_label="mirrors[0]"
+)
+PLAN = policy.RewritePlan(
+    rewrites=(REWRITE,),
+    pull_secrets=("mirrorgate-a", "mirrorgate-b"),
+    credentials=("a", "b"),
+    original_images={"containers/b": "nginx"},
+)
 VALUE = '{"containers/b":"nginx"}'  # the annotation as written: compact, keys sorted
 
 
-@pytest.mark.parametrize(("token", "escaped"), [
-    pytest.param("mirrorgate.io/original-images", "mirrorgate.io~1original-images", id="slash"),
-    pytest.param("a~b", "a~0b", id="tilde"),
-    pytest.param("~/", "~0~1", id="tilde-then-slash"),
-    pytest.param("~1", "~01", id="escaped-looking"),
-    pytest.param("plain", "plain", id="plain"),
-])
+@pytest.mark.parametrize(
+    ("token", "escaped"),
+    [
+        pytest.param("mirrorgate.io/original-images", "mirrorgate.io~1original-images", id="slash"),
+        pytest.param("a~b", "a~0b", id="tilde"),
+        pytest.param("~/", "~0~1", id="tilde-then-slash"),
+        pytest.param("~1", "~01", id="escaped-looking"),
+        pytest.param("plain", "plain", id="plain"),
+    ],
+)
 def test_escape(token: str, escaped: str) -> None:
     """Reference tokens are escaped by RFC 6901 (~ first, then /)."""
     assert patch.escape(token) == escaped
 
 
 def _pod(metadata: Any = None, secrets: Any = None) -> dict[str, Any]:
-    pod: dict[str, Any] = {"spec": {"containers": [{"name": "a", "image": "x"},
-                                                   {"name": "b", "image": "nginx"}]}}
+    pod: dict[str, Any] = {
+        "spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "nginx"}]}
+    }
     if metadata is not None:
         pod["metadata"] = metadata
     if secrets is not None:
@@ -47,21 +56,39 @@ def _pod(metadata: Any = None, secrets: Any = None) -> dict[str, Any]:
 
 # metadata (None: absent), annotation operation
 ANNOTATION_OPS = [
-    pytest.param(None, {"op": "add", "path": "/metadata",
-                        "value": {"annotations": {KEY: VALUE}}},
-                 id="no-metadata"),
-    pytest.param({"generateName": "p-"},
-                 {"op": "add", "path": "/metadata/annotations",
-                  "value": {KEY: VALUE}}, id="no-annotations"),
-    pytest.param({"annotations": None},
-                 {"op": "add", "path": "/metadata/annotations",
-                  "value": {KEY: VALUE}}, id="null-annotations"),
-    pytest.param({"annotations": {"x": "y"}},
-                 {"op": "add", "path": "/metadata/annotations/mirrorgate.io~1original-images",
-                  "value": VALUE}, id="annotations-present"),
-    pytest.param({"annotations": {KEY: "{}"}},
-                 {"op": "add", "path": "/metadata/annotations/mirrorgate.io~1original-images",
-                  "value": VALUE}, id="annotation-present"),
+    pytest.param(
+        None,
+        {"op": "add", "path": "/metadata", "value": {"annotations": {KEY: VALUE}}},
+        id="no-metadata",
+    ),
+    pytest.param(
+        {"generateName": "p-"},
+        {"op": "add", "path": "/metadata/annotations", "value": {KEY: VALUE}},
+        id="no-annotations",
+    ),
+    pytest.param(
+        {"annotations": None},
+        {"op": "add", "path": "/metadata/annotations", "value": {KEY: VALUE}},
+        id="null-annotations",
+    ),
+    pytest.param(
+        {"annotations": {"x": "y"}},
+        {
+            "op": "add",
+            "path": "/metadata/annotations/mirrorgate.io~1original-images",
+            "value": VALUE,
+        },
+        id="annotations-present",
+    ),
+    pytest.param(
+        {"annotations": {KEY: "{}"}},
+        {
+            "op": "add",
+            "path": "/metadata/annotations/mirrorgate.io~1original-images",
+            "value": VALUE,
+        },
+        id="annotation-present",
+    ),
 ]
 
 
@@ -81,25 +108,60 @@ def test_annotation_operation(metadata: Any, operation: dict[str, Any]) -> None:
             assert after["metadata"]["annotations"][name] == value
 
 
-@pytest.mark.parametrize(("secrets", "operations", "result"), [
-    pytest.param(None, [{"op": "add", "path": "/spec/imagePullSecrets",
-                         "value": [{"name": "mirrorgate-a"}, {"name": "mirrorgate-b"}]}],
-                 [{"name": "mirrorgate-a"}, {"name": "mirrorgate-b"}], id="absent"),
-    pytest.param([{"name": "regcred"}],
-                 [{"op": "add", "path": "/spec/imagePullSecrets/-",
-                   "value": {"name": "mirrorgate-a"}},
-                  {"op": "add", "path": "/spec/imagePullSecrets/-",
-                   "value": {"name": "mirrorgate-b"}}],
-                 [{"name": "regcred"}, {"name": "mirrorgate-a"}, {"name": "mirrorgate-b"}],
-                 id="present-appended"),
-    pytest.param([], [{"op": "add", "path": "/spec/imagePullSecrets/-",
-                       "value": {"name": "mirrorgate-a"}},
-                      {"op": "add", "path": "/spec/imagePullSecrets/-",
-                       "value": {"name": "mirrorgate-b"}}],
-                 [{"name": "mirrorgate-a"}, {"name": "mirrorgate-b"}], id="empty-appended"),
-])
-def test_pull_secret_operations(secrets: Any, operations: list[dict[str, Any]],
-                                result: list[dict[str, str]]) -> None:
+@pytest.mark.parametrize(
+    ("secrets", "operations", "result"),
+    [
+        pytest.param(
+            None,
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/imagePullSecrets",
+                    "value": [{"name": "mirrorgate-a"}, {"name": "mirrorgate-b"}],
+                }
+            ],
+            [{"name": "mirrorgate-a"}, {"name": "mirrorgate-b"}],
+            id="absent",
+        ),
+        pytest.param(
+            [{"name": "regcred"}],
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/imagePullSecrets/-",
+                    "value": {"name": "mirrorgate-a"},
+                },
+                {
+                    "op": "add",
+                    "path": "/spec/imagePullSecrets/-",
+                    "value": {"name": "mirrorgate-b"},
+                },
+            ],
+            [{"name": "regcred"}, {"name": "mirrorgate-a"}, {"name": "mirrorgate-b"}],
+            id="present-appended",
+        ),
+        pytest.param(
+            [],
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/imagePullSecrets/-",
+                    "value": {"name": "mirrorgate-a"},
+                },
+                {
+                    "op": "add",
+                    "path": "/spec/imagePullSecrets/-",
+                    "value": {"name": "mirrorgate-b"},
+                },
+            ],
+            [{"name": "mirrorgate-a"}, {"name": "mirrorgate-b"}],
+            id="empty-appended",
+        ),
+    ],
+)
+def test_pull_secret_operations(
+    secrets: Any, operations: list[dict[str, Any]], result: list[dict[str, str]]
+) -> None:
     """Pull secrets are appended with /- when the list exists, else the list is added."""
     pod = _pod({"name": "p"}, secrets)
     ops = patch.build_patch(pod, PLAN)
@@ -111,11 +173,13 @@ def test_image_operation() -> None:
     """Each rewrite replaces exactly one container's image."""
     pod = _pod({"name": "p"})
     ops = patch.build_patch(pod, PLAN)
-    assert ops[0] == {"op": "replace", "path": "/spec/containers/1/image",
-                      "value": "m.example/hub/library/nginx"}
+    assert ops[0] == {
+        "op": "replace",
+        "path": "/spec/containers/1/image",
+        "value": "m.example/hub/library/nginx",
+    }
     after = jsonpatch.apply_patch(pod, ops)
-    assert [c["image"] for c in after["spec"]["containers"]] == [
-        "x", "m.example/hub/library/nginx"]
+    assert [c["image"] for c in after["spec"]["containers"]] == ["x", "m.example/hub/library/nginx"]
 
 
 def test_empty_plan_empty_patch() -> None:
@@ -153,11 +217,20 @@ def test_encoded_patch_never_answers_for_another_plan() -> None:
     """Plans made and dropped one after another (ids reused) each get their own patch."""
     for index in range(50):
         site = policy.ImageSite(field="containers", index=1, name="b", image="nginx")
-        plan = policy.RewritePlan(rewrites=(policy.ImageRewrite(
-            site=site, new_image=f"m.example/hub/library/nginx:{index}", rule_label="r"),))
+        plan = policy.RewritePlan(
+            rewrites=(
+                policy.ImageRewrite(
+                    site=site, new_image=f"m.example/hub/library/nginx:{index}", rule_label="r"
+                ),
+            )
+        )
         assert _decoded(patch.encoded_patch(_pod(), plan)) == [
-            {"op": "replace", "path": "/spec/containers/1/image",
-             "value": f"m.example/hub/library/nginx:{index}"}]
+            {
+                "op": "replace",
+                "path": "/spec/containers/1/image",
+                "value": f"m.example/hub/library/nginx:{index}",
+            }
+        ]
 
 
 def test_what_is_derived_from_a_plan_is_kept_beside_it_and_goes_with_it() -> None:

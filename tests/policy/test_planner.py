@@ -19,24 +19,32 @@ HARBOR_SECRET = "mirrorgate-harbor-pull"
 TEAM_SECRET = "mirrorgate-team-only"
 ANNOTATION = policy.ORIGINAL_IMAGES_ANNOTATION
 
-POLICY = policy.load({
-    "mirrors": [
-        {"source": "docker.io", "mirror": HUB, "credential": "harbor-pull"},
-        {"source": "quay.io/prometheus", "mirror": "mirror.corp.example/prometheus"},
-        {"source": "*.gcr.io", "mirror": "mirror.corp.example/gcr"},
-        {"source": "ghcr.io", "mirror": "mirror.corp.example/ghcr", "credential": "team-only"},
-    ],
-    "exclude": {"images": ["registry.k8s.io/pause:*", "docker.io/library/busybox"],
-                "namespaces": ["team-excluded", "batch-*"]},
-    "credentials": {"harbor-pull": {"namespaces": ["*"]},
-                    "team-only": {"namespaces": ["team-a"]}},
-})
+POLICY = policy.load(
+    {
+        "mirrors": [
+            {"source": "docker.io", "mirror": HUB, "credential": "harbor-pull"},
+            {"source": "quay.io/prometheus", "mirror": "mirror.corp.example/prometheus"},
+            {"source": "*.gcr.io", "mirror": "mirror.corp.example/gcr"},
+            {"source": "ghcr.io", "mirror": "mirror.corp.example/ghcr", "credential": "team-only"},
+        ],
+        "exclude": {
+            "images": ["registry.k8s.io/pause:*", "docker.io/library/busybox"],
+            "namespaces": ["team-excluded", "batch-*"],
+        },
+        "credentials": {
+            "harbor-pull": {"namespaces": ["*"]},
+            "team-only": {"namespaces": ["team-a"]},
+        },
+    }
+)
 
 
 def _pod(*images: str, field: str = "containers", **extra: Any) -> dict[str, Any]:
     """A Pod whose ``field`` holds containers c0, c1, ... with ``images``."""
     pod: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
         "spec": {field: [{"name": f"c{i}", "image": image} for i, image in enumerate(images)]},
     }
     for key, value in extra.items():
@@ -59,44 +67,93 @@ def _apply(pod: dict[str, Any], result: policy.RewritePlan) -> dict[str, Any]:
 
 # images, namespace, rewrites by site key, pull secrets
 REWRITES = [
-    pytest.param(["nginx:1.25"], "default",
-                 {"containers/c0": f"{HUB}/library/nginx:1.25"}, (HARBOR_SECRET,),
-                 id="familiar"),
-    pytest.param(["quay.io/prometheus/node-exporter:v1.8"], "default",
-                 {"containers/c0": "mirror.corp.example/prometheus/node-exporter:v1.8"}, (),
-                 id="path-prefix-no-credential"),
-    pytest.param(["eu.gcr.io/p/app"], "default",
-                 {"containers/c0": "mirror.corp.example/gcr/eu.gcr.io/p/app"}, (),
-                 id="wildcard"),
-    pytest.param([f"nginx:1.25@{SHA256}"], "default",
-                 {"containers/c0": f"{HUB}/library/nginx:1.25@{SHA256}"}, (HARBOR_SECRET,),
-                 id="tag-and-digest"),
-    pytest.param([f"redis@{SHA256}"], "default",
-                 {"containers/c0": f"{HUB}/library/redis@{SHA256}"}, (HARBOR_SECRET,),
-                 id="digest-only"),
-    pytest.param(["nginx", "redis:7", "bitnami/kafka"], "default",
-                 {"containers/c0": f"{HUB}/library/nginx",
-                  "containers/c1": f"{HUB}/library/redis:7",
-                  "containers/c2": f"{HUB}/bitnami/kafka"}, (HARBOR_SECRET,),
-                 id="one-secret-for-many-images"),
-    pytest.param(["ghcr.io/org/app:1", "nginx"], "team-a",
-                 {"containers/c0": "mirror.corp.example/ghcr/org/app:1",
-                  "containers/c1": f"{HUB}/library/nginx"}, (HARBOR_SECRET, TEAM_SECRET),
-                 id="two-credentials-sorted"),
-    pytest.param(["registry.k8s.io/pause:3.9", "busybox:1", "gcr.io/p/a", "quay.io/x/y"],
-                 "default", {}, (), id="excluded-and-unmatched"),
-    pytest.param([f"{HUB}/library/nginx:1"], "default", {}, (HARBOR_SECRET,),
-                 id="on-mirror-gets-credential"),
-    pytest.param(["mirror.corp.example/gcr/eu.gcr.io/p/app"], "default", {}, (),
-                 id="on-mirror-without-credential"),
-    pytest.param(["nginx"], "kube-public", {"containers/c0": f"{HUB}/library/nginx"},
-                 (HARBOR_SECRET,), id="kube-public-not-excluded"),
+    pytest.param(
+        ["nginx:1.25"],
+        "default",
+        {"containers/c0": f"{HUB}/library/nginx:1.25"},
+        (HARBOR_SECRET,),
+        id="familiar",
+    ),
+    pytest.param(
+        ["quay.io/prometheus/node-exporter:v1.8"],
+        "default",
+        {"containers/c0": "mirror.corp.example/prometheus/node-exporter:v1.8"},
+        (),
+        id="path-prefix-no-credential",
+    ),
+    pytest.param(
+        ["eu.gcr.io/p/app"],
+        "default",
+        {"containers/c0": "mirror.corp.example/gcr/eu.gcr.io/p/app"},
+        (),
+        id="wildcard",
+    ),
+    pytest.param(
+        [f"nginx:1.25@{SHA256}"],
+        "default",
+        {"containers/c0": f"{HUB}/library/nginx:1.25@{SHA256}"},
+        (HARBOR_SECRET,),
+        id="tag-and-digest",
+    ),
+    pytest.param(
+        [f"redis@{SHA256}"],
+        "default",
+        {"containers/c0": f"{HUB}/library/redis@{SHA256}"},
+        (HARBOR_SECRET,),
+        id="digest-only",
+    ),
+    pytest.param(
+        ["nginx", "redis:7", "bitnami/kafka"],
+        "default",
+        {
+            "containers/c0": f"{HUB}/library/nginx",
+            "containers/c1": f"{HUB}/library/redis:7",
+            "containers/c2": f"{HUB}/bitnami/kafka",
+        },
+        (HARBOR_SECRET,),
+        id="one-secret-for-many-images",
+    ),
+    pytest.param(
+        ["ghcr.io/org/app:1", "nginx"],
+        "team-a",
+        {
+            "containers/c0": "mirror.corp.example/ghcr/org/app:1",
+            "containers/c1": f"{HUB}/library/nginx",
+        },
+        (HARBOR_SECRET, TEAM_SECRET),
+        id="two-credentials-sorted",
+    ),
+    pytest.param(
+        ["registry.k8s.io/pause:3.9", "busybox:1", "gcr.io/p/a", "quay.io/x/y"],
+        "default",
+        {},
+        (),
+        id="excluded-and-unmatched",
+    ),
+    pytest.param(
+        [f"{HUB}/library/nginx:1"], "default", {}, (HARBOR_SECRET,), id="on-mirror-gets-credential"
+    ),
+    pytest.param(
+        ["mirror.corp.example/gcr/eu.gcr.io/p/app"],
+        "default",
+        {},
+        (),
+        id="on-mirror-without-credential",
+    ),
+    pytest.param(
+        ["nginx"],
+        "kube-public",
+        {"containers/c0": f"{HUB}/library/nginx"},
+        (HARBOR_SECRET,),
+        id="kube-public-not-excluded",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("images", "namespace", "rewrites", "secrets"), REWRITES)
-def test_plan(images: list[str], namespace: str, rewrites: dict[str, str],
-              secrets: tuple[str, ...]) -> None:
+def test_plan(
+    images: list[str], namespace: str, rewrites: dict[str, str], secrets: tuple[str, ...]
+) -> None:
     """Images under a rule are rewritten and their granted credentials attached."""
     result = policy.plan(_pod(*images), namespace=namespace, policy=POLICY)
     assert _rewrites(result) == rewrites
@@ -119,14 +176,20 @@ def test_every_container_kind(field: str) -> None:
 def test_issue_pod_end_to_end() -> None:
     """A mixed Pod gets its images, annotation and pull secret, leaving the rest alone."""
     pod: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"generateName": "web-", "labels": {"app": "web"},
-                     "annotations": {"team": "a"}},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "web-",
+            "labels": {"app": "web"},
+            "annotations": {"team": "a"},
+        },
         "spec": {
             "initContainers": [{"name": "init", "image": "busybox:1.36"}],
-            "containers": [{"name": "web", "image": "nginx:1.25", "ports": [{"containerPort": 80}]},
-                           {"name": "exporter", "image": "quay.io/prometheus/node-exporter:v1.8"},
-                           {"name": "pause", "image": "registry.k8s.io/pause:3.9"}],
+            "containers": [
+                {"name": "web", "image": "nginx:1.25", "ports": [{"containerPort": 80}]},
+                {"name": "exporter", "image": "quay.io/prometheus/node-exporter:v1.8"},
+                {"name": "pause", "image": "registry.k8s.io/pause:3.9"},
+            ],
             "ephemeralContainers": [{"name": "debug", "image": "eu.gcr.io/p/app"}],
             "imagePullSecrets": [{"name": "regcred"}],
             "nodeSelector": {"disk": "ssd"},
@@ -137,11 +200,14 @@ def test_issue_pod_end_to_end() -> None:
     assert pod == original  # planning touches nothing
     after = _apply(pod, result)
     assert [c["image"] for c in after["spec"]["containers"]] == [
-        f"{HUB}/library/nginx:1.25", "mirror.corp.example/prometheus/node-exporter:v1.8",
-        "registry.k8s.io/pause:3.9"]
+        f"{HUB}/library/nginx:1.25",
+        "mirror.corp.example/prometheus/node-exporter:v1.8",
+        "registry.k8s.io/pause:3.9",
+    ]
     assert after["spec"]["initContainers"] == original["spec"]["initContainers"]
     assert after["spec"]["ephemeralContainers"][0]["image"] == (
-        "mirror.corp.example/gcr/eu.gcr.io/p/app")
+        "mirror.corp.example/gcr/eu.gcr.io/p/app"
+    )
     assert after["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {"name": HARBOR_SECRET}]
     assert after["metadata"]["annotations"]["team"] == "a"
     assert json.loads(after["metadata"]["annotations"][ANNOTATION]) == {
@@ -156,21 +222,48 @@ def test_issue_pod_end_to_end() -> None:
 
 # pod, namespace, skipped reason
 SKIPPED = [
-    pytest.param(_pod("nginx"), "kube-system", "namespace 'kube-system' is excluded by the policy",
-                 id="kube-system-always"),
-    pytest.param(_pod("nginx", labels={"mirrorgate.io/skip": "false"}), "kube-system",
-                 "namespace 'kube-system' is excluded by the policy",
-                 id="kube-system-even-when-labelled"),
-    pytest.param(_pod("nginx"), "team-excluded",
-                 "namespace 'team-excluded' is excluded by the policy", id="excluded-namespace"),
-    pytest.param(_pod("nginx"), "batch-nightly",
-                 "namespace 'batch-nightly' is excluded by the policy", id="namespace-glob"),
-    pytest.param(_pod("nginx", labels={"mirrorgate.io/skip": "true"}), "default",
-                 "the Pod is labelled mirrorgate.io/skip=true", id="skip-label"),
-    pytest.param(_pod("nginx", annotations={"kubernetes.io/config.mirror": "abc"}), "default",
-                 "static-pod mirror, owned by the kubelet", id="static-pod-mirror"),
-    pytest.param(_pod("nginx", annotations={"kubernetes.io/config.mirror": ""}), "default",
-                 "static-pod mirror, owned by the kubelet", id="static-pod-mirror-empty-value"),
+    pytest.param(
+        _pod("nginx"),
+        "kube-system",
+        "namespace 'kube-system' is excluded by the policy",
+        id="kube-system-always",
+    ),
+    pytest.param(
+        _pod("nginx", labels={"mirrorgate.io/skip": "false"}),
+        "kube-system",
+        "namespace 'kube-system' is excluded by the policy",
+        id="kube-system-even-when-labelled",
+    ),
+    pytest.param(
+        _pod("nginx"),
+        "team-excluded",
+        "namespace 'team-excluded' is excluded by the policy",
+        id="excluded-namespace",
+    ),
+    pytest.param(
+        _pod("nginx"),
+        "batch-nightly",
+        "namespace 'batch-nightly' is excluded by the policy",
+        id="namespace-glob",
+    ),
+    pytest.param(
+        _pod("nginx", labels={"mirrorgate.io/skip": "true"}),
+        "default",
+        "the Pod is labelled mirrorgate.io/skip=true",
+        id="skip-label",
+    ),
+    pytest.param(
+        _pod("nginx", annotations={"kubernetes.io/config.mirror": "abc"}),
+        "default",
+        "static-pod mirror, owned by the kubelet",
+        id="static-pod-mirror",
+    ),
+    pytest.param(
+        _pod("nginx", annotations={"kubernetes.io/config.mirror": ""}),
+        "default",
+        "static-pod mirror, owned by the kubelet",
+        id="static-pod-mirror-empty-value",
+    ),
 ]
 
 
@@ -184,72 +277,149 @@ def test_skipped(pod: dict[str, Any], namespace: str, reason: str) -> None:
     assert patch.build_patch(pod, result) == []
 
 
-@pytest.mark.parametrize("value", [
-    pytest.param("false", id="false"),
-    pytest.param("True", id="capitalised"),
-    pytest.param(True, id="boolean"),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("false", id="false"),
+        pytest.param("True", id="capitalised"),
+        pytest.param(True, id="boolean"),
+    ],
+)
 def test_skip_label_needs_the_string_true(value: object) -> None:
     """Only the label value "true" skips a Pod."""
-    result = policy.plan(_pod("nginx", labels={"mirrorgate.io/skip": value}),
-                         namespace="default", policy=POLICY)
+    result = policy.plan(
+        _pod("nginx", labels={"mirrorgate.io/skip": value}), namespace="default", policy=POLICY
+    )
     assert result.skipped is None
     assert len(result.rewrites) == 1
 
 
 # images, namespace, keyword arguments, rewrites, pull secrets, warnings
 CREDENTIALS = [
-    pytest.param(["ghcr.io/org/app:1"], "team-b", {}, {}, (),
-                 ["containers/c0: image 'ghcr.io/org/app:1' left as written: credential "
-                  "'team-only' of mirrors[3] is not granted to namespace 'team-b'"],
-                 id="not-granted"),
-    pytest.param(["mirror.corp.example/ghcr/org/app:1"], "team-b", {}, {}, (),
-                 ["containers/c0: image 'mirror.corp.example/ghcr/org/app:1' is on a mirror "
-                  "but credential 'team-only' of mirrors[3] is not granted to namespace 'team-b'"],
-                 id="on-mirror-not-granted"),
-    pytest.param(["nginx", "quay.io/prometheus/x"], "default",
-                 {"unavailable": {"harbor-pull": "forbidden"}},
-                 {"containers/c1": "mirror.corp.example/prometheus/x"}, (),
-                 ["containers/c0: image 'nginx' left as written: pull secret "
-                  "'mirrorgate-harbor-pull' is unavailable: forbidden"],
-                 id="unavailable"),
-    pytest.param([f"{HUB}/library/nginx"], "default",
-                 {"unavailable": {"harbor-pull": "store down"}}, {}, (),
-                 [f"containers/c0: image '{HUB}/library/nginx' is on a mirror but pull secret "
-                  "'mirrorgate-harbor-pull' is unavailable: store down"],
-                 id="on-mirror-unavailable"),
-    pytest.param(["nginx"], "default", {"unavailable": {"team-only": "x"}},
-                 {"containers/c0": f"{HUB}/library/nginx"}, (HARBOR_SECRET,), [],
-                 id="other-credential-unavailable"),
-    pytest.param(["nginx", "eu.gcr.io/p/a"], "default", {"can_add_pull_secrets": False},
-                 {"containers/c1": "mirror.corp.example/gcr/eu.gcr.io/p/a"}, (),
-                 ["containers/c0: image 'nginx' left as written: the Pod's imagePullSecrets "
-                  "cannot gain 'mirrorgate-harbor-pull' in this operation"],
-                 id="cannot-add-pull-secrets"),
-    pytest.param(["nginx"], "default", {"frozen": {"containers/c0"}}, {}, (), [],
-                 id="frozen"),
-    pytest.param(["nginx", "redis"], "default", {"frozen": {"containers/c0"}},
-                 {"containers/c1": f"{HUB}/library/redis"}, (HARBOR_SECRET,), [],
-                 id="frozen-one"),
-    pytest.param(["nginx"], "default", {"frozen": {"initContainers/c0"}},
-                 {"containers/c0": f"{HUB}/library/nginx"}, (HARBOR_SECRET,), [],
-                 id="frozen-key-includes-field"),
-    pytest.param(["nginx"], "default", {"fields": ("ephemeralContainers",)}, {}, (), [],
-                 id="fields-excludes-containers"),
-    pytest.param(["Nginx", "nginx:", "ubuntu\n"], "default", {}, {}, (),
-                 ["containers/c0: image 'Nginx' left as written: repository name must be "
-                  "lowercase",
-                  "containers/c1: image 'nginx:' left as written: invalid reference format",
-                  "containers/c2: image 'ubuntu\\n' left as written: invalid reference format"],
-                 id="invalid-images"),
+    pytest.param(
+        ["ghcr.io/org/app:1"],
+        "team-b",
+        {},
+        {},
+        (),
+        [
+            "containers/c0: image 'ghcr.io/org/app:1' left as written: credential "
+            "'team-only' of mirrors[3] is not granted to namespace 'team-b'"
+        ],
+        id="not-granted",
+    ),
+    pytest.param(
+        ["mirror.corp.example/ghcr/org/app:1"],
+        "team-b",
+        {},
+        {},
+        (),
+        [
+            "containers/c0: image 'mirror.corp.example/ghcr/org/app:1' is on a mirror "
+            "but credential 'team-only' of mirrors[3] is not granted to namespace 'team-b'"
+        ],
+        id="on-mirror-not-granted",
+    ),
+    pytest.param(
+        ["nginx", "quay.io/prometheus/x"],
+        "default",
+        {"unavailable": {"harbor-pull": "forbidden"}},
+        {"containers/c1": "mirror.corp.example/prometheus/x"},
+        (),
+        [
+            "containers/c0: image 'nginx' left as written: pull secret "
+            "'mirrorgate-harbor-pull' is unavailable: forbidden"
+        ],
+        id="unavailable",
+    ),
+    pytest.param(
+        [f"{HUB}/library/nginx"],
+        "default",
+        {"unavailable": {"harbor-pull": "store down"}},
+        {},
+        (),
+        [
+            f"containers/c0: image '{HUB}/library/nginx' is on a mirror but pull secret "
+            "'mirrorgate-harbor-pull' is unavailable: store down"
+        ],
+        id="on-mirror-unavailable",
+    ),
+    pytest.param(
+        ["nginx"],
+        "default",
+        {"unavailable": {"team-only": "x"}},
+        {"containers/c0": f"{HUB}/library/nginx"},
+        (HARBOR_SECRET,),
+        [],
+        id="other-credential-unavailable",
+    ),
+    pytest.param(
+        ["nginx", "eu.gcr.io/p/a"],
+        "default",
+        {"can_add_pull_secrets": False},
+        {"containers/c1": "mirror.corp.example/gcr/eu.gcr.io/p/a"},
+        (),
+        [
+            "containers/c0: image 'nginx' left as written: the Pod's imagePullSecrets "
+            "cannot gain 'mirrorgate-harbor-pull' in this operation"
+        ],
+        id="cannot-add-pull-secrets",
+    ),
+    pytest.param(["nginx"], "default", {"frozen": {"containers/c0"}}, {}, (), [], id="frozen"),
+    pytest.param(
+        ["nginx", "redis"],
+        "default",
+        {"frozen": {"containers/c0"}},
+        {"containers/c1": f"{HUB}/library/redis"},
+        (HARBOR_SECRET,),
+        [],
+        id="frozen-one",
+    ),
+    pytest.param(
+        ["nginx"],
+        "default",
+        {"frozen": {"initContainers/c0"}},
+        {"containers/c0": f"{HUB}/library/nginx"},
+        (HARBOR_SECRET,),
+        [],
+        id="frozen-key-includes-field",
+    ),
+    pytest.param(
+        ["nginx"],
+        "default",
+        {"fields": ("ephemeralContainers",)},
+        {},
+        (),
+        [],
+        id="fields-excludes-containers",
+    ),
+    pytest.param(
+        ["Nginx", "nginx:", "ubuntu\n"],
+        "default",
+        {},
+        {},
+        (),
+        [
+            "containers/c0: image 'Nginx' left as written: repository name must be lowercase",
+            "containers/c1: image 'nginx:' left as written: invalid reference format",
+            "containers/c2: image 'ubuntu\\n' left as written: invalid reference format",
+        ],
+        id="invalid-images",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("images", "namespace", "kwargs", "rewrites", "secrets", "warnings"),
-                         CREDENTIALS)
+@pytest.mark.parametrize(
+    ("images", "namespace", "kwargs", "rewrites", "secrets", "warnings"), CREDENTIALS
+)
 def test_credentials_and_parameters(
-        images: list[str], namespace: str, kwargs: dict[str, Any], rewrites: dict[str, str],
-        secrets: tuple[str, ...], warnings: list[str]) -> None:
+    images: list[str],
+    namespace: str,
+    kwargs: dict[str, Any],
+    rewrites: dict[str, str],
+    secrets: tuple[str, ...],
+    warnings: list[str],
+) -> None:
     """A credential that cannot be attached leaves its image as written, with a warning."""
     result = policy.plan(_pod(*images), namespace=namespace, policy=POLICY, **kwargs)
     assert _rewrites(result) == rewrites
@@ -262,8 +432,7 @@ def test_can_add_pull_secrets_false_with_secret_present() -> None:
     pod = _pod("nginx", imagePullSecrets=[{"name": HARBOR_SECRET}])
     result = policy.plan(pod, namespace="default", policy=POLICY, can_add_pull_secrets=False)
     assert _rewrites(result) == {"containers/c0": f"{HUB}/library/nginx"}
-    assert (result.pull_secrets, result.credentials, result.warnings) == (
-        (), ("harbor-pull",), ())
+    assert (result.pull_secrets, result.credentials, result.warnings) == ((), ("harbor-pull",), ())
 
 
 def test_can_annotate_false_rewrites_without_recording() -> None:
@@ -273,19 +442,22 @@ def test_can_annotate_false_rewrites_without_recording() -> None:
     assert _rewrites(result) == {"containers/c0": f"{HUB}/library/nginx"}
     assert result.original_images is None
     assert patch.build_patch(pod, result) == [
-        {"op": "replace", "path": "/spec/containers/0/image", "value": f"{HUB}/library/nginx"}]
+        {"op": "replace", "path": "/spec/containers/0/image", "value": f"{HUB}/library/nginx"}
+    ]
 
 
-@pytest.mark.parametrize(("existing", "secrets"), [
-    pytest.param(None, (HARBOR_SECRET,), id="absent"),
-    pytest.param([], (HARBOR_SECRET,), id="empty"),
-    pytest.param([{"name": "regcred"}], (HARBOR_SECRET,), id="other-kept"),
-    pytest.param([{"name": HARBOR_SECRET}], (), id="already-attached"),
-    pytest.param([{"name": "regcred"}, {"name": HARBOR_SECRET}], (), id="already-among-others"),
-    pytest.param(["regcred", {"name": HARBOR_SECRET}], (), id="malformed-entry-ignored"),
-])
-def test_pull_secrets_deduplicated(existing: list[Any] | None,
-                                   secrets: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("existing", "secrets"),
+    [
+        pytest.param(None, (HARBOR_SECRET,), id="absent"),
+        pytest.param([], (HARBOR_SECRET,), id="empty"),
+        pytest.param([{"name": "regcred"}], (HARBOR_SECRET,), id="other-kept"),
+        pytest.param([{"name": HARBOR_SECRET}], (), id="already-attached"),
+        pytest.param([{"name": "regcred"}, {"name": HARBOR_SECRET}], (), id="already-among-others"),
+        pytest.param(["regcred", {"name": HARBOR_SECRET}], (), id="malformed-entry-ignored"),
+    ],
+)
+def test_pull_secrets_deduplicated(existing: list[Any] | None, secrets: tuple[str, ...]) -> None:
     """Existing imagePullSecrets are kept, and a secret already there is not added again."""
     pod = _pod("nginx") if existing is None else _pod("nginx", imagePullSecrets=existing)
     result = policy.plan(pod, namespace="default", policy=POLICY)
@@ -293,7 +465,7 @@ def test_pull_secrets_deduplicated(existing: list[Any] | None,
     after = _apply(pod, result)
     names = [s.get("name") for s in after["spec"]["imagePullSecrets"] if isinstance(s, dict)]
     assert names.count(HARBOR_SECRET) == 1
-    assert after["spec"]["imagePullSecrets"][:len(existing or [])] == (existing or [])
+    assert after["spec"]["imagePullSecrets"][: len(existing or [])] == (existing or [])
 
 
 # existing annotation value (None: absent), images, expected annotation (None: unchanged)
@@ -301,19 +473,27 @@ ANNOTATIONS = [
     pytest.param(None, ["nginx"], {"containers/c0": "nginx"}, id="created"),
     pytest.param("{}", ["nginx"], {"containers/c0": "nginx"}, id="empty-object"),
     pytest.param('{"containers/c0":"nginx:0.9"}', ["nginx:1"], None, id="never-overwritten"),
-    pytest.param('{"initContainers/i":"alpine"}', ["nginx"],
-                 {"initContainers/i": "alpine", "containers/c0": "nginx"}, id="merged"),
-    pytest.param('{"containers/c0":"nginx:0.9"}', ["nginx:1", "redis"],
-                 {"containers/c0": "nginx:0.9", "containers/c1": "redis"},
-                 id="merged-keeps-existing-value"),
+    pytest.param(
+        '{"initContainers/i":"alpine"}',
+        ["nginx"],
+        {"initContainers/i": "alpine", "containers/c0": "nginx"},
+        id="merged",
+    ),
+    pytest.param(
+        '{"containers/c0":"nginx:0.9"}',
+        ["nginx:1", "redis"],
+        {"containers/c0": "nginx:0.9", "containers/c1": "redis"},
+        id="merged-keeps-existing-value",
+    ),
     pytest.param(None, ["quay.io/x/y"], None, id="no-rewrite-no-annotation"),
     pytest.param(None, [f"{HUB}/library/nginx"], None, id="on-mirror-no-annotation"),
 ]
 
 
 @pytest.mark.parametrize(("existing", "images", "expected"), ANNOTATIONS)
-def test_original_images_annotation(existing: str | None, images: list[str],
-                                    expected: dict[str, str] | None) -> None:
+def test_original_images_annotation(
+    existing: str | None, images: list[str], expected: dict[str, str] | None
+) -> None:
     """The annotation records originals of rewritten containers and never overwrites one."""
     annotations = {"other": "kept"}
     if existing is not None:
@@ -334,29 +514,61 @@ MALFORMED = [
     pytest.param({}, [], id="empty-pod"),
     pytest.param({"spec": None, "metadata": None}, [], id="null-spec-and-metadata"),
     pytest.param({"spec": ["x"], "metadata": "x"}, [], id="spec-and-metadata-not-mappings"),
-    pytest.param({"spec": {"containers": {"name": "a", "image": "nginx"}}},
-                 ["spec.containers is not a list; left as written"], id="containers-not-list"),
-    pytest.param({"spec": {"containers": "nginx"}},
-                 ["spec.containers is not a list; left as written"], id="containers-string"),
-    pytest.param({"spec": {"initContainers": ["nginx", None]}},
-                 ["spec.initContainers[0] is not a mapping; left as written",
-                  "spec.initContainers[1] is not a mapping; left as written"],
-                 id="container-not-dict"),
-    pytest.param({"spec": {"containers": [{"name": "a", "image": 5}]}},
-                 ["containers/a: image is not a string; left as written"],
-                 id="image-not-string"),
-    pytest.param({"spec": {"containers": [{"image": "nginx"}, {"name": "", "image": "nginx"},
-                                          {"name": 3, "image": "nginx"}]}},
-                 ["spec.containers[0] has no name; left as written",
-                  "spec.containers[1] has no name; left as written",
-                  "spec.containers[2] has no name; left as written"], id="missing-name"),
+    pytest.param(
+        {"spec": {"containers": {"name": "a", "image": "nginx"}}},
+        ["spec.containers is not a list; left as written"],
+        id="containers-not-list",
+    ),
+    pytest.param(
+        {"spec": {"containers": "nginx"}},
+        ["spec.containers is not a list; left as written"],
+        id="containers-string",
+    ),
+    pytest.param(
+        {"spec": {"initContainers": ["nginx", None]}},
+        [
+            "spec.initContainers[0] is not a mapping; left as written",
+            "spec.initContainers[1] is not a mapping; left as written",
+        ],
+        id="container-not-dict",
+    ),
+    pytest.param(
+        {"spec": {"containers": [{"name": "a", "image": 5}]}},
+        ["containers/a: image is not a string; left as written"],
+        id="image-not-string",
+    ),
+    pytest.param(
+        {
+            "spec": {
+                "containers": [
+                    {"image": "nginx"},
+                    {"name": "", "image": "nginx"},
+                    {"name": 3, "image": "nginx"},
+                ]
+            }
+        },
+        [
+            "spec.containers[0] has no name; left as written",
+            "spec.containers[1] has no name; left as written",
+            "spec.containers[2] has no name; left as written",
+        ],
+        id="missing-name",
+    ),
     pytest.param({"spec": {"containers": [{"name": "a"}]}}, [], id="missing-image"),
-    pytest.param({"spec": {"containers": [{"name": "a", "image": "nginx"}],
-                           "imagePullSecrets": {"name": "x"}}},
-                 ["spec.imagePullSecrets is not a list; pull secrets cannot be attached",
-                  "containers/a: image 'nginx' left as written: the Pod's imagePullSecrets "
-                  "cannot gain 'mirrorgate-harbor-pull' in this operation"],
-                 id="pull-secrets-not-list"),
+    pytest.param(
+        {
+            "spec": {
+                "containers": [{"name": "a", "image": "nginx"}],
+                "imagePullSecrets": {"name": "x"},
+            }
+        },
+        [
+            "spec.imagePullSecrets is not a list; pull secrets cannot be attached",
+            "containers/a: image 'nginx' left as written: the Pod's imagePullSecrets "
+            "cannot gain 'mirrorgate-harbor-pull' in this operation",
+        ],
+        id="pull-secrets-not-list",
+    ),
 ]
 
 
@@ -369,28 +581,35 @@ def test_malformed_pods_warn(pod: dict[str, Any], warnings: list[str]) -> None:
     assert patch.build_patch(pod, result) == []
 
 
-@pytest.mark.parametrize("value", [
-    pytest.param("not json", id="not-json"),
-    pytest.param('["containers/a"]', id="json-list"),
-    pytest.param('{"containers/a": 1}', id="non-string-values"),
-    pytest.param("", id="empty-string"),
-    pytest.param(7, id="not-a-string"),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("not json", id="not-json"),
+        pytest.param('["containers/a"]', id="json-list"),
+        pytest.param('{"containers/a": 1}', id="non-string-values"),
+        pytest.param("", id="empty-string"),
+        pytest.param(7, id="not-a-string"),
+    ],
+)
 def test_unreadable_annotation_skips_pod(value: object) -> None:
     """An original-images annotation that is not a JSON object of strings stops all rewrites."""
     pod = _pod("nginx", "Nginx", annotations={ANNOTATION: value})
     result = policy.plan(pod, namespace="default", policy=POLICY)
     assert result.rewrites == ()
     assert result.skipped == "unreadable original-images annotation"
-    assert result.warnings[-1] == (f"annotation {ANNOTATION} is not a JSON object of strings; "
-                                   "images left as written")
+    assert result.warnings[-1] == (
+        f"annotation {ANNOTATION} is not a JSON object of strings; images left as written"
+    )
     assert patch.build_patch(pod, result) == []
 
 
 def test_valid_containers_rewritten_beside_malformed_ones() -> None:
     """A malformed container does not stop the valid ones beside it."""
-    pod = {"spec": {"containers": [{"name": "a", "image": None}, "junk",
-                                   {"name": "b", "image": "nginx"}]}}
+    pod = {
+        "spec": {
+            "containers": [{"name": "a", "image": None}, "junk", {"name": "b", "image": "nginx"}]
+        }
+    }
     result = policy.plan(pod, namespace="default", policy=POLICY)
     assert _rewrites(result) == {"containers/b": f"{HUB}/library/nginx"}
     assert result.warnings == ("spec.containers[1] is not a mapping; left as written",)
@@ -401,8 +620,12 @@ def test_valid_containers_rewritten_beside_malformed_ones() -> None:
 
 def test_plan_is_idempotent_on_issue_example() -> None:
     """Planning the admitted Pod again gives nothing to change and an empty patch."""
-    pod = _pod("nginx:1.25", "quay.io/prometheus/node-exporter:v1.8", "eu.gcr.io/p/app",
-               f"ghcr.io/o/a@{SHA256}")
+    pod = _pod(
+        "nginx:1.25",
+        "quay.io/prometheus/node-exporter:v1.8",
+        "eu.gcr.io/p/app",
+        f"ghcr.io/o/a@{SHA256}",
+    )
     first = policy.plan(pod, namespace="team-a", policy=POLICY)
     after = _apply(pod, first)
     second = policy.plan(after, namespace="team-a", policy=POLICY)
@@ -413,10 +636,14 @@ def test_plan_is_idempotent_on_issue_example() -> None:
 
 def test_pathless_mirror_rewrite_converges() -> None:
     """A source-prefix image with a path-less mirror is not rewritten twice."""
-    rules = policy.load({"mirrors": [
-        {"source": "quay.io/prometheus", "mirror": "mirror.corp.example"},
-        {"source": "docker.io", "mirror": HUB},
-    ]})
+    rules = policy.load(
+        {
+            "mirrors": [
+                {"source": "quay.io/prometheus", "mirror": "mirror.corp.example"},
+                {"source": "docker.io", "mirror": HUB},
+            ]
+        }
+    )
     pod = _pod("quay.io/prometheus:v1")
     after = _apply(pod, policy.plan(pod, namespace="default", policy=rules))
     second = policy.plan(after, namespace="default", policy=rules)
@@ -427,15 +654,20 @@ def test_audit_mode_line() -> None:
     """audit_mode_line reports the site, the new image and the original."""
     result = policy.plan(_pod("nginx"), namespace="default", policy=POLICY)
     assert policy.audit_mode_line(result.rewrites[0]) == (
-        f"mirrorgate audit: containers/c0 would use {HUB}/library/nginx (was nginx)")
+        f"mirrorgate audit: containers/c0 would use {HUB}/library/nginx (was nginx)"
+    )
     assert result.rewrites[0].rule_label == "mirrors[0]"
 
 
 def test_find_image_sites() -> None:
     """find_image_sites lists every container image with its field, index and key."""
-    pod = {"spec": {"containers": [{"name": "a", "image": "x"}],
-                    "ephemeralContainers": [{"name": "d", "image": "y"}],
-                    "initContainers": [{"name": "i", "image": "z"}]}}
+    pod = {
+        "spec": {
+            "containers": [{"name": "a", "image": "x"}],
+            "ephemeralContainers": [{"name": "d", "image": "y"}],
+            "initContainers": [{"name": "i", "image": "z"}],
+        }
+    }
     sites, warnings = policy.find_image_sites(pod)
     assert [(s.key, s.pointer, s.image) for s in sites] == [
         ("containers/a", "/spec/containers/0/image", "x"),

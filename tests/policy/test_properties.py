@@ -14,17 +14,20 @@ from mirrorgate.policy import planner, reference
 from mirrorgate.webhook import patch
 from tests.policy import strategies
 
-PROPERTY_SETTINGS = settings(max_examples=100, deadline=None,
-                             suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 Scenario = tuple[dict[str, Any], str, policy.Policy]
 ALLOWED_PATHS = re.compile(
     r"/spec/(containers|initContainers|ephemeralContainers)/\d+/image"
     r"|/metadata(/annotations(/mirrorgate\.io~1original-images)?)?"
-    r"|/spec/imagePullSecrets(/-)?")
+    r"|/spec/imagePullSecrets(/-)?"
+)
 
 
-def _admit(pod: dict[str, Any], namespace: str,
-           rules: policy.Policy) -> tuple[policy.RewritePlan, list[Any], dict[str, Any]]:
+def _admit(
+    pod: dict[str, Any], namespace: str, rules: policy.Policy
+) -> tuple[policy.RewritePlan, list[Any], dict[str, Any]]:
     plan = policy.plan(pod, namespace=namespace, policy=rules)
     ops = patch.build_patch(pod, plan)
     return plan, ops, jsonpatch.apply_patch(pod, ops)
@@ -32,8 +35,11 @@ def _admit(pod: dict[str, Any], namespace: str,
 
 def _images(pod: dict[str, Any]) -> dict[str, object]:
     spec = pod.get("spec") or {}
-    return {f"{field}/{i}": c.get("image") for field in policy.CONTAINER_FIELDS
-            for i, c in enumerate(spec.get(field) or [])}
+    return {
+        f"{field}/{i}": c.get("image")
+        for field in policy.CONTAINER_FIELDS
+        for i, c in enumerate(spec.get(field) or [])
+    }
 
 
 def _rule(rules: policy.Policy, label: str) -> policy.MirrorRule:
@@ -65,7 +71,7 @@ def test_tag_and_digest_never_dropped(scenario: Scenario) -> None:
         old = reference.parse_normalized(rewrite.site.image)
         new = reference.parse_normalized(rewrite.new_image)
         assert (new.tag, new.digest) == (old.tag, old.digest)
-        assert rewrite.new_image.endswith(str(old)[len(old.name):])
+        assert rewrite.new_image.endswith(str(old)[len(old.name) :])
 
 
 @PROPERTY_SETTINGS
@@ -92,12 +98,15 @@ def test_patch_touches_only_rewritten_images(scenario: Scenario) -> None:
     plan, ops, admitted = _admit(pod, namespace, rules)
     for op in ops:
         assert ALLOWED_PATHS.fullmatch(op["path"]), op
-    rewritten = {r.site.pointer.removeprefix("/spec/").removesuffix("/image"): r.new_image
-                 for r in plan.rewrites}
+    rewritten = {
+        r.site.pointer.removeprefix("/spec/").removesuffix("/image"): r.new_image
+        for r in plan.rewrites
+    }
     before, after = _images(pod), _images(admitted)
     assert after == {**before, **rewritten}
     assert admitted.get("spec", {}).keys() - {"imagePullSecrets"} == (
-        pod.get("spec", {}).keys() - {"imagePullSecrets"})
+        pod.get("spec", {}).keys() - {"imagePullSecrets"}
+    )
     old_secrets = pod.get("spec", {}).get("imagePullSecrets") or []
     new_secrets = admitted.get("spec", {}).get("imagePullSecrets") or []
     assert new_secrets == [*old_secrets, *({"name": s} for s in plan.pull_secrets)]
@@ -115,8 +124,9 @@ def test_annotation_holds_originals_of_rewritten(scenario: Scenario) -> None:
     recorded = json.loads(new_annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION, "{}"))
     added = {r.site.key: r.site.image for r in plan.rewrites if r.site.key not in existing}
     assert recorded == {**existing, **added}
-    assert {k: v for k, v in new_annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION} \
-        == {k: v for k, v in annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION}
+    assert {k: v for k, v in new_annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION} == {
+        k: v for k, v in annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION
+    }
     assert (plan.original_images is None) == (not added)
 
 
@@ -142,9 +152,16 @@ def test_plans_shared_by_shape_equal_fresh_plans(first: Scenario, second: Scenar
     """A plan looked up by Pod shape equals one computed in full, for every Pod."""
     _, _, rules = first
     for pod, namespace, _ in (first, second, first):
-        fresh = planner._plan(pod, namespace=namespace, policy=rules,
-                              fields=policy.CONTAINER_FIELDS, frozen=frozenset(),
-                              can_add_pull_secrets=True, can_annotate=True, unavailable=None)
+        fresh = planner._plan(
+            pod,
+            namespace=namespace,
+            policy=rules,
+            fields=policy.CONTAINER_FIELDS,
+            frozen=frozenset(),
+            can_add_pull_secrets=True,
+            can_annotate=True,
+            unavailable=None,
+        )
         assert policy.plan(pod, namespace=namespace, policy=rules) == fresh
         # The replica of a workload: another name and uid, the same shape.
         replica = json.loads(json.dumps(pod))

@@ -33,13 +33,19 @@ def test_a_structure_nested_a_hundred_thousand_deep_is_cut_not_refused(json_styl
     assert quote(value, limit=10, json_style=json_style) == "[" * 10 + "… (more than 10 characters)"
 
 
-@pytest.mark.parametrize(("value", "plain", "as_json"), [
-    ({"a": [1, True, None, "x"], "b": (1, 2.5)}, "{'a': [1, True, None, 'x'], 'b': (1, 2.5)}",
-     '{"a": [1, true, null, "x"], "b": [1, 2.5]}'),
-    ({1: "one"}, "{1: 'one'}", '{"1": "one"}'),
-    ([], "[]", "[]"),
-    (None, "None", "null"),
-])
+@pytest.mark.parametrize(
+    ("value", "plain", "as_json"),
+    [
+        (
+            {"a": [1, True, None, "x"], "b": (1, 2.5)},
+            "{'a': [1, True, None, 'x'], 'b': (1, 2.5)}",
+            '{"a": [1, true, null, "x"], "b": [1, 2.5]}',
+        ),
+        ({1: "one"}, "{1: 'one'}", '{"1": "one"}'),
+        ([], "[]", "[]"),
+        (None, "None", "null"),
+    ],
+)
 def test_small_values_read_as_repr_or_json(value: object, plain: str, as_json: str) -> None:
     assert quote(value) == plain
     assert quote(value, json_style=True) == as_json

@@ -58,6 +58,7 @@ def screener() -> Iterator[offload.Screener]:
 def workerless(monkeypatch: pytest.MonkeyPatch) -> offload.Screener:
     """A screener that could start no worker process (no /dev/shm, a process limit): a fault
     faked here, as it cannot be caused in a test."""
+
     def no_process(*args: object, **kwargs: object) -> None:
         raise OSError(38, "Function not implemented")
 
@@ -85,10 +86,15 @@ def log_lines() -> Iterator[StringIO]:
 
 
 @pytest.fixture(scope="session")
-def https_server(tmp_path_factory: pytest.TempPathFactory,
-                 serving_pair: KeyPair) -> Iterator[serving.Running]:
+def https_server(
+    tmp_path_factory: pytest.TempPathFactory, serving_pair: KeyPair
+) -> Iterator[serving.Running]:
     """The real server on the default policy; tests must not change its files."""
     directory = tmp_path_factory.mktemp("https-server")
-    with serving.serve(directory, pair=serving_pair, policy=policies.POLICY,
-                       secrets=RecordingPullSecrets(stale=False)) as running:
+    with serving.serve(
+        directory,
+        pair=serving_pair,
+        policy=policies.POLICY,
+        secrets=RecordingPullSecrets(stale=False),
+    ) as running:
         yield running

@@ -51,8 +51,7 @@ class ScriptedKube:
     none, as the real client's would) and then fails as the real client does.
     """
 
-    def __init__(self, script: dict[tuple[str, str], Behaviour], *,
-                 forever: float = 60.0) -> None:
+    def __init__(self, script: dict[tuple[str, str], Behaviour], *, forever: float = 60.0) -> None:
         self.script = script
         self.forever = forever
         self.calls: list[tuple[str, str, float | None]] = []
@@ -65,8 +64,11 @@ class ScriptedKube:
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout)
 
     def _call(self, method: str, path: str, body: Any, timeout: float | None) -> dict[str, Any]:
-        resource = next(part for part in reversed(path.split("/"))
-                        if part in ("secrets", "configmaps", "namespaces"))
+        resource = next(
+            part
+            for part in reversed(path.split("/"))
+            if part in ("secrets", "configmaps", "namespaces")
+        )
         self.calls.append((method, resource, timeout))
         behaviour = self.script.get((method, resource))
         with self._idle:
@@ -92,14 +94,16 @@ class ScriptedKube:
     def replace(self, path: str, body: Any, *, timeout: float | None = None) -> dict[str, Any]:
         return self._call("PUT", path, body, timeout)
 
-    def delete(self, path: str, *, uid: str | None = None,
-               timeout: float | None = None) -> None:
+    def delete(self, path: str, *, uid: str | None = None, timeout: float | None = None) -> None:
         self._call("DELETE", path, {"uid": uid}, timeout)
 
 
 def stored(body: Any) -> dict[str, Any]:
     """What the API server answers to a create: the body with a uid and a version."""
     answer = copy.deepcopy(body)
-    answer["metadata"] |= {"uid": str(uuid.uuid4()), "resourceVersion": "1",
-                           "creationTimestamp": "2026-01-01T00:00:00Z"}
+    answer["metadata"] |= {
+        "uid": str(uuid.uuid4()),
+        "resourceVersion": "1",
+        "creationTimestamp": "2026-01-01T00:00:00Z",
+    }
     return dict(answer)

@@ -25,8 +25,9 @@ class Harness:
 
     def post(self, path: str, body: Any, **kwargs: Any) -> Any:
         """POST ``body`` as JSON to ``path``; the decoded JSON answer (status must be 200)."""
-        response = self.client.post(path, content=orjson.dumps(body),
-                                    headers={"content-type": "application/json"}, **kwargs)
+        response = self.client.post(
+            path, content=orjson.dumps(body), headers={"content-type": "application/json"}, **kwargs
+        )
         assert response.status_code == 200, response.text
         return response.json()
 
@@ -39,15 +40,21 @@ class Harness:
         return response
 
 
-def make_harness(tmp_path: Path, policy_text: str = policies.POLICY,
-                 secrets: RecordingPullSecrets | None = None, *,
-                 audit_only: bool = False) -> Harness:
+def make_harness(
+    tmp_path: Path,
+    policy_text: str = policies.POLICY,
+    secrets: RecordingPullSecrets | None = None,
+    *,
+    audit_only: bool = False,
+) -> Harness:
     """An app on ``policy_text`` (written to a file and read as the server reads it)."""
     path = tmp_path / "policy.yaml"
     path.write_text(policy_text)
     secrets = secrets or RecordingPullSecrets()
-    runtime = app.Runtime(policy=policyfile.read_policy(path), secrets=secrets,
-                          audit_only=audit_only)
-    client = TestClient(app.create_app(runtime), base_url="https://testserver",
-                        raise_server_exceptions=False)
+    runtime = app.Runtime(
+        policy=policyfile.read_policy(path), secrets=secrets, audit_only=audit_only
+    )
+    client = TestClient(
+        app.create_app(runtime), base_url="https://testserver", raise_server_exceptions=False
+    )
     return Harness(client=client, runtime=runtime, secrets=secrets)

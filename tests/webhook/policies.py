@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 
-def policy_yaml(*, on_credential_error: Literal["skip", "deny"] = "skip",
-                prometheus_mirror: str = "mirror.corp.example/prometheus") -> str:
+def policy_yaml(
+    *,
+    on_credential_error: Literal["skip", "deny"] = "skip",
+    prometheus_mirror: str = "mirror.corp.example/prometheus",
+) -> str:
     """Docker Hub through an authenticated mirror, quay.io/prometheus through an open one."""
     return f"""\
 onCredentialError: {on_credential_error}

@@ -23,8 +23,13 @@ PROM_MIRRORED = "mirror.corp.example/prometheus/prometheus:v2.53.0"
 UNMATCHED_IMAGE = "registry.example.org/team/app:1.0"
 
 
-def pod(*images: str, name: str | None = "web", generate_name: str | None = None,
-        namespace: str | None = None, field: str = "containers") -> dict[str, Any]:
+def pod(
+    *images: str,
+    name: str | None = "web",
+    generate_name: str | None = None,
+    namespace: str | None = None,
+    field: str = "containers",
+) -> dict[str, Any]:
     """A Pod with one container per image (named c0, c1, ...) in ``field``."""
     metadata: dict[str, Any] = {}
     if name is not None:
@@ -33,20 +38,33 @@ def pod(*images: str, name: str | None = "web", generate_name: str | None = None
         metadata["generateName"] = generate_name
     if namespace is not None:
         metadata["namespace"] = namespace
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-            "spec": {field: [{"name": f"c{i}", "image": image}
-                             for i, image in enumerate(images)]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {field: [{"name": f"c{i}", "image": image} for i, image in enumerate(images)]},
+    }
 
 
-def review(obj: Any, *, uid: str = "3f1c2a9e-0000-4000-8000-000000000001",
-           operation: str = "CREATE", namespace: str | None = NAMESPACE,
-           kind: dict[str, str] | None = None, sub_resource: str | None = None,
-           dry_run: bool | None = None, old: Any = None,
-           api_version: str = V1) -> dict[str, Any]:
+def review(
+    obj: Any,
+    *,
+    uid: str = "3f1c2a9e-0000-4000-8000-000000000001",
+    operation: str = "CREATE",
+    namespace: str | None = NAMESPACE,
+    kind: dict[str, str] | None = None,
+    sub_resource: str | None = None,
+    dry_run: bool | None = None,
+    old: Any = None,
+    api_version: str = V1,
+) -> dict[str, Any]:
     """An AdmissionReview request for ``obj`` as the API server would send it."""
     request: dict[str, Any] = {
-        "uid": uid, "kind": kind or dict(POD_KIND), "resource": dict(POD_RESOURCE),
-        "requestKind": kind or dict(POD_KIND), "operation": operation,
+        "uid": uid,
+        "kind": kind or dict(POD_KIND),
+        "resource": dict(POD_RESOURCE),
+        "requestKind": kind or dict(POD_KIND),
+        "operation": operation,
         "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
         "object": obj,
     }

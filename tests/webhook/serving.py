@@ -60,9 +60,15 @@ def write_pair(directory: Path, pair: KeyPair) -> tuple[Path, Path]:
 
 
 @contextlib.contextmanager
-def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float = 0.1,
-          secrets: admission.PullSecrets | None = None,
-          limits: Limits | None = None) -> Iterator[Running]:
+def serve(
+    directory: Path,
+    *,
+    pair: KeyPair,
+    policy: str,
+    reload_interval: float = 0.1,
+    secrets: admission.PullSecrets | None = None,
+    limits: Limits | None = None,
+) -> Iterator[Running]:
     """Run ``webhook.commands.serve`` on a free loopback port until the block exits.
 
     Health probes are off: these policies name mirrors that do not exist, and
@@ -71,10 +77,19 @@ def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float
     cert, key = write_pair(directory, pair)
     policy_file = directory / "policy.yaml"
     write_atomically(policy_file, policy.encode())
-    built = serve_command.build(serve_command.Settings(
-        policy=str(policy_file), tls_cert=str(cert), tls_key=str(key), host="127.0.0.1",
-        port=0, reload_interval=reload_interval, limits=limits or Limits(),
-        health_probes=False), secrets=secrets)
+    built = serve_command.build(
+        serve_command.Settings(
+            policy=str(policy_file),
+            tls_cert=str(cert),
+            tls_key=str(key),
+            host="127.0.0.1",
+            port=0,
+            reload_interval=reload_interval,
+            limits=limits or Limits(),
+            health_probes=False,
+        ),
+        secrets=secrets,
+    )
     instance = uvicorn.Server(serve_command.uvicorn_config(built))
     failures: list[BaseException] = []
 
@@ -92,8 +107,14 @@ def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float
         wait_for(lambda: instance.started or bool(failures) or None, what="server start")
         assert not failures, f"server did not start: {failures!r}"
         port = instance.servers[0].sockets[0].getsockname()[1]
-        yield Running(server=built, uvicorn=instance, port=port, cert_file=cert, key_file=key,
-                      policy_file=policy_file)
+        yield Running(
+            server=built,
+            uvicorn=instance,
+            port=port,
+            cert_file=cert,
+            key_file=key,
+            policy_file=policy_file,
+        )
     finally:
         instance.should_exit = True
         thread.join(TIMEOUT * 2)
@@ -101,8 +122,9 @@ def serve(directory: Path, *, pair: KeyPair, policy: str, reload_interval: float
     assert not failures, f"server failed: {failures!r}"
 
 
-def wait_for(probe: Callable[[], _T | None], *, what: str, timeout: float = TIMEOUT,
-             step: float = 0.02) -> _T:
+def wait_for(
+    probe: Callable[[], _T | None], *, what: str, timeout: float = TIMEOUT, step: float = 0.02
+) -> _T:
     """Poll ``probe`` until it returns something other than None (or fail naming ``what``)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -132,17 +154,23 @@ def pem_fingerprint(pair: KeyPair) -> str:
 
 
 @contextlib.contextmanager
-def tls_connection(port: int, context: ssl.SSLContext,
-                   server_hostname: str | None = "localhost",
-                   host: str = "127.0.0.1") -> Iterator[ssl.SSLSocket]:
+def tls_connection(
+    port: int,
+    context: ssl.SSLContext,
+    server_hostname: str | None = "localhost",
+    host: str = "127.0.0.1",
+) -> Iterator[ssl.SSLSocket]:
     """A completed TLS handshake with the server on ``port``."""
-    with (socket.create_connection((host, port), timeout=TIMEOUT) as raw,
-          context.wrap_socket(raw, server_hostname=server_hostname) as tls):
+    with (
+        socket.create_connection((host, port), timeout=TIMEOUT) as raw,
+        context.wrap_socket(raw, server_hostname=server_hostname) as tls,
+    ):
         yield tls
 
 
-def peer_fingerprint(port: int, context: ssl.SSLContext,
-                     server_hostname: str | None = "localhost") -> str:
+def peer_fingerprint(
+    port: int, context: ssl.SSLContext, server_hostname: str | None = "localhost"
+) -> str:
     """The sha256 of the certificate a fresh connection is served."""
     with tls_connection(port, context, server_hostname) as tls:
         der = tls.getpeercert(binary_form=True)
@@ -153,8 +181,9 @@ def peer_fingerprint(port: int, context: ssl.SSLContext,
 def http_get(tls: ssl.SSLSocket, path: str, *, keep_alive: bool = True) -> bytes:
     """One HTTP/1.1 GET on an open connection; the raw response (head and body)."""
     connection = "keep-alive" if keep_alive else "close"
-    tls.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: {connection}\r\n\r\n"
-                .encode())
+    tls.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: {connection}\r\n\r\n".encode()
+    )
     head, body = read_response(tls)
     return head + b"\r\n\r\n" + body
 
@@ -167,8 +196,11 @@ def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
         assert chunk, f"connection closed mid-response: {data!r}"
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length:"))
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
     while len(body) < length:
         chunk = sock.recv(65536)
         assert chunk, "connection closed mid-body"

@@ -25,26 +25,52 @@ from tests.webhook.reviews import (
 Path = tuple[str | int, ...]
 
 # orjson holds integers to 64 bits; the API server sends nothing larger.
-json_scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
-                | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
-                | st.sampled_from(["", "Pod", "CREATE", "UPDATE", "ephemeralcontainers",
-                                   HUB_IMAGE, "admission.k8s.io/v1", "AdmissionReview"]))
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.sampled_from(
+        [
+            "",
+            "Pod",
+            "CREATE",
+            "UPDATE",
+            "ephemeralcontainers",
+            HUB_IMAGE,
+            "admission.k8s.io/v1",
+            "AdmissionReview",
+        ]
+    )
+)
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=10)
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=10,
+)
 
-images = st.sampled_from([HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE, "busybox",
-                          "quay.io/prometheus/node-exporter@sha256:" + "ab" * 32,
-                          "registry.k8s.io/pause:3.9"])
+images = st.sampled_from(
+    [
+        HUB_IMAGE,
+        PROM_IMAGE,
+        UNMATCHED_IMAGE,
+        "busybox",
+        "quay.io/prometheus/node-exporter@sha256:" + "ab" * 32,
+        "registry.k8s.io/pause:3.9",
+    ]
+)
 
 
 @st.composite
 def valid_reviews(draw: st.DrawFn) -> dict[str, Any]:
     """Reviews the webhook answers with 200: Pod CREATEs and ephemeral-container UPDATEs."""
-    obj = pod(*draw(st.lists(images, min_size=1, max_size=3)),
-              namespace=draw(st.sampled_from([None, "team-b", "excluded-ns"])))
+    obj = pod(
+        *draw(st.lists(images, min_size=1, max_size=3)),
+        namespace=draw(st.sampled_from([None, "team-b", "excluded-ns"])),
+    )
     if draw(st.booleans()):
         obj["spec"]["initContainers"] = [{"name": "init", "image": draw(images)}]
     if draw(st.booleans()):
@@ -54,8 +80,13 @@ def valid_reviews(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         old = copy.deepcopy(obj)
         obj["spec"]["ephemeralContainers"] = [{"name": "debug", "image": draw(images)}]
-        return review(obj, operation="UPDATE", sub_resource="ephemeralcontainers", old=old,
-                      uid=draw(st.uuids()).hex)
+        return review(
+            obj,
+            operation="UPDATE",
+            sub_resource="ephemeralcontainers",
+            old=old,
+            uid=draw(st.uuids()).hex,
+        )
     return review(obj, uid=draw(st.uuids()).hex, dry_run=draw(st.sampled_from([None, True])))
 
 
@@ -79,8 +110,11 @@ def _parent(document: Any, path: Path) -> Any:
 def mutate(document: Any, path: Path, action: str, value: Any) -> Any:
     """``document`` with ``action`` done at ``path`` (the document itself may be replaced)."""
     if not path:
-        return value if action != "add" or not isinstance(document, dict) \
+        return (
+            value
+            if action != "add" or not isinstance(document, dict)
             else {**document, "stray": value}
+        )
     try:
         parent = _parent(document, path)
         target = parent[path[-1]]
@@ -110,7 +144,7 @@ def mutated_reviews(draw: st.DrawFn) -> bytes:
 @st.composite
 def truncated_reviews(draw: st.DrawFn) -> bytes:
     raw = orjson.dumps(draw(valid_reviews()))
-    return raw[:draw(st.integers(0, len(raw) - 1))]
+    return raw[: draw(st.integers(0, len(raw) - 1))]
 
 
 @st.composite

@@ -33,14 +33,23 @@ ANNOTATION_POINTER = "/metadata/annotations/mirrorgate.io~1original-images"
 def rich_pod() -> dict[str, Any]:
     """A Pod full of fields mirrorgate knows nothing about, which must all survive."""
     obj = pod(HUB_IMAGE, UNMATCHED_IMAGE, PROM_IMAGE)
-    obj["metadata"].update({"labels": {"app": "web"},
-                            "annotations": {"team": "a/b", "tilde~key": "x"},
-                            "futureMetadata": {"nested": [1, 2, 3]}})
-    obj["spec"]["containers"][0].update({"env": [{"name": "A", "value": "1"}],
-                                         "futureContainerField": {"k": True}})
-    obj["spec"].update({"initContainers": [{"name": "init", "image": PROM_IMAGE}],
-                        "futureSpecField": ["keep", {"me": None}],
-                        "imagePullSecrets": [{"name": "existing"}]})
+    obj["metadata"].update(
+        {
+            "labels": {"app": "web"},
+            "annotations": {"team": "a/b", "tilde~key": "x"},
+            "futureMetadata": {"nested": [1, 2, 3]},
+        }
+    )
+    obj["spec"]["containers"][0].update(
+        {"env": [{"name": "A", "value": "1"}], "futureContainerField": {"k": True}}
+    )
+    obj["spec"].update(
+        {
+            "initContainers": [{"name": "init", "image": PROM_IMAGE}],
+            "futureSpecField": ["keep", {"me": None}],
+            "imagePullSecrets": [{"name": "existing"}],
+        }
+    )
     obj["status"] = {"phase": "Pending"}
     obj["futureTopLevel"] = 1.5
     return obj
@@ -53,9 +62,15 @@ def test_patch_changes_exactly_the_planned_fields(harness: Harness) -> None:
     assert response["allowed"] is True
     ops = patch_ops(response)
     assert {op["op"] for op in ops} <= {"add", "replace"}
-    assert sorted(op["path"] for op in ops) == sorted([
-        "/spec/containers/0/image", "/spec/containers/2/image", "/spec/initContainers/0/image",
-        ANNOTATION_POINTER, "/spec/imagePullSecrets/-"])
+    assert sorted(op["path"] for op in ops) == sorted(
+        [
+            "/spec/containers/0/image",
+            "/spec/containers/2/image",
+            "/spec/initContainers/0/image",
+            ANNOTATION_POINTER,
+            "/spec/imagePullSecrets/-",
+        ]
+    )
 
     expected = copy.deepcopy(obj)
     expected["spec"]["containers"][0]["image"] = HUB_MIRRORED
@@ -65,22 +80,43 @@ def test_patch_changes_exactly_the_planned_fields(harness: Harness) -> None:
     patched = apply(obj, ops)
     annotation = patched["metadata"]["annotations"].pop("mirrorgate.io/original-images")
     assert patched == expected
-    assert json.loads(annotation) == {"containers/c0": HUB_IMAGE, "containers/c2": PROM_IMAGE,
-                                      "initContainers/init": PROM_IMAGE}
+    assert json.loads(annotation) == {
+        "containers/c0": HUB_IMAGE,
+        "containers/c2": PROM_IMAGE,
+        "initContainers/init": PROM_IMAGE,
+    }
 
 
-@pytest.mark.parametrize(("metadata", "pull_secrets", "expected_paths"), [
-    pytest.param(None, None, ["/metadata", "/spec/imagePullSecrets"], id="no-metadata"),
-    pytest.param({"name": "web"}, None, ["/metadata/annotations", "/spec/imagePullSecrets"],
-                 id="no-annotations"),
-    pytest.param({"name": "web", "annotations": {}}, [],
-                 [ANNOTATION_POINTER, "/spec/imagePullSecrets/-"], id="empty-parents"),
-    pytest.param({"name": "web", "annotations": {"a": "b"}}, [{"name": "other"}],
-                 [ANNOTATION_POINTER, "/spec/imagePullSecrets/-"], id="existing-parents"),
-])
-def test_patch_creates_missing_parents(harness: Harness, metadata: dict[str, Any] | None,
-                                       pull_secrets: list[Any] | None,
-                                       expected_paths: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("metadata", "pull_secrets", "expected_paths"),
+    [
+        pytest.param(None, None, ["/metadata", "/spec/imagePullSecrets"], id="no-metadata"),
+        pytest.param(
+            {"name": "web"},
+            None,
+            ["/metadata/annotations", "/spec/imagePullSecrets"],
+            id="no-annotations",
+        ),
+        pytest.param(
+            {"name": "web", "annotations": {}},
+            [],
+            [ANNOTATION_POINTER, "/spec/imagePullSecrets/-"],
+            id="empty-parents",
+        ),
+        pytest.param(
+            {"name": "web", "annotations": {"a": "b"}},
+            [{"name": "other"}],
+            [ANNOTATION_POINTER, "/spec/imagePullSecrets/-"],
+            id="existing-parents",
+        ),
+    ],
+)
+def test_patch_creates_missing_parents(
+    harness: Harness,
+    metadata: dict[str, Any] | None,
+    pull_secrets: list[Any] | None,
+    expected_paths: list[str],
+) -> None:
     """Absent metadata, annotations or imagePullSecrets are created; present ones are added to."""
     obj = pod(HUB_IMAGE)
     if metadata is None:
@@ -99,8 +135,9 @@ def test_patch_creates_missing_parents(harness: Harness, metadata: dict[str, Any
     for key, value in (metadata or {}).items():
         if key != "annotations":
             assert patched["metadata"][key] == value
-    assert {**(metadata or {}).get("annotations", {})}.items() <= \
-        patched["metadata"]["annotations"].items()
+    assert {**(metadata or {}).get("annotations", {})}.items() <= patched["metadata"][
+        "annotations"
+    ].items()
 
 
 def test_answer_echoes_api_version_and_uid(harness: Harness) -> None:
@@ -134,29 +171,66 @@ def test_pod_without_mirrored_images_is_allowed_without_patch(harness: Harness) 
 EPHEMERAL_RESOURCE = "ephemeralcontainers"
 
 
-@pytest.mark.parametrize(("kind", "operation", "sub_resource"), [
-    pytest.param({"group": "", "version": "v1", "kind": "Pod"}, "UPDATE", None, id="pod-update"),
-    pytest.param({"group": "", "version": "v1", "kind": "Pod"}, "DELETE", None, id="pod-delete"),
-    pytest.param({"group": "", "version": "v1", "kind": "Pod"}, "CONNECT", None,
-                 id="pod-connect"),
-    pytest.param({"group": "", "version": "v1", "kind": "Pod"}, "CREATE", "binding",
-                 id="pod-create-binding"),
-    pytest.param({"group": "", "version": "v1", "kind": "Pod"}, "UPDATE", "status",
-                 id="pod-update-status"),
-    pytest.param({"group": "", "version": "v1", "kind": "Pod"}, "CREATE", EPHEMERAL_RESOURCE,
-                 id="pod-create-ephemeral"),
-    pytest.param({"group": "apps", "version": "v1", "kind": "Deployment"}, "CREATE", None,
-                 id="deployment"),
-    pytest.param({"group": "example.com", "version": "v1", "kind": "Pod"}, "CREATE", None,
-                 id="pod-in-other-group"),
-    pytest.param({"group": "", "version": "v1", "kind": "PodTemplate"}, "CREATE", None,
-                 id="pod-template"),
-])
+@pytest.mark.parametrize(
+    ("kind", "operation", "sub_resource"),
+    [
+        pytest.param(
+            {"group": "", "version": "v1", "kind": "Pod"}, "UPDATE", None, id="pod-update"
+        ),
+        pytest.param(
+            {"group": "", "version": "v1", "kind": "Pod"}, "DELETE", None, id="pod-delete"
+        ),
+        pytest.param(
+            {"group": "", "version": "v1", "kind": "Pod"}, "CONNECT", None, id="pod-connect"
+        ),
+        pytest.param(
+            {"group": "", "version": "v1", "kind": "Pod"},
+            "CREATE",
+            "binding",
+            id="pod-create-binding",
+        ),
+        pytest.param(
+            {"group": "", "version": "v1", "kind": "Pod"},
+            "UPDATE",
+            "status",
+            id="pod-update-status",
+        ),
+        pytest.param(
+            {"group": "", "version": "v1", "kind": "Pod"},
+            "CREATE",
+            EPHEMERAL_RESOURCE,
+            id="pod-create-ephemeral",
+        ),
+        pytest.param(
+            {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "CREATE",
+            None,
+            id="deployment",
+        ),
+        pytest.param(
+            {"group": "example.com", "version": "v1", "kind": "Pod"},
+            "CREATE",
+            None,
+            id="pod-in-other-group",
+        ),
+        pytest.param(
+            {"group": "", "version": "v1", "kind": "PodTemplate"}, "CREATE", None, id="pod-template"
+        ),
+    ],
+)
 def test_other_kinds_operations_and_subresources_are_allowed_unchanged(
-        harness: Harness, kind: dict[str, str], operation: str, sub_resource: str | None) -> None:
+    harness: Harness, kind: dict[str, str], operation: str, sub_resource: str | None
+) -> None:
     """Only Pod CREATE and ephemeral-container UPDATE are mutated; the rest passes untouched."""
-    response = harness.mutate(review(pod(HUB_IMAGE), kind=kind, operation=operation,
-                                     sub_resource=sub_resource, old=pod(HUB_IMAGE)))
+    response = harness.mutate(
+        review(
+            pod(HUB_IMAGE),
+            kind=kind,
+            operation=operation,
+            sub_resource=sub_resource,
+            old=pod(HUB_IMAGE),
+        )
+    )
     assert response == {"uid": review(None)["request"]["uid"], "allowed": True}
     assert harness.secrets.missing_calls == []
 
@@ -167,8 +241,9 @@ def test_ephemeral_container_update_rewrites_only_the_new_container(harness: Har
     old["spec"]["ephemeralContainers"] = [{"name": "debug-0", "image": PROM_IMAGE}]
     new = copy.deepcopy(old)
     new["spec"]["ephemeralContainers"].append({"name": "debug-1", "image": PROM_IMAGE})
-    response = harness.mutate(review(new, operation="UPDATE", sub_resource=EPHEMERAL_RESOURCE,
-                                     old=old))
+    response = harness.mutate(
+        review(new, operation="UPDATE", sub_resource=EPHEMERAL_RESOURCE, old=old)
+    )
     ops = patch_ops(response)
     # The API server drops metadata changes on this subresource: no annotation op; the
     # original image is reported as a warning and in the audit annotations instead.
@@ -183,18 +258,24 @@ def test_ephemeral_container_update_rewrites_only_the_new_container(harness: Har
     assert PROM_MIRRORED in warning
     assert PROM_IMAGE in warning
     assert json.loads(response["auditAnnotations"]["rewrites"]) == {
-        "ephemeralContainers/debug-1": {"from": PROM_IMAGE, "to": PROM_MIRRORED,
-                                        "rule": "mirrors[1]"}}
+        "ephemeralContainers/debug-1": {
+            "from": PROM_IMAGE,
+            "to": PROM_MIRRORED,
+            "rule": "mirrors[1]",
+        }
+    }
 
 
 def test_ephemeral_container_needing_a_new_pull_secret_is_left_with_a_warning(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     """The API server ignores imagePullSecrets on this subresource, so no rewrite can use one."""
     old = pod(UNMATCHED_IMAGE)
     new = copy.deepcopy(old)
     new["spec"]["ephemeralContainers"] = [{"name": "debug", "image": HUB_IMAGE}]
-    response = harness.mutate(review(new, operation="UPDATE", sub_resource=EPHEMERAL_RESOURCE,
-                                     old=old))
+    response = harness.mutate(
+        review(new, operation="UPDATE", sub_resource=EPHEMERAL_RESOURCE, old=old)
+    )
     assert response["allowed"] is True
     assert patch_ops(response) == []
     [warning] = response["warnings"]
@@ -202,18 +283,22 @@ def test_ephemeral_container_needing_a_new_pull_secret_is_left_with_a_warning(
     assert HUB_SECRET in warning
 
 
-@pytest.mark.parametrize(("object_namespace", "request_namespace", "patched"), [
-    pytest.param(None, NAMESPACE, True, id="request-namespace-used"),
-    pytest.param(None, "excluded-ns", False, id="request-namespace-excluded"),
-    pytest.param("excluded-ns", NAMESPACE, False, id="object-namespace-wins"),
-    pytest.param("kube-system", None, False, id="kube-system-always-excluded"),
-])
+@pytest.mark.parametrize(
+    ("object_namespace", "request_namespace", "patched"),
+    [
+        pytest.param(None, NAMESPACE, True, id="request-namespace-used"),
+        pytest.param(None, "excluded-ns", False, id="request-namespace-excluded"),
+        pytest.param("excluded-ns", NAMESPACE, False, id="object-namespace-wins"),
+        pytest.param("kube-system", None, False, id="kube-system-always-excluded"),
+    ],
+)
 def test_namespace_comes_from_the_object_or_the_request(
-        harness: Harness, object_namespace: str | None, request_namespace: str | None,
-        patched: bool) -> None:
+    harness: Harness, object_namespace: str | None, request_namespace: str | None, patched: bool
+) -> None:
     """A Pod without metadata.namespace is planned for request.namespace."""
-    response = harness.mutate(review(pod(HUB_IMAGE, namespace=object_namespace),
-                                     namespace=request_namespace))
+    response = harness.mutate(
+        review(pod(HUB_IMAGE, namespace=object_namespace), namespace=request_namespace)
+    )
     assert response["allowed"] is True
     assert bool(patch_ops(response)) is patched
     if patched:
@@ -228,12 +313,18 @@ def test_generate_name_pod_without_name_is_patched(harness: Harness) -> None:
     assert "name" not in patched["metadata"]
 
 
-@pytest.mark.parametrize("labels_annotations", [
-    pytest.param({"labels": {"mirrorgate.io/skip": "true"}}, id="skip-label"),
-    pytest.param({"annotations": {"kubernetes.io/config.mirror": "abc"}}, id="static-pod-mirror"),
-])
-def test_opted_out_pods_are_allowed_unchanged(harness: Harness,
-                                              labels_annotations: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "labels_annotations",
+    [
+        pytest.param({"labels": {"mirrorgate.io/skip": "true"}}, id="skip-label"),
+        pytest.param(
+            {"annotations": {"kubernetes.io/config.mirror": "abc"}}, id="static-pod-mirror"
+        ),
+    ],
+)
+def test_opted_out_pods_are_allowed_unchanged(
+    harness: Harness, labels_annotations: dict[str, Any]
+) -> None:
     """The skip label and static-pod mirrors leave the Pod alone."""
     obj = pod(HUB_IMAGE)
     obj["metadata"].update(labels_annotations)
@@ -252,17 +343,26 @@ def assert_audit_response(response: dict[str, Any]) -> None:
     warnings = response["warnings"]
     assert len(warnings) == 2
     for warning, container, new_image in zip(
-            warnings, ("c0", "c1"), (HUB_MIRRORED, PROM_MIRRORED), strict=True):
+        warnings, ("c0", "c1"), (HUB_MIRRORED, PROM_MIRRORED), strict=True
+    ):
         assert "\n" not in warning
         assert len(warning) <= 256  # what the API server passes on untruncated
         assert container in warning
         assert new_image in warning
     plan = json.loads(response["auditAnnotations"]["rewrites"])
     assert plan == {  # health: no probe has found a problem
-        "containers/c0": {"from": HUB_IMAGE, "to": HUB_MIRRORED, "rule": "mirrors[0]",
-                          "health": "up"},
-        "containers/c1": {"from": PROM_IMAGE, "to": PROM_MIRRORED, "rule": "mirrors[1]",
-                          "health": "up"},
+        "containers/c0": {
+            "from": HUB_IMAGE,
+            "to": HUB_MIRRORED,
+            "rule": "mirrors[0]",
+            "health": "up",
+        },
+        "containers/c1": {
+            "from": PROM_IMAGE,
+            "to": PROM_MIRRORED,
+            "rule": "mirrors[1]",
+            "health": "up",
+        },
     }
 
 

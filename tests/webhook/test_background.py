@@ -27,8 +27,13 @@ def _starts(tree: ast.AST) -> set[str]:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else \
-            func.id if isinstance(func, ast.Name) else ""
+        name = (
+            func.attr
+            if isinstance(func, ast.Attribute)
+            else func.id
+            if isinstance(func, ast.Name)
+            else ""
+        )
         if name in ("Thread", "Timer"):
             found.add(f"threading.{name}")
         elif name in ("create_task", "ensure_future", "start_new_thread"):
@@ -53,16 +58,24 @@ def test_only_background_starts_threads_and_tasks() -> None:
 
 def test_the_check_sees_a_thread() -> None:
     """The negative control: the scan finds each way of starting one."""
-    tree = ast.parse("import threading, asyncio\nthreading.Thread(target=f).start()\n"
-                     "asyncio.get_running_loop().create_task(g())\nasyncio.ensure_future(h)\n")
+    tree = ast.parse(
+        "import threading, asyncio\nthreading.Thread(target=f).start()\n"
+        "asyncio.get_running_loop().create_task(g())\nasyncio.ensure_future(h)\n"
+    )
     assert _starts(tree) == {"threading.Thread", "create_task", "ensure_future"}
 
 
 class _Counter(Loop):
     """Counts passes; sleeps ``interval`` between them, or pauses when ``pacing``."""
 
-    def __init__(self, interval: float, *, pacing: bool = False, pass_seconds: float = 0.0,
-                 stop_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        interval: float,
+        *,
+        pacing: bool = False,
+        pass_seconds: float = 0.0,
+        stop_timeout: float | None = None,
+    ) -> None:
         super().__init__("test-counter", stop_timeout=stop_timeout)
         self.interval, self.pacing, self.pass_seconds = interval, pacing, pass_seconds
         self.passes = 0

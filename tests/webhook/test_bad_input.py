@@ -52,45 +52,98 @@ JSON = {"content-type": "application/json"}
 BAD_REQUESTS = [
     pytest.param(b"", JSON, "empty request body", "", id="empty-body"),
     pytest.param(b" \n\t", JSON, "empty request body", "", id="blank-body"),
-    pytest.param(b"{\"apiVersion\": ", JSON, "not valid JSON", "", id="truncated-json"),
+    pytest.param(b'{"apiVersion": ', JSON, "not valid JSON", "", id="truncated-json"),
     pytest.param(b"\xff\xfe\x00garbage", JSON, "not valid JSON", "", id="binary-body"),
     pytest.param(b"[1, 2]", JSON, "request body is a list", "", id="json-list"),
-    pytest.param(b"\"AdmissionReview\"", JSON, "request body is a string", "",
-                 id="json-string"),
-    pytest.param(orjson.dumps(body()), {"content-type": "text/plain"},
-                 "Content-Type is 'text/plain'; expected application/json", "",
-                 id="wrong-content-type"),
-    pytest.param(orjson.dumps(body()), {}, "Content-Type is 'missing'", "",
-                 id="missing-content-type"),
-    pytest.param(orjson.dumps(replaced("kind", "Pod")), JSON,
-                 'kind is "Pod"; expected "AdmissionReview"', UID, id="wrong-kind"),
+    pytest.param(b'"AdmissionReview"', JSON, "request body is a string", "", id="json-string"),
+    pytest.param(
+        orjson.dumps(body()),
+        {"content-type": "text/plain"},
+        "Content-Type is 'text/plain'; expected application/json",
+        "",
+        id="wrong-content-type",
+    ),
+    pytest.param(
+        orjson.dumps(body()), {}, "Content-Type is 'missing'", "", id="missing-content-type"
+    ),
+    pytest.param(
+        orjson.dumps(replaced("kind", "Pod")),
+        JSON,
+        'kind is "Pod"; expected "AdmissionReview"',
+        UID,
+        id="wrong-kind",
+    ),
     pytest.param(orjson.dumps(without("kind")), JSON, "kind is null", UID, id="missing-kind"),
-    pytest.param(orjson.dumps(replaced("apiVersion", "admission.k8s.io/v1beta1")), JSON,
-                 'apiVersion "admission.k8s.io/v1beta1" is not supported', UID,
-                 id="v1beta1"),
-    pytest.param(orjson.dumps(without("apiVersion")), JSON, "apiVersion null is not supported",
-                 UID, id="missing-api-version"),
-    pytest.param(orjson.dumps(without("request")), JSON, "request is null; expected an object",
-                 "", id="missing-request"),
-    pytest.param(orjson.dumps(replaced("request", [UID])), JSON,
-                 "request is a list; expected an object", "", id="request-is-a-list"),
-    pytest.param(orjson.dumps(body(uid=None)), JSON, "request.uid is missing", "",
-                 id="missing-uid"),
+    pytest.param(
+        orjson.dumps(replaced("apiVersion", "admission.k8s.io/v1beta1")),
+        JSON,
+        'apiVersion "admission.k8s.io/v1beta1" is not supported',
+        UID,
+        id="v1beta1",
+    ),
+    pytest.param(
+        orjson.dumps(without("apiVersion")),
+        JSON,
+        "apiVersion null is not supported",
+        UID,
+        id="missing-api-version",
+    ),
+    pytest.param(
+        orjson.dumps(without("request")),
+        JSON,
+        "request is null; expected an object",
+        "",
+        id="missing-request",
+    ),
+    pytest.param(
+        orjson.dumps(replaced("request", [UID])),
+        JSON,
+        "request is a list; expected an object",
+        "",
+        id="request-is-a-list",
+    ),
+    pytest.param(
+        orjson.dumps(body(uid=None)), JSON, "request.uid is missing", "", id="missing-uid"
+    ),
     pytest.param(orjson.dumps(body(uid="")), JSON, "request.uid is missing", "", id="empty-uid"),
-    pytest.param(orjson.dumps(body(uid=42)), JSON, "request.uid is missing or not a string", "",
-                 id="uid-not-a-string"),
-    pytest.param(orjson.dumps(body(operation=None)), JSON, "request.operation is null", UID,
-                 id="missing-operation"),
-    pytest.param(orjson.dumps(body(kind="Pod")), JSON,
-                 "request.kind is a string; expected an object", UID,
-                 id="request-kind-not-an-object"),
-    pytest.param(orjson.dumps(body(object=None)), JSON, "request.object is missing", UID,
-                 id="missing-object"),
-    pytest.param(orjson.dumps(body(object=[pod(PROM_IMAGE)])), JSON,
-                 "request.object is missing or not an object", UID, id="object-is-a-list"),
-    pytest.param(orjson.dumps(body(namespace=None)), JSON,
-                 "neither request.namespace nor the Pod's metadata.namespace is set", UID,
-                 id="no-namespace-anywhere"),
+    pytest.param(
+        orjson.dumps(body(uid=42)),
+        JSON,
+        "request.uid is missing or not a string",
+        "",
+        id="uid-not-a-string",
+    ),
+    pytest.param(
+        orjson.dumps(body(operation=None)),
+        JSON,
+        "request.operation is null",
+        UID,
+        id="missing-operation",
+    ),
+    pytest.param(
+        orjson.dumps(body(kind="Pod")),
+        JSON,
+        "request.kind is a string; expected an object",
+        UID,
+        id="request-kind-not-an-object",
+    ),
+    pytest.param(
+        orjson.dumps(body(object=None)), JSON, "request.object is missing", UID, id="missing-object"
+    ),
+    pytest.param(
+        orjson.dumps(body(object=[pod(PROM_IMAGE)])),
+        JSON,
+        "request.object is missing or not an object",
+        UID,
+        id="object-is-a-list",
+    ),
+    pytest.param(
+        orjson.dumps(body(namespace=None)),
+        JSON,
+        "neither request.namespace nor the Pod's metadata.namespace is set",
+        UID,
+        id="no-namespace-anywhere",
+    ),
 ]
 
 
@@ -112,11 +165,10 @@ def assert_bad_request(response: Any, fragment: str, uid: str) -> dict[str, Any]
 @pytest.mark.parametrize(("raw", "headers", "fragment", "uid"), BAD_REQUESTS)
 @pytest.mark.parametrize("endpoint", ["/mutate", "/audit"])
 def test_malformed_calls_get_400_saying_what_is_wrong(
-        harness: Harness, endpoint: str, raw: bytes, headers: dict[str, str], fragment: str,
-        uid: str) -> None:
+    harness: Harness, endpoint: str, raw: bytes, headers: dict[str, str], fragment: str, uid: str
+) -> None:
     """Each malformed call is a 400 AdmissionReview naming the problem, uid echoed when known."""
-    assert_bad_request(harness.client.post(endpoint, content=raw, headers=headers),
-                       fragment, uid)
+    assert_bad_request(harness.client.post(endpoint, content=raw, headers=headers), fragment, uid)
     assert harness.secrets.missing_calls == []
 
 
@@ -144,8 +196,9 @@ def test_body_just_under_the_limit_is_read(harness: Harness) -> None:
     document = body()
     document["request"]["object"]["metadata"]["annotations"] = {"pad": ""}
     size = len(orjson.dumps(document))
-    document["request"]["object"]["metadata"]["annotations"]["pad"] = \
-        "x" * (app.MAX_BODY_BYTES - size)
+    document["request"]["object"]["metadata"]["annotations"]["pad"] = "x" * (
+        app.MAX_BODY_BYTES - size
+    )
     raw = orjson.dumps(document)
     assert len(raw) == app.MAX_BODY_BYTES
     response = harness.client.post("/mutate", content=raw, headers=JSON)
@@ -155,8 +208,11 @@ def test_body_just_under_the_limit_is_read(harness: Harness) -> None:
 
 def test_content_type_with_parameters_is_accepted(harness: Harness) -> None:
     """The API server may send `application/json; charset=utf-8`."""
-    response = harness.client.post("/mutate", content=orjson.dumps(body()),
-                                   headers={"content-type": "Application/JSON; charset=utf-8"})
+    response = harness.client.post(
+        "/mutate",
+        content=orjson.dumps(body()),
+        headers={"content-type": "Application/JSON; charset=utf-8"},
+    )
     assert response.status_code == 200
     assert response.json()["response"]["allowed"] is True
 
@@ -185,32 +241,61 @@ def annotated(value: Any) -> dict[str, Any]:
 
 # object, warning fragment
 MALFORMED_PODS = [
-    pytest.param(spec_with(containers="nginx"), "spec.containers is not a list",
-                 id="containers-a-string"),
-    pytest.param(spec_with(containers={"name": "c0", "image": HUB_IMAGE}),
-                 "spec.containers is not a list", id="containers-a-mapping"),
-    pytest.param(spec_with(initContainers=7), "spec.initContainers is not a list",
-                 id="init-containers-a-number"),
-    pytest.param(spec_with(containers=["nginx"]), "spec.containers[0] is not a mapping",
-                 id="container-a-string"),
-    pytest.param(spec_with(containers=[{"image": HUB_IMAGE}]), "spec.containers[0] has no name",
-                 id="container-without-name"),
-    pytest.param(spec_with(containers=[{"name": "c0", "image": 5}]),
-                 "containers/c0: image is not a string", id="image-a-number"),
-    pytest.param(spec_with(containers=[{"name": "c0", "image": ["nginx"]}]),
-                 "containers/c0: image is not a string", id="image-a-list"),
-    pytest.param(spec_with(containers=[{"name": "c0", "image": "Not A Reference"}]),
-                 "containers/c0: image 'Not A Reference' left as written", id="image-invalid"),
-    pytest.param(annotated("not json"), "annotation mirrorgate.io/original-images",
-                 id="original-images-not-json"),
-    pytest.param(annotated('{"containers/c0": 1}'), "annotation mirrorgate.io/original-images",
-                 id="original-images-not-strings"),
+    pytest.param(
+        spec_with(containers="nginx"), "spec.containers is not a list", id="containers-a-string"
+    ),
+    pytest.param(
+        spec_with(containers={"name": "c0", "image": HUB_IMAGE}),
+        "spec.containers is not a list",
+        id="containers-a-mapping",
+    ),
+    pytest.param(
+        spec_with(initContainers=7),
+        "spec.initContainers is not a list",
+        id="init-containers-a-number",
+    ),
+    pytest.param(
+        spec_with(containers=["nginx"]),
+        "spec.containers[0] is not a mapping",
+        id="container-a-string",
+    ),
+    pytest.param(
+        spec_with(containers=[{"image": HUB_IMAGE}]),
+        "spec.containers[0] has no name",
+        id="container-without-name",
+    ),
+    pytest.param(
+        spec_with(containers=[{"name": "c0", "image": 5}]),
+        "containers/c0: image is not a string",
+        id="image-a-number",
+    ),
+    pytest.param(
+        spec_with(containers=[{"name": "c0", "image": ["nginx"]}]),
+        "containers/c0: image is not a string",
+        id="image-a-list",
+    ),
+    pytest.param(
+        spec_with(containers=[{"name": "c0", "image": "Not A Reference"}]),
+        "containers/c0: image 'Not A Reference' left as written",
+        id="image-invalid",
+    ),
+    pytest.param(
+        annotated("not json"),
+        "annotation mirrorgate.io/original-images",
+        id="original-images-not-json",
+    ),
+    pytest.param(
+        annotated('{"containers/c0": 1}'),
+        "annotation mirrorgate.io/original-images",
+        id="original-images-not-strings",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("obj", "fragment"), MALFORMED_PODS)
 def test_malformed_pod_contents_are_allowed_with_a_warning(
-        harness: Harness, obj: dict[str, Any], fragment: str) -> None:
+    harness: Harness, obj: dict[str, Any], fragment: str
+) -> None:
     """A Pod the API server would reject itself is not our 400: it is admitted with a warning."""
     response = harness.mutate(review(obj, uid=UID))
     assert response["uid"] == UID
@@ -242,13 +327,17 @@ def nested(depth: int) -> bytes:
     return b"[" * depth + b"1" + b"]" * depth
 
 
-@pytest.mark.parametrize(("field", "depth", "fragment"), [
-    pytest.param("kind", 300, "expected \"AdmissionReview\"", id="kind-300-deep"),
-    pytest.param("apiVersion", 300, "is not supported", id="api-version-300-deep"),
-    pytest.param("kind", 2000, "not valid JSON", id="kind-past-the-parser-limit"),
-])
-def test_deeply_nested_envelope_fields_get_400(harness: Harness, field: str, depth: int,
-                                                fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "depth", "fragment"),
+    [
+        pytest.param("kind", 300, 'expected "AdmissionReview"', id="kind-300-deep"),
+        pytest.param("apiVersion", 300, "is not supported", id="api-version-300-deep"),
+        pytest.param("kind", 2000, "not valid JSON", id="kind-past-the-parser-limit"),
+    ],
+)
+def test_deeply_nested_envelope_fields_get_400(
+    harness: Harness, field: str, depth: int, fragment: str
+) -> None:
     """A kind or apiVersion nested hundreds deep is a 400 naming the field, not a 500."""
     document = body()
     document[field] = "__nested__"

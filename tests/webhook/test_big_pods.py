@@ -26,13 +26,16 @@ from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, p
 
 
 def too_wide(count: int, limit: int) -> str:
-    return (f"mirrorgate: the Pod has {count:,} containers, more than the {limit:,} it "
-            "rewrites (serve --max-containers); its images are left as written")
+    return (
+        f"mirrorgate: the Pod has {count:,} containers, more than the {limit:,} it "
+        "rewrites (serve --max-containers); its images are left as written"
+    )
 
 
 @pytest.mark.parametrize("endpoint", ["/mutate", "/audit"])
 def test_a_pod_of_50000_containers_is_admitted_as_written_saying_why(
-        harness: Harness, endpoint: str) -> None:
+    harness: Harness, endpoint: str
+) -> None:
     response = harness.post(endpoint, review(pod(*[PROM_IMAGE] * 50_000)))["response"]
     assert response["allowed"] is True
     assert "patch" not in response
@@ -53,8 +56,7 @@ def test_the_limit_counts_every_container_list_and_admits_up_to_it(harness: Harn
     assert response["warnings"] == [too_wide(4, 3)]
 
 
-def test_an_ephemeral_update_counts_the_ephemeral_containers_old_and_new(
-        harness: Harness) -> None:
+def test_an_ephemeral_update_counts_the_ephemeral_containers_old_and_new(harness: Harness) -> None:
     """kubectl debug plans the new ephemeral containers against the old ones, not the rest."""
     harness.runtime.max_containers = 3
     old = pod(*[PROM_IMAGE] * 10)
@@ -63,11 +65,13 @@ def test_an_ephemeral_update_counts_the_ephemeral_containers_old_and_new(
     new["spec"]["ephemeralContainers"].append({"name": "debug-1", "image": PROM_IMAGE})
     update = review(new, operation="UPDATE", sub_resource="ephemeralcontainers", old=old)
     assert [op["path"] for op in patch_ops(harness.mutate(update))] == [
-        "/spec/ephemeralContainers/1/image"]  # 1 + 2 ephemeral: within 3
+        "/spec/ephemeralContainers/1/image"
+    ]  # 1 + 2 ephemeral: within 3
 
     new["spec"]["ephemeralContainers"].append({"name": "debug-2", "image": PROM_IMAGE})
-    response = harness.mutate(review(new, operation="UPDATE",
-                                     sub_resource="ephemeralcontainers", old=old))
+    response = harness.mutate(
+        review(new, operation="UPDATE", sub_resource="ephemeralcontainers", old=old)
+    )
     assert "patch" not in response
     assert response["warnings"] == [too_wide(4, 3)]
 
@@ -97,14 +101,16 @@ def test_large_reviews_are_screened_in_a_worker_process(screener: offload.Screen
 
     malformed = padded(pod(PROM_IMAGE), uid="bad", namespace="Not_A_Namespace")
     with pytest.raises(review_.BadReview) as caught:
-        asyncio.run(screener.screen(orjson.dumps(malformed), mode="enforce",
-                                    max_containers=1000))
+        asyncio.run(screener.screen(orjson.dumps(malformed), mode="enforce", max_containers=1000))
     assert (caught.value.uid, str(caught.value)) == (
-        "bad", "namespace 'Not_A_Namespace' is not a namespace name")
+        "bad",
+        "namespace 'Not_A_Namespace' is not a namespace name",
+    )
 
 
 def test_the_endpoint_answers_large_reviews_through_the_worker(
-        harness: Harness, screener: offload.Screener) -> None:
+    harness: Harness, screener: offload.Screener
+) -> None:
     harness.runtime.screener = screener
     response = harness.mutate(padded(pod(*[PROM_IMAGE] * 50_000)))
     assert "patch" not in response
@@ -114,15 +120,18 @@ def test_the_endpoint_answers_large_reviews_through_the_worker(
     patched = apply(narrow, patch_ops(harness.mutate(padded(narrow))))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
 
-    answer = harness.client.post("/mutate", content=orjson.dumps(padded(
-        pod(PROM_IMAGE), uid="bad", namespace="Not_A_Namespace")),
-        headers={"content-type": "application/json"})
+    answer = harness.client.post(
+        "/mutate",
+        content=orjson.dumps(padded(pod(PROM_IMAGE), uid="bad", namespace="Not_A_Namespace")),
+        headers={"content-type": "application/json"},
+    )
     assert answer.status_code == 400
     assert answer.json()["response"]["uid"] == "bad"
 
 
 def test_without_a_worker_large_reviews_are_decided_on_the_loop(
-        harness: Harness, workerless: offload.Screener) -> None:
+    harness: Harness, workerless: offload.Screener
+) -> None:
     harness.runtime.screener = workerless
     response = harness.mutate(padded(pod(*[PROM_IMAGE] * 2_000)))
     assert response["warnings"] == [too_wide(2_000, admission.MAX_CONTAINERS)]

@@ -34,8 +34,20 @@ from tests.webhook.reviews import (
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 REFERENCE_KEYS = {"domain", "path", "tag", "digest", "name", "normalized"}
-EXPLAIN_KEYS = {"image", "mode", "valid", "error", "reference", "outcome", "reason", "rule",
-                "result", "credential", "credentialRegistry", "warning"}
+EXPLAIN_KEYS = {
+    "image",
+    "mode",
+    "valid",
+    "error",
+    "reference",
+    "outcome",
+    "reason",
+    "rule",
+    "result",
+    "credential",
+    "credentialRegistry",
+    "warning",
+}
 
 
 @dataclasses.dataclass
@@ -56,8 +68,9 @@ def mirrorgate(capsys: pytest.CaptureFixture[str]) -> Any:
         except SystemExit as exit_:  # argparse: --help and usage errors
             code = exit_.code
         captured = capsys.readouterr()
-        return Result(code=code, out=out.getvalue() + captured.out,
-                      err=err.getvalue() + captured.err)
+        return Result(
+            code=code, out=out.getvalue() + captured.out, err=err.getvalue() + captured.err
+        )
 
     return run
 
@@ -82,9 +95,13 @@ def expected_rewrite(obj: dict[str, Any]) -> dict[str, Any]:
     expected["spec"]["containers"][0]["image"] = HUB_MIRRORED
     expected["spec"]["containers"][1]["image"] = PROM_MIRRORED
     expected["spec"]["imagePullSecrets"] = [{"name": HUB_SECRET}]
-    expected["metadata"]["annotations"] = {"mirrorgate.io/original-images": json.dumps(
-        {"containers/c0": HUB_IMAGE, "containers/c1": PROM_IMAGE}, sort_keys=True,
-        separators=(",", ":"))}
+    expected["metadata"]["annotations"] = {
+        "mirrorgate.io/original-images": json.dumps(
+            {"containers/c0": HUB_IMAGE, "containers/c1": PROM_IMAGE},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+    }
     return expected
 
 
@@ -100,8 +117,9 @@ def write_yaml(tmp_path: Path, *documents: Any, name: str = "pods.yaml") -> Path
 def test_rewrite_yaml_output(mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
     """The Pod comes out as admission would leave it, unknown fields and all; exit 0."""
     obj = rich_pod()
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "-f",
-                        str(write_yaml(tmp_path, obj)))
+    result = mirrorgate(
+        "rewrite", "--policy", str(policy_file), "-f", str(write_yaml(tmp_path, obj))
+    )
     assert result.code == 0
     assert result.err == ""
     assert list(yaml.safe_load_all(result.out)) == [expected_rewrite(obj)]
@@ -110,18 +128,27 @@ def test_rewrite_yaml_output(mirrorgate: Any, tmp_path: Path, policy_file: Path)
 def test_rewrite_json_output(mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
     """-o json prints one object for one Pod."""
     obj = rich_pod()
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
-                        str(write_yaml(tmp_path, obj)))
+    result = mirrorgate(
+        "rewrite", "--policy", str(policy_file), "-o", "json", "-f", str(write_yaml(tmp_path, obj))
+    )
     assert result.code == 0
     assert json.loads(result.out) == expected_rewrite(obj)
 
 
 def test_rewrite_json_output_of_several_documents_is_a_list(
-        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    mirrorgate: Any, tmp_path: Path, policy_file: Path
+) -> None:
     """Several documents come out as a v1 List, in order."""
     first, second = rich_pod(), pod(PROM_IMAGE, name="two", namespace="team-a")
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
-                        str(write_yaml(tmp_path, first, second)))
+    result = mirrorgate(
+        "rewrite",
+        "--policy",
+        str(policy_file),
+        "-o",
+        "json",
+        "-f",
+        str(write_yaml(tmp_path, first, second)),
+    )
     assert result.code == 0
     listing = json.loads(result.out)
     assert listing["kind"] == "List"
@@ -130,22 +157,29 @@ def test_rewrite_json_output_of_several_documents_is_a_list(
     assert listing["items"][0] == expected_rewrite(first)
 
 
-def test_rewrite_patch_output_applies_to_the_input(mirrorgate: Any, tmp_path: Path,
-                                                   policy_file: Path) -> None:
+def test_rewrite_patch_output_applies_to_the_input(
+    mirrorgate: Any, tmp_path: Path, policy_file: Path
+) -> None:
     """-o patch prints one JSON Patch per Pod, which applied gives the -o yaml result."""
     obj = rich_pod()
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "patch", "-f",
-                        str(write_yaml(tmp_path, obj)))
+    result = mirrorgate(
+        "rewrite", "--policy", str(policy_file), "-o", "patch", "-f", str(write_yaml(tmp_path, obj))
+    )
     assert result.code == 0
     [line] = result.out.splitlines()
     ops = json.loads(line)
-    assert {op["path"] for op in ops} == {"/spec/containers/0/image", "/spec/containers/1/image",
-                                          "/metadata/annotations", "/spec/imagePullSecrets"}
+    assert {op["path"] for op in ops} == {
+        "/spec/containers/0/image",
+        "/spec/containers/1/image",
+        "/metadata/annotations",
+        "/spec/imagePullSecrets",
+    }
     assert apply(obj, ops) == expected_rewrite(obj)
 
 
-def test_rewrite_reads_json_from_stdin(mirrorgate: Any, policy_file: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rewrite_reads_json_from_stdin(
+    mirrorgate: Any, policy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`-f -` (the default) reads stdin, JSON as well as YAML."""
     obj = rich_pod()
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(obj)))
@@ -155,12 +189,21 @@ def test_rewrite_reads_json_from_stdin(mirrorgate: Any, policy_file: Path,
 
 
 def test_rewrite_in_audit_mode_leaves_the_pod_and_warns(
-        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    mirrorgate: Any, tmp_path: Path, policy_file: Path
+) -> None:
     """`--mode audit`: the Pod is unchanged and each planned rewrite is a warning; exit 1."""
     obj = rich_pod()
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "--mode", "audit", "-o", "json",
-                        "-f",
-                        str(write_yaml(tmp_path, obj)))
+    result = mirrorgate(
+        "rewrite",
+        "--policy",
+        str(policy_file),
+        "--mode",
+        "audit",
+        "-o",
+        "json",
+        "-f",
+        str(write_yaml(tmp_path, obj)),
+    )
     assert result.code == 1
     assert json.loads(result.out) == obj
     lines = result.err.splitlines()
@@ -194,49 +237,87 @@ def workload(kind: str, *images: str, namespace: str | None = None) -> dict[str,
     return {"apiVersion": "apps/v1", "kind": kind, "metadata": metadata, "spec": spec}
 
 
-WORKLOAD_KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet",
-                  "ReplicationController", "Job", "CronJob", "PodTemplate"]
+WORKLOAD_KINDS = [
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "ReplicationController",
+    "Job",
+    "CronJob",
+    "PodTemplate",
+]
 
 
 @pytest.mark.parametrize("kind", WORKLOAD_KINDS)
 def test_rewrite_shows_a_workloads_pod_as_admission_mutates_it(
-        mirrorgate: Any, tmp_path: Path, policy_file: Path, harness: Harness, kind: str) -> None:
+    mirrorgate: Any, tmp_path: Path, policy_file: Path, harness: Harness, kind: str
+) -> None:
     """The Pod the controller would create, exactly as /mutate patches it; exit 0."""
     document = workload(kind, HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE, namespace="team-a")
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
-                        str(write_yaml(tmp_path, document)))
+    result = mirrorgate(
+        "rewrite",
+        "--policy",
+        str(policy_file),
+        "-o",
+        "json",
+        "-f",
+        str(write_yaml(tmp_path, document)),
+    )
     assert result.code == 0, result.err
     shown = json.loads(result.out)
 
-    expected_pod = {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"labels": {"app": "web"}, "namespace": "team-a",
-                                 "generateName": "web-"},
-                    "spec": template(HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE)["spec"]}
+    expected_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": {"app": "web"}, "namespace": "team-a", "generateName": "web-"},
+        "spec": template(HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE)["spec"],
+    }
     admitted = apply(expected_pod, patch_ops(harness.mutate(review(expected_pod))))
     assert shown == admitted
     assert [c["image"] for c in shown["spec"]["containers"]] == [
-        HUB_MIRRORED, PROM_MIRRORED, UNMATCHED_IMAGE]
+        HUB_MIRRORED,
+        PROM_MIRRORED,
+        UNMATCHED_IMAGE,
+    ]
 
 
 def test_rewrite_workload_in_an_excluded_namespace_is_unchanged(
-        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    mirrorgate: Any, tmp_path: Path, policy_file: Path
+) -> None:
     """The workload's own namespace decides, as it does for its Pods."""
     document = workload("Deployment", HUB_IMAGE, namespace="excluded-ns")
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json", "-f",
-                        str(write_yaml(tmp_path, document)))
+    result = mirrorgate(
+        "rewrite",
+        "--policy",
+        str(policy_file),
+        "-o",
+        "json",
+        "-f",
+        str(write_yaml(tmp_path, document)),
+    )
     assert result.code == 0
     assert json.loads(result.out)["spec"]["containers"][0]["image"] == HUB_IMAGE
 
 
 def test_rewrite_passes_over_objects_that_are_not_pods_or_workloads(
-        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    mirrorgate: Any, tmp_path: Path, policy_file: Path
+) -> None:
     """A Deployment and a Service: the Deployment's Pod only, no warning, exit 0."""
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-               "spec": {"ports": [{"port": 80}]}}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {"ports": [{"port": 80}]},
+    }
     obj = rich_pod()
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "-f",
-                        str(write_yaml(tmp_path, workload("Deployment", PROM_IMAGE), service,
-                                       obj)))
+    result = mirrorgate(
+        "rewrite",
+        "--policy",
+        str(policy_file),
+        "-f",
+        str(write_yaml(tmp_path, workload("Deployment", PROM_IMAGE), service, obj)),
+    )
     assert result.code == 0
     assert result.err == ""
     first, second = yaml.safe_load_all(result.out)
@@ -246,10 +327,14 @@ def test_rewrite_passes_over_objects_that_are_not_pods_or_workloads(
 
 
 def test_rewrite_without_pods_or_workloads_says_so_in_one_line(
-        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    mirrorgate: Any, tmp_path: Path, policy_file: Path
+) -> None:
     """Only a Service and a ConfigMap: one line naming what was found, exit 2."""
-    path = write_yaml(tmp_path, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}},
-                      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}})
+    path = write_yaml(
+        tmp_path,
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}},
+    )
     result = mirrorgate("rewrite", "--policy", str(policy_file), "-f", str(path))
     assert result.code == 2
     assert result.out == ""
@@ -259,27 +344,50 @@ def test_rewrite_without_pods_or_workloads_says_so_in_one_line(
 
 
 def test_rewrite_workload_without_a_template_is_a_warning(
-        mirrorgate: Any, tmp_path: Path, policy_file: Path) -> None:
+    mirrorgate: Any, tmp_path: Path, policy_file: Path
+) -> None:
     """A workload whose template is missing is named, with where the template should be."""
-    document = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
-                "spec": {"schedule": "@daily"}}
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "-f",
-                        str(write_yaml(tmp_path, document)))
+    document = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "@daily"},
+    }
+    result = mirrorgate(
+        "rewrite", "--policy", str(policy_file), "-f", str(write_yaml(tmp_path, document))
+    )
     assert result.code == 1
-    assert result.err == ("warning: CronJob/nightly: no Pod template with a spec at "
-                          "spec.jobTemplate.spec.template\n")
+    assert result.err == (
+        "warning: CronJob/nightly: no Pod template with a spec at spec.jobTemplate.spec.template\n"
+    )
 
 
-@pytest.mark.parametrize(("namespace_args", "changed"), [
-    pytest.param(("-n", "excluded-ns"), False, id="excluded-namespace"),
-    pytest.param(("-n", "team-b"), True, id="other-namespace"),
-])
-def test_rewrite_namespace_option(mirrorgate: Any, tmp_path: Path, policy_file: Path,
-                                  namespace_args: tuple[str, ...], changed: bool) -> None:
+@pytest.mark.parametrize(
+    ("namespace_args", "changed"),
+    [
+        pytest.param(("-n", "excluded-ns"), False, id="excluded-namespace"),
+        pytest.param(("-n", "team-b"), True, id="other-namespace"),
+    ],
+)
+def test_rewrite_namespace_option(
+    mirrorgate: Any,
+    tmp_path: Path,
+    policy_file: Path,
+    namespace_args: tuple[str, ...],
+    changed: bool,
+) -> None:
     """-n plans for that namespace instead of the Pod's own."""
     obj = rich_pod()
-    result = mirrorgate("rewrite", "--policy", str(policy_file), "-o", "json",
-                        *namespace_args, "-f", str(write_yaml(tmp_path, obj)))
+    result = mirrorgate(
+        "rewrite",
+        "--policy",
+        str(policy_file),
+        "-o",
+        "json",
+        *namespace_args,
+        "-f",
+        str(write_yaml(tmp_path, obj)),
+    )
     assert result.code == 0
     assert (json.loads(result.out) != obj) is changed
 
@@ -298,27 +406,46 @@ def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> Non
     [entry] = explained(result)
     assert set(entry) == EXPLAIN_KEYS
     assert entry == {
-        "image": "nginx", "mode": "enforce", "valid": True, "error": None,
-        "reference": {"domain": "docker.io", "path": "library/nginx", "tag": None,
-                      "digest": None, "name": "docker.io/library/nginx",
-                      "normalized": "docker.io/library/nginx"},
-        "outcome": None, "reason": None, "rule": None, "result": None, "credential": None,
-        "credentialRegistry": None, "warning": None}
+        "image": "nginx",
+        "mode": "enforce",
+        "valid": True,
+        "error": None,
+        "reference": {
+            "domain": "docker.io",
+            "path": "library/nginx",
+            "tag": None,
+            "digest": None,
+            "name": "docker.io/library/nginx",
+            "normalized": "docker.io/library/nginx",
+        },
+        "outcome": None,
+        "reason": None,
+        "rule": None,
+        "result": None,
+        "credential": None,
+        "credentialRegistry": None,
+        "warning": None,
+    }
 
 
-def test_explain_with_policy_names_rule_result_and_credential(mirrorgate: Any,
-                                                              policy_file: Path) -> None:
+def test_explain_with_policy_names_rule_result_and_credential(
+    mirrorgate: Any, policy_file: Path
+) -> None:
     """A rewritten image shows the rule, the new image and the credential it needs."""
-    result = mirrorgate("explain", "--policy", str(policy_file), HUB_IMAGE, PROM_IMAGE,
-                        UNMATCHED_IMAGE)
+    result = mirrorgate(
+        "explain", "--policy", str(policy_file), HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE
+    )
     assert result.code == 0
     hub, prom, unmatched = explained(result)
     for entry in (hub, prom, unmatched):
         assert set(entry) == EXPLAIN_KEYS
         assert set(entry["reference"]) == REFERENCE_KEYS
-    assert hub["rule"] == {"index": 0, "source": "docker.io",
-                           "mirror": "harbor.corp.example/dockerhub-proxy",
-                           "scheme": "https"}
+    assert hub["rule"] == {
+        "index": 0,
+        "source": "docker.io",
+        "mirror": "harbor.corp.example/dockerhub-proxy",
+        "scheme": "https",
+    }
     assert hub["result"] == HUB_MIRRORED
     assert hub["credential"] == "harbor-pull"
     assert hub["outcome"] == "rewrite"
@@ -335,9 +462,13 @@ def test_explain_digest_reference(mirrorgate: Any) -> None:
     digest = "sha256:" + "ab" * 32
     [entry] = explained(mirrorgate("explain", f"quay.io/prometheus/node-exporter:v1@{digest}"))
     assert entry["reference"] == {
-        "domain": "quay.io", "path": "prometheus/node-exporter", "tag": "v1", "digest": digest,
+        "domain": "quay.io",
+        "path": "prometheus/node-exporter",
+        "tag": "v1",
+        "digest": digest,
         "name": "quay.io/prometheus/node-exporter",
-        "normalized": f"quay.io/prometheus/node-exporter:v1@{digest}"}
+        "normalized": f"quay.io/prometheus/node-exporter:v1@{digest}",
+    }
 
 
 def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
@@ -347,11 +478,19 @@ def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
     assert result.code == 1
     invalid, valid = explained(result)
     assert invalid == {
-        "image": "Nginx", "mode": "enforce", "valid": False,
+        "image": "Nginx",
+        "mode": "enforce",
+        "valid": False,
         "error": "repository name must be lowercase",
-        "reference": None, "outcome": "invalid", "reason": "repository name must be lowercase",
-        "rule": None, "result": "Nginx", "credential": None, "credentialRegistry": None,
-        "warning": "image 'Nginx' left as written: repository name must be lowercase"}
+        "reference": None,
+        "outcome": "invalid",
+        "reason": "repository name must be lowercase",
+        "rule": None,
+        "result": "Nginx",
+        "credential": None,
+        "credentialRegistry": None,
+        "warning": "image 'Nginx' left as written: repository name must be lowercase",
+    }
     assert valid["valid"] is True
 
 
@@ -382,15 +521,17 @@ def test_policy_check_valid(mirrorgate: Any, tmp_path: Path) -> None:
     assert "2 mirror rules" in result.out
 
 
-def test_policy_check_warns_of_a_grant_to_every_namespace(mirrorgate: Any,
-                                                          policy_file: Path) -> None:
+def test_policy_check_warns_of_a_grant_to_every_namespace(
+    mirrorgate: Any, policy_file: Path
+) -> None:
     """`"*"` is valid, but anyone who can create a Pod anywhere could use the credential."""
     result = mirrorgate("policy", "check", str(policy_file))
     assert result.code == 0
     assert result.out.splitlines()[1:] == [
         '  warning: credentials.harbor-pull.namespaces: "*" grants this credential to every '
         "opted-in namespace: anyone who can create a Pod in one can pull with it; name the "
-        "namespaces or globs that need it"]
+        "namespaces or globs that need it"
+    ]
 
 
 def test_policy_check_accepts_the_example_policy(mirrorgate: Any) -> None:
@@ -413,27 +554,33 @@ def test_policy_check_lists_every_error_with_its_path(mirrorgate: Any, tmp_path:
 
 
 def test_policy_check_warns_about_skipped_verification_and_clear_text_logins(
-        mirrorgate: Any, tmp_path: Path) -> None:
+    mirrorgate: Any, tmp_path: Path
+) -> None:
     """Valid but unsafe: exit 0, one warning line per unsafe rule, each with its field path."""
     path = tmp_path / "unsafe.yaml"
-    path.write_text("mirrors:\n"
-                    "  - {source: docker.io, mirror: 'http://cache.local:5000/hub', "
-                    "credential: cache}\n"
-                    "  - {source: quay.io, mirror: 'https://m.example/quay', "
-                    "insecureSkipVerify: true}\n"
-                    "credentials: {cache: {namespaces: [team-a]}}\n")
+    path.write_text(
+        "mirrors:\n"
+        "  - {source: docker.io, mirror: 'http://cache.local:5000/hub', "
+        "credential: cache}\n"
+        "  - {source: quay.io, mirror: 'https://m.example/quay', "
+        "insecureSkipVerify: true}\n"
+        "credentials: {cache: {namespaces: [team-a]}}\n"
+    )
     result = mirrorgate("policy", "check", str(path))
     assert result.code == 0
     lines = result.out.splitlines()
     assert "valid" in lines[0]
     assert [line.split(":")[0:2] for line in lines[1:]] == [
-        ["  warning", " mirrors[0].mirror"], ["  warning", " mirrors[1].insecureSkipVerify"]]
+        ["  warning", " mirrors[0].mirror"],
+        ["  warning", " mirrors[1].insecureSkipVerify"],
+    ]
     assert "cross the network in clear" in lines[1]
     assert "are not verified" in lines[2]
 
 
-def test_policy_check_reports_yaml_syntax_errors_with_position(mirrorgate: Any,
-                                                               tmp_path: Path) -> None:
+def test_policy_check_reports_yaml_syntax_errors_with_position(
+    mirrorgate: Any, tmp_path: Path
+) -> None:
     """Broken YAML is a finding too, located by line and column."""
     path = tmp_path / "broken.yaml"
     path.write_text("onCredentialError: skip\nmirrors: [\n")
@@ -445,18 +592,23 @@ def test_policy_check_reports_yaml_syntax_errors_with_position(mirrorgate: Any,
 # --- usage and file errors ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [
-    pytest.param((), id="no-command"),
-    pytest.param(("frobnicate",), id="unknown-command"),
-    pytest.param(("rewrite",), id="rewrite-without-policy"),
-    pytest.param(("rewrite", "--policy", "p.yaml", "-o", "xml"), id="rewrite-bad-output"),
-    pytest.param(("explain",), id="explain-without-images"),
-    pytest.param(("explain", "--bogus", "nginx"), id="explain-unknown-option"),
-    pytest.param(("policy",), id="policy-without-subcommand"),
-    pytest.param(("policy", "check"), id="policy-check-without-file"),
-    pytest.param(("serve", "--policy", "p", "--tls-cert", "c", "--tls-key", "k", "--port", "x"),
-                 id="serve-bad-port"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param((), id="no-command"),
+        pytest.param(("frobnicate",), id="unknown-command"),
+        pytest.param(("rewrite",), id="rewrite-without-policy"),
+        pytest.param(("rewrite", "--policy", "p.yaml", "-o", "xml"), id="rewrite-bad-output"),
+        pytest.param(("explain",), id="explain-without-images"),
+        pytest.param(("explain", "--bogus", "nginx"), id="explain-unknown-option"),
+        pytest.param(("policy",), id="policy-without-subcommand"),
+        pytest.param(("policy", "check"), id="policy-check-without-file"),
+        pytest.param(
+            ("serve", "--policy", "p", "--tls-cert", "c", "--tls-key", "k", "--port", "x"),
+            id="serve-bad-port",
+        ),
+    ],
+)
 def test_usage_errors_exit_2_with_one_line(mirrorgate: Any, argv: tuple[str, ...]) -> None:
     """A usage error is exit 2 and a single line naming the command, nothing on stdout."""
     result = mirrorgate(*argv)
@@ -468,30 +620,55 @@ def test_usage_errors_exit_2_with_one_line(mirrorgate: Any, argv: tuple[str, ...
     assert "Traceback" not in result.err
 
 
-@pytest.mark.parametrize(("argv", "named"), [
-    pytest.param(("rewrite", "--policy", "{missing}", "-f", "{pods}"), "{missing}",
-                 id="rewrite-missing-policy"),
-    pytest.param(("rewrite", "--policy", "{policy}", "-f", "{missing}"), "{missing}",
-                 id="rewrite-missing-input"),
-    pytest.param(("rewrite", "--policy", "{policy}", "-f", "{directory}"), "{directory}",
-                 id="rewrite-input-is-a-directory"),
-    pytest.param(("rewrite", "--policy", "{policy}", "-f", "{binary}"), "{binary}",
-                 id="rewrite-input-not-utf8"),
-    pytest.param(("rewrite", "--policy", "{policy}", "-f", "{broken}"), "{broken}",
-                 id="rewrite-input-not-yaml"),
-    pytest.param(("explain", "--policy", "{missing}", "nginx"), "{missing}",
-                 id="explain-missing-policy"),
-    pytest.param(("policy", "check", "{missing}"), "{missing}", id="policy-check-missing-file"),
-    pytest.param(("policy", "check", "{directory}"), "{directory}",
-                 id="policy-check-directory"),
-])
-def test_unreadable_files_exit_2_naming_the_file(mirrorgate: Any, tmp_path: Path,
-                                                 policy_file: Path, argv: tuple[str, ...],
-                                                 named: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        pytest.param(
+            ("rewrite", "--policy", "{missing}", "-f", "{pods}"),
+            "{missing}",
+            id="rewrite-missing-policy",
+        ),
+        pytest.param(
+            ("rewrite", "--policy", "{policy}", "-f", "{missing}"),
+            "{missing}",
+            id="rewrite-missing-input",
+        ),
+        pytest.param(
+            ("rewrite", "--policy", "{policy}", "-f", "{directory}"),
+            "{directory}",
+            id="rewrite-input-is-a-directory",
+        ),
+        pytest.param(
+            ("rewrite", "--policy", "{policy}", "-f", "{binary}"),
+            "{binary}",
+            id="rewrite-input-not-utf8",
+        ),
+        pytest.param(
+            ("rewrite", "--policy", "{policy}", "-f", "{broken}"),
+            "{broken}",
+            id="rewrite-input-not-yaml",
+        ),
+        pytest.param(
+            ("explain", "--policy", "{missing}", "nginx"), "{missing}", id="explain-missing-policy"
+        ),
+        pytest.param(("policy", "check", "{missing}"), "{missing}", id="policy-check-missing-file"),
+        pytest.param(
+            ("policy", "check", "{directory}"), "{directory}", id="policy-check-directory"
+        ),
+    ],
+)
+def test_unreadable_files_exit_2_naming_the_file(
+    mirrorgate: Any, tmp_path: Path, policy_file: Path, argv: tuple[str, ...], named: str
+) -> None:
     """A file that cannot be read is a configuration error (exit 2) that names the file."""
-    places = {"missing": tmp_path / "missing.yaml", "policy": policy_file,
-              "pods": write_yaml(tmp_path, pod(HUB_IMAGE)), "directory": tmp_path / "dir",
-              "binary": tmp_path / "binary.yaml", "broken": tmp_path / "broken.yaml"}
+    places = {
+        "missing": tmp_path / "missing.yaml",
+        "policy": policy_file,
+        "pods": write_yaml(tmp_path, pod(HUB_IMAGE)),
+        "directory": tmp_path / "dir",
+        "binary": tmp_path / "binary.yaml",
+        "broken": tmp_path / "broken.yaml",
+    }
     places["directory"].mkdir()
     places["binary"].write_bytes(b"kind: Pod\nname: \xff\xfe\n")
     places["broken"].write_text("kind: Pod\nspec: [\n")
@@ -503,8 +680,9 @@ def test_unreadable_files_exit_2_naming_the_file(mirrorgate: Any, tmp_path: Path
     assert "Traceback" not in result.err
 
 
-def subcommand_paths(parser: argparse.ArgumentParser,
-                     prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+def subcommand_paths(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[str, ...]]:
     """Every command path of the CLI, read from the parser itself."""
     yield prefix
     for action in parser._actions:
@@ -546,20 +724,24 @@ def test_certs_generate_out_must_be_a_directory(mirrorgate: Any, tmp_path: Path)
     """--out naming a file is a one-line error saying it must be a directory."""
     target = tmp_path / "bundle.pem"
     target.write_text("keep me")
-    result = mirrorgate("certs", "generate", "--service", "s", "--namespace", "n",
-                        "--out", str(target))
+    result = mirrorgate(
+        "certs", "generate", "--service", "s", "--namespace", "n", "--out", str(target)
+    )
     assert result.code == 2
-    assert result.err == (f"mirrorgate: error: certs generate: --out {target} is not a "
-                          "directory; --out names the directory the four files are written "
-                          "into\n")
+    assert result.err == (
+        f"mirrorgate: error: certs generate: --out {target} is not a "
+        "directory; --out names the directory the four files are written "
+        "into\n"
+    )
     assert target.read_text() == "keep me"
 
 
 def test_certs_generate_names_every_file_it_writes(mirrorgate: Any, tmp_path: Path) -> None:
     """Each written file is named on stderr, ca.key included; the caBundle goes to stdout."""
     out = tmp_path / "certs"
-    result = mirrorgate("certs", "generate", "--service", "s", "--namespace", "n",
-                        "--out", str(out))
+    result = mirrorgate(
+        "certs", "generate", "--service", "s", "--namespace", "n", "--out", str(out)
+    )
     assert result.code == 0
     written = sorted(p.name for p in out.iterdir())
     assert written == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
@@ -568,12 +750,12 @@ def test_certs_generate_names_every_file_it_writes(mirrorgate: Any, tmp_path: Pa
     assert result.out.startswith("caBundle: ")
 
 
-def test_audit_names_a_missing_kubeconfig(mirrorgate: Any, tmp_path: Path,
-                                          policy_file: Path) -> None:
+def test_audit_names_a_missing_kubeconfig(
+    mirrorgate: Any, tmp_path: Path, policy_file: Path
+) -> None:
     """`audit --kubeconfig missing` says which file is missing, in one line."""
     missing = tmp_path / "no-such-kubeconfig"
-    result = mirrorgate("audit", "--policy", str(policy_file), "--kubeconfig", str(missing),
-                        "-A")
+    result = mirrorgate("audit", "--policy", str(policy_file), "--kubeconfig", str(missing), "-A")
     assert result.code == 2
     assert result.err == f"mirrorgate: error: kubeconfig {missing}: no such file\n"
 

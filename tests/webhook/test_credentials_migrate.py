@@ -24,10 +24,18 @@ from tests.commands import MIRRORGATE
 
 V1 = Path(__file__).parent / "golden" / "credentials-v1"
 V1_CREDENTIALS = {
-    "harbor-pull": Credential(name="harbor-pull", registry="harbor.corp.example",
-                              username="robot$pull", password="v1-fixture-password-1"),
-    "nexus": Credential(name="nexus", registry="nexus.corp.example:8443",
-                        username="svc-mirror", password="v1-fixture-password-2"),
+    "harbor-pull": Credential(
+        name="harbor-pull",
+        registry="harbor.corp.example",
+        username="robot$pull",
+        password="v1-fixture-password-1",
+    ),
+    "nexus": Credential(
+        name="nexus",
+        registry="nexus.corp.example:8443",
+        username="svc-mirror",
+        password="v1-fixture-password-2",
+    ),
 }
 
 
@@ -42,8 +50,9 @@ def v1_store(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MIRRORGATE, *args], capture_output=True, text=True, timeout=60,
-                          check=False, cwd=cwd)
+    return subprocess.run(
+        [*MIRRORGATE, *args], capture_output=True, text=True, timeout=60, check=False, cwd=cwd
+    )
 
 
 def test_v1_is_refused_with_the_way_out(v1_store: tuple[Path, Path]) -> None:
@@ -54,7 +63,8 @@ def test_v1_is_refused_with_the_way_out(v1_store: tuple[Path, Path]) -> None:
     assert listed.stderr == (
         f"mirrorgate: error: {store}: store format 'mirrorgate-credentials/v1' is not "
         "'mirrorgate-credentials/v2'; a v1 store becomes v2 with `mirrorgate credentials "
-        "migrate`\n")
+        "migrate`\n"
+    )
 
 
 def test_migrate_turns_v1_into_v2_and_keeps_the_v1_file(v1_store: tuple[Path, Path]) -> None:
@@ -64,8 +74,10 @@ def test_migrate_turns_v1_into_v2_and_keeps_the_v1_file(v1_store: tuple[Path, Pa
     original = store.read_bytes()
     done = _cli("credentials", "migrate", "--store", str(store), "--key-file", str(key_file))
     assert done.returncode == 0, done.stderr
-    assert done.stderr == (f"migrated {store} to v2 (2 credentials); the v1 store is kept at "
-                           f"{store}.v1: delete it once the server runs on v2\n")
+    assert done.stderr == (
+        f"migrated {store} to v2 (2 credentials); the v1 store is kept at "
+        f"{store}.v1: delete it once the server runs on v2\n"
+    )
     assert done.stdout == ""
     kept = Path(f"{store}.v1")
     assert kept.read_bytes() == original
@@ -82,7 +94,8 @@ def test_migrate_turns_v1_into_v2_and_keeps_the_v1_file(v1_store: tuple[Path, Pa
     assert listed.returncode == 0, listed.stderr
     assert [line.split() for line in listed.stdout.splitlines()[1:]] == [
         ["harbor-pull", "harbor.corp.example", "robot$pull"],
-        ["nexus", "nexus.corp.example:8443", "svc-mirror"]]
+        ["nexus", "nexus.corp.example:8443", "svc-mirror"],
+    ]
     migrated = store.read_bytes()
     again = _cli("credentials", "migrate", "--store", str(store), "--key-file", str(key_file))
     assert (again.returncode, again.stderr) == (0, f"{store}: v2 already, nothing to do\n")
@@ -99,8 +112,10 @@ def test_a_wrong_key_migrates_nothing(v1_store: tuple[Path, Path], tmp_path: Pat
     other.chmod(0o600)
     done = _cli("credentials", "migrate", "--store", str(store), "--key-file", str(other))
     assert done.returncode == 2
-    assert done.stderr == (f"mirrorgate: error: {store}: cannot decrypt the v1 store: wrong "
-                           "key, or the file is damaged\n")
+    assert done.stderr == (
+        f"mirrorgate: error: {store}: cannot decrypt the v1 store: wrong "
+        "key, or the file is damaged\n"
+    )
     assert store.read_bytes() == original
     assert not Path(f"{store}.v1").exists()
 
@@ -110,19 +125,27 @@ def test_migrate_waits_for_the_store_lock(v1_store: tuple[Path, Path]) -> None:
     store, key_file = v1_store
     original = store.read_bytes()
     key = base64.b64decode(key_file.read_text())
-    with filestore.locked(str(store)), pytest.raises(StoreError, match="another writer has "
-                                                     "held the store's lock"):
+    with (
+        filestore.locked(str(store)),
+        pytest.raises(StoreError, match="another writer has held the store's lock"),
+    ):
         migrate.migrate(str(store), key, lock_timeout=0.2)
     assert store.read_bytes() == original
     assert not Path(f"{store}.v1").exists()
     assert migrate.migrate(str(store), key).credentials == 2  # once the lock is free
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    pytest.param(b'{"format":"mirrorgate-credentials/v1","nonce":"%%"}', "a damaged v1 "
-                 "credential store", id="damaged-v1"),
-    pytest.param(b"garbage", "not a mirrorgate credential store", id="not-a-store"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param(
+            b'{"format":"mirrorgate-credentials/v1","nonce":"%%"}',
+            "a damaged v1 credential store",
+            id="damaged-v1",
+        ),
+        pytest.param(b"garbage", "not a mirrorgate credential store", id="not-a-store"),
+    ],
+)
 def test_what_is_not_a_v1_store_is_named(tmp_path: Path, content: bytes, message: str) -> None:
     """A damaged v1 envelope and a file that is no store are errors naming the file."""
     store = tmp_path / "store.json"

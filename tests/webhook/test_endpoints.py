@@ -24,8 +24,13 @@ def test_readyz_shows_the_live_policy_version(harness: Harness, tmp_path: Path) 
     response = harness.client.get("/readyz")
     assert response.status_code == 200
     version = hashlib.sha256((tmp_path / "policy.yaml").read_bytes()).hexdigest()[:12]
-    assert response.json() == {"ready": True, "version": VERSION, "policy": version,
-                               "mode": "namespace-label", "problems": {}}
+    assert response.json() == {
+        "ready": True,
+        "version": VERSION,
+        "policy": version,
+        "mode": "namespace-label",
+        "problems": {},
+    }
 
 
 def test_readyz_reports_failing_checks_as_503(harness: Harness) -> None:
@@ -38,20 +43,23 @@ def test_readyz_reports_failing_checks_as_503(harness: Harness) -> None:
     harness.runtime.readiness["broken"] = broken
     response = harness.client.get("/readyz")
     assert response.status_code == 503
-    assert response.json()["problems"] == {"certificates": "not loaded",
-                                           "broken": "check failed: OSError"}
+    assert response.json()["problems"] == {
+        "certificates": "not loaded",
+        "broken": "check failed: OSError",
+    }
 
 
 def test_metrics_count_admissions_rewrites_warnings_and_latency(tmp_path: Path) -> None:
     """Each admission is counted by endpoint, mode and outcome, with its images and warnings."""
     made = make_harness(tmp_path, secrets=RecordingPullSecrets(stale=False))
     with made.client:
-        made.mutate(review(pod(HUB_IMAGE, PROM_IMAGE)))                       # 2 rewrites
-        made.mutate(review(pod(UNMATCHED_IMAGE)))                             # nothing to do
-        made.mutate(review(pod(HUB_IMAGE), kind={"group": "apps", "version": "v1",
-                                                 "kind": "Deployment"}))       # ignored
+        made.mutate(review(pod(HUB_IMAGE, PROM_IMAGE)))  # 2 rewrites
+        made.mutate(review(pod(UNMATCHED_IMAGE)))  # nothing to do
+        made.mutate(
+            review(pod(HUB_IMAGE), kind={"group": "apps", "version": "v1", "kind": "Deployment"})
+        )  # ignored
         made.post("/audit", review(pod(HUB_IMAGE, PROM_IMAGE, UNMATCHED_IMAGE)))  # would: 2
-        made.mutate(review(pod(HUB_IMAGE), namespace="excluded-ns"))          # skipped
+        made.mutate(review(pod(HUB_IMAGE), namespace="excluded-ns"))  # skipped
         made.client.post("/audit", content=b"", headers={"content-type": "application/json"})
         response = made.client.get("/metrics")
     assert response.status_code == 200
@@ -69,8 +77,10 @@ def test_metrics_count_admissions_rewrites_warnings_and_latency(tmp_path: Path) 
     assert value(page, "mirrorgate_errors_total", endpoint="audit", reason="bad-request") == 1
     assert value(page, "mirrorgate_admission_duration_seconds_count", endpoint="mutate") == 4
     assert value(page, "mirrorgate_admission_duration_seconds_count", endpoint="audit") == 1
-    assert value(page, "mirrorgate_admission_duration_seconds_bucket", endpoint="mutate",
-                 le="+Inf") == 4
+    assert (
+        value(page, "mirrorgate_admission_duration_seconds_bucket", endpoint="mutate", le="+Inf")
+        == 4
+    )
     version = made.runtime.policy.version
     assert value(page, "mirrorgate_policy_info", version=version, mode="namespace-label") == 1
     assert value(page, "mirrorgate_policy_reload_failures_total") == 0
@@ -82,13 +92,21 @@ def test_audit_only_counts_would_rewrite_not_rewritten(tmp_path: Path) -> None:
     with made.client:
         made.mutate(review(pod(HUB_IMAGE, PROM_IMAGE)))
         page = samples(made.client.get("/metrics").text)
-    assert value(page, "mirrorgate_admissions_total", endpoint="mutate", mode="audit",
-                 outcome="allowed") == 1
+    assert (
+        value(
+            page, "mirrorgate_admissions_total", endpoint="mutate", mode="audit", outcome="allowed"
+        )
+        == 1
+    )
     assert value(page, "mirrorgate_images_would_rewrite_total") == 2
     assert value(page, "mirrorgate_images_rewritten_total") == 0
     assert value(page, "mirrorgate_warnings_total") == 2
-    assert value(page, "mirrorgate_policy_info", version=made.runtime.policy.version,
-                 mode="audit-only") == 1
+    assert (
+        value(
+            page, "mirrorgate_policy_info", version=made.runtime.policy.version, mode="audit-only"
+        )
+        == 1
+    )
 
 
 def test_each_app_counts_alone(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ from tests.webhook.reviews import apply, patch_ops, pod, review
 # enough that some names would pass 255 characters on it.
 LONG_PATH = "/".join(["abcdefghij"] * 12)
 POLICY = policies.policy_yaml(prometheus_mirror=f"mirror.corp.example/{LONG_PATH}").replace(
-    'namespaces: ["*"]', 'namespaces: ["team-*"]')
+    'namespaces: ["*"]', 'namespaces: ["team-*"]'
+)
 ON_MIRROR = "harbor.corp.example/dockerhub-proxy/library/nginx:1.27"
 SKIP = {"mirrorgate.io/skip": "true"}
 # A repository name past 255 characters once under the long mirror path.
@@ -37,9 +38,9 @@ TOO_LONG_ON_MIRROR = f"quay.io/prometheus/{LONG_PATH}:1"
 
 CASES = [
     # namespace, labels, image, outcome
-    ("kube-system", {}, "nginx", "excluded"),            # always excluded, grant or not
+    ("kube-system", {}, "nginx", "excluded"),  # always excluded, grant or not
     ("excluded-ns", {}, "nginx:1.27", "excluded"),
-    ("kube-system", {}, "Nginx", "excluded"),            # before the image is even read
+    ("kube-system", {}, "Nginx", "excluded"),  # before the image is even read
     ("team-a", SKIP, "nginx:1.27", "skipped"),
     ("other", SKIP, "nginx:1.27", "skipped"),
     ("team-a", {"mirrorgate.io/skip": "false"}, "nginx:1.27", "rewrite"),
@@ -48,7 +49,7 @@ CASES = [
     ("other", {}, "nginx:1.27", "not-granted"),
     ("team-a", {}, "registry.example.org/app:1", "no-rule"),
     ("team-a", {}, ON_MIRROR, "already-mirrored"),
-    ("other", {}, ON_MIRROR, "already-mirrored"),          # with a warning: no grant here
+    ("other", {}, ON_MIRROR, "already-mirrored"),  # with a warning: no grant here
     ("team-a", {}, "registry.k8s.io/pause:3.10", "excluded"),
     ("team-a", {}, "Nginx", "invalid"),
     ("team-a", {}, TOO_LONG_ON_MIRROR, "invalid"),
@@ -62,34 +63,43 @@ def policy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def explain(policy_path: Path, namespace: str, labels: dict[str, str],
-            image: str) -> dict[str, Any]:
+def explain(
+    policy_path: Path, namespace: str, labels: dict[str, str], image: str
+) -> dict[str, Any]:
     out, err = io.StringIO(), io.StringIO()
     label_args = [arg for key, value in labels.items() for arg in ("-l", f"{key}={value}")]
-    code = cli.main(["explain", "--policy", str(policy_path), "-n", namespace, *label_args,
-                     image], out=out, err=err)
+    code = cli.main(
+        ["explain", "--policy", str(policy_path), "-n", namespace, *label_args, image],
+        out=out,
+        err=err,
+    )
     explained = json.loads(out.getvalue())
     assert code == (1 if explained["warning"] or not explained["valid"] else 0), err.getvalue()
     assert isinstance(explained, dict)
     return explained
 
 
-def admit(policy_path: Path, namespace: str, labels: dict[str, str],
-          image: str) -> tuple[admission.Decision, dict[str, Any]]:
+def admit(
+    policy_path: Path, namespace: str, labels: dict[str, str], image: str
+) -> tuple[admission.Decision, dict[str, Any]]:
     """Admission's decision on a one-container Pod, and the Pod as the API server stores it."""
     obj = pod(image)
     obj["metadata"]["labels"] = labels
     body = review(obj, namespace=namespace)
     rules = policyfile.read_policy(policy_path).policy
-    decision = asyncio.run(admission.admit(
-        reviews.decode(orjson.dumps(body)), rules=rules, mode="enforce",
-        secrets=RecordingPullSecrets()))
+    decision = asyncio.run(
+        admission.admit(
+            reviews.decode(orjson.dumps(body)),
+            rules=rules,
+            mode="enforce",
+            secrets=RecordingPullSecrets(),
+        )
+    )
     response: dict[str, Any] = dict(decision.body["response"])
     return decision, apply(obj, patch_ops(response))
 
 
-def assert_agree(policy_path: Path, namespace: str, labels: dict[str, str],
-                 image: str) -> str:
+def assert_agree(policy_path: Path, namespace: str, labels: dict[str, str], image: str) -> str:
     explained = explain(policy_path, namespace, labels, image)
     decision, admitted = admit(policy_path, namespace, labels, image)
     assert decision.plan is not None
@@ -104,27 +114,33 @@ def assert_agree(policy_path: Path, namespace: str, labels: dict[str, str],
 
 
 @pytest.mark.parametrize(("namespace", "labels", "image", "outcome"), CASES)
-def test_explain_agrees_with_admission(policy_path: Path, namespace: str,
-                                       labels: dict[str, str], image: str,
-                                       outcome: str) -> None:
+def test_explain_agrees_with_admission(
+    policy_path: Path, namespace: str, labels: dict[str, str], image: str, outcome: str
+) -> None:
     """The outcome, the resulting image and the warning are admission's, for every outcome."""
     assert assert_agree(policy_path, namespace, labels, image) == outcome
 
 
 def test_the_table_covers_every_offline_outcome() -> None:
     """Every outcome explain can give has a case (the admission-only ones need a cluster)."""
-    assert {case[3] for case in CASES} == set(policy.OUTCOMES) - {"credential-unavailable",
-                                                                  "mirror-unhealthy"}
+    assert {case[3] for case in CASES} == set(policy.OUTCOMES) - {
+        "credential-unavailable",
+        "mirror-unhealthy",
+    }
 
 
 @settings(max_examples=60, deadline=None)
-@given(namespace=st.sampled_from(["team-a", "team-b", "other", "kube-system", "excluded-ns"]),
-       skip=st.sampled_from([None, "true", "false", "True"]),
-       image=st.sampled_from([case[2] for case in CASES])
-       | st.from_regex(r"[a-z]{1,8}(\.[a-z]{2,4})?(/[a-z]{1,6}){0,2}(:[a-z0-9]{1,4})?",
-                       fullmatch=True))
-def test_explain_agrees_with_admission_property(policy_path: Path, namespace: str,
-                                                skip: str | None, image: str) -> None:
+@given(
+    namespace=st.sampled_from(["team-a", "team-b", "other", "kube-system", "excluded-ns"]),
+    skip=st.sampled_from([None, "true", "false", "True"]),
+    image=st.sampled_from([case[2] for case in CASES])
+    | st.from_regex(
+        r"[a-z]{1,8}(\.[a-z]{2,4})?(/[a-z]{1,6}){0,2}(:[a-z0-9]{1,4})?", fullmatch=True
+    ),
+)
+def test_explain_agrees_with_admission_property(
+    policy_path: Path, namespace: str, skip: str | None, image: str
+) -> None:
     """Any namespace, skip label and image: explain and admission agree."""
     labels = {} if skip is None else {"mirrorgate.io/skip": skip}
     assert assert_agree(policy_path, namespace, labels, image) in policy.OUTCOMES

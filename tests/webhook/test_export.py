@@ -36,7 +36,7 @@ CONTAINERD_IMAGES = (
 )
 CRI_O_IMAGES = (
     *CONTAINERD_IMAGES,
-    "docker.io/bitnami/redis:7.2",      # the longer prefix wins over docker.io
+    "docker.io/bitnami/redis:7.2",  # the longer prefix wins over docker.io
     "quay.io/prometheus/node-exporter:v1.8.0",
     "quay.io/prometheus/alertmanager",
 )
@@ -63,8 +63,11 @@ def rules() -> policy.Policy:
 
 
 def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text(encoding="utf-8")
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_text(encoding="utf-8")
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def check_golden(actual: dict[str, str], golden: Path) -> None:
@@ -83,13 +86,17 @@ def containerd_out(tmp_path: Path) -> tuple[Result, Path]:
 
 # --- golden files ------------------------------------------------------------
 
+
 def test_containerd_matches_golden(containerd_out: tuple[Result, Path]) -> None:
     result, out = containerd_out
     assert result.code == 1, result.err  # some rules are not expressible
     assert result.out == ""
     check_golden(tree(out), GOLDEN / "containerd")
-    assert sorted(tree(out)) == ["docker.io/hosts.toml", "ghcr.io/hosts.toml",
-                                 "registry.internal.example:5000/hosts.toml"]
+    assert sorted(tree(out)) == [
+        "docker.io/hosts.toml",
+        "ghcr.io/hosts.toml",
+        "registry.internal.example:5000/hosts.toml",
+    ]
 
 
 def test_cri_o_matches_golden() -> None:
@@ -100,6 +107,7 @@ def test_cri_o_matches_golden() -> None:
 
 # --- containerd: structure and routing ---------------------------------------
 
+
 def hosts_files(out: Path) -> dict[str, dict[str, Any]]:
     return {relative.split("/")[0]: tomllib.loads(text) for relative, text in tree(out).items()}
 
@@ -108,13 +116,21 @@ def test_hosts_toml_structure(containerd_out: tuple[Result, Path]) -> None:
     parsed = hosts_files(containerd_out[1])
     assert parsed["docker.io"] == {
         "server": "https://registry-1.docker.io",
-        "host": {"https://harbor.corp.example/v2/dockerhub-proxy": {
-            "capabilities": ["pull", "resolve"], "override_path": True}},
+        "host": {
+            "https://harbor.corp.example/v2/dockerhub-proxy": {
+                "capabilities": ["pull", "resolve"],
+                "override_path": True,
+            }
+        },
     }
     assert parsed["ghcr.io"] == {
         "server": "https://ghcr.io",
-        "host": {"https://harbor.corp.example/v2/ghcr-proxy": {
-            "capabilities": ["pull", "resolve"], "override_path": True}},
+        "host": {
+            "https://harbor.corp.example/v2/ghcr-proxy": {
+                "capabilities": ["pull", "resolve"],
+                "override_path": True,
+            }
+        },
     }
     # No path on the mirror: containerd adds /v2 itself, no override_path.
     assert parsed["registry.internal.example:5000"] == {
@@ -138,7 +154,8 @@ def registry_manifest_url(image: str) -> str:
 
 @pytest.mark.parametrize("image", CONTAINERD_IMAGES)
 def test_containerd_pulls_what_admission_would_rewrite_to(
-        containerd_out: tuple[Result, Path], image: str) -> None:
+    containerd_out: tuple[Result, Path], image: str
+) -> None:
     resolution = rules().resolve(image)
     assert resolution.outcome == "rewrite"
     assert resolution.new_image is not None
@@ -150,21 +167,27 @@ def test_containerd_reports_what_it_cannot_express(containerd_out: tuple[Result,
     err = containerd_out[0].err
     warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 3, err
-    assert "mirrors[1] (docker.io/bitnami → mirror.corp.example/bitnami): not exported" \
-        in warnings[0]
+    assert (
+        "mirrors[1] (docker.io/bitnami → mirror.corp.example/bitnami): not exported" in warnings[0]
+    )
     assert "through mirrors[0]'s mirror harbor.corp.example/dockerhub-proxy" in warnings[0]
-    assert "mirrors[2] (quay.io/prometheus → mirror.corp.example/prometheus): not exported: " \
-           "hosts.toml configures whole registries" in warnings[1]
+    assert (
+        "mirrors[2] (quay.io/prometheus → mirror.corp.example/prometheus): not exported: "
+        "hosts.toml configures whole registries" in warnings[1]
+    )
     assert "mirrors[4] (*.gcr.io → mirror.corp.example/gcr): not exported" in warnings[2]
     assert "no wildcard" in warnings[2]
 
 
 def test_credentials_are_never_written_and_the_output_says_so(
-        containerd_out: tuple[Result, Path]) -> None:
+    containerd_out: tuple[Result, Path],
+) -> None:
     result, out = containerd_out
     assert "note: no credentials are written" in result.err
-    assert "mirrors[0] (docker.io → harbor.corp.example/dockerhub-proxy): the mirror needs " \
-           "credential 'harbor-pull'" in result.err
+    assert (
+        "mirrors[0] (docker.io → harbor.corp.example/dockerhub-proxy): the mirror needs "
+        "credential 'harbor-pull'" in result.err
+    )
     assert "admission webhook" in result.err
     for relative, text in tree(out).items():
         assert text.startswith("# containerd hosts.toml for "), relative
@@ -188,8 +211,9 @@ def test_containerd_rewrites_files_in_place(containerd_out: tuple[Result, Path])
     (out / "quay.io" / "hosts.toml").write_text("# someone else's\n", encoding="utf-8")
     again = run("export", "containerd", "--policy", str(POLICY), "--out", str(out))
     assert again.code == 1
-    assert (out / "docker.io" / "hosts.toml").read_text() == \
-        (GOLDEN / "containerd" / "docker.io" / "hosts.toml").read_text()
+    assert (out / "docker.io" / "hosts.toml").read_text() == (
+        GOLDEN / "containerd" / "docker.io" / "hosts.toml"
+    ).read_text()
     # Files of registries the policy does not export are left alone.
     assert (out / "quay.io" / "hosts.toml").read_text() == "# someone else's\n"
     assert not [p for p in out.rglob(".hosts.toml.*")]  # no temporary files left
@@ -197,20 +221,25 @@ def test_containerd_rewrites_files_in_place(containerd_out: tuple[Result, Path])
 
 # --- CRI-O: structure and routing --------------------------------------------
 
+
 def registries_conf() -> dict[str, Any]:
     return tomllib.loads(export.cri_o(rules()).files["registries.conf"])
 
 
 def test_registries_conf_structure() -> None:
     registries = registries_conf()["registry"]
-    assert [(r["prefix"], r["location"], [m["location"] for m in r["mirror"]])
-            for r in registries] == [
+    assert [
+        (r["prefix"], r["location"], [m["location"] for m in r["mirror"]]) for r in registries
+    ] == [
         ("docker.io", "docker.io", ["harbor.corp.example/dockerhub-proxy"]),
         ("docker.io/bitnami", "docker.io/bitnami", ["mirror.corp.example/bitnami"]),
         ("quay.io/prometheus", "quay.io/prometheus", ["mirror.corp.example/prometheus"]),
         ("ghcr.io", "ghcr.io", ["harbor.corp.example/ghcr-proxy"]),
-        ("registry.internal.example:5000", "registry.internal.example:5000",
-         ["cache.corp.example:8443"]),
+        (
+            "registry.internal.example:5000",
+            "registry.internal.example:5000",
+            ["cache.corp.example:8443"],
+        ),
     ]
     assert set(registries_conf()) == {"registry"}  # no global settings changed by a drop-in
     for entry in registries:
@@ -225,11 +254,14 @@ def cri_o_mirror_reference(conf: dict[str, Any], image: str) -> str:
     ':', '/', '@' or nothing (sysregistriesv2's refMatchingPrefix).
     """
     ref = str(policy.parse_normalized(image))
-    matching = [r for r in conf["registry"] if ref.startswith(r["prefix"])
-                and ref[len(r["prefix"]):][:1] in ("", ":", "/", "@")]
+    matching = [
+        r
+        for r in conf["registry"]
+        if ref.startswith(r["prefix"]) and ref[len(r["prefix"]) :][:1] in ("", ":", "/", "@")
+    ]
     best = max(matching, key=lambda r: len(r["prefix"]))
     location: str = best["mirror"][0]["location"]
-    return location + ref[len(best["prefix"]):]
+    return location + ref[len(best["prefix"]) :]
 
 
 @pytest.mark.parametrize("image", CRI_O_IMAGES)
@@ -243,8 +275,9 @@ def test_cri_o_reports_the_wildcard_and_credentials() -> None:
     result = run("export", "cri-o", "--policy", str(POLICY))
     warnings = [line for line in result.err.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 1, result.err
-    assert warnings[0].startswith("warning: mirrors[4] (*.gcr.io → mirror.corp.example/gcr): "
-                                  "not exported: ")
+    assert warnings[0].startswith(
+        "warning: mirrors[4] (*.gcr.io → mirror.corp.example/gcr): not exported: "
+    )
     assert "note: no credentials are written" in result.err
     assert "credential 'harbor-pull'" in result.err
     assert result.out.startswith("# containers-registries.conf(5) v2 drop-in for CRI-O")
@@ -254,6 +287,7 @@ def test_cri_o_reports_the_wildcard_and_credentials() -> None:
 
 # --- exit codes and errors ---------------------------------------------------
 
+
 def write_policy(tmp_path: Path, text: str) -> str:
     path = tmp_path / "policy.yaml"
     path.write_text(text, encoding="utf-8")
@@ -261,21 +295,22 @@ def write_policy(tmp_path: Path, text: str) -> str:
 
 
 def test_fully_expressible_policy_exits_zero(tmp_path: Path) -> None:
-    path = write_policy(tmp_path, "mirrors:\n  - source: docker.io\n"
-                                  "    mirror: mirror.example/hub\n")
+    path = write_policy(
+        tmp_path, "mirrors:\n  - source: docker.io\n    mirror: mirror.example/hub\n"
+    )
     containerd = run("export", "containerd", "--policy", path, "--out", str(tmp_path / "out"))
     assert containerd.code == 0, containerd.err
     assert "warning" not in containerd.err
     assert (tmp_path / "out" / "docker.io" / "hosts.toml").is_file()
     cri_o = run("export", "cri-o", "--policy", path)
     assert cri_o.code == 0, cri_o.err
-    assert tomllib.loads(cri_o.out)["registry"][0]["mirror"] == [
-        {"location": "mirror.example/hub"}]
+    assert tomllib.loads(cri_o.out)["registry"][0]["mirror"] == [{"location": "mirror.example/hub"}]
 
 
 def test_nothing_expressible_writes_nothing(tmp_path: Path) -> None:
-    path = write_policy(tmp_path, "mirrors:\n  - source: '*.gcr.io'\n"
-                                  "    mirror: mirror.example/gcr\n")
+    path = write_policy(
+        tmp_path, "mirrors:\n  - source: '*.gcr.io'\n    mirror: mirror.example/gcr\n"
+    )
     result = run("export", "containerd", "--policy", path, "--out", str(tmp_path / "out"))
     assert result.code == 1
     assert "warning: no rule could be exported; nothing written" in result.err
@@ -288,12 +323,15 @@ def test_empty_policy_exports_an_empty_drop_in(tmp_path: Path) -> None:
     assert tomllib.loads(result.out) == {}
 
 
-@pytest.mark.parametrize("argv", [
-    pytest.param(["export"], id="no-runtime"),
-    pytest.param(["export", "docker", "--policy", "p.yaml"], id="unknown-runtime"),
-    pytest.param(["export", "containerd", "--policy", "p.yaml"], id="no-out"),
-    pytest.param(["export", "cri-o"], id="no-policy"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["export"], id="no-runtime"),
+        pytest.param(["export", "docker", "--policy", "p.yaml"], id="unknown-runtime"),
+        pytest.param(["export", "containerd", "--policy", "p.yaml"], id="no-out"),
+        pytest.param(["export", "cri-o"], id="no-policy"),
+    ],
+)
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     result = run(*argv)
     assert result.code == 2

@@ -33,25 +33,43 @@ def kind_policy() -> policy.Policy:
 
 
 def parsed(result: export.Export) -> dict[str, dict[str, Any]]:
-    return {relative.split("/")[0]: tomllib.loads(text)
-            for relative, text in result.files.items()}
+    return {relative.split("/")[0]: tomllib.loads(text) for relative, text in result.files.items()}
 
 
 def test_containerd_files_for_the_sources_and_the_mirror_hosts_themselves() -> None:
     result = export.containerd(kind_policy())
     assert result.warnings == []
     assert parsed(result) == {
-        "docker.io": {"server": "https://registry-1.docker.io", "host": {
-            "http://kind-registry:5000/v2/hub": {
-                "capabilities": ["pull", "resolve"], "override_path": True}}},
-        "quay.io": {"server": "https://quay.io", "host": {
-            "https://cache.dev.example:5443/v2/quay": {
-                "capabilities": ["pull", "resolve"], "override_path": True, "ca": CA}}},
+        "docker.io": {
+            "server": "https://registry-1.docker.io",
+            "host": {
+                "http://kind-registry:5000/v2/hub": {
+                    "capabilities": ["pull", "resolve"],
+                    "override_path": True,
+                }
+            },
+        },
+        "quay.io": {
+            "server": "https://quay.io",
+            "host": {
+                "https://cache.dev.example:5443/v2/quay": {
+                    "capabilities": ["pull", "resolve"],
+                    "override_path": True,
+                    "ca": CA,
+                }
+            },
+        },
         # Rewritten images name the mirror hosts: their own files say how to reach them.
-        "kind-registry:5000": {"server": "http://kind-registry:5000", "host": {
-            "http://kind-registry:5000": {"capabilities": ["pull", "resolve"]}}},
-        "cache.dev.example:5443": {"server": "https://cache.dev.example:5443", "host": {
-            "https://cache.dev.example:5443": {"capabilities": ["pull", "resolve"], "ca": CA}}},
+        "kind-registry:5000": {
+            "server": "http://kind-registry:5000",
+            "host": {"http://kind-registry:5000": {"capabilities": ["pull", "resolve"]}},
+        },
+        "cache.dev.example:5443": {
+            "server": "https://cache.dev.example:5443",
+            "host": {
+                "https://cache.dev.example:5443": {"capabilities": ["pull", "resolve"], "ca": CA}
+            },
+        },
     }
 
 
@@ -63,12 +81,16 @@ def manifest_url(files: dict[str, dict[str, Any]], image: str) -> str:
     return f"{api_root}/{ref.path}/manifests/{ref.tag}"
 
 
-@pytest.mark.parametrize(("image", "url"), [
-    ("nginx:1.27", "http://kind-registry:5000/v2/hub/library/nginx/manifests/1.27"),
-    ("quay.io/org/app:v1", "https://cache.dev.example:5443/v2/quay/org/app/manifests/v1"),
-])
+@pytest.mark.parametrize(
+    ("image", "url"),
+    [
+        ("nginx:1.27", "http://kind-registry:5000/v2/hub/library/nginx/manifests/1.27"),
+        ("quay.io/org/app:v1", "https://cache.dev.example:5443/v2/quay/org/app/manifests/v1"),
+    ],
+)
 def test_the_source_and_the_rewritten_image_reach_the_mirror_the_same_way(
-        image: str, url: str) -> None:
+    image: str, url: str
+) -> None:
     """Pulled as written (through the source's file) or as admission rewrote it (through
     the mirror host's file): the same URL, with the same scheme and CA."""
     files = parsed(export.containerd(kind_policy()))
@@ -80,9 +102,14 @@ def test_the_source_and_the_rewritten_image_reach_the_mirror_the_same_way(
 
 
 def test_skip_verify_is_exported_only_when_the_policy_says_so() -> None:
-    rules = policy.load({"mirrors": [
-        {"source": "docker.io", "mirror": "m.example/hub", "insecureSkipVerify": True},
-        {"source": "ghcr.io", "mirror": "v.example/ghcr"}]})
+    rules = policy.load(
+        {
+            "mirrors": [
+                {"source": "docker.io", "mirror": "m.example/hub", "insecureSkipVerify": True},
+                {"source": "ghcr.io", "mirror": "v.example/ghcr"},
+            ]
+        }
+    )
     files = parsed(export.containerd(rules))
     assert files["docker.io"]["host"]["https://m.example/v2/hub"]["skip_verify"] is True
     assert files["m.example"]["host"]["https://m.example"]["skip_verify"] is True
@@ -91,29 +118,47 @@ def test_skip_verify_is_exported_only_when_the_policy_says_so() -> None:
 
 
 def test_a_mirror_host_that_is_also_a_source_keeps_the_sources_file() -> None:
-    rules = policy.load({"mirrors": [
-        {"source": "docker.io", "mirror": "http://cache.example:5000/hub"},
-        {"source": "cache.example:5000", "mirror": "m.example/cache"}]})
+    rules = policy.load(
+        {
+            "mirrors": [
+                {"source": "docker.io", "mirror": "http://cache.example:5000/hub"},
+                {"source": "cache.example:5000", "mirror": "m.example/cache"},
+            ]
+        }
+    )
     result = export.containerd(rules)
     assert sorted(result.files) == ["cache.example:5000/hosts.toml", "docker.io/hosts.toml"]
     assert tomllib.loads(result.files["cache.example:5000/hosts.toml"])["host"] == {
-        "https://m.example/v2/cache": {"capabilities": ["pull", "resolve"],
-                                       "override_path": True}}
+        "https://m.example/v2/cache": {"capabilities": ["pull", "resolve"], "override_path": True}
+    }
     [warning] = result.warnings
-    assert warning.startswith("mirrors[0] (docker.io → cache.example:5000/hub): the mirror "
-                              "host cache.example:5000 is also a source registry")
+    assert warning.startswith(
+        "mirrors[0] (docker.io → cache.example:5000/hub): the mirror "
+        "host cache.example:5000 is also a source registry"
+    )
 
 
 def test_cri_o_marks_plain_http_and_unverified_mirrors_insecure() -> None:
-    rules = policy.load({"mirrors": [
-        {"source": "docker.io", "mirror": "http://kind-registry:5000/hub"},
-        {"source": "quay.io", "mirror": "m.example/quay", "insecureSkipVerify": True},
-        {"source": "ghcr.io", "mirror": "v.example/ghcr", "caFile": "/ca.pem"}]})
+    rules = policy.load(
+        {
+            "mirrors": [
+                {"source": "docker.io", "mirror": "http://kind-registry:5000/hub"},
+                {"source": "quay.io", "mirror": "m.example/quay", "insecureSkipVerify": True},
+                {"source": "ghcr.io", "mirror": "v.example/ghcr", "caFile": "/ca.pem"},
+            ]
+        }
+    )
     result = export.cri_o(rules)
     registries = tomllib.loads(result.files["registries.conf"])["registry"]
-    assert [(r.get("prefix"), r["location"], r.get("insecure", False),
-             [(m["location"], m.get("insecure", False)) for m in r.get("mirror", [])])
-            for r in registries] == [
+    assert [
+        (
+            r.get("prefix"),
+            r["location"],
+            r.get("insecure", False),
+            [(m["location"], m.get("insecure", False)) for m in r.get("mirror", [])],
+        )
+        for r in registries
+    ] == [
         ("docker.io", "docker.io", False, [("kind-registry:5000/hub", True)]),
         ("quay.io", "quay.io", False, [("m.example/quay", True)]),
         ("ghcr.io", "ghcr.io", False, [("v.example/ghcr", False)]),
@@ -121,5 +166,7 @@ def test_cri_o_marks_plain_http_and_unverified_mirrors_insecure() -> None:
         (None, "kind-registry:5000", True, []),
         (None, "m.example", True, []),
     ]
-    assert ("the mirror v.example is verified with /ca.pem: CRI-O reads it from "
-            "/etc/containers/certs.d/v.example/ca.crt (copy it there)") in result.notes
+    assert (
+        "the mirror v.example is verified with /ca.pem: CRI-O reads it from "
+        "/etc/containers/certs.d/v.example/ca.crt (copy it there)"
+    ) in result.notes

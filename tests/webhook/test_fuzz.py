@@ -39,8 +39,9 @@ def expected_uid(raw: bytes) -> str | None:
 
 
 def check(harness: Harness, raw: bytes, endpoint: str = "/mutate") -> dict[str, Any]:
-    response = harness.client.post(endpoint, content=raw,
-                                   headers={"content-type": "application/json"})
+    response = harness.client.post(
+        endpoint, content=raw, headers={"content-type": "application/json"}
+    )
     assert response.status_code in (200, 400), (response.status_code, response.text[:500])
     assert "Traceback" not in response.text
     assert response.headers["content-type"] == "application/json"
@@ -103,10 +104,12 @@ def test_valid_reviews_patch_cleanly(fuzzed: Harness, review: dict[str, Any]) ->
 
 
 @settings(FUZZ, max_examples=150)
-@given(length=st.sampled_from([779, 780, 781, 5_000, 300_000]),
-       unique=st.uuids(), field=st.sampled_from(["containers", "initContainers"]))
-def test_huge_and_unique_images(fuzzed: Harness, length: int, unique: object,
-                                field: str) -> None:
+@given(
+    length=st.sampled_from([779, 780, 781, 5_000, 300_000]),
+    unique=st.uuids(),
+    field=st.sampled_from(["containers", "initContainers"]),
+)
+def test_huge_and_unique_images(fuzzed: Harness, length: int, unique: object, field: str) -> None:
     """Unique images up to and past the longest valid reference: answered, bounded, not kept."""
     image = f"quay.io/prometheus/{unique}-"
     image += "a" * (length - len(image))
@@ -128,4 +131,3 @@ def test_a_real_request_still_works_after_the_storm(fuzzed: Harness) -> None:
     page = samples(metrics)
     for endpoint in ("mutate", "audit"):
         assert value(page, "mirrorgate_errors_total", endpoint=endpoint, reason="internal") == 0
-

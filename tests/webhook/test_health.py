@@ -24,15 +24,27 @@ from mirrorgate.webhook.mirrorhealth import monitor
 from tests.webhook import policies, reviews, scrape
 from tests.webhook.harness import make_harness
 
-SETTINGS = policy.HealthSettings(interval=1.0, timeout=0.5, failure_threshold=3,
-                                 success_threshold=2)
-RULES = policy.load({
-    "mirrors": [{"source": "docker.io", "mirror": "harbor.corp.example/hub",
-                 "credential": "harbor-pull"},
-                {"source": "quay.io", "mirror": "harbor.corp.example/quay",
-                 "credential": "harbor-pull"},
-                {"source": "ghcr.io", "mirror": "other.example:5000/ghcr", "credential": "team"}],
-    "credentials": {"harbor-pull": {"namespaces": ["*"]}, "team": {"namespaces": ["*"]}}})
+SETTINGS = policy.HealthSettings(
+    interval=1.0, timeout=0.5, failure_threshold=3, success_threshold=2
+)
+RULES = policy.load(
+    {
+        "mirrors": [
+            {
+                "source": "docker.io",
+                "mirror": "harbor.corp.example/hub",
+                "credential": "harbor-pull",
+            },
+            {
+                "source": "quay.io",
+                "mirror": "harbor.corp.example/quay",
+                "credential": "harbor-pull",
+            },
+            {"source": "ghcr.io", "mirror": "other.example:5000/ghcr", "credential": "team"},
+        ],
+        "credentials": {"harbor-pull": {"namespaces": ["*"]}, "team": {"namespaces": ["*"]}},
+    }
+)
 
 
 def _credential(name: str, registry: str) -> Credential:
@@ -40,18 +52,32 @@ def _credential(name: str, registry: str) -> Credential:
 
 
 STORE_CASES = [
-    pytest.param({"harbor-pull": "harbor.corp.example", "team": "other.example:5000"}, {},
-                 id="all-good"),
-    pytest.param({"harbor-pull": "HARBOR.corp.example/hub", "team": "other.example:5000"}, {},
-                 id="host-with-path-and-case"),
-    pytest.param({"harbor-pull": "harbor.corp.example"},
-                 {"team": "not in the credential store"}, id="missing"),
-    pytest.param({"harbor-pull": "harbor.corp.example:8443", "team": "other.example:5000"},
-                 {"harbor-pull": "is for registry 'harbor.corp.example:8443', not "
-                                 "'harbor.corp.example', the mirror host of mirrors[0]"},
-                 id="other-port"),
-    pytest.param({}, {"harbor-pull": "not in the credential store",
-                      "team": "not in the credential store"}, id="empty-store"),
+    pytest.param(
+        {"harbor-pull": "harbor.corp.example", "team": "other.example:5000"}, {}, id="all-good"
+    ),
+    pytest.param(
+        {"harbor-pull": "HARBOR.corp.example/hub", "team": "other.example:5000"},
+        {},
+        id="host-with-path-and-case",
+    ),
+    pytest.param(
+        {"harbor-pull": "harbor.corp.example"},
+        {"team": "not in the credential store"},
+        id="missing",
+    ),
+    pytest.param(
+        {"harbor-pull": "harbor.corp.example:8443", "team": "other.example:5000"},
+        {
+            "harbor-pull": "is for registry 'harbor.corp.example:8443', not "
+            "'harbor.corp.example', the mirror host of mirrors[0]"
+        },
+        id="other-port",
+    ),
+    pytest.param(
+        {},
+        {"harbor-pull": "not in the credential store", "team": "not in the credential store"},
+        id="empty-store",
+    ),
 ]
 
 
@@ -66,8 +92,9 @@ TRACKS = [
     pytest.param([False], [False], id="first-failure-decides"),
     pytest.param([True], [True], id="first-success-decides"),
     pytest.param([True, False, False, False], [True, True, True, False], id="down-at-threshold"),
-    pytest.param([True, False, False, True, False, False], [True] * 6,
-                 id="a-success-resets-the-count"),
+    pytest.param(
+        [True, False, False, True, False, False], [True] * 6, id="a-success-resets-the-count"
+    ),
     pytest.param([False, True, True], [False, False, True], id="up-after-two-successes"),
     pytest.param([False, True, False, True], [False] * 4, id="flapping-stays-down"),
 ]
@@ -85,7 +112,8 @@ def test_track_thresholds(results: list[bool], states: list[bool]) -> None:
 
 @given(st.lists(st.booleans(), min_size=1, max_size=60), st.integers(1, 5), st.integers(1, 5))
 def test_track_changes_only_after_enough_consecutive_results(
-        results: list[bool], failures: int, successes: int) -> None:
+    results: list[bool], failures: int, successes: int
+) -> None:
     """A state flips only when the last `threshold` results (or the first one) agree."""
     settings = policy.HealthSettings(1.0, 0.5, failures, successes)
     track = monitor._Track()
@@ -96,7 +124,7 @@ def test_track_changes_only_after_enough_consecutive_results(
         if changed and before is not None:
             needed = successes if ok else failures
             assert i + 1 >= needed
-            assert all(r == ok for r in results[i + 1 - needed:i + 1])
+            assert all(r == ok for r in results[i + 1 - needed : i + 1])
 
 
 class _Recorder:
@@ -112,8 +140,13 @@ def test_monitor_publishes_store_problems_without_probing() -> None:
     metrics_ = Metrics()
     recorder = _Recorder()
     store = {"harbor-pull": _credential("harbor-pull", "harbor.corp.example")}
-    watcher = monitor.HealthMonitor(rules=lambda: RULES, credentials=lambda: store,
-                                   publish=recorder, metrics=metrics_, probe=False)
+    watcher = monitor.HealthMonitor(
+        rules=lambda: RULES,
+        credentials=lambda: store,
+        publish=recorder,
+        metrics=metrics_,
+        probe=False,
+    )
     watcher.probe_round()
     watcher.probe_round()  # no change: nothing published again
     assert recorder.published == [policy.Health(failing={"team": "not in the credential store"})]
@@ -131,8 +164,13 @@ def test_monitor_keeps_credential_verdicts_while_the_store_is_unreadable() -> No
     metrics_ = Metrics()
     recorder = _Recorder()
     snapshot: dict[str, Any] = {"value": {}}
-    watcher = monitor.HealthMonitor(rules=lambda: RULES, credentials=lambda: snapshot["value"],
-                                   publish=recorder, metrics=metrics_, probe=False)
+    watcher = monitor.HealthMonitor(
+        rules=lambda: RULES,
+        credentials=lambda: snapshot["value"],
+        publish=recorder,
+        metrics=metrics_,
+        probe=False,
+    )
     watcher.probe_round()
     assert set(watcher.health.failing) == {"harbor-pull", "team"}
     snapshot["value"] = None  # e.g. the informer lost its watch and has not re-synced
@@ -159,20 +197,26 @@ def test_readyz_lists_health_problems_and_stays_ready(tmp_path: Path) -> None:
     assert answer["warnings"] == [
         f"containers/c0: image {reviews.HUB_IMAGE!r} left as written: mirror "
         "harbor.corp.example/dockerhub-proxy of mirrors[0] is down: refused "
-        "(onMirrorDown: fallback)"]
+        "(onMirrorDown: fallback)"
+    ]
     assert scrape.value(page, "mirrorgate_images_left_for_health_total") == 1.0
     # No credential is needed for a mirror that is not used.
     assert made.secrets.ensure_calls == []
 
 
 def test_audit_endpoint_shows_health_next_to_each_rewrite(tmp_path: Path) -> None:
-    made = make_harness(tmp_path, policies.POLICY.replace(
-        "    mirror: mirror.corp.example/prometheus\n",
-        "    mirror: mirror.corp.example/prometheus\n    onMirrorDown: keep\n"))
+    made = make_harness(
+        tmp_path,
+        policies.POLICY.replace(
+            "    mirror: mirror.corp.example/prometheus\n",
+            "    mirror: mirror.corp.example/prometheus\n    onMirrorDown: keep\n",
+        ),
+    )
     made.runtime.health = policy.Health(down={"mirror.corp.example": "timed out"})
     with made.client:
-        answer = made.post("/audit", reviews.review(reviews.pod(reviews.HUB_IMAGE,
-                                                                 reviews.PROM_IMAGE)))
+        answer = made.post(
+            "/audit", reviews.review(reviews.pod(reviews.HUB_IMAGE, reviews.PROM_IMAGE))
+        )
     response = answer["response"]
     problem = "mirror mirror.corp.example/prometheus of mirrors[1] is down: timed out"
     assert response["warnings"] == [
@@ -181,7 +225,8 @@ def test_audit_endpoint_shows_health_next_to_each_rewrite(tmp_path: Path) -> Non
         f"mirrorgate audit: containers/c0 would use harbor.corp.example/dockerhub-proxy/library/"
         f"nginx:1.27 (was {reviews.HUB_IMAGE}); health: up",
         f"mirrorgate audit: containers/c1 would use {reviews.PROM_MIRRORED} (was "
-        f"{reviews.PROM_IMAGE}); health: {problem}"]
+        f"{reviews.PROM_IMAGE}); health: {problem}",
+    ]
 
 
 @pytest.fixture
@@ -203,19 +248,27 @@ def connections() -> Iterator[list[str]]:
 
 
 def test_admission_makes_no_network_call_whatever_the_health(
-        tmp_path: Path, connections: list[str]) -> None:
+    tmp_path: Path, connections: list[str]
+) -> None:
     """Healthy, down, failing: the decision reads the health value, never a socket."""
     socket.getaddrinfo("127.0.0.1", 9)  # the negative control: the hook does see lookups
     assert len(connections) == 1
     connections.clear()
     made = make_harness(tmp_path)
-    states = [policy.HEALTHY, policy.Health(down={"harbor.corp.example": "refused"}),
-              policy.Health(failing={"harbor-pull": "login refused (HTTP 401)"})]
+    states = [
+        policy.HEALTHY,
+        policy.Health(down={"harbor.corp.example": "refused"}),
+        policy.Health(failing={"harbor-pull": "login refused (HTTP 401)"}),
+    ]
     with made.client:
         for i in range(60):
             made.runtime.health = states[i % 3]
-            made.mutate(reviews.review(reviews.pod(reviews.HUB_IMAGE, reviews.PROM_IMAGE),
-                                       uid=f"00000000-0000-4000-8000-{i:012d}"))
+            made.mutate(
+                reviews.review(
+                    reviews.pod(reviews.HUB_IMAGE, reviews.PROM_IMAGE),
+                    uid=f"00000000-0000-4000-8000-{i:012d}",
+                )
+            )
     assert connections == []
 
 
@@ -225,6 +278,7 @@ def test_policy_check_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(filestore.KEY_ENV, key)
     store = tmp_path / "store.json"
     raw = filestore.load_key(key_file=None, environ={filestore.KEY_ENV: key})
+
     def write(*credentials: Credential) -> None:
         current = filestore.read_store(str(store), raw, missing_ok=True)
         filestore.write_store(str(store), raw, current.replaced({c.name: c for c in credentials}))
@@ -242,25 +296,38 @@ def test_policy_check_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert code == 1
     assert text.splitlines()[1:] == [
         "  credential harbor-pull: is for registry 'harbor.example.org', not "
-        f"'harbor.corp.example', the mirror host of mirrors[0] ({store})"]
+        f"'harbor.corp.example', the mirror host of mirrors[0] ({store})"
+    ]
     assert "s3cret-value" not in text
     write(_credential("harbor-pull", "harbor.corp.example"))
     assert check("--store", str(store))[0] == 0
     write()
     code, text = check("--store", str(store))
     assert (code, text.splitlines()[1:]) == (
-        1, [f"  credential harbor-pull: not in the credential store ({store})"])
+        1,
+        [f"  credential harbor-pull: not in the credential store ({store})"],
+    )
     assert check()[0] == 0  # without --store: the policy alone
 
 
 def test_unreadable_ca_file_counts_as_a_down_mirror(tmp_path: Path) -> None:
     """The probe cannot trust the mirror without its CA: down, with why, and no connection."""
-    rules = policy.load({"mirrors": [{"source": "docker.io", "mirror": "m.example/hub",
-                                      "caFile": str(tmp_path / "missing.crt")}],
-                         "health": {"failureThreshold": 1}})
+    rules = policy.load(
+        {
+            "mirrors": [
+                {
+                    "source": "docker.io",
+                    "mirror": "m.example/hub",
+                    "caFile": str(tmp_path / "missing.crt"),
+                }
+            ],
+            "health": {"failureThreshold": 1},
+        }
+    )
     metrics_ = Metrics()
-    watcher = monitor.HealthMonitor(rules=lambda: rules, credentials=None, publish=_Recorder(),
-                                   metrics=metrics_)
+    watcher = monitor.HealthMonitor(
+        rules=lambda: rules, credentials=None, publish=_Recorder(), metrics=metrics_
+    )
     watcher.probe_round()
     reason = f"cannot read caFile '{tmp_path / 'missing.crt'}': No such file or directory"
     assert watcher.health == policy.Health(down={"m.example": reason})

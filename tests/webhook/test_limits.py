@@ -33,44 +33,74 @@ from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, pod, review
 from tests.webhook.scrape import samples
 
-LIMITS = Limits(max_connections=20, max_header_bytes=8 * 1024, max_headers=40,
-                header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6,
-                max_buffered_bytes=1 << 20, write_timeout=0.6)
+LIMITS = Limits(
+    max_connections=20,
+    max_header_bytes=8 * 1024,
+    max_headers=40,
+    header_timeout=0.6,
+    body_timeout=0.6,
+    idle_timeout=0.6,
+    max_buffered_bytes=1 << 20,
+    write_timeout=0.6,
+)
 GRACE = 5.0
 """Longest wait for the server to act on a limit (timeouts are swept a few times a second)."""
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory,
-            serving_pair: KeyPair) -> Iterator[serving.Running]:
-    with serving.serve(tmp_path_factory.mktemp("limited"), pair=serving_pair,
-                       policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
-                       limits=LIMITS) as running:
+def limited(
+    tmp_path_factory: pytest.TempPathFactory, serving_pair: KeyPair
+) -> Iterator[serving.Running]:
+    with serving.serve(
+        tmp_path_factory.mktemp("limited"),
+        pair=serving_pair,
+        policy=policies.POLICY,
+        secrets=RecordingPullSecrets(stale=False),
+        limits=LIMITS,
+    ) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def patient(tmp_path_factory: pytest.TempPathFactory,
-            serving_pair: KeyPair) -> Iterator[serving.Running]:
+def patient(
+    tmp_path_factory: pytest.TempPathFactory, serving_pair: KeyPair
+) -> Iterator[serving.Running]:
     """The same limits with long timeouts: only the connection and byte limits act."""
-    slow = dataclasses.replace(LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60,
-                               write_timeout=60)
-    with serving.serve(tmp_path_factory.mktemp("patient"), pair=serving_pair,
-                       policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
-                       limits=slow) as running:
+    slow = dataclasses.replace(
+        LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60, write_timeout=60
+    )
+    with serving.serve(
+        tmp_path_factory.mktemp("patient"),
+        pair=serving_pair,
+        policy=policies.POLICY,
+        secrets=RecordingPullSecrets(stale=False),
+        limits=slow,
+    ) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def crowded(tmp_path_factory: pytest.TempPathFactory,
-            serving_pair: KeyPair) -> Iterator[serving.Running]:
+def crowded(
+    tmp_path_factory: pytest.TempPathFactory, serving_pair: KeyPair
+) -> Iterator[serving.Running]:
     """Long timeouts, room for 4 connections (the limit is reached with few pinned), and
     heads of any size (a read of pipelined requests was once taken for one head)."""
-    slow = dataclasses.replace(LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60,
-                               write_timeout=60, max_connections=4, max_header_bytes=1 << 20)
-    with serving.serve(tmp_path_factory.mktemp("crowded"), pair=serving_pair,
-                       policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
-                       limits=slow) as running:
+    slow = dataclasses.replace(
+        LIMITS,
+        header_timeout=60,
+        body_timeout=60,
+        idle_timeout=60,
+        write_timeout=60,
+        max_connections=4,
+        max_header_bytes=1 << 20,
+    )
+    with serving.serve(
+        tmp_path_factory.mktemp("crowded"),
+        pair=serving_pair,
+        policy=policies.POLICY,
+        secrets=RecordingPullSecrets(stale=False),
+        limits=slow,
+    ) as running:
         yield running
 
 
@@ -78,14 +108,25 @@ OUTPUT_BUDGET = 256 * 1024
 
 
 @pytest.fixture(scope="module")
-def frugal(tmp_path_factory: pytest.TempPathFactory,
-           serving_pair: KeyPair) -> Iterator[serving.Running]:
+def frugal(
+    tmp_path_factory: pytest.TempPathFactory, serving_pair: KeyPair
+) -> Iterator[serving.Running]:
     """Long timeouts and a small output budget: only the budget closes unread answers."""
-    slow = dataclasses.replace(LIMITS, header_timeout=60, body_timeout=60, idle_timeout=60,
-                               write_timeout=60, max_unsent_bytes=OUTPUT_BUDGET)
-    with serving.serve(tmp_path_factory.mktemp("frugal"), pair=serving_pair,
-                       policy=policies.POLICY, secrets=RecordingPullSecrets(stale=False),
-                       limits=slow) as running:
+    slow = dataclasses.replace(
+        LIMITS,
+        header_timeout=60,
+        body_timeout=60,
+        idle_timeout=60,
+        write_timeout=60,
+        max_unsent_bytes=OUTPUT_BUDGET,
+    )
+    with serving.serve(
+        tmp_path_factory.mktemp("frugal"),
+        pair=serving_pair,
+        policy=policies.POLICY,
+        secrets=RecordingPullSecrets(stale=False),
+        limits=slow,
+    ) as running:
         yield running
 
 
@@ -97,8 +138,11 @@ def context(ca: CertificateAuthority) -> ssl.SSLContext:
 def dropped(running: serving.Running) -> dict[str, float]:
     """mirrorgate_connections_dropped_total by reason, read from /metrics."""
     payload, _ = running.server.runtime.metrics.render()
-    return {dict(labels)["reason"]: value for (name, labels), value
-            in samples(payload.decode()).items() if name == "mirrorgate_connections_dropped_total"}
+    return {
+        dict(labels)["reason"]: value
+        for (name, labels), value in samples(payload.decode()).items()
+        if name == "mirrorgate_connections_dropped_total"
+    }
 
 
 def open_connections(running: serving.Running) -> int:
@@ -132,16 +176,19 @@ def admission_works(running: serving.Running, context: ssl.SSLContext) -> None:
     obj = pod(PROM_IMAGE)
     body = orjson.dumps(review(obj))
     with tls(running, context) as sock:
-        sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         head, answer = serving.read_response(sock)
     assert head.startswith(b"HTTP/1.1 200")
     patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
 
 
-def test_fifty_thousand_headers_are_refused(limited: serving.Running,
-                                            context: ssl.SSLContext) -> None:
+def test_fifty_thousand_headers_are_refused(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     before = dropped(limited).get("header-limit", 0)
     with tls(limited, context) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
@@ -153,8 +200,9 @@ def test_fifty_thousand_headers_are_refused(limited: serving.Running,
     admission_works(limited, context)
 
 
-def test_forty_one_small_headers_are_refused_by_count(limited: serving.Running,
-                                                      context: ssl.SSLContext) -> None:
+def test_forty_one_small_headers_are_refused_by_count(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     with tls(limited, context) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 40 + b"\r\n")
         answer = read_until_closed(sock)
@@ -162,19 +210,24 @@ def test_forty_one_small_headers_are_refused_by_count(limited: serving.Running,
     assert answer.endswith(b"more than 40 header fields")
 
 
-def test_a_megabyte_content_type_is_refused(limited: serving.Running,
-                                            context: ssl.SSLContext) -> None:
+def test_a_megabyte_content_type_is_refused(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     with tls(limited, context) as sock:
         with contextlib.suppress(OSError):
-            sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                         + b"a" * (1 << 20) + b"\r\n\r\n")
+            sock.sendall(
+                b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                + b"a" * (1 << 20)
+                + b"\r\n\r\n"
+            )
         answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 431 ")
     assert b"request head exceeds the 8192-byte limit" in answer
 
 
-def test_a_head_of_exactly_the_limit_is_served(limited: serving.Running,
-                                               context: ssl.SSLContext) -> None:
+def test_a_head_of_exactly_the_limit_is_served(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: "
     # Counted: the URL and each header's name and value (here /healthz, host x, x-pad ...).
     pad = LIMITS.max_header_bytes - len("/healthz") - len("hostx") - len("x-pad")
@@ -185,8 +238,9 @@ def test_a_head_of_exactly_the_limit_is_served(limited: serving.Running,
     assert body == b"ok\n"
 
 
-def test_a_client_that_never_speaks_is_closed(limited: serving.Running,
-                                              context: ssl.SSLContext) -> None:
+def test_a_client_that_never_speaks_is_closed(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     """After its handshake, nothing: closed at the header timeout."""
     before = dropped(limited).get("header-timeout", 0)
     with tls(limited, context) as sock:
@@ -205,8 +259,9 @@ def test_a_client_that_never_starts_tls_is_closed(limited: serving.Running) -> N
     serving.wait_for(lambda: counted() > before or None, what="the drop to be counted")
 
 
-def test_a_head_sent_a_byte_at_a_time_is_closed(limited: serving.Running,
-                                                context: ssl.SSLContext) -> None:
+def test_a_head_sent_a_byte_at_a_time_is_closed(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     """Slowloris: every byte in time for any per-read timeout, the head never done."""
     with tls(limited, context) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\n")
@@ -220,19 +275,21 @@ def test_a_head_sent_a_byte_at_a_time_is_closed(limited: serving.Running,
     assert time.monotonic() - started < GRACE
 
 
-def test_a_body_that_stalls_is_closed(limited: serving.Running,
-                                      context: ssl.SSLContext) -> None:
+def test_a_body_that_stalls_is_closed(limited: serving.Running, context: ssl.SSLContext) -> None:
     before = dropped(limited).get("body-timeout", 0)
     with tls(limited, context) as sock:
-        sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000\r\n\r\n{\"apiVersion\":")
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"apiVersion":'
+        )
         assert closes_within_grace(sock) < GRACE
     assert dropped(limited)["body-timeout"] > before
     admission_works(limited, context)
 
 
-def test_an_idle_keep_alive_connection_is_closed(limited: serving.Running,
-                                                 context: ssl.SSLContext) -> None:
+def test_an_idle_keep_alive_connection_is_closed(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     with tls(limited, context) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         status, _ = serving.read_response(sock)
@@ -240,8 +297,9 @@ def test_an_idle_keep_alive_connection_is_closed(limited: serving.Running,
         assert closes_within_grace(sock) < GRACE
 
 
-def test_idle_clients_never_lock_out_a_new_connection(patient: serving.Running,
-                                                      context: ssl.SSLContext) -> None:
+def test_idle_clients_never_lock_out_a_new_connection(
+    patient: serving.Running, context: ssl.SSLContext
+) -> None:
     """Twice the connection limit held idle: each newcomer takes the oldest one's place."""
     before = dropped(patient).get("evicted", 0)
     idle = [tls(patient, context) for _ in range(2 * LIMITS.max_connections)]
@@ -255,7 +313,8 @@ def test_idle_clients_never_lock_out_a_new_connection(patient: serving.Running,
 
 
 def test_stalled_bodies_over_the_budget_make_room_for_a_new_request(
-        patient: serving.Running, context: ssl.SSLContext) -> None:
+    patient: serving.Running, context: ssl.SSLContext
+) -> None:
     """Bodies that stop short hold bytes; past the budget the oldest readers are closed."""
     before = dropped(patient).get("body-budget", 0)
     chunk = b"x" * (LIMITS.max_buffered_bytes // 3)
@@ -263,12 +322,16 @@ def test_stalled_bodies_over_the_budget_make_room_for_a_new_request(
     try:
         for _ in range(5):
             sock = tls(patient, context)
-            sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                         b"\r\nContent-Length: 4000000\r\n\r\n" + chunk)
+            sock.sendall(
+                b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                b"\r\nContent-Length: 4000000\r\n\r\n" + chunk
+            )
             stalled.append(sock)
         admission_works(patient, context)
-        serving.wait_for(lambda: dropped(patient).get("body-budget", 0) > before or None,
-                         what="the body budget to close a stalled reader")
+        serving.wait_for(
+            lambda: dropped(patient).get("body-budget", 0) > before or None,
+            what="the body budget to close a stalled reader",
+        )
         table = patient.server.connections
         assert table is not None
         assert table.buffered <= LIMITS.max_buffered_bytes
@@ -277,8 +340,9 @@ def test_stalled_bodies_over_the_budget_make_room_for_a_new_request(
             sock.close()
 
 
-def test_a_client_hello_split_in_two_is_served(limited: serving.Running,
-                                               context: ssl.SSLContext) -> None:
+def test_a_client_hello_split_in_two_is_served(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     """The first bytes reach the TLS layer however they are cut (the acceptor keeps none)."""
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     client = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
@@ -317,12 +381,18 @@ def test_limits_must_be_positive(tmp_path: Path, serving_pair: KeyPair) -> None:
 
     cert, key = serving.write_pair(tmp_path, serving_pair)
     (tmp_path / "policy.yaml").write_text(policies.POLICY)
-    built = serve.build(serve.Settings(
-        policy=str(tmp_path / "policy.yaml"), tls_cert=str(cert), tls_key=str(key),
-        limits=Limits(max_connections=0, idle_timeout=-1)))
-    with pytest.raises(policyfile.ConfigError,
-                       match="--max-connections must be positive, got 0; --idle-timeout must "
-                             "be positive, got -1"):
+    built = serve.build(
+        serve.Settings(
+            policy=str(tmp_path / "policy.yaml"),
+            tls_cert=str(cert),
+            tls_key=str(key),
+            limits=Limits(max_connections=0, idle_timeout=-1),
+        )
+    )
+    with pytest.raises(
+        policyfile.ConfigError,
+        match="--max-connections must be positive, got 0; --idle-timeout must be positive, got -1",
+    ):
         serve.uvicorn_config(built)
 
 
@@ -331,8 +401,9 @@ GET = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 METRICS = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
-def never_reading(running: serving.Running, context: ssl.SSLContext,
-                  requests: int = 1000) -> ssl.SSLSocket:
+def never_reading(
+    running: serving.Running, context: ssl.SSLContext, requests: int = 1000
+) -> ssl.SSLSocket:
     """A connection that pipelines ``requests`` GET /metrics and reads none of the answers.
 
     Its receive buffer is small, so that the kernel takes few answers before
@@ -363,22 +434,27 @@ def pinned_down(running: serving.Running, count: int) -> Callable[[], bool | Non
             seen[:] = [answered, time.monotonic()]
             return None
         states = [connection.state for connection in list(table.open)]
-        return (len(states) == count and all(state is State.BUSY for state in states)
-                and time.monotonic() - seen[1] > 0.3) or None
+        return (
+            len(states) == count
+            and all(state is State.BUSY for state in states)
+            and time.monotonic() - seen[1] > 0.3
+        ) or None
 
     return probe
 
 
-def test_clients_that_never_read_cannot_lock_out_a_new_one(crowded: serving.Running,
-                                                           context: ssl.SSLContext) -> None:
+def test_clients_that_never_read_cannot_lock_out_a_new_one(
+    crowded: serving.Running, context: ssl.SSLContext
+) -> None:
     """Issue 19, 1: every connection pinned by answers its client never reads."""
     limit = crowded.server.settings.limits.max_connections
     before = dropped(crowded).get("evicted", 0)
     with contextlib.ExitStack() as pinned:
         for _ in range(limit):
             pinned.enter_context(never_reading(crowded, context, 3000))
-        serving.wait_for(pinned_down(crowded, limit), what="every connection to be pinned",
-                         timeout=30)
+        serving.wait_for(
+            pinned_down(crowded, limit), what="every connection to be pinned", timeout=30
+        )
         started = time.monotonic()
         admission_works(crowded, context)
         assert time.monotonic() - started < 1.0
@@ -386,24 +462,32 @@ def test_clients_that_never_read_cannot_lock_out_a_new_one(crowded: serving.Runn
 
 
 def test_a_client_that_never_reads_is_closed_at_the_write_timeout(
-        limited: serving.Running, context: ssl.SSLContext) -> None:
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     before = dropped(limited).get("write-timeout", 0)
     with never_reading(limited, context):
-        serving.wait_for(lambda: dropped(limited).get("write-timeout", 0) > before or None,
-                         what="the write timeout to close the connection", timeout=GRACE)
+        serving.wait_for(
+            lambda: dropped(limited).get("write-timeout", 0) > before or None,
+            what="the write timeout to close the connection",
+            timeout=GRACE,
+        )
     admission_works(limited, context)
 
 
 def test_unread_answers_over_the_output_budget_close_the_first_to_stop_reading(
-        frugal: serving.Running, context: ssl.SSLContext) -> None:
+    frugal: serving.Running, context: ssl.SSLContext
+) -> None:
     before = dropped(frugal).get("output-budget", 0)
     with contextlib.ExitStack() as stack:
         pinned = []
         for _ in range(8):  # each holds more than 64 KB unsent once its client stops reading
             pinned.append(stack.enter_context(never_reading(frugal, context)))
             time.sleep(0.1)
-        serving.wait_for(lambda: dropped(frugal).get("output-budget", 0) > before or None,
-                         what="the output budget to close a connection", timeout=30)
+        serving.wait_for(
+            lambda: dropped(frugal).get("output-budget", 0) > before or None,
+            what="the output budget to close a connection",
+            timeout=30,
+        )
         table = frugal.server.connections
         assert table is not None
         assert table.unsent <= OUTPUT_BUDGET
@@ -415,7 +499,8 @@ def test_unread_answers_over_the_output_budget_close_the_first_to_stop_reading(
 
 
 def test_pipelined_requests_are_parsed_only_a_few_ahead_of_the_answer(
-        crowded: serving.Running, context: ssl.SSLContext) -> None:
+    crowded: serving.Running, context: ssl.SSLContext
+) -> None:
     """1,000 pipelined requests, no answer read: at most max_pipelined wait parsed."""
     table = crowded.server.connections
     assert table is not None
@@ -428,8 +513,9 @@ def test_pipelined_requests_are_parsed_only_a_few_ahead_of_the_answer(
     assert 0 < deepest <= LIMITS.max_pipelined
 
 
-def test_a_stray_crlf_does_not_keep_an_idle_connection_open(limited: serving.Running,
-                                                            context: ssl.SSLContext) -> None:
+def test_a_stray_crlf_does_not_keep_an_idle_connection_open(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     """Issue 19, 7: the parser skips CRLF between requests; the idle timer must not stop."""
     with tls(limited, context) as sock:
         sock.sendall(GET)
@@ -450,7 +536,8 @@ def test_a_stray_crlf_does_not_keep_an_idle_connection_open(limited: serving.Run
 
 
 def test_a_flood_of_new_connections_does_not_evict_a_keep_alive_client(
-        patient: serving.Running, context: ssl.SSLContext) -> None:
+    patient: serving.Running, context: ssl.SSLContext
+) -> None:
     """Issue 19, 7: newcomers over the limit replace their own kind, not the client in use.
 
     Between each of its requests, twice the limit of new connections arrive:
@@ -470,13 +557,15 @@ def test_a_flood_of_new_connections_does_not_evict_a_keep_alive_client(
                 client.sendall(GET)
                 status, _ = serving.read_response(client)
             except (OSError, AssertionError) as error:
-                raise AssertionError(f"request {round_ + 1} of 12 found its connection "
-                                     f"closed: {error!r}") from None
+                raise AssertionError(
+                    f"request {round_ + 1} of 12 found its connection closed: {error!r}"
+                ) from None
             assert status.startswith(b"HTTP/1.1 200")
 
 
-def test_five_thousand_pipelined_gets_are_all_answered(patient: serving.Running,
-                                                       context: ssl.SSLContext) -> None:
+def test_five_thousand_pipelined_gets_are_all_answered(
+    patient: serving.Running, context: ssl.SSLContext
+) -> None:
     """Issue 19, 7: a read of many small requests is not counted as one request's head.
 
     The same head limit, with long timeouts: with 0.6 s, a reader thread of this
@@ -494,8 +583,9 @@ def test_five_thousand_pipelined_gets_are_all_answered(patient: serving.Running,
             sender.join(GRACE)
 
 
-def test_pipelined_requests_are_answered_in_order(limited: serving.Running,
-                                                  context: ssl.SSLContext) -> None:
+def test_pipelined_requests_are_answered_in_order(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     """Queued requests start in turn (deferred a few per loop turn), each after the one before."""
     with tls(limited, context) as sock:
         sock.sendall((GET + b"GET /missing HTTP/1.1\r\nHost: x\r\n\r\n") * 20)
@@ -504,7 +594,8 @@ def test_pipelined_requests_are_answered_in_order(limited: serving.Running,
 
 
 def test_a_closed_connection_is_freed_without_waiting_for_a_garbage_collection(
-        limited: serving.Running, context: ssl.SSLContext) -> None:
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
     """A connection, its TLS buffers with it, is freed the moment it closes.
 
     A reference cycle through it (once: its flow control held the

@@ -69,8 +69,9 @@ def test_logs_never_contain_the_pod(harness: Harness, log_lines: StringIO) -> No
     assert "containers" not in text
 
 
-def test_bad_request_log_line_does_not_quote_the_request(harness: Harness,
-                                                         log_lines: StringIO) -> None:
+def test_bad_request_log_line_does_not_quote_the_request(
+    harness: Harness, log_lines: StringIO
+) -> None:
     """A review with the Pod where `kind` belongs is refused without logging the Pod."""
     body = review(secret_pod())
     body["kind"] = body["request"]["object"]  # a confused client: the object as the kind

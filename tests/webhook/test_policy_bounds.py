@@ -57,14 +57,17 @@ def test_an_alias_bomb_is_refused_before_anything_walks_it(tmp_path: Path, under
     code, output = check(path)
     assert code == 1
     # x5, the sixth line, passes the bound at its third alias (each *x4 holds 66,430).
-    assert output == (f"{path}:6:25: holds more than {boundedyaml.MAX_VALUES:,} values with "
-                      "its aliases expanded\n")
+    assert output == (
+        f"{path}:6:25: holds more than {boundedyaml.MAX_VALUES:,} values with "
+        "its aliases expanded\n"
+    )
 
 
 @pytest.mark.parametrize("depth", [65, 1000, 100_000])
 @pytest.mark.parametrize("command", ["check", "explain", "rewrite"])
 def test_deep_nesting_is_a_one_line_error_in_every_command(
-        tmp_path: Path, depth: int, command: str) -> None:
+    tmp_path: Path, depth: int, command: str
+) -> None:
     """Not a RecursionError traceback: the file, line and column, and the limit.
 
     `rewrite` reads its manifests through the same loader: there the deep file is the input.
@@ -72,17 +75,22 @@ def test_deep_nesting_is_a_one_line_error_in_every_command(
     path, valid = tmp_path / "deep.yaml", tmp_path / "policy.yaml"
     path.write_text(nested(depth))
     valid.write_text(policies.POLICY)
-    argv = {"check": ["policy", "check", str(path)],
-            "explain": ["explain", "--policy", str(path), "nginx"],
-            "rewrite": ["rewrite", "--policy", str(valid), "-f", str(path)]}[command]
+    argv = {
+        "check": ["policy", "check", str(path)],
+        "explain": ["explain", "--policy", str(path), "nginx"],
+        "rewrite": ["rewrite", "--policy", str(valid), "-f", str(path)],
+    }[command]
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(argv, out=out, err=err)
     output = out.getvalue() + err.getvalue()
     assert code == (1 if command == "check" else 2)
     assert f"{path}:1:" in output
     # libyaml stops at 1,000 levels by itself; below that the loader's own bound speaks.
-    assert (f"nested more than {boundedyaml.MAX_DEPTH} deep" if depth < 1000
-            else "exceeded maximum nesting depth") in output
+    assert (
+        f"nested more than {boundedyaml.MAX_DEPTH} deep"
+        if depth < 1000
+        else "exceeded maximum nesting depth"
+    ) in output
     assert len(output.splitlines()) == 1
 
 
@@ -99,12 +107,15 @@ def test_a_policy_larger_than_a_configmap_is_refused(tmp_path: Path) -> None:
     path.write_bytes(policies.POLICY.encode() + b"#" * policyfile.MAX_POLICY_BYTES)
     code, output = check(path)
     assert code == 1
-    assert output == (f"{path}: larger than {policyfile.MAX_POLICY_BYTES:,} bytes; a policy "
-                      "is at most that (a ConfigMap's limit)\n")
+    assert output == (
+        f"{path}: larger than {policyfile.MAX_POLICY_BYTES:,} bytes; a policy "
+        "is at most that (a ConfigMap's limit)\n"
+    )
 
 
 def test_a_policy_of_thousands_of_errors_lists_the_first_and_counts_the_rest(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "many.yaml"
     path.write_text("mirrors:\n" + "  - 1\n" * 5000)
     code, output = check(path)
@@ -112,17 +123,29 @@ def test_a_policy_of_thousands_of_errors_lists_the_first_and_counts_the_rest(
     lines = output.splitlines()
     assert lines[0] == f"{path}: invalid policy (5,000 errors):"
     assert lines[1] == "  mirrors[0]: must be a mapping with source and mirror, got a number"
-    assert lines[1 + policyfile.MAX_ERRORS_SHOWN:] == ["  … and 4,950 more"]
+    assert lines[1 + policyfile.MAX_ERRORS_SHOWN :] == ["  … and 4,950 more"]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    pytest.param("mode: &a [*a]\n", ":1:11: alias *a refers to a value that contains it",
-                 id="self-reference"),
-    pytest.param("mode: *nowhere\n", ":1:7: alias *nowhere names no anchor before it",
-                 id="undefined-alias"),
-    pytest.param("mode: audit\n---\nmode: enforce\n", ": 2 YAML documents; a policy is one",
-                 id="two-documents"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "mode: &a [*a]\n",
+            ":1:11: alias *a refers to a value that contains it",
+            id="self-reference",
+        ),
+        pytest.param(
+            "mode: *nowhere\n",
+            ":1:7: alias *nowhere names no anchor before it",
+            id="undefined-alias",
+        ),
+        pytest.param(
+            "mode: audit\n---\nmode: enforce\n",
+            ": 2 YAML documents; a policy is one",
+            id="two-documents",
+        ),
+    ],
+)
 def test_other_refusals_name_file_and_place(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text(text)
@@ -132,12 +155,14 @@ def test_other_refusals_name_file_and_place(tmp_path: Path, text: str, message: 
 def test_aliases_within_the_bound_still_load(tmp_path: Path) -> None:
     """Anchors are ordinary YAML: a policy that reuses a namespace list through one loads."""
     path = tmp_path / "policy.yaml"
-    path.write_text("mirrors:\n"
-                    "  - {source: docker.io, mirror: m.example/hub, credential: a}\n"
-                    "  - {source: quay.io, mirror: m.example/quay, credential: b}\n"
-                    "credentials:\n"
-                    "  a: {namespaces: &teams [team-a, team-b]}\n"
-                    "  b: {namespaces: *teams}\n")
+    path.write_text(
+        "mirrors:\n"
+        "  - {source: docker.io, mirror: m.example/hub, credential: a}\n"
+        "  - {source: quay.io, mirror: m.example/quay, credential: b}\n"
+        "credentials:\n"
+        "  a: {namespaces: &teams [team-a, team-b]}\n"
+        "  b: {namespaces: *teams}\n"
+    )
     loaded = policyfile.read_policy(path).policy
     assert loaded.grants["b"].namespaces == ("team-a", "team-b")
 

@@ -73,6 +73,7 @@ def answer(status: int, headers: dict[str, str] | None = None, body: bytes = b""
         request.send_header("Content-Length", str(len(body)))
         request.end_headers()
         request.wfile.write(body)
+
     return handle
 
 
@@ -86,32 +87,38 @@ MIRROR_ANSWERS = [
 
 
 @pytest.mark.parametrize(("status", "expected"), MIRROR_ANSWERS)
-def test_mirror_answers(authority: tuple[certs.KeyPair, Path], tmp_path: Path, status: int,
-                        expected: tuple[bool, str]) -> None:
+def test_mirror_answers(
+    authority: tuple[certs.KeyPair, Path], tmp_path: Path, status: int, expected: tuple[bool, str]
+) -> None:
     pair, ca = authority
     with https_server(pair, tmp_path, answer(status)) as host:
-        assert probes.check_mirror(host, context=probes.tls_context(str(ca)),
-                                   timeout=TIMEOUT) == expected
+        assert (
+            probes.check_mirror(host, context=probes.tls_context(str(ca)), timeout=TIMEOUT)
+            == expected
+        )
 
 
 def test_refused(authority: tuple[certs.KeyPair, Path]) -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    assert probes.check_mirror(f"127.0.0.1:{port}", context=probes.tls_context(
-        str(authority[1])), timeout=TIMEOUT) == (False, "connection refused")
+    assert probes.check_mirror(
+        f"127.0.0.1:{port}", context=probes.tls_context(str(authority[1])), timeout=TIMEOUT
+    ) == (False, "connection refused")
 
 
 def test_silent_server_times_out(authority: tuple[certs.KeyPair, Path]) -> None:
     """Accepted, never answered (not even the TLS handshake): a timeout, not a hang."""
     with socket.create_server(("127.0.0.1", 0)) as silent:
         port = silent.getsockname()[1]
-        assert probes.check_mirror(f"127.0.0.1:{port}", context=probes.tls_context(
-            str(authority[1])), timeout=0.3) == (False, "timed out")
+        assert probes.check_mirror(
+            f"127.0.0.1:{port}", context=probes.tls_context(str(authority[1])), timeout=0.3
+        ) == (False, "timed out")
 
 
-def test_dripping_server_is_cut_at_the_deadline(authority: tuple[certs.KeyPair, Path],
-                                                tmp_path: Path) -> None:
+def test_dripping_server_is_cut_at_the_deadline(
+    authority: tuple[certs.KeyPair, Path], tmp_path: Path
+) -> None:
     """A server answering a byte at a time cannot hold a probe beyond its whole deadline."""
     pair, ca = authority
     stop = threading.Event()
@@ -125,8 +132,7 @@ def test_dripping_server_is_cut_at_the_deadline(authority: tuple[certs.KeyPair, 
 
     with https_server(pair, tmp_path, drip) as host:
         try:
-            verdict = probes.check_mirror(host, context=probes.tls_context(str(ca)),
-                                          timeout=0.5)
+            verdict = probes.check_mirror(host, context=probes.tls_context(str(ca)), timeout=0.5)
         finally:
             stop.set()
     # 100 header lines (http.client's limit) would take 5 s: the deadline comes first.
@@ -137,8 +143,9 @@ def test_untrusted_certificate(authority: tuple[certs.KeyPair, Path], tmp_path: 
     other = certs.CertificateAuthority.generate()
     (tmp_path / "other.crt").write_bytes(other.cert_pem)
     with https_server(authority[0], tmp_path, answer(401)) as host:
-        verdict = probes.check_mirror(host, context=probes.tls_context(
-            str(tmp_path / "other.crt")), timeout=TIMEOUT)
+        verdict = probes.check_mirror(
+            host, context=probes.tls_context(str(tmp_path / "other.crt")), timeout=TIMEOUT
+        )
     assert not verdict.ok
     assert verdict.reason.startswith("TLS verification failed: ")
 
@@ -163,11 +170,15 @@ def _registry(challenge: str | None, *, realm_answer: Handler | None = None) -> 
         if request.path.startswith("/token"):
             assert realm_answer is not None
             realm_answer(request)
-        elif challenge and challenge.startswith("Basic") and \
-                request.headers.get("Authorization") == good:
+        elif (
+            challenge
+            and challenge.startswith("Basic")
+            and request.headers.get("Authorization") == good
+        ):
             answer(200)(request)
         else:
             answer(401, {"WWW-Authenticate": challenge} if challenge else {})(request)
+
     return handle
 
 
@@ -182,34 +193,78 @@ def _token(request: http.server.BaseHTTPRequestHandler) -> None:
 
 LOGINS = [
     pytest.param('Basic realm="r"', None, "right", ("valid", "logged in"), id="basic-valid"),
-    pytest.param('Basic realm="r"', None, "wrong", ("invalid", "login refused by /v2/ (HTTP 401)"),
-                 id="basic-refused"),
-    pytest.param('Bearer realm="https://{host}/token",service="registry.example"', _token,
-                 "right", ("valid", "logged in"), id="bearer-valid"),
-    pytest.param('Bearer realm="https://{host}/token",service="registry.example"', _token,
-                 "wrong", ("invalid", "login refused by the token realm (HTTP 401)"),
-                 id="bearer-refused"),
-    pytest.param('Bearer realm="https://{host}/token"', answer(200, body=b'{"token": ""}'),
-                 "right", ("invalid", "the token realm answered without a token"),
-                 id="bearer-empty-token"),
-    pytest.param('Bearer realm="https://{host}/token"', answer(503), "right",
-                 ("unknown", "the token realm answered HTTP 503"), id="bearer-realm-5xx"),
-    pytest.param('Bearer realm="http://{host}/token"', None, "right",
-                 ("unknown", "refusing to log in over http scheme (HTTPS only: the scheme "
-                             "the policy gives the mirror)"),
-                 id="bearer-plain-http-realm"),
-    pytest.param("Negotiate", None, "right",
-                 ("unknown", "the 401 from /v2/ advertises no Basic or Bearer login"),
-                 id="other-scheme"),
-    pytest.param(None, None, "right",
-                 ("unknown", "the 401 from /v2/ advertises no Basic or Bearer login"),
-                 id="no-challenge"),
+    pytest.param(
+        'Basic realm="r"',
+        None,
+        "wrong",
+        ("invalid", "login refused by /v2/ (HTTP 401)"),
+        id="basic-refused",
+    ),
+    pytest.param(
+        'Bearer realm="https://{host}/token",service="registry.example"',
+        _token,
+        "right",
+        ("valid", "logged in"),
+        id="bearer-valid",
+    ),
+    pytest.param(
+        'Bearer realm="https://{host}/token",service="registry.example"',
+        _token,
+        "wrong",
+        ("invalid", "login refused by the token realm (HTTP 401)"),
+        id="bearer-refused",
+    ),
+    pytest.param(
+        'Bearer realm="https://{host}/token"',
+        answer(200, body=b'{"token": ""}'),
+        "right",
+        ("invalid", "the token realm answered without a token"),
+        id="bearer-empty-token",
+    ),
+    pytest.param(
+        'Bearer realm="https://{host}/token"',
+        answer(503),
+        "right",
+        ("unknown", "the token realm answered HTTP 503"),
+        id="bearer-realm-5xx",
+    ),
+    pytest.param(
+        'Bearer realm="http://{host}/token"',
+        None,
+        "right",
+        (
+            "unknown",
+            "refusing to log in over http scheme (HTTPS only: the scheme "
+            "the policy gives the mirror)",
+        ),
+        id="bearer-plain-http-realm",
+    ),
+    pytest.param(
+        "Negotiate",
+        None,
+        "right",
+        ("unknown", "the 401 from /v2/ advertises no Basic or Bearer login"),
+        id="other-scheme",
+    ),
+    pytest.param(
+        None,
+        None,
+        "right",
+        ("unknown", "the 401 from /v2/ advertises no Basic or Bearer login"),
+        id="no-challenge",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("challenge", "realm", "password", "expected"), LOGINS)
-def test_login(authority: tuple[certs.KeyPair, Path], tmp_path: Path, challenge: str | None,
-               realm: Handler | None, password: str, expected: tuple[str, str]) -> None:
+def test_login(
+    authority: tuple[certs.KeyPair, Path],
+    tmp_path: Path,
+    challenge: str | None,
+    realm: Handler | None,
+    password: str,
+    expected: tuple[str, str],
+) -> None:
     pair, ca = authority
     host_box: list[str] = []
 
@@ -219,26 +274,46 @@ def test_login(authority: tuple[certs.KeyPair, Path], tmp_path: Path, challenge:
 
     with https_server(pair, tmp_path, handle) as host:
         host_box.append(host)
-        verdict = probes.check_login(host, "robot", password, repository="hub/mirrorgate-health",
-                                     context=probes.tls_context(str(ca)), timeout=TIMEOUT)
+        verdict = probes.check_login(
+            host,
+            "robot",
+            password,
+            repository="hub/mirrorgate-health",
+            context=probes.tls_context(str(ca)),
+            timeout=TIMEOUT,
+        )
     assert verdict == expected
     assert password not in repr(verdict)
 
 
-def test_open_registry_needs_no_login(authority: tuple[certs.KeyPair, Path],
-                                      tmp_path: Path) -> None:
+def test_open_registry_needs_no_login(
+    authority: tuple[certs.KeyPair, Path], tmp_path: Path
+) -> None:
     pair, ca = authority
     with https_server(pair, tmp_path, answer(200)) as host:
-        assert probes.check_login(host, "robot", "pw", repository="x", timeout=TIMEOUT,
-                                  context=probes.tls_context(str(ca))).verdict == "valid"
+        assert (
+            probes.check_login(
+                host,
+                "robot",
+                "pw",
+                repository="x",
+                timeout=TIMEOUT,
+                context=probes.tls_context(str(ca)),
+            ).verdict
+            == "valid"
+        )
 
 
 CHALLENGES = [
-    ('Bearer realm="https://a/token",service="reg",scope="x"',
-     ("bearer", {"realm": "https://a/token", "service": "reg", "scope": "x"})),
+    (
+        'Bearer realm="https://a/token",service="reg",scope="x"',
+        ("bearer", {"realm": "https://a/token", "service": "reg", "scope": "x"}),
+    ),
     ('basic realm="Registry Realm"', ("basic", {"realm": "Registry Realm"})),
-    ("Bearer realm=https://a/token, service=reg", ("bearer", {"realm": "https://a/token",
-                                                              "service": "reg"})),
+    (
+        "Bearer realm=https://a/token, service=reg",
+        ("bearer", {"realm": "https://a/token", "service": "reg"}),
+    ),
     ("", ("", {})),
 ]
 
@@ -256,16 +331,16 @@ def test_plain_http_mirror_is_up_when_probed_without_tls(tmp_path: Path) -> None
         assert probes.check_mirror(host, context=None, timeout=TIMEOUT) == (True, "HTTP 200")
 
 
-def test_plain_http_mirror_probed_as_https_is_the_tls_failure_users_saw(
-        tmp_path: Path) -> None:
+def test_plain_http_mirror_probed_as_https_is_the_tls_failure_users_saw(tmp_path: Path) -> None:
     """Why the scheme must be declared: HTTPS to a plain-HTTP cache is always "down"."""
     with https_server(None, tmp_path, answer(200)) as host:
         verdict = probes.check_mirror(host, context=probes.tls_context(None), timeout=TIMEOUT)
     assert verdict == (False, "TLS failed: WRONG_VERSION_NUMBER")
 
 
-def test_https_mirror_probed_as_plain_http_is_down(authority: tuple[certs.KeyPair, Path],
-                                                   tmp_path: Path) -> None:
+def test_https_mirror_probed_as_plain_http_is_down(
+    authority: tuple[certs.KeyPair, Path], tmp_path: Path
+) -> None:
     with https_server(authority[0], tmp_path, answer(200)) as host:
         verdict = probes.check_mirror(host, context=None, timeout=TIMEOUT)
     assert not verdict.ok
@@ -275,33 +350,46 @@ def test_plain_http_login_and_no_tls_realm_from_it(tmp_path: Path) -> None:
     """A plain-HTTP mirror's login goes as plain HTTP (the policy warns); its token realm
     must be plain HTTP too: the probe never mixes the schemes of one mirror."""
     with https_server(None, tmp_path, _registry('Basic realm="r"')) as host:
-        assert probes.check_login(host, "robot", "right", repository="x", context=None,
-                                  timeout=TIMEOUT) == ("valid", "logged in")
-    with https_server(None, tmp_path, _registry('Bearer realm="https://a.example/token"')) \
-            as host:
-        verdict = probes.check_login(host, "robot", "right", repository="x", context=None,
-                                     timeout=TIMEOUT)
-    assert verdict == ("unknown", "refusing to log in over https scheme (plain HTTP only: the "
-                                  "scheme the policy gives the mirror)")
+        assert probes.check_login(
+            host, "robot", "right", repository="x", context=None, timeout=TIMEOUT
+        ) == ("valid", "logged in")
+    with https_server(None, tmp_path, _registry('Bearer realm="https://a.example/token"')) as host:
+        verdict = probes.check_login(
+            host, "robot", "right", repository="x", context=None, timeout=TIMEOUT
+        )
+    assert verdict == (
+        "unknown",
+        "refusing to log in over https scheme (plain HTTP only: the "
+        "scheme the policy gives the mirror)",
+    )
 
 
 def test_skip_verify_accepts_an_untrusted_certificate_only_when_asked(
-        authority: tuple[certs.KeyPair, Path], tmp_path: Path) -> None:
+    authority: tuple[certs.KeyPair, Path], tmp_path: Path
+) -> None:
     with https_server(authority[0], tmp_path, answer(401)) as host:
         verified = probes.check_mirror(host, context=probes.tls_context(None), timeout=TIMEOUT)
-        skipped = probes.check_mirror(host, context=probes.tls_context(None, skip_verify=True),
-                                      timeout=TIMEOUT)
+        skipped = probes.check_mirror(
+            host, context=probes.tls_context(None, skip_verify=True), timeout=TIMEOUT
+        )
     assert verified.reason.startswith("TLS verification failed: ")
     assert skipped == (True, "HTTP 401")
 
 
 def test_the_monitor_probes_each_mirror_with_the_scheme_the_policy_gives_it(
-        authority: tuple[certs.KeyPair, Path], tmp_path: Path) -> None:
-    with https_server(None, tmp_path / "plain", answer(200)) as plain, \
-            https_server(authority[0], tmp_path, answer(401)) as tls:
-        rules = policy.load({"mirrors": [
-            {"source": "docker.io", "mirror": f"http://{plain}/hub"},
-            {"source": "quay.io", "mirror": f"https://{tls}/q",
-             "insecureSkipVerify": True}]})
+    authority: tuple[certs.KeyPair, Path], tmp_path: Path
+) -> None:
+    with (
+        https_server(None, tmp_path / "plain", answer(200)) as plain,
+        https_server(authority[0], tmp_path, answer(401)) as tls,
+    ):
+        rules = policy.load(
+            {
+                "mirrors": [
+                    {"source": "docker.io", "mirror": f"http://{plain}/hub"},
+                    {"source": "quay.io", "mirror": f"https://{tls}/q", "insecureSkipVerify": True},
+                ]
+            }
+        )
         health = monitor.probe_mirrors(rules, [r.mirror.host for r in rules.rules])
     assert health.down == {}

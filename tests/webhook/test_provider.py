@@ -44,8 +44,11 @@ class Recorder(logging.Handler):
 
 def said(records: list[logging.LogRecord]) -> list[str]:
     """The stderr lines logged from plugins."""
-    return [getattr(r, "fields", {})["stderr"] for r in records
-            if r.getMessage() == "credential provider said"]
+    return [
+        getattr(r, "fields", {})["stderr"]
+        for r in records
+        if r.getMessage() == "credential provider said"
+    ]
 
 
 @pytest.fixture
@@ -61,13 +64,21 @@ def logged() -> Iterator[list[logging.LogRecord]]:
     log.setLevel(level)
 
 
-def _source(issuer: RobotIssuer, tmp_path: Path, *, args: list[str] | None = None,
-            timeout: float = 30.0, clock: Clock | None = None, **provider: Any) -> ProviderSource:
-    config = issuer.write_config(tmp_path / "config.json",
-                                 issuer.provider("test-provider", "robot-a", args=args,
-                                                 **provider))
-    return ProviderSource(providerconfig.load(config), issuer.bin_dir, timeout=timeout,
-                          clock=clock or Clock())
+def _source(
+    issuer: RobotIssuer,
+    tmp_path: Path,
+    *,
+    args: list[str] | None = None,
+    timeout: float = 30.0,
+    clock: Clock | None = None,
+    **provider: Any,
+) -> ProviderSource:
+    config = issuer.write_config(
+        tmp_path / "config.json", issuer.provider("test-provider", "robot-a", args=args, **provider)
+    )
+    return ProviderSource(
+        providerconfig.load(config), issuer.bin_dir, timeout=timeout, clock=clock or Clock()
+    )
 
 
 def test_a_login_is_minted_with_its_lifetime(issuer: RobotIssuer, tmp_path: Path) -> None:
@@ -82,25 +93,30 @@ def test_a_login_is_minted_with_its_lifetime(issuer: RobotIssuer, tmp_path: Path
 
 
 def test_the_default_cache_duration_applies_without_one_in_the_response(
-        issuer: RobotIssuer, tmp_path: Path) -> None:
+    issuer: RobotIssuer, tmp_path: Path
+) -> None:
     clock = Clock()
     source = _source(issuer, tmp_path, clock=clock, default_cache_duration="2m")
     login = source.login("team-a", "test-provider", IMAGE)
     assert login.expires == datetime.datetime.fromtimestamp(clock.now + 120, datetime.UTC)
 
 
-@pytest.mark.parametrize(("key_type", "other_image", "reused"), [
-    ("Image", IMAGE, True),
-    ("Image", "a.example/team-a/other:1", False),
-    ("Registry", "a.example/team-a/other:1", True),
-    ("Registry", "b.example/team-a/app:1", False),
-    ("Global", "b.example/team-a/app:1", True),
-])
-def test_responses_are_cached_by_their_cache_key_type(issuer: RobotIssuer, tmp_path: Path,
-                                                      key_type: str, other_image: str,
-                                                      reused: bool) -> None:
-    source = _source(issuer, tmp_path, args=["--cache-key-type", key_type,
-                                             "--auth-key", "*.example"])
+@pytest.mark.parametrize(
+    ("key_type", "other_image", "reused"),
+    [
+        ("Image", IMAGE, True),
+        ("Image", "a.example/team-a/other:1", False),
+        ("Registry", "a.example/team-a/other:1", True),
+        ("Registry", "b.example/team-a/app:1", False),
+        ("Global", "b.example/team-a/app:1", True),
+    ],
+)
+def test_responses_are_cached_by_their_cache_key_type(
+    issuer: RobotIssuer, tmp_path: Path, key_type: str, other_image: str, reused: bool
+) -> None:
+    source = _source(
+        issuer, tmp_path, args=["--cache-key-type", key_type, "--auth-key", "*.example"]
+    )
     first = source.login("team-a", "test-provider", IMAGE)
     minted = issuer.server.minted
     second = source.login("team-a", "test-provider", other_image)
@@ -109,7 +125,8 @@ def test_responses_are_cached_by_their_cache_key_type(issuer: RobotIssuer, tmp_p
 
 
 def test_a_cached_login_is_asked_for_again_after_80_percent_of_its_life(
-        issuer: RobotIssuer, tmp_path: Path) -> None:
+    issuer: RobotIssuer, tmp_path: Path
+) -> None:
     clock = Clock()
     source = _source(issuer, tmp_path, clock=clock)  # 60 s
     first = source.login("a", "test-provider", IMAGE)
@@ -123,39 +140,49 @@ def test_a_cached_login_is_asked_for_again_after_80_percent_of_its_life(
     assert renewed.expires > first.expires
 
 
-def test_the_most_specific_auth_key_covering_the_image_is_used(issuer: RobotIssuer,
-                                                               tmp_path: Path) -> None:
+def test_the_most_specific_auth_key_covering_the_image_is_used(
+    issuer: RobotIssuer, tmp_path: Path
+) -> None:
     source = _source(issuer, tmp_path, args=["--auth-key", "a.example/team-a"])
     assert source.login("a", "test-provider", IMAGE).registry == "a.example/team-a"
     with pytest.raises(ProviderError, match="no auth key covers image"):
         source.login("a", "test-provider", "a.example/team-b/app:1")
 
 
-def test_the_request_carries_the_configured_api_version(issuer: RobotIssuer,
-                                                        tmp_path: Path) -> None:
+def test_the_request_carries_the_configured_api_version(
+    issuer: RobotIssuer, tmp_path: Path
+) -> None:
     """The plugin answers in the apiVersion it was asked in (v1beta1 here)."""
-    source = _source(issuer, tmp_path,
-                     api_version="credentialprovider.kubelet.k8s.io/v1beta1")
+    source = _source(issuer, tmp_path, api_version="credentialprovider.kubelet.k8s.io/v1beta1")
     assert source.login("a", "test-provider", IMAGE).username == "robot-a"
 
 
-@pytest.mark.parametrize(("args", "provider", "message"), [
-    (["--api-version", "credentialprovider.kubelet.k8s.io/v1beta1"], {},
-     "plugin 'test-provider': apiVersion 'credentialprovider.kubelet.k8s.io/v1beta1' does not "
-     "match the configured credentialprovider.kubelet.k8s.io/v1"),
-    (["--fault", "exit"], {}, "plugin 'test-provider' failed with exit status 1"),
-    (["--fault", "malformed"], {}, "plugin 'test-provider' did not answer with JSON"),
-    ([], {"default_cache_duration": "0s"}, "the login has no lifetime"),
-    (["--cache-key-type", "Forever"], {}, "cacheKeyType 'Forever' is not one of"),
-    (["--cache-duration", "soon"], {}, "cacheDuration 'soon' is not a duration from 0 to "
-                                       "2562047h (such as 12h)"),
-    # Past Go's range: it was an OverflowError out of the expiry's datetime.
-    (["--cache-duration", "100000000h"], {}, "cacheDuration '100000000h' is not a duration"),
-    (["--cache-duration", "9" * 400 + "h"], {}, "cacheDuration '9999999999"),
-])
-def test_plugin_failures_are_one_line_reasons(issuer: RobotIssuer, tmp_path: Path,
-                                              args: list[str], provider: dict[str, Any],
-                                              message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "provider", "message"),
+    [
+        (
+            ["--api-version", "credentialprovider.kubelet.k8s.io/v1beta1"],
+            {},
+            "plugin 'test-provider': apiVersion 'credentialprovider.kubelet.k8s.io/v1beta1' does not "
+            "match the configured credentialprovider.kubelet.k8s.io/v1",
+        ),
+        (["--fault", "exit"], {}, "plugin 'test-provider' failed with exit status 1"),
+        (["--fault", "malformed"], {}, "plugin 'test-provider' did not answer with JSON"),
+        ([], {"default_cache_duration": "0s"}, "the login has no lifetime"),
+        (["--cache-key-type", "Forever"], {}, "cacheKeyType 'Forever' is not one of"),
+        (
+            ["--cache-duration", "soon"],
+            {},
+            "cacheDuration 'soon' is not a duration from 0 to 2562047h (such as 12h)",
+        ),
+        # Past Go's range: it was an OverflowError out of the expiry's datetime.
+        (["--cache-duration", "100000000h"], {}, "cacheDuration '100000000h' is not a duration"),
+        (["--cache-duration", "9" * 400 + "h"], {}, "cacheDuration '9999999999"),
+    ],
+)
+def test_plugin_failures_are_one_line_reasons(
+    issuer: RobotIssuer, tmp_path: Path, args: list[str], provider: dict[str, Any], message: str
+) -> None:
     source = _source(issuer, tmp_path, args=args, **provider)
     with pytest.raises(ProviderError) as caught:
         source.login("a", "test-provider", IMAGE)
@@ -163,8 +190,9 @@ def test_plugin_failures_are_one_line_reasons(issuer: RobotIssuer, tmp_path: Pat
     assert "\n" not in str(caught.value)
 
 
-def test_a_hanging_plugin_is_killed_at_the_timeout(issuer: RobotIssuer, tmp_path: Path,
-                                                   logged: list[logging.LogRecord]) -> None:
+def test_a_hanging_plugin_is_killed_at_the_timeout(
+    issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord]
+) -> None:
     source = _source(issuer, tmp_path, args=["--fault", "hang"], timeout=1.0)
     with pytest.raises(ProviderError, match="did not answer within 1 s and was killed"):
         source.login("a", "test-provider", IMAGE)
@@ -172,7 +200,8 @@ def test_a_hanging_plugin_is_killed_at_the_timeout(issuer: RobotIssuer, tmp_path
 
 
 def test_a_plugin_writing_without_end_is_killed_at_the_output_limit(
-        issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord]) -> None:
+    issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord]
+) -> None:
     source = _source(issuer, tmp_path, args=["--fault", "flood"])
     with pytest.raises(ProviderError, match="wrote more than 1048576 bytes and was killed"):
         source.login("a", "test-provider", IMAGE)
@@ -180,18 +209,23 @@ def test_a_plugin_writing_without_end_is_killed_at_the_output_limit(
     assert 0 < len(stderr) <= 8 << 10  # only the tail is kept
 
 
-def test_images_outside_match_images_and_unknown_providers(issuer: RobotIssuer,
-                                                           tmp_path: Path) -> None:
+def test_images_outside_match_images_and_unknown_providers(
+    issuer: RobotIssuer, tmp_path: Path
+) -> None:
     source = _source(issuer, tmp_path)
     with pytest.raises(ProviderError, match="does not match provider 'test-provider'"):
         source.login("a", "test-provider", "quay.io/team-a/app:1")
-    with pytest.raises(ProviderError, match=r"provider 'ecr' is not in the credential-provider "
-                                            r"config \(it has: test-provider\)"):
+    with pytest.raises(
+        ProviderError,
+        match=r"provider 'ecr' is not in the credential-provider "
+        r"config \(it has: test-provider\)",
+    ):
         source.login("a", "ecr", IMAGE)
 
 
 def test_echoed_secrets_are_redacted_from_the_logged_stderr(
-        issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord]) -> None:
+    issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord]
+) -> None:
     source = _source(issuer, tmp_path, args=["--fault", "echo"])
     login = source.login("a", "test-provider", IMAGE)
     # The provider's env values are redacted too (they may be secrets; here
@@ -206,22 +240,39 @@ def test_echoed_secrets_are_redacted_from_the_logged_stderr(
 _ESCAPED = '"<&\\é'
 
 
-@pytest.mark.parametrize(("args", "timeout", "message"), [
-    pytest.param(["--exit-status", "3"], 30.0, "failed with exit status 3", id="exit-3"),
-    pytest.param(["--kind", "CredentialProviderRequest"], 30.0,
-                 "kind is 'CredentialProviderRequest', not CredentialProviderResponse",
-                 id="wrong-kind"),
-    pytest.param(["--cache-duration", "0s"], 30.0, "the login has no lifetime",
-                 id="cache-duration-0"),
-    pytest.param(["--cache-duration", "-1h"], 30.0, "cacheDuration '-1h' is not a duration",
-                 id="cache-duration-negative"),
-    pytest.param(["--after", "flood"], 30.0, "wrote more than 1048576 bytes", id="too-much"),
-    pytest.param(["--after", "hang"], 1.0, "did not answer within 1 s", id="timeout"),
-    pytest.param(["--after", "garbage"], 30.0, "did not answer with JSON", id="bad-json"),
-])
+@pytest.mark.parametrize(
+    ("args", "timeout", "message"),
+    [
+        pytest.param(["--exit-status", "3"], 30.0, "failed with exit status 3", id="exit-3"),
+        pytest.param(
+            ["--kind", "CredentialProviderRequest"],
+            30.0,
+            "kind is 'CredentialProviderRequest', not CredentialProviderResponse",
+            id="wrong-kind",
+        ),
+        pytest.param(
+            ["--cache-duration", "0s"], 30.0, "the login has no lifetime", id="cache-duration-0"
+        ),
+        pytest.param(
+            ["--cache-duration", "-1h"],
+            30.0,
+            "cacheDuration '-1h' is not a duration",
+            id="cache-duration-negative",
+        ),
+        pytest.param(["--after", "flood"], 30.0, "wrote more than 1048576 bytes", id="too-much"),
+        pytest.param(["--after", "hang"], 1.0, "did not answer within 1 s", id="timeout"),
+        pytest.param(["--after", "garbage"], 30.0, "did not answer with JSON", id="bad-json"),
+    ],
+)
 def test_a_refused_answer_leaks_no_form_of_its_password(
-        issuer: RobotIssuer, tmp_path: Path, logged: list[logging.LogRecord],
-        monkeypatch: pytest.MonkeyPatch, args: list[str], timeout: float, message: str) -> None:
+    issuer: RobotIssuer,
+    tmp_path: Path,
+    logged: list[logging.LogRecord],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    timeout: float,
+    message: str,
+) -> None:
     """The plugin echoes its password, then fails: no form of it in any line or reason."""
     minted: list[str] = []
     mint = issuer.server.passwords.mint
@@ -231,22 +282,32 @@ def test_a_refused_answer_leaks_no_form_of_its_password(
         return minted[-1]
 
     monkeypatch.setattr(issuer.server.passwords, "mint", recording)
-    source = _source(issuer, tmp_path, args=["--echo-secret", "--password-suffix", _ESCAPED,
-                                             *args], timeout=timeout)
+    source = _source(
+        issuer,
+        tmp_path,
+        args=["--echo-secret", "--password-suffix", _ESCAPED, *args],
+        timeout=timeout,
+    )
     with pytest.raises(ProviderError, match=re.escape(message)) as caught:
         source.login("a", "test-provider", IMAGE)
     [stderr] = said(logged)
     # What was echoed is there, less the password in every form.
-    assert stderr.startswith('debug: password [redacted]\ndebug: auth [redacted]\n'
-                             'debug: response {"apiVersion":')
+    assert stderr.startswith(
+        'debug: password [redacted]\ndebug: auth [redacted]\ndebug: response {"apiVersion":'
+    )
     assert '"password":"[redacted]"' in stderr
     [password] = [m + _ESCAPED for m in minted]
-    forms = {"raw": password, "log-escaped": orjson.dumps(password).decode()[1:-1],
-             "ascii-escaped": json.dumps(password)[1:-1],
-             "go-escaped": orjson.dumps(password).decode()[1:-1].replace("<", "\\u003c")
-                                                               .replace("&", "\\u0026"),
-             "auth": base64.b64encode(f"robot-a:{password}".encode()).decode(),
-             "minted": minted[0]}
+    forms = {
+        "raw": password,
+        "log-escaped": orjson.dumps(password).decode()[1:-1],
+        "ascii-escaped": json.dumps(password)[1:-1],
+        "go-escaped": orjson.dumps(password)
+        .decode()[1:-1]
+        .replace("<", "\\u003c")
+        .replace("&", "\\u0026"),
+        "auth": base64.b64encode(f"robot-a:{password}".encode()).decode(),
+        "minted": minted[0],
+    }
     lines = [JsonFormatter().format(record) for record in logged]
     for text in [*lines, str(caught.value)]:
         for name, form in forms.items():
@@ -263,7 +324,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_child_in_its_own_session_neither_delays_the_answer_nor_survives(
-        issuer: RobotIssuer, tmp_path: Path) -> None:
+    issuer: RobotIssuer, tmp_path: Path
+) -> None:
     """The plugin answers and exits; a setsid child holding its pipes is killed, not waited on."""
     pid_file = tmp_path / "child.pid"
     source = _source(issuer, tmp_path, args=["--spawn-setsid", str(pid_file)], timeout=20.0)

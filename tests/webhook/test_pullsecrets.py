@@ -33,12 +33,15 @@ from mirrorgate.webhook.credentials.store import Credential
 from tests.webhook.fakes import Behaviour, ScriptedKube, stored
 
 PASSWORD = "p@ss:w/rd-91c2"
-CREDENTIAL = Credential(name="harbor-pull", registry="harbor.corp.example",
-                        username="robot$pull", password=PASSWORD)
+CREDENTIAL = Credential(
+    name="harbor-pull", registry="harbor.corp.example", username="robot$pull", password=PASSWORD
+)
 KEY = bytes(range(32))
 NAMESPACE = "shop"
-RBAC_TEXT = ('secrets is forbidden: User "system:serviceaccount:mirrorgate:mirrorgate" '
-             'cannot create resource "secrets" in API group "" in the namespace "shop"')
+RBAC_TEXT = (
+    'secrets is forbidden: User "system:serviceaccount:mirrorgate:mirrorgate" '
+    'cannot create resource "secrets" in API group "" in the namespace "shop"'
+)
 
 
 class StaticStore:
@@ -55,16 +58,25 @@ class StaticStore:
         pass
 
 
-def provisioner(client: ScriptedKube, *, labels: Mapping[str, str] | None = None,
-                deadline: float = 2.0) -> PullSecretProvisioner:
+def provisioner(
+    client: ScriptedKube, *, labels: Mapping[str, str] | None = None, deadline: float = 2.0
+) -> PullSecretProvisioner:
     real: Any = client  # the scripted stand-in of kube.Kube
     optin = NamespaceOptIn(real)
-    optin.informer.items[("", NAMESPACE)] = {"metadata": {
-        "name": NAMESPACE, "labels": dict(labels if labels is not None
-                                          else {"mirrorgate.io/mode": "enforce"})}}
-    return PullSecretProvisioner(real, StaticStore({CREDENTIAL.name: CREDENTIAL}),
-                                 records=Records(real, "mirrorgate"), optin=optin,
-                                 fingerprints=Fingerprints(KEY), deadline=deadline)
+    optin.informer.items[("", NAMESPACE)] = {
+        "metadata": {
+            "name": NAMESPACE,
+            "labels": dict(labels if labels is not None else {"mirrorgate.io/mode": "enforce"}),
+        }
+    }
+    return PullSecretProvisioner(
+        real,
+        StaticStore({CREDENTIAL.name: CREDENTIAL}),
+        records=Records(real, "mirrorgate"),
+        optin=optin,
+        fingerprints=Fingerprints(KEY),
+        deadline=deadline,
+    )
 
 
 def ensure(made: PullSecretProvisioner) -> dict[str, str]:
@@ -72,6 +84,7 @@ def ensure(made: PullSecretProvisioner) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- fingerprints
+
 
 def test_fingerprint_is_keyed_not_a_plain_hash() -> None:
     """What is recorded is an HMAC under mirrorgate's key, never sha256 of the login."""
@@ -84,8 +97,11 @@ def test_fingerprint_is_keyed_not_a_plain_hash() -> None:
     assert KEY.hex() not in repr(Fingerprints(KEY))
 
 
-@given(a=st.text(min_size=1, max_size=40), b=st.text(min_size=1, max_size=40),
-       key=st.binary(min_size=32, max_size=32))
+@given(
+    a=st.text(min_size=1, max_size=40),
+    b=st.text(min_size=1, max_size=40),
+    key=st.binary(min_size=32, max_size=32),
+)
 def test_fingerprints_follow_the_login(a: str, b: str, key: bytes) -> None:
     """Equal logins share a fingerprint; logins that differ in the password never do."""
     fingerprints = Fingerprints(key)
@@ -97,18 +113,23 @@ def test_fingerprints_follow_the_login(a: str, b: str, key: bytes) -> None:
 
 # --------------------------------------------------------------------------- opt-in
 
-@pytest.mark.parametrize("labels", [
-    pytest.param({}, id="unlabelled"),
-    pytest.param({"mirrorgate.io/mode": "audit"}, id="audit"),
-    pytest.param({"mirrorgate.io/mode": "Enforce"}, id="wrong-case"),
-])
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        pytest.param({}, id="unlabelled"),
+        pytest.param({"mirrorgate.io/mode": "audit"}, id="audit"),
+        pytest.param({"mirrorgate.io/mode": "Enforce"}, id="wrong-case"),
+    ],
+)
 def test_no_secret_for_a_namespace_not_opted_in(labels: dict[str, str]) -> None:
     """Whatever the review says, mirrorgate's own cache decides; not one API call is made."""
     client = ScriptedKube({})
     made = provisioner(client, labels=labels, deadline=0.2)
     assert made.missing(NAMESPACE, [CREDENTIAL.name]) == [CREDENTIAL.name]
     assert ensure(made) == {
-        CREDENTIAL.name: f"namespace '{NAMESPACE}' is not labelled mirrorgate.io/mode=enforce"}
+        CREDENTIAL.name: f"namespace '{NAMESPACE}' is not labelled mirrorgate.io/mode=enforce"
+    }
     assert client.calls == []
 
 
@@ -126,24 +147,42 @@ def test_unknown_namespace_gets_nothing_either(namespace: str, log_lines: String
 
 # --------------------------------------------------------------------------- short causes
 
+
 def claim_then(secret_create: Behaviour) -> dict[tuple[str, str], Behaviour]:
-    return {("POST", "configmaps"): stored, ("POST", "secrets"): secret_create,
-            ("DELETE", "configmaps"): lambda body: {}}
+    return {
+        ("POST", "configmaps"): stored,
+        ("POST", "secrets"): secret_create,
+        ("DELETE", "configmaps"): lambda body: {},
+    }
 
 
-@pytest.mark.parametrize(("error", "told"), [
-    pytest.param(kube.Forbidden(403, "Forbidden", RBAC_TEXT),
-                 "mirrorgate could not create it: forbidden", id="forbidden"),
-    pytest.param(kube.Unavailable(0, "Unavailable", "POST /api/v1/namespaces/shop/secrets: "
-                                  "API server unreachable (MaxRetryError)"),
-                 "mirrorgate could not create it: the Kubernetes API is unavailable",
-                 id="unavailable"),
-    pytest.param(kube.KubeError(422, "Invalid", 'Secret "mirrorgate-harbor-pull" is invalid'),
-                 "mirrorgate could not create it: the Kubernetes API answered 422 Invalid",
-                 id="invalid"),
-])
+@pytest.mark.parametrize(
+    ("error", "told"),
+    [
+        pytest.param(
+            kube.Forbidden(403, "Forbidden", RBAC_TEXT),
+            "mirrorgate could not create it: forbidden",
+            id="forbidden",
+        ),
+        pytest.param(
+            kube.Unavailable(
+                0,
+                "Unavailable",
+                "POST /api/v1/namespaces/shop/secrets: API server unreachable (MaxRetryError)",
+            ),
+            "mirrorgate could not create it: the Kubernetes API is unavailable",
+            id="unavailable",
+        ),
+        pytest.param(
+            kube.KubeError(422, "Invalid", 'Secret "mirrorgate-harbor-pull" is invalid'),
+            "mirrorgate could not create it: the Kubernetes API answered 422 Invalid",
+            id="invalid",
+        ),
+    ],
+)
 def test_the_pod_creator_gets_a_short_cause_and_the_log_the_detail(
-        error: kube.KubeError, told: str, log_lines: StringIO) -> None:
+    error: kube.KubeError, told: str, log_lines: StringIO
+) -> None:
     """Never the API server's text (it names mirrorgate's identity) in what users see."""
     client = ScriptedKube(claim_then(error))
     assert ensure(provisioner(client)) == {CREDENTIAL.name: told}
@@ -157,25 +196,39 @@ def test_the_pod_creator_gets_a_short_cause_and_the_log_the_detail(
 
 def test_a_secret_there_before_the_claim_is_foreign_and_left_alone() -> None:
     client = ScriptedKube(claim_then(kube.AlreadyExists(409, "AlreadyExists", "exists")))
-    assert ensure(provisioner(client)) == {CREDENTIAL.name: (
-        f"Secret {NAMESPACE}/mirrorgate-harbor-pull exists and was not created by mirrorgate; "
-        "it is left alone")}
+    assert ensure(provisioner(client)) == {
+        CREDENTIAL.name: (
+            f"Secret {NAMESPACE}/mirrorgate-harbor-pull exists and was not created by mirrorgate; "
+            "it is left alone"
+        )
+    }
     assert [(m, r) for m, r, _ in client.calls] == [
-        ("POST", "configmaps"), ("POST", "secrets"), ("DELETE", "configmaps")]
+        ("POST", "configmaps"),
+        ("POST", "secrets"),
+        ("DELETE", "configmaps"),
+    ]
 
 
 # --------------------------------------------------------------------------- the deadline
 
-@pytest.mark.parametrize("script", [
-    pytest.param({}, id="claim-hangs"),
-    pytest.param({("POST", "configmaps"): kube.AlreadyExists(409, "AlreadyExists", "claimed")},
-                 id="claimed-elsewhere-then-read-hangs"),
-    pytest.param({("POST", "configmaps"): stored}, id="secret-create-hangs"),
-    pytest.param({("POST", "configmaps"): stored, ("POST", "secrets"): stored},
-                 id="record-update-hangs"),
-])
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param({}, id="claim-hangs"),
+        pytest.param(
+            {("POST", "configmaps"): kube.AlreadyExists(409, "AlreadyExists", "claimed")},
+            id="claimed-elsewhere-then-read-hangs",
+        ),
+        pytest.param({("POST", "configmaps"): stored}, id="secret-create-hangs"),
+        pytest.param(
+            {("POST", "configmaps"): stored, ("POST", "secrets"): stored}, id="record-update-hangs"
+        ),
+    ],
+)
 def test_every_call_carries_the_remaining_deadline(
-        script: dict[tuple[str, str], Behaviour]) -> None:
+    script: dict[tuple[str, str], Behaviour],
+) -> None:
     """Admission answers at the deadline, and no worker thread runs on after it.
 
     Each call that never answers is given the time left, so the worker ends
@@ -194,20 +247,37 @@ def test_every_call_carries_the_remaining_deadline(
 
 # --------------------------------------------------------------------------- the reconciler
 
+
 def record_object(*, uid: str, created: str, fingerprint: str = "") -> dict[str, Any]:
-    return {"metadata": {"name": f"copy.{NAMESPACE}.mirrorgate-harbor-pull",
-                         "namespace": "mirrorgate", "uid": "record-uid",
-                         "resourceVersion": "7", "creationTimestamp": created},
-            "data": {"namespace": NAMESPACE, "secret": "mirrorgate-harbor-pull",
-                     "credential": CREDENTIAL.name, "uid": uid, "fingerprint": fingerprint}}
+    return {
+        "metadata": {
+            "name": f"copy.{NAMESPACE}.mirrorgate-harbor-pull",
+            "namespace": "mirrorgate",
+            "uid": "record-uid",
+            "resourceVersion": "7",
+            "creationTimestamp": created,
+        },
+        "data": {
+            "namespace": NAMESPACE,
+            "secret": "mirrorgate-harbor-pull",
+            "credential": CREDENTIAL.name,
+            "uid": uid,
+            "fingerprint": fingerprint,
+        },
+    }
 
 
 def reconciler(client: ScriptedKube, record: dict[str, Any]) -> Reconciler:
     made = provisioner(client)
     made.records.informer.items[("mirrorgate", record["metadata"]["name"])] = record
-    rules = policy.load({"mirrors": [{"source": "docker.io", "mirror": "m.example/hub",
-                                      "credential": CREDENTIAL.name}],
-                         "credentials": {CREDENTIAL.name: {"namespaces": ["*"]}}})
+    rules = policy.load(
+        {
+            "mirrors": [
+                {"source": "docker.io", "mirror": "m.example/hub", "credential": CREDENTIAL.name}
+            ],
+            "credentials": {CREDENTIAL.name: {"namespaces": ["*"]}},
+        }
+    )
     return Reconciler(made, made.client, rules=lambda: rules, is_leader=lambda: True)
 
 
@@ -238,27 +308,36 @@ def test_a_pass_reasserts_every_copy_each_interval_however_often_it_is_triggered
     assert passes.count(True) >= 3, passes  # and every 0.3 s a re-assertion among them
 
 
-@pytest.mark.parametrize(("age", "dropped"), [
-    pytest.param(3600, True, id="abandoned"),
-    pytest.param(5, False, id="in-progress"),
-])
+@pytest.mark.parametrize(
+    ("age", "dropped"),
+    [
+        pytest.param(3600, True, id="abandoned"),
+        pytest.param(5, False, id="in-progress"),
+    ],
+)
 def test_a_claim_never_completed_is_dropped_after_a_minute(age: int, dropped: bool) -> None:
     """A claim a crash abandoned stops blocking the name; one in progress is left to finish."""
-    created = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=age))
+    created = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=age)
     client = ScriptedKube({("DELETE", "configmaps"): lambda body: {}})
-    reconciler(client, record_object(uid="", created=created.strftime("%Y-%m-%dT%H:%M:%SZ"))
-               ).reconcile_once(reassert=True)
-    assert [(m, r) for m, r, _ in client.calls] == \
-        ([("DELETE", "configmaps")] if dropped else [])
+    reconciler(
+        client, record_object(uid="", created=created.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    ).reconcile_once(reassert=True)
+    assert [(m, r) for m, r, _ in client.calls] == ([("DELETE", "configmaps")] if dropped else [])
 
 
 def test_reassertion_forgets_a_copy_replaced_by_someone_else() -> None:
     """The uid precondition fails: the Secret there is not ours; only our record goes."""
-    client = ScriptedKube({("PUT", "secrets"): kube.Conflict(409, "Conflict", "UID mismatch"),
-                           ("DELETE", "configmaps"): lambda body: {}})
+    client = ScriptedKube(
+        {
+            ("PUT", "secrets"): kube.Conflict(409, "Conflict", "UID mismatch"),
+            ("DELETE", "configmaps"): lambda body: {},
+        }
+    )
     fingerprint = Fingerprints(KEY).of(CREDENTIAL)
-    made = reconciler(client, record_object(uid="secret-uid", created="2020-01-01T00:00:00Z",
-                                            fingerprint=fingerprint))
+    made = reconciler(
+        client,
+        record_object(uid="secret-uid", created="2020-01-01T00:00:00Z", fingerprint=fingerprint),
+    )
     assert made.reconcile_once(reassert=True)["failed"] == 1
     assert [(m, r) for m, r, _ in client.calls] == [("PUT", "secrets"), ("DELETE", "configmaps")]
     assert made.provisioner.records.all() == []
@@ -284,13 +363,18 @@ def test_a_copy_whose_record_failed_is_recorded_later_not_taken_for_foreign() ->
         completed.append(body)
         return dict(body)
 
-    client = ScriptedKube({("POST", "configmaps"): create_claim,
-                           ("POST", "secrets"): create_secret,
-                           ("PUT", "configmaps"): kube.Unavailable(0, "Unavailable", "reset")})
+    client = ScriptedKube(
+        {
+            ("POST", "configmaps"): create_claim,
+            ("POST", "secrets"): create_secret,
+            ("PUT", "configmaps"): kube.Unavailable(0, "Unavailable", "reset"),
+        }
+    )
     made = provisioner(client)
     failed = ensure(made)
-    assert failed == {CREDENTIAL.name: "mirrorgate could not create it: the Kubernetes API "
-                                       "is unavailable"}
+    assert failed == {
+        CREDENTIAL.name: "mirrorgate could not create it: the Kubernetes API is unavailable"
+    }
     # The API is back; the background pass (every replica runs it) records the uid.
     client.script[("GET", "configmaps")] = lambda body: claim
     client.script[("PUT", "configmaps")] = complete
@@ -302,24 +386,33 @@ def test_a_copy_whose_record_failed_is_recorded_later_not_taken_for_foreign() ->
 
 def test_a_rotation_during_a_long_reassertion_is_handled_first() -> None:
     """The store changes while the paced re-assertion runs: every copy rotates in that pass."""
-    rotated = Credential(name=CREDENTIAL.name, registry=CREDENTIAL.registry,
-                         username=CREDENTIAL.username, password="rotated-" + PASSWORD)
+    rotated = Credential(
+        name=CREDENTIAL.name,
+        registry=CREDENTIAL.registry,
+        username=CREDENTIAL.username,
+        password="rotated-" + PASSWORD,
+    )
     written: list[str] = []
     holder: list[Reconciler] = []
 
     def put_secret(body: Any) -> dict[str, Any]:
-        written.append(json.loads(base64.b64decode(body["data"][".dockerconfigjson"]))
-                       ["auths"][CREDENTIAL.registry]["password"])
+        written.append(
+            json.loads(base64.b64decode(body["data"][".dockerconfigjson"]))["auths"][
+                CREDENTIAL.registry
+            ]["password"]
+        )
         if len(written) == 1:  # the central credential changes during the first write
             holder[0].provisioner.store.credentials[CREDENTIAL.name] = rotated  # type: ignore[attr-defined]
             holder[0].trigger()
         return dict(body)
 
-    client = ScriptedKube({("PUT", "secrets"): put_secret,
-                           ("PUT", "configmaps"): lambda body: dict(body)})
+    client = ScriptedKube(
+        {("PUT", "secrets"): put_secret, ("PUT", "configmaps"): lambda body: dict(body)}
+    )
     current = Fingerprints(KEY).of(CREDENTIAL)
-    made = reconciler(client, record_object(uid="uid-1", created="2020-01-01T00:00:00Z",
-                                            fingerprint=current))
+    made = reconciler(
+        client, record_object(uid="uid-1", created="2020-01-01T00:00:00Z", fingerprint=current)
+    )
     holder.append(made)
     second = record_object(uid="uid-2", created="2020-01-01T00:00:00Z", fingerprint=current)
     second["metadata"]["name"] = f"copy.{NAMESPACE}.mirrorgate-other"
@@ -329,5 +422,6 @@ def test_a_rotation_during_a_long_reassertion_is_handled_first() -> None:
     assert counts["updated"] == 2, (counts, written)
     assert written[0] == PASSWORD
     assert written[-1] == "rotated-" + PASSWORD
-    assert all(r.fingerprint == Fingerprints(KEY).of(rotated)
-               for r in made.provisioner.records.all())
+    assert all(
+        r.fingerprint == Fingerprints(KEY).of(rotated) for r in made.provisioner.records.all()
+    )

@@ -13,16 +13,18 @@ from mirrorgate.webhook.credentials.store import Credential
 from tests.webhook.test_pullsecrets import StaticStore
 
 HOST = "harbor.corp.example"
-POLICY = policy.load({
-    "mirrors": [
-        {"source": "quay.io/a", "mirror": f"{HOST}/team-a", "credential": "team-a"},
-        {"source": "quay.io/b", "mirror": f"{HOST}/team-b", "credential": "team-b"},
-    ],
-    "credentials": {
-        "team-a": {"namespaces": ["*"], "registry": f"{HOST}/team-a"},
-        "team-b": {"namespaces": ["*"]},
-    },
-})
+POLICY = policy.load(
+    {
+        "mirrors": [
+            {"source": "quay.io/a", "mirror": f"{HOST}/team-a", "credential": "team-a"},
+            {"source": "quay.io/b", "mirror": f"{HOST}/team-b", "credential": "team-b"},
+        ],
+        "credentials": {
+            "team-a": {"namespaces": ["*"], "registry": f"{HOST}/team-a"},
+            "team-b": {"namespaces": ["*"]},
+        },
+    }
+)
 
 
 def _login(name: str, registry: str) -> Credential:
@@ -49,19 +51,36 @@ def test_explain_names_the_credential_and_its_scope() -> None:
     a = offline.explain_image("quay.io/a/app:1", rules=POLICY, namespace="shop")
     b = offline.explain_image("quay.io/b/app:1", rules=POLICY, namespace="shop")
     assert (a["result"], a["credential"], a["credentialRegistry"]) == (
-        f"{HOST}/team-a/app:1", "team-a", f"{HOST}/team-a")
+        f"{HOST}/team-a/app:1",
+        "team-a",
+        f"{HOST}/team-a",
+    )
     assert (b["result"], b["credential"], b["credentialRegistry"]) == (
-        f"{HOST}/team-b/app:1", "team-b", None)
+        f"{HOST}/team-b/app:1",
+        "team-b",
+        None,
+    )
     json.dumps(a)  # JSON-ready
 
 
 def test_audit_table_shows_which_credential_each_rewrite_gets() -> None:
     report = cluster_audit.Report(policy_path="p.yaml", scope=None, namespaces={}, fail_on=None)
     ns = report.namespaces["shop"] = cluster_audit.NamespaceReport(
-        name="shop", mode="audit", mode_label="audit", excluded=False)
-    ns.add_pod({"metadata": {"name": "p"}, "spec": {"containers": [
-        {"name": "a", "image": "quay.io/a/app:1"}, {"name": "b", "image": "quay.io/b/app:1"},
-        {"name": "c", "image": "nginx:1"}]}}, POLICY)
+        name="shop", mode="audit", mode_label="audit", excluded=False
+    )
+    ns.add_pod(
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "image": "quay.io/a/app:1"},
+                    {"name": "b", "image": "quay.io/b/app:1"},
+                    {"name": "c", "image": "nginx:1"},
+                ]
+            },
+        },
+        POLICY,
+    )
     table = cluster_audit.render_table(report)
     assert f"→ {HOST}/team-a/app:1\n{' ' * 26}with credential team-a\n" in table
     assert f"→ {HOST}/team-b/app:1\n{' ' * 26}with credential team-b\n" in table

@@ -24,16 +24,28 @@ from tests.webhook.serving import client_context, write_atomically, write_pair
 TIMEOUT = 60
 
 
-def serve_command(directory: Path, pair: KeyPair, port: int, *,
-                  policy_text: str = policies.POLICY) -> list[str]:
+def serve_command(
+    directory: Path, pair: KeyPair, port: int, *, policy_text: str = policies.POLICY
+) -> list[str]:
     cert, key = write_pair(directory, pair)
     policy = directory / "policy.yaml"
     policy.write_text(policy_text)
-    return [*MIRRORGATE, "serve", "--policy", str(policy),
-            "--tls-cert", str(cert), "--tls-key", str(key), "--host", "127.0.0.1",
-            "--port", str(port),
-            # The policy's mirrors are fictional, and tests reach nothing beyond loopback.
-            "--no-health-probes"]
+    return [
+        *MIRRORGATE,
+        "serve",
+        "--policy",
+        str(policy),
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        # The policy's mirrors are fictional, and tests reach nothing beyond loopback.
+        "--no-health-probes",
+    ]
 
 
 @pytest.fixture
@@ -44,22 +56,30 @@ def busy_port() -> Iterator[int]:
         yield holder.getsockname()[1]
 
 
-def test_a_busy_port_is_a_one_line_error(tmp_path: Path, serving_pair: KeyPair,
-                                         busy_port: int) -> None:
+def test_a_busy_port_is_a_one_line_error(
+    tmp_path: Path, serving_pair: KeyPair, busy_port: int
+) -> None:
     """Exit 2, one line naming the address and the reason, and never a "serving" line."""
-    done = subprocess.run(serve_command(tmp_path, serving_pair, busy_port), capture_output=True,
-                          text=True, timeout=TIMEOUT, check=False)
+    done = subprocess.run(
+        serve_command(tmp_path, serving_pair, busy_port),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert done.returncode == 2
-    assert done.stderr == (f"mirrorgate: error: cannot listen on 127.0.0.1:{busy_port}: "
-                           "Address already in use\n")
+    assert done.stderr == (
+        f"mirrorgate: error: cannot listen on 127.0.0.1:{busy_port}: Address already in use\n"
+    )
     assert done.stdout == ""
 
 
 @contextlib.contextmanager
 def running(command: list[str]) -> Iterator[subprocess.Popen[str]]:
     """`mirrorgate serve` as a process with its log on a pipe; killed if still running after."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         yield process
     finally:
@@ -80,7 +100,8 @@ def read_log(stream: IO[str] | None) -> dict[str, object]:
 
 
 def test_sigterm_drains_the_request_in_flight_and_exits_0(
-        tmp_path: Path, serving_pair: KeyPair, ca: CertificateAuthority) -> None:
+    tmp_path: Path, serving_pair: KeyPair, ca: CertificateAuthority
+) -> None:
     """The request whose body is still arriving is answered; the last log line is written."""
     with running(serve_command(tmp_path, serving_pair, 0)) as process:
         entry = read_log(process.stderr)
@@ -91,12 +112,16 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(
         port = int(str(entry["address"]).rsplit(":", 1)[1])
 
         body = orjson.dumps(review(pod(PROM_IMAGE)))
-        head = (f"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n").encode()
+        head = (
+            f"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n"
+        ).encode()
         context = client_context(ca.cert_pem)
         # "serving" comes after the bind: the port accepts at once.
-        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as raw, \
-                context.wrap_socket(raw, server_hostname="localhost") as tls:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as raw,
+            context.wrap_socket(raw, server_hostname="localhost") as tls,
+        ):
             tls.sendall(head + body[:100])
             # 100 Continue: the app is reading this request's body, so it is in flight.
             assert tls.recv(4096).startswith(b"HTTP/1.1 100 Continue")
@@ -138,7 +163,8 @@ SAFE_POLICY = "mirrors:\n  - {source: docker.io, mirror: harbor.corp.example/hub
 
 
 def test_the_policys_warnings_are_logged_once_per_load(
-        tmp_path: Path, serving_pair: KeyPair) -> None:
+    tmp_path: Path, serving_pair: KeyPair
+) -> None:
     """At start and at each accepted reload, one warning line per warning of the policy
     put in force, naming the file and the field; a rejected reload brings none."""
     command = serve_command(tmp_path, serving_pair, 0, policy_text=UNSAFE_POLICY)
@@ -153,13 +179,17 @@ def test_the_policys_warnings_are_logged_once_per_load(
             return seen
 
         def warned(entries: list[dict[str, object]]) -> list[tuple[object, ...]]:
-            return [(e["level"], e["file"], str(e["warning"]).split(":")[0]) for e in entries
-                    if e["msg"] == "policy warning"]
+            return [
+                (e["level"], e["file"], str(e["warning"]).split(":")[0])
+                for e in entries
+                if e["msg"] == "policy warning"
+            ]
 
         at_start = lines_until("mirrorgate serving")
         assert warned(at_start) == [
             ("warning", str(policy_file), "mirrors[1].insecureSkipVerify"),
-            ("warning", str(policy_file), "credentials.harbor-pull.namespaces")]
+            ("warning", str(policy_file), "credentials.harbor-pull.namespaces"),
+        ]
         texts = [str(e["warning"]) for e in at_start if e["msg"] == "policy warning"]
         assert 'TLS certificates of "m.example" are not verified' in texts[0]
         assert texts[1].startswith('credentials.harbor-pull.namespaces: "*" grants')

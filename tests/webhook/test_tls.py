@@ -36,8 +36,9 @@ def https_client(ca: CertificateAuthority) -> httpx.Client:
     return httpx.Client(verify=serving.client_context(ca.cert_pem), timeout=serving.TIMEOUT)
 
 
-def test_serves_the_issued_certificate(https_server: serving.Running, ca: CertificateAuthority,
-                                       serving_pair: KeyPair) -> None:
+def test_serves_the_issued_certificate(
+    https_server: serving.Running, ca: CertificateAuthority, serving_pair: KeyPair
+) -> None:
     """A client trusting only our CA completes the handshake and gets the serving cert."""
     fingerprint = serving.peer_fingerprint(https_server.port, serving.client_context(ca.cert_pem))
     assert fingerprint == serving.pem_fingerprint(serving_pair)
@@ -47,12 +48,14 @@ def test_admission_over_https(https_server: serving.Running, ca: CertificateAuth
     """/mutate, /healthz, /readyz and /metrics answer over HTTPS on the real server."""
     obj = pod(HUB_IMAGE, PROM_IMAGE)
     with https_client(ca) as client:
-        answer = client.post(f"{https_server.url}/mutate", content=orjson.dumps(review(obj)),
-                             headers={"content-type": "application/json"})
+        answer = client.post(
+            f"{https_server.url}/mutate",
+            content=orjson.dumps(review(obj)),
+            headers={"content-type": "application/json"},
+        )
         assert answer.status_code == 200
         patched = apply(obj, patch_ops(answer.json()["response"]))
-        assert [c["image"] for c in patched["spec"]["containers"]] == [HUB_MIRRORED,
-                                                                       PROM_MIRRORED]
+        assert [c["image"] for c in patched["spec"]["containers"]] == [HUB_MIRRORED, PROM_MIRRORED]
         assert client.get(f"{https_server.url}/healthz").text == "ok\n"
         ready = client.get(f"{https_server.url}/readyz")
         assert ready.status_code == 200
@@ -62,24 +65,28 @@ def test_admission_over_https(https_server: serving.Running, ca: CertificateAuth
 
 
 def test_client_trusting_another_ca_fails_the_handshake(
-        https_server: serving.Running, other_ca: CertificateAuthority) -> None:
+    https_server: serving.Running, other_ca: CertificateAuthority
+) -> None:
     """Negative control: the certificate only verifies against the CA that issued it."""
     with pytest.raises(ssl.SSLCertVerificationError):
         serving.peer_fingerprint(https_server.port, serving.client_context(other_ca.cert_pem))
 
 
-def test_wrong_host_name_fails_the_handshake(https_server: serving.Running,
-                                             ca: CertificateAuthority) -> None:
+def test_wrong_host_name_fails_the_handshake(
+    https_server: serving.Running, ca: CertificateAuthority
+) -> None:
     """Negative control: the certificate names localhost and 127.0.0.1 only."""
     with pytest.raises(ssl.SSLCertVerificationError):
-        serving.peer_fingerprint(https_server.port, serving.client_context(ca.cert_pem),
-                                 server_hostname="mirrorgate.example")
+        serving.peer_fingerprint(
+            https_server.port,
+            serving.client_context(ca.cert_pem),
+            server_hostname="mirrorgate.example",
+        )
 
 
 def test_plain_http_is_not_served(https_server: serving.Running) -> None:
     """There is no cleartext listener: an HTTP request gets no HTTP answer."""
-    with socket.create_connection(("127.0.0.1", https_server.port),
-                                  timeout=serving.TIMEOUT) as raw:
+    with socket.create_connection(("127.0.0.1", https_server.port), timeout=serving.TIMEOUT) as raw:
         raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         try:
             reply = raw.recv(1024)
@@ -129,8 +136,9 @@ def permissive_server(directory: Path, pair: KeyPair) -> Iterator[int]:
         listener.close()
 
 
-def test_tls_1_1_client_is_refused(https_server: serving.Running, ca: CertificateAuthority,
-                                   serving_pair: KeyPair, tmp_path: Path) -> None:
+def test_tls_1_1_client_is_refused(
+    https_server: serving.Running, ca: CertificateAuthority, serving_pair: KeyPair, tmp_path: Path
+) -> None:
     """A client limited to TLS 1.1 cannot connect, though it can to a server that allows 1.1."""
     client = legacy_context(ca, ssl.TLSVersion.TLSv1_1)
     with permissive_server(tmp_path, serving_pair) as port:
@@ -147,19 +155,24 @@ def test_tls_1_1_client_is_refused(https_server: serving.Running, ca: Certificat
         serving.peer_fingerprint(https_server.port, client)
 
 
-@pytest.mark.parametrize("version", [
-    pytest.param(ssl.TLSVersion.TLSv1_2, id="tls1.2"),
-    pytest.param(ssl.TLSVersion.TLSv1_3, id="tls1.3"),
-])
-def test_tls_1_2_and_1_3_clients_are_served(https_server: serving.Running,
-                                            ca: CertificateAuthority,
-                                            version: ssl.TLSVersion) -> None:
+@pytest.mark.parametrize(
+    "version",
+    [
+        pytest.param(ssl.TLSVersion.TLSv1_2, id="tls1.2"),
+        pytest.param(ssl.TLSVersion.TLSv1_3, id="tls1.3"),
+    ],
+)
+def test_tls_1_2_and_1_3_clients_are_served(
+    https_server: serving.Running, ca: CertificateAuthority, version: ssl.TLSVersion
+) -> None:
     """The versions the API server speaks are accepted."""
     context = serving.client_context(ca.cert_pem)
     context.minimum_version = context.maximum_version = version
     with serving.tls_connection(https_server.port, context) as tls:
-        assert tls.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2",
-                                 ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
+        assert (
+            tls.version()
+            == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
+        )
         assert serving.http_get(tls, "/healthz", keep_alive=False).startswith(b"HTTP/1.1 200")
 
 
@@ -169,8 +182,12 @@ def test_tls_1_2_and_1_3_clients_are_served(https_server: serving.Running,
 @pytest.fixture
 def rotating(tmp_path: Path, serving_pair: KeyPair) -> Iterator[serving.Running]:
     """A server of its own, whose certificate files the test replaces."""
-    with serving.serve(tmp_path, pair=serving_pair, policy=policies.POLICY,
-                       secrets=RecordingPullSecrets(stale=False)) as running:
+    with serving.serve(
+        tmp_path,
+        pair=serving_pair,
+        policy=policies.POLICY,
+        secrets=RecordingPullSecrets(stale=False),
+    ) as running:
         yield running
 
 
@@ -205,11 +222,16 @@ def record_server_names(running: serving.Running) -> list[str | None]:
     return seen
 
 
-@pytest.mark.parametrize("same_ca", [pytest.param(True, id="renewed-by-same-ca"),
-                                     pytest.param(False, id="new-ca")])
+@pytest.mark.parametrize(
+    "same_ca", [pytest.param(True, id="renewed-by-same-ca"), pytest.param(False, id="new-ca")]
+)
 def test_rotated_certificate_serves_new_connections_without_a_restart(
-        rotating: serving.Running, ca: CertificateAuthority, other_ca: CertificateAuthority,
-        serving_pair: KeyPair, same_ca: bool) -> None:
+    rotating: serving.Running,
+    ca: CertificateAuthority,
+    other_ca: CertificateAuthority,
+    serving_pair: KeyPair,
+    same_ca: bool,
+) -> None:
     """Cert B on disk reaches new handshakes; a connection opened on cert A still works."""
     old_fp = serving.pem_fingerprint(serving_pair)
     old_trust = serving.client_context(ca.cert_pem)
@@ -220,15 +242,16 @@ def test_rotated_certificate_serves_new_connections_without_a_restart(
     assert new_fp != old_fp
     url = rotating.url
 
-    with https_client(ca) as kept, \
-            serving.tls_connection(rotating.port, old_trust) as raw_kept:
+    with https_client(ca) as kept, serving.tls_connection(rotating.port, old_trust) as raw_kept:
         before = kept.get(f"{url}/healthz")
         assert peer_of(before) == old_fp
         assert serving.http_get(raw_kept, "/healthz").startswith(b"HTTP/1.1 200")
 
         serving.write_pair(rotating.cert_file.parent, new_pair)
-        serving.wait_for(lambda: serves(rotating, new_trust, new_fp),
-                         what="the rotated certificate on new connections")
+        serving.wait_for(
+            lambda: serves(rotating, new_trust, new_fp),
+            what="the rotated certificate on new connections",
+        )
 
         # In flight: both connections opened before the rotation still complete requests.
         after = kept.get(f"{url}/readyz")
@@ -242,15 +265,18 @@ def test_rotated_certificate_serves_new_connections_without_a_restart(
         metrics = fresh.get(f"{url}/metrics").text
     page = samples(metrics)
     assert value(page, "mirrorgate_certificate_reloads_total", result="loaded") >= 1
-    assert value(page, "mirrorgate_certificate_expiry_timestamp_seconds") == \
-        certs.certificate_expiry(new_pair.cert_pem).timestamp()
+    assert (
+        value(page, "mirrorgate_certificate_expiry_timestamp_seconds")
+        == certs.certificate_expiry(new_pair.cert_pem).timestamp()
+    )
     if not same_ca:
         with pytest.raises(ssl.SSLCertVerificationError):
             serving.peer_fingerprint(rotating.port, old_trust)
 
 
 def test_rotated_certificate_reaches_clients_without_sni(
-        rotating: serving.Running, ca: CertificateAuthority) -> None:
+    rotating: serving.Running, ca: CertificateAuthority
+) -> None:
     """The API server sends no SNI for an IP URL; those handshakes get the new cert too."""
     new_pair = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
     new_fp = serving.pem_fingerprint(new_pair)
@@ -259,8 +285,11 @@ def test_rotated_certificate_reaches_clients_without_sni(
     trust = serving.client_context(ca.cert_pem)
     # Python sends no SNI for an IP literal, and none at all without a server_hostname.
     serving.wait_for(
-        lambda: True if serving.peer_fingerprint(rotating.port, trust, "127.0.0.1") == new_fp
-        else None, what="the rotated certificate for a client connecting by IP")
+        lambda: (
+            True if serving.peer_fingerprint(rotating.port, trust, "127.0.0.1") == new_fp else None
+        ),
+        what="the rotated certificate for a client connecting by IP",
+    )
     no_hostname = serving.client_context(ca.cert_pem, check_hostname=False)
     assert serving.peer_fingerprint(rotating.port, no_hostname, None) == new_fp
     assert seen
@@ -268,18 +297,22 @@ def test_rotated_certificate_reaches_clients_without_sni(
 
 
 def test_half_written_rotation_keeps_serving_the_old_certificate(
-        rotating: serving.Running, ca: CertificateAuthority, serving_pair: KeyPair) -> None:
+    rotating: serving.Running, ca: CertificateAuthority, serving_pair: KeyPair
+) -> None:
     """A new cert with the old key is rejected until the key arrives; the old cert serves."""
     trust = serving.client_context(ca.cert_pem)
     new_pair = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
     serving.write_atomically(rotating.cert_file, new_pair.cert_pem)
     metrics = rotating.server.runtime.metrics.certificate_reloads
-    serving.wait_for(lambda: True if metrics.labels("failed")._value.get() >= 1 else None,
-                     what="a failed certificate reload")
+    serving.wait_for(
+        lambda: True if metrics.labels("failed")._value.get() >= 1 else None,
+        what="a failed certificate reload",
+    )
     assert serving.peer_fingerprint(rotating.port, trust) == serving.pem_fingerprint(serving_pair)
 
     serving.write_atomically(rotating.key_file, new_pair.key_pem)
     new_fp = serving.pem_fingerprint(new_pair)
     serving.wait_for(
         lambda: True if serving.peer_fingerprint(rotating.port, trust) == new_fp else None,
-        what="the completed rotation")
+        what="the completed rotation",
+    )

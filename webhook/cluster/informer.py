@@ -28,10 +28,17 @@ def key_of(obj: dict[str, Any]) -> Key:
 
 
 class Informer(Loop):
-    def __init__(self, client: kube.Kube, path: str, *, name: str,
-                 label_selector: str | None = None, field_selector: str | None = None,
-                 on_change: Callable[[str, dict[str, Any]], Any] | None = None,
-                 watch_timeout: int = 60) -> None:
+    def __init__(
+        self,
+        client: kube.Kube,
+        path: str,
+        *,
+        name: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        on_change: Callable[[str, dict[str, Any]], Any] | None = None,
+        watch_timeout: int = 60,
+    ) -> None:
         super().__init__(f"informer-{name}")
         self.client, self.path, self.name = client, path, name
         self.label_selector, self.field_selector = label_selector, field_selector
@@ -51,12 +58,14 @@ class Informer(Loop):
             try:
                 self.on_change(kind, obj)
             except Exception:
-                logger.exception("informer callback failed", extra={"fields": {
-                    "informer": self.name}})
+                logger.exception(
+                    "informer callback failed", extra={"fields": {"informer": self.name}}
+                )
 
     def _relist(self) -> str:
-        items, version = self.client.list(self.path, label_selector=self.label_selector,
-                                          field_selector=self.field_selector)
+        items, version = self.client.list(
+            self.path, label_selector=self.label_selector, field_selector=self.field_selector
+        )
         fresh = {key_of(obj): obj for obj in items}
         gone = [obj for key, obj in self.items.items() if key not in fresh]
         self.items = fresh  # one atomic swap: readers never see a half-built cache
@@ -76,10 +85,12 @@ class Informer(Loop):
                 backoff = 0.5
                 while not self.stopping:
                     for kind, obj in self.client.watch(
-                            self.path, resource_version=version,
-                            label_selector=self.label_selector,
-                            field_selector=self.field_selector,
-                            timeout_seconds=self.watch_timeout):
+                        self.path,
+                        resource_version=version,
+                        label_selector=self.label_selector,
+                        field_selector=self.field_selector,
+                        timeout_seconds=self.watch_timeout,
+                    ):
                         version = (obj.get("metadata") or {}).get("resourceVersion", version)
                         if kind == "BOOKMARK":
                             continue
@@ -95,12 +106,21 @@ class Informer(Loop):
                 continue  # relist from scratch
             except kube.KubeError as error:
                 self.error = str(error)
-                logger.warning("informer error; retrying", extra={"fields": {
-                    "informer": self.name, "error": str(error), "retry_in_s": backoff}})
+                logger.warning(
+                    "informer error; retrying",
+                    extra={
+                        "fields": {
+                            "informer": self.name,
+                            "error": str(error),
+                            "retry_in_s": backoff,
+                        }
+                    },
+                )
                 self.pause(backoff)
                 backoff = min(backoff * 2, 10.0)
             except Exception:
-                logger.exception("informer crashed; retrying", extra={"fields": {
-                    "informer": self.name}})
+                logger.exception(
+                    "informer crashed; retrying", extra={"fields": {"informer": self.name}}
+                )
                 self.pause(backoff)
                 backoff = min(backoff * 2, 10.0)

@@ -116,8 +116,9 @@ class Kube:
         self.timeout = timeout
 
     @classmethod
-    def connect(cls, *, kubeconfig: str | None = None, context: str | None = None,
-                timeout: float = 5.0) -> Kube:
+    def connect(
+        cls, *, kubeconfig: str | None = None, context: str | None = None, timeout: float = 5.0
+    ) -> Kube:
         """From a kubeconfig file, else the in-cluster service account.
 
         Raises KubeError (status 0) naming what is missing.
@@ -129,8 +130,9 @@ class Kube:
             raise KubeError(0, "Config", f"kubeconfig {kubeconfig}: {problem}")
         try:
             if kubeconfig is not None or "KUBERNETES_SERVICE_HOST" not in os.environ:
-                kubernetes.config.load_kube_config(config_file=kubeconfig, context=context,
-                                                   client_configuration=configuration)
+                kubernetes.config.load_kube_config(
+                    config_file=kubeconfig, context=context, client_configuration=configuration
+                )
             else:
                 kubernetes.config.load_incluster_config(client_configuration=configuration)
         except (kubernetes.config.ConfigException, OSError, ValueError, TypeError) as error:
@@ -150,28 +152,45 @@ class Kube:
         with contextlib.suppress(Exception):
             self.api.close()
 
-    def _call(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
-              body: Any = None, content_type: str = "application/json",
-              timeout: float | tuple[float, float] | None = None,
-              stream: bool = False) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+        stream: bool = False,
+    ) -> Any:
         url_path = path + (f"?{urlencode(query)}" if query else "")
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
         try:
             _, url, headers, _, _ = self.api.param_serialize(
-                method=method, resource_path=url_path, header_params=headers,
-                auth_settings=["BearerToken"])
+                method=method,
+                resource_path=url_path,
+                header_params=headers,
+                auth_settings=["BearerToken"],
+            )
             response = self.api.call_api(
-                method, url, header_params=headers,
+                method,
+                url,
+                header_params=headers,
                 body=body,
-                _request_timeout=timeout if timeout is not None else self.timeout)
-        except (urllib3.exceptions.HTTPError, OSError,
-                kubernetes.client.exceptions.ApiException) as error:
-            raise Unavailable(0, "Unavailable",
-                              f"{method} {path}: API server {self.server} unreachable "
-                              f"({type(error).__name__})"
-                              ) from None
+                _request_timeout=timeout if timeout is not None else self.timeout,
+            )
+        except (
+            urllib3.exceptions.HTTPError,
+            OSError,
+            kubernetes.client.exceptions.ApiException,
+        ) as error:
+            raise Unavailable(
+                0,
+                "Unavailable",
+                f"{method} {path}: API server {self.server} unreachable ({type(error).__name__})",
+            ) from None
         if stream:
             if response.status >= 400:
                 raise _error(response.status, response.read() or b"", path, method)
@@ -185,39 +204,65 @@ class Kube:
         result: dict[str, Any] = self._call("GET", path, query=query or None, timeout=timeout)
         return result
 
-    def create(self, path: str, body: Mapping[str, Any], *,
-               timeout: float | None = None, dry_run: bool = False) -> dict[str, Any]:
+    def create(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
         result: dict[str, Any] = self._call(
-            "POST", path, body=body, timeout=timeout,
-            query={"dryRun": "All"} if dry_run else None)
+            "POST", path, body=body, timeout=timeout, query={"dryRun": "All"} if dry_run else None
+        )
         return result
 
-    def replace(self, path: str, body: Mapping[str, Any], *,
-                timeout: float | None = None) -> dict[str, Any]:
+    def replace(
+        self, path: str, body: Mapping[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
         """PUT: optimistic concurrency through the body's metadata.resourceVersion."""
         result: dict[str, Any] = self._call("PUT", path, body=body, timeout=timeout)
         return result
 
-    def patch(self, path: str, body: Any, *, patch_type: str = "merge",
-              timeout: float | None = None) -> dict[str, Any]:
-        content_type = {"merge": "application/merge-patch+json",
-                        "json": "application/json-patch+json"}[patch_type]
-        result: dict[str, Any] = self._call("PATCH", path, body=body, content_type=content_type,
-                                            timeout=timeout)
+    def patch(
+        self, path: str, body: Any, *, patch_type: str = "merge", timeout: float | None = None
+    ) -> dict[str, Any]:
+        content_type = {
+            "merge": "application/merge-patch+json",
+            "json": "application/json-patch+json",
+        }[patch_type]
+        result: dict[str, Any] = self._call(
+            "PATCH", path, body=body, content_type=content_type, timeout=timeout
+        )
         return result
 
-    def delete(self, path: str, *, uid: str | None = None, resource_version: str | None = None,
-               timeout: float | None = None) -> None:
+    def delete(
+        self,
+        path: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
         """Delete, optionally only if the object is still the one we saw."""
-        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version))
-                         if v is not None}
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions} \
-            if preconditions else None
+        preconditions = {
+            k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v is not None
+        }
+        body = (
+            {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
+            if preconditions
+            else None
+        )
         self._call("DELETE", path, body=body, timeout=timeout)
 
-    def list(self, path: str, *, label_selector: str | None = None,
-             field_selector: str | None = None,
-             limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+    def list(
+        self,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+    ) -> tuple[list[dict[str, Any]], str]:
         """Every object under ``path`` (paginated) and the list's resourceVersion."""
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {"limit": limit, **_selectors(label_selector, field_selector)}
@@ -229,15 +274,26 @@ class Kube:
                 return items, (page.get("metadata") or {}).get("resourceVersion", "")
             query["continue"] = token
 
-    def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
-              field_selector: str | None = None,
-              timeout_seconds: int = 300) -> Iterator[tuple[str, dict[str, Any]]]:
+    def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         """Events ``(type, object)`` after ``resource_version``; ends when the server closes."""
-        query: dict[str, Any] = {"watch": "true", "resourceVersion": resource_version,
-                                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds,
-                                 **_selectors(label_selector, field_selector)}
-        response = self._call("GET", path, query=query, stream=True,
-                              timeout=(self.timeout, timeout_seconds + 30))
+        query: dict[str, Any] = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_seconds,
+            **_selectors(label_selector, field_selector),
+        }
+        response = self._call(
+            "GET", path, query=query, stream=True, timeout=(self.timeout, timeout_seconds + 30)
+        )
         try:
             for line in response:
                 if not line.strip():
@@ -249,9 +305,11 @@ class Kube:
                     raise _error(code, orjson.dumps(status), path, "WATCH")
                 yield event["type"], event["object"]
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise Unavailable(0, "Unavailable",
-                              f"watch {path} on {self.server} interrupted "
-                              f"({type(error).__name__})") from None
+            raise Unavailable(
+                0,
+                "Unavailable",
+                f"watch {path} on {self.server} interrupted ({type(error).__name__})",
+            ) from None
         finally:
             response.release_conn()
 

@@ -41,16 +41,22 @@ def _parse(text: str | None) -> datetime.datetime | None:
 
 
 class LeaderElector(Loop):
-    def __init__(self, client: kube.Kube, *, namespace: str, name: str = "mirrorgate-reconciler",
-                 lease_seconds: int = 15, renew_every: float = 5.0,
-                 identity: str | None = None) -> None:
+    def __init__(
+        self,
+        client: kube.Kube,
+        *,
+        namespace: str,
+        name: str = "mirrorgate-reconciler",
+        lease_seconds: int = 15,
+        renew_every: float = 5.0,
+        identity: str | None = None,
+    ) -> None:
         # Stopping hands the Lease back, so another replica takes over at once:
         # waited for, a few seconds at most.
         super().__init__("leader", stop_timeout=3.0)
         self.client, self.namespace, self.name = client, namespace, name
         self.lease_seconds, self.renew_every = lease_seconds, renew_every
-        self.identity = identity or \
-            f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.leading = False
 
     def is_leader(self) -> bool:
@@ -58,9 +64,13 @@ class LeaderElector(Loop):
 
     def _spec(self, acquired: str | None, transitions: int) -> dict[str, Any]:
         now = _format(_now())
-        return {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
-                "acquireTime": acquired or now, "renewTime": now,
-                "leaseTransitions": transitions}
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.lease_seconds,
+            "acquireTime": acquired or now,
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }
 
     def try_acquire(self) -> bool:
         path = kube.leases_path(self.namespace, self.name)
@@ -68,10 +78,15 @@ class LeaderElector(Loop):
             lease = self.client.get(path)
         except kube.NotFound:
             try:
-                self.client.create(kube.leases_path(self.namespace), {
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": self._spec(None, 0)})
+                self.client.create(
+                    kube.leases_path(self.namespace),
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": self.name, "namespace": self.namespace},
+                        "spec": self._spec(None, 0),
+                    },
+                )
                 return True
             except kube.AlreadyExists:
                 return False
@@ -79,8 +94,7 @@ class LeaderElector(Loop):
         holder = spec.get("holderIdentity")
         renewed = _parse(spec.get("renewTime"))
         duration = spec.get("leaseDurationSeconds") or self.lease_seconds
-        expired = renewed is None or \
-            (_now() - renewed).total_seconds() > duration
+        expired = renewed is None or (_now() - renewed).total_seconds() > duration
         if holder not in (None, "", self.identity) and not expired:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
@@ -103,8 +117,10 @@ class LeaderElector(Loop):
                 leading = False
                 logger.exception("lease renewal crashed", extra={"fields": {}})
             if leading != self.leading:
-                logger.info("leadership changed", extra={"fields": {
-                    "leading": leading, "identity": self.identity}})
+                logger.info(
+                    "leadership changed",
+                    extra={"fields": {"leading": leading, "identity": self.identity}},
+                )
             self.leading = leading
             self.pause(self.renew_every)
         if self.leading:

@@ -28,8 +28,12 @@ _FIRST_POLL, _LONGEST_POLL = 0.001, 0.02
 class NamespaceOptIn:
     def __init__(self, client: kube.Kube) -> None:
         self._subscribers: list[Callable[[], Any]] = []
-        self.informer = Informer(client, kube.namespaces_path(), name="namespaces",
-                                 on_change=lambda kind, obj: self._changed())
+        self.informer = Informer(
+            client,
+            kube.namespaces_path(),
+            name="namespaces",
+            on_change=lambda kind, obj: self._changed(),
+        )
 
     def subscribe(self, callback: Callable[[], Any]) -> None:
         """Call ``callback`` after every change of a namespace (opt-out clean-up)."""

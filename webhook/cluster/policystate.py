@@ -57,8 +57,12 @@ class PolicyState(Loop):
             found = self.client.get(kube.configmaps_path(self.namespace, ACCEPTED))
         except kube.KubeError as error:
             if not isinstance(error, kube.NotFound):
-                logger.warning("cannot read the last accepted policy", extra={"fields": {
-                    "configmap": f"{self.namespace}/{ACCEPTED}", "error": str(error)}})
+                logger.warning(
+                    "cannot read the last accepted policy",
+                    extra={
+                        "fields": {"configmap": f"{self.namespace}/{ACCEPTED}", "error": str(error)}
+                    },
+                )
             return None
         text = (found.get("data") or {}).get(POLICY_KEY)
         return text.encode() if isinstance(text, str) else None
@@ -72,7 +76,7 @@ class PolicyState(Loop):
     def rejected(self, error: str, *, serving: str) -> None:
         """Report a refused policy as an Event on the policy object (in the background)."""
         with self._lock:
-            self._refusals = [*self._refusals, (error, serving)][-self.REFUSALS_KEPT:]
+            self._refusals = [*self._refusals, (error, serving)][-self.REFUSALS_KEPT :]
         self.trigger()
 
     def _run(self) -> None:
@@ -83,8 +87,7 @@ class PolicyState(Loop):
             wait = 3600.0
             for error, serving in refusals:  # reported once, at best
                 self._attempt(functools.partial(self._report, error, serving))
-            if accepted is not None and not self._attempt(
-                    functools.partial(self._save, *accepted)):
+            if accepted is not None and not self._attempt(functools.partial(self._save, *accepted)):
                 with self._lock:  # unless a newer one came meanwhile, try it again
                     self._accepted = self._accepted or accepted
                 wait = self.RETRY
@@ -95,20 +98,29 @@ class PolicyState(Loop):
         try:
             write()
         except (kube.KubeError, UnicodeDecodeError) as error:
-            logger.warning("cannot record the policy's state in the cluster",
-                           extra={"fields": {"error": str(error)}})
+            logger.warning(
+                "cannot record the policy's state in the cluster",
+                extra={"fields": {"error": str(error)}},
+            )
             return False
         return True
 
     def _save(self, data: bytes, version: str) -> None:
         path = kube.configmaps_path(self.namespace, ACCEPTED)
         body: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": ACCEPTED, "namespace": self.namespace,
-                         "labels": {kube.MANAGED_BY_LABEL: "mirrorgate",
-                                    "app.kubernetes.io/name": "mirrorgate"},
-                         "annotations": {VERSION_ANNOTATION: version}},
-            "data": {POLICY_KEY: data.decode()}}
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": ACCEPTED,
+                "namespace": self.namespace,
+                "labels": {
+                    kube.MANAGED_BY_LABEL: "mirrorgate",
+                    "app.kubernetes.io/name": "mirrorgate",
+                },
+                "annotations": {VERSION_ANNOTATION: version},
+            },
+            "data": {POLICY_KEY: data.decode()},
+        }
         try:
             current = self.client.get(path)
         except kube.NotFound:
@@ -118,22 +130,42 @@ class PolicyState(Loop):
                 return
             # No resourceVersion: whichever replica accepted a policy last is right.
             self.client.replace(path, body)
-        logger.info("accepted policy kept", extra={"fields": {
-            "configmap": f"{self.namespace}/{ACCEPTED}", "version": version}})
+        logger.info(
+            "accepted policy kept",
+            extra={"fields": {"configmap": f"{self.namespace}/{ACCEPTED}", "version": version}},
+        )
 
     def _report(self, error: str, serving: str) -> None:
-        objects, _ = self.client.list(kube.configmaps_path(self.namespace),
-                                      label_selector=f"{POLICY_LABEL}=true")
+        objects, _ = self.client.list(
+            kube.configmaps_path(self.namespace), label_selector=f"{POLICY_LABEL}=true"
+        )
         message = f"serving policy {serving}; refused {error}"[:EVENT_MESSAGE_MAX]
         for obj in objects:
             metadata = obj["metadata"]
             now = _now()
-            self.client.create(kube.events_path(self.namespace), {
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{metadata['name']}.", "namespace": self.namespace},
-                "involvedObject": {"apiVersion": "v1", "kind": "ConfigMap",
-                                   "name": metadata["name"], "namespace": self.namespace,
-                                   "uid": metadata.get("uid")},
-                "type": "Warning", "reason": "PolicyRejected", "message": message,
-                "source": {"component": "mirrorgate"}, "reportingComponent": "mirrorgate",
-                "firstTimestamp": now, "lastTimestamp": now, "count": 1})
+            self.client.create(
+                kube.events_path(self.namespace),
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {
+                        "generateName": f"{metadata['name']}.",
+                        "namespace": self.namespace,
+                    },
+                    "involvedObject": {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "name": metadata["name"],
+                        "namespace": self.namespace,
+                        "uid": metadata.get("uid"),
+                    },
+                    "type": "Warning",
+                    "reason": "PolicyRejected",
+                    "message": message,
+                    "source": {"component": "mirrorgate"},
+                    "reportingComponent": "mirrorgate",
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "count": 1,
+                },
+            )

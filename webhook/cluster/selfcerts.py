@@ -51,9 +51,18 @@ def _now() -> datetime.datetime:
 
 
 class SelfManagedCertificates(Loop):
-    def __init__(self, client: kube.Kube, *, namespace: str, secret: str, service: str,
-                 webhook_configuration: str | None, directory: Path,
-                 check_interval: float = 300.0, extra_names: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        client: kube.Kube,
+        *,
+        namespace: str,
+        secret: str,
+        service: str,
+        webhook_configuration: str | None,
+        directory: Path,
+        check_interval: float = 300.0,
+        extra_names: Sequence[str] = (),
+    ) -> None:
         super().__init__("self-certs")
         self.client = client
         self.namespace, self.secret, self.service = namespace, secret, service
@@ -67,10 +76,17 @@ class SelfManagedCertificates(Loop):
         self.key_file = directory / TLS_KEY
         self.problem: str | None = None
         self._bundle: str | None = None  # the caBundle (base64) last set or found set
-        self.informer = None if webhook_configuration is None else Informer(
-            client, kube.webhook_configuration_path(), name="webhook-configuration",
-            field_selector=f"metadata.name={webhook_configuration}",
-            on_change=self._configuration_changed)
+        self.informer = (
+            None
+            if webhook_configuration is None
+            else Informer(
+                client,
+                kube.webhook_configuration_path(),
+                name="webhook-configuration",
+                field_selector=f"metadata.name={webhook_configuration}",
+                on_change=self._configuration_changed,
+            )
+        )
 
     # -- the Secret -------------------------------------------------------------------
 
@@ -86,8 +102,9 @@ class SelfManagedCertificates(Loop):
         if any(key not in data for key in (CA_CERT, CA_KEY, TLS_CERT, TLS_KEY)):
             return "incomplete"
         try:
-            authority = certs.CertificateAuthority.load(cert_pem=data[CA_CERT],
-                                                        key_pem=data[CA_KEY])
+            authority = certs.CertificateAuthority.load(
+                cert_pem=data[CA_CERT], key_pem=data[CA_KEY]
+            )
             leaf = certs.KeyPair(cert_pem=data[TLS_CERT], key_pem=data[TLS_KEY])
             if certs.certificate_expiry(authority.cert_pem) - CA_RENEW_BEFORE < _now():
                 return "the CA is near expiry"
@@ -110,22 +127,35 @@ class SelfManagedCertificates(Loop):
         authority = None
         if why.startswith("the serving certificate"):
             # Keep the CA (and so caBundle); only the leaf is due.
-            authority = certs.CertificateAuthority.load(cert_pem=data[CA_CERT],
-                                                        key_pem=data[CA_KEY])
+            authority = certs.CertificateAuthority.load(
+                cert_pem=data[CA_CERT], key_pem=data[CA_KEY]
+            )
         authority = authority or certs.CertificateAuthority.generate(
-            common_name=f"{self.service}.{self.namespace} CA")
+            common_name=f"{self.service}.{self.namespace} CA"
+        )
         leaf = self._issue(authority)
-        return {CA_CERT: authority.cert_pem, CA_KEY: authority.key_pem,
-                TLS_CERT: leaf.cert_pem, TLS_KEY: leaf.key_pem}
+        return {
+            CA_CERT: authority.cert_pem,
+            CA_KEY: authority.key_pem,
+            TLS_CERT: leaf.cert_pem,
+            TLS_KEY: leaf.key_pem,
+        }
 
     def _body(self, data: dict[str, bytes], resource_version: str | None) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"name": self.secret, "namespace": self.namespace,
-                                    "labels": {"app.kubernetes.io/name": "mirrorgate"}}
+        metadata: dict[str, Any] = {
+            "name": self.secret,
+            "namespace": self.namespace,
+            "labels": {"app.kubernetes.io/name": "mirrorgate"},
+        }
         if resource_version:
             metadata["resourceVersion"] = resource_version
-        return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                "metadata": metadata,
-                "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": metadata,
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
 
     def ensure_secret(self) -> dict[str, bytes]:
         """The Secret's contents, made usable first if they were not."""
@@ -148,21 +178,28 @@ class SelfManagedCertificates(Loop):
                     self.client.replace(path, self._body(fresh, version))
             except (kube.AlreadyExists, kube.Conflict):
                 continue  # another replica wrote first: adopt what it wrote
-            logger.info("serving certificate written", extra={"fields": {
-                "secret": f"{self.namespace}/{self.secret}", "reason": why}})
+            logger.info(
+                "serving certificate written",
+                extra={"fields": {"secret": f"{self.namespace}/{self.secret}", "reason": why}},
+            )
             return fresh
-        raise kube.KubeError(0, "Conflict", f"Secret {self.namespace}/{self.secret} kept "
-                                            "changing under us")
+        raise kube.KubeError(
+            0, "Conflict", f"Secret {self.namespace}/{self.secret} kept changing under us"
+        )
 
     # -- files and caBundle -----------------------------------------------------------
 
     def write_files(self, data: dict[str, bytes]) -> None:
-        if self.cert_file.exists() and self.cert_file.read_bytes() == data[TLS_CERT] \
-                and self.key_file.read_bytes() == data[TLS_KEY]:
+        if (
+            self.cert_file.exists()
+            and self.cert_file.read_bytes() == data[TLS_CERT]
+            and self.key_file.read_bytes() == data[TLS_KEY]
+        ):
             return
         # Key first: the watcher reloads on either change and retries a mismatch.
-        certs.write_bundle(self.directory, ca_pem=data[CA_CERT], cert_pem=data[TLS_CERT],
-                           key_pem=data[TLS_KEY])
+        certs.write_bundle(
+            self.directory, ca_pem=data[CA_CERT], cert_pem=data[TLS_CERT], key_pem=data[TLS_KEY]
+        )
 
     def ensure_ca_bundle(self, ca_pem: bytes) -> bool:
         """Set caBundle on every webhook of the configuration; True if it changed.
@@ -178,14 +215,17 @@ class SelfManagedCertificates(Loop):
             try:
                 configuration = self.client.get(path)
             except kube.NotFound:
-                logger.warning("webhook configuration not found; caBundle not set yet",
-                               extra={"fields": {"name": self.webhook_configuration}})
+                logger.warning(
+                    "webhook configuration not found; caBundle not set yet",
+                    extra={"fields": {"name": self.webhook_configuration}},
+                )
                 return False
             webhooks = configuration.get("webhooks") or []
-            operations = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle",
-                           "value": bundle}
-                          for i, webhook in enumerate(webhooks)
-                          if (webhook.get("clientConfig") or {}).get("caBundle") != bundle]
+            operations = [
+                {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
+                for i, webhook in enumerate(webhooks)
+                if (webhook.get("clientConfig") or {}).get("caBundle") != bundle
+            ]
             self._bundle = bundle
             if not operations:
                 return False
@@ -194,23 +234,39 @@ class SelfManagedCertificates(Loop):
             # server answers 422 Invalid, read again.
             version = (configuration.get("metadata") or {}).get("resourceVersion")
             try:
-                self.client.patch(path, [{"op": "test", "path": "/metadata/resourceVersion",
-                                          "value": version}, *operations], patch_type="json")
+                self.client.patch(
+                    path,
+                    [
+                        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+                        *operations,
+                    ],
+                    patch_type="json",
+                )
             except kube.KubeError as error:
                 if error.status != 422:
                     raise
                 continue
-            logger.info("caBundle updated", extra={"fields": {
-                "webhookconfiguration": self.webhook_configuration,
-                "webhooks": len(operations)}})
+            logger.info(
+                "caBundle updated",
+                extra={
+                    "fields": {
+                        "webhookconfiguration": self.webhook_configuration,
+                        "webhooks": len(operations),
+                    }
+                },
+            )
             return True
-        raise kube.KubeError(0, "Conflict", f"MutatingWebhookConfiguration "
-                                            f"{self.webhook_configuration} kept changing under us")
+        raise kube.KubeError(
+            0,
+            "Conflict",
+            f"MutatingWebhookConfiguration {self.webhook_configuration} kept changing under us",
+        )
 
     def reconcile(self) -> None:
         data = self.ensure_secret()
-        served_ca = (self.directory / CA_CERT).read_bytes() \
-            if (self.directory / CA_CERT).exists() else None
+        served_ca = (
+            (self.directory / CA_CERT).read_bytes() if (self.directory / CA_CERT).exists() else None
+        )
         switched = served_ca is not None and served_ca != data[CA_CERT]
         if switched:
             # A new CA (the Secret was lost or its CA expired): trust both
@@ -231,8 +287,10 @@ class SelfManagedCertificates(Loop):
         """The informer's callback: wake the check when a webhook lost our caBundle."""
         if kind == "DELETED":
             return  # nothing to set; a new one comes as ADDED
-        bundles = {(webhook.get("clientConfig") or {}).get("caBundle")
-                   for webhook in configuration.get("webhooks") or []}
+        bundles = {
+            (webhook.get("clientConfig") or {}).get("caBundle")
+            for webhook in configuration.get("webhooks") or []
+        }
         # Before any caBundle was set (None: the configuration came after us), any change.
         if bundles and (self._bundle is None or bundles != {self._bundle}):
             self.trigger()
@@ -249,10 +307,12 @@ class SelfManagedCertificates(Loop):
             except (kube.KubeError, ValueError, OSError) as error:
                 # The certificate in use keeps serving; the check is retried soon.
                 self.problem = f"certificate upkeep failed: {error}"
-                wait = min(RETRY_AFTER * 2 ** failures, self.check_interval)
+                wait = min(RETRY_AFTER * 2**failures, self.check_interval)
                 failures += 1
-                logger.warning("certificate upkeep failed", extra={"fields": {
-                    "error": str(error), "retry_in_s": wait}})
+                logger.warning(
+                    "certificate upkeep failed",
+                    extra={"fields": {"error": str(error), "retry_in_s": wait}},
+                )
 
     def start(self) -> None:
         super().start()

@@ -15,22 +15,28 @@ __all__ = ["run_generate", "run_inject"]
 
 def run_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate import certs
+
     directory = pathlib.Path(args.out)
     if directory.exists() and not directory.is_dir():
-        raise ConfigError(f"certs generate: --out {args.out} is not a directory; --out names "
-                          "the directory the four files are written into")
+        raise ConfigError(
+            f"certs generate: --out {args.out} is not a directory; --out names "
+            "the directory the four files are written into"
+        )
     try:
-        leaf = certs.generate_bundle(service=args.service, namespace=args.namespace,
-                                     out=directory, dns=args.dns, ips=args.ip)
+        leaf = certs.generate_bundle(
+            service=args.service, namespace=args.namespace, out=directory, dns=args.dns, ips=args.ip
+        )
         ca_pem = (directory / certs.CA_CERT).read_bytes()
     except (ValueError, OSError) as error:
         raise ConfigError(f"certs generate: {error}") from None
-    for name, note in ((certs.CA_CERT, ""),
-                       (certs.CA_KEY, " (signs certificates: keep it out of the webhook Pod)"),
-                       (certs.TLS_CERT, ""), (certs.TLS_KEY, "")):
+    for name, note in (
+        (certs.CA_CERT, ""),
+        (certs.CA_KEY, " (signs certificates: keep it out of the webhook Pod)"),
+        (certs.TLS_CERT, ""),
+        (certs.TLS_KEY, ""),
+    ):
         print(f"wrote {directory / name}{note}", file=err)
-    print(f"serving certificate valid until {leaf.not_valid_after:%Y-%m-%d %H:%M} UTC",
-          file=err)
+    print(f"serving certificate valid until {leaf.not_valid_after:%Y-%m-%d %H:%M} UTC", file=err)
     print(f"caBundle: {certs.ca_bundle_b64(ca_pem)}", file=out)
     return EXIT_OK
 
@@ -56,6 +62,9 @@ def run_inject(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         client.replace(path, configuration)  # carries resourceVersion: no lost update
     except kube.KubeError as error:
         raise ConfigError(f"certs inject: {error}") from None
-    print(f"set caBundle on {len(webhooks)} webhook{'s' if len(webhooks) != 1 else ''} of "
-          f"MutatingWebhookConfiguration {args.webhook_config}", file=err)
+    print(
+        f"set caBundle on {len(webhooks)} webhook{'s' if len(webhooks) != 1 else ''} of "
+        f"MutatingWebhookConfiguration {args.webhook_config}",
+        file=err,
+    )
     return EXIT_OK

@@ -110,10 +110,18 @@ PAGE_SIZE = 500
 AuditOutcome = Literal["rewrite", "not-granted", "unmatched", "invalid", "on-mirror", "excluded"]
 # Display order: what needs attention first.
 OUTCOMES: tuple[AuditOutcome, ...] = (
-    "rewrite", "not-granted", "unmatched", "invalid", "on-mirror", "excluded")
+    "rewrite",
+    "not-granted",
+    "unmatched",
+    "invalid",
+    "on-mirror",
+    "excluded",
+)
 UNMIRRORED: frozenset[AuditOutcome] = frozenset({"rewrite", "not-granted", "unmatched", "invalid"})
 FAIL_ON: dict[str, frozenset[AuditOutcome]] = {
-    "unmirrored": UNMIRRORED, "rewrites": frozenset({"rewrite"})}
+    "unmirrored": UNMIRRORED,
+    "rewrites": frozenset({"rewrite"}),
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -142,8 +150,9 @@ def judge(rules: policy.Policy, image: str, namespace: str) -> Verdict:
     if outcome in ("excluded", "unmatched"):
         return Verdict(outcome)
     if outcome == "rewrite":
-        return Verdict(outcome, new_image=decision.resolution.new_image, rule=label,
-                       credential=credential)
+        return Verdict(
+            outcome, new_image=decision.resolution.new_image, rule=label, credential=credential
+        )
     # A reason only where admission would warn: the Pod would not get what it needs.
     reason = decision.reason if decision.warning is not None else None
     if outcome == "not-granted":
@@ -175,9 +184,15 @@ class NamespaceReport:
         if self.excluded:
             return
         metadata = pod.get("metadata") or {}
-        if policy.exempt_pod(namespace=self.name, labels=metadata.get("labels") or {},
-                             annotations=metadata.get("annotations") or {},
-                             policy=rules) is not None:
+        if (
+            policy.exempt_pod(
+                namespace=self.name,
+                labels=metadata.get("labels") or {},
+                annotations=metadata.get("annotations") or {},
+                policy=rules,
+            )
+            is not None
+        ):
             self.skipped_pods += 1
             return
         sites, _ = policy.find_image_sites(pod)  # malformed containers: the API rejects them
@@ -201,8 +216,10 @@ class NamespaceReport:
     def rows(self) -> list[tuple[str, ImageTally]]:
         """Images by outcome, then most Pods first, then name: stable for diffs."""
         order = {outcome: i for i, outcome in enumerate(OUTCOMES)}
-        return sorted(self.images.items(),
-                      key=lambda item: (order[item[1].verdict.outcome], -item[1].pods, item[0]))
+        return sorted(
+            self.images.items(),
+            key=lambda item: (order[item[1].verdict.outcome], -item[1].pods, item[0]),
+        )
 
 
 def namespace_mode(labels: Mapping[str, str] | None) -> tuple[str, str | None]:
@@ -267,14 +284,27 @@ class Report:
 
 def _namespace_json(ns: NamespaceReport) -> dict[str, Any]:
     return {
-        "name": ns.name, "mode": ns.mode, "mode_label": ns.mode_label, "excluded": ns.excluded,
-        "pods": ns.pods, "skipped_pods": ns.skipped_pods, "containers": ns.counts(),
+        "name": ns.name,
+        "mode": ns.mode,
+        "mode_label": ns.mode_label,
+        "excluded": ns.excluded,
+        "pods": ns.pods,
+        "skipped_pods": ns.skipped_pods,
+        "containers": ns.counts(),
         "images": [
-            {"image": image, "outcome": t.verdict.outcome, "pods": t.pods,
-             "containers": t.containers, "new_image": t.verdict.new_image,
-             "rule": t.verdict.rule, "credential": t.verdict.credential,
-             "reason": t.verdict.reason, "health": t.verdict.health}
-            for image, t in ns.rows()],
+            {
+                "image": image,
+                "outcome": t.verdict.outcome,
+                "pods": t.pods,
+                "containers": t.containers,
+                "new_image": t.verdict.new_image,
+                "rule": t.verdict.rule,
+                "credential": t.verdict.credential,
+                "reason": t.verdict.reason,
+                "health": t.verdict.health,
+            }
+            for image, t in ns.rows()
+        ],
     }
 
 
@@ -296,9 +326,11 @@ def _plural(count: int, word: str) -> str:
 def render_table(report: Report) -> str:
     """Fits 80 columns except for long image names, which are never cut."""
     spaces = report.ordered()
-    lines = [f"mirrorgate audit: {_plural(len(spaces), 'namespace')}, "
-             f"{_plural(sum(ns.pods for ns in spaces), 'pod')}",
-             f"policy: {report.policy_path}"]
+    lines = [
+        f"mirrorgate audit: {_plural(len(spaces), 'namespace')}, "
+        f"{_plural(sum(ns.pods for ns in spaces), 'pod')}",
+        f"policy: {report.policy_path}",
+    ]
     for ns in spaces:
         lines.append("")
         lines.extend(_namespace_lines(ns))
@@ -328,13 +360,19 @@ def _namespace_lines(ns: NamespaceReport) -> Iterator[str]:
                 # With several credentials on one mirror host, which one a
                 # rewritten image gets is part of the answer.
                 yield f"{DETAIL_INDENT}  with credential {verdict.credential}"
-        for note in (verdict.reason, None if verdict.health is None
-                     else f"health: {verdict.health}"):
+        for note in (
+            verdict.reason,
+            None if verdict.health is None else f"health: {verdict.health}",
+        ):
             if note is None:
                 continue
             # Notes wrap at 80 columns; image names never do (they are copied).
-            for line in textwrap.wrap(f"({note})", width=80 - len(DETAIL_INDENT),
-                                      break_long_words=False, break_on_hyphens=False):
+            for line in textwrap.wrap(
+                f"({note})",
+                width=80 - len(DETAIL_INDENT),
+                break_long_words=False,
+                break_on_hyphens=False,
+            ):
                 yield DETAIL_INDENT + line
 
 
@@ -342,21 +380,28 @@ def _summary_lines(report: Report, spaces: Sequence[NamespaceReport]) -> Iterato
     containers, images = report.totals()
     yield f"SUMMARY  {'':<{OUTCOME_WIDTH}}  {'CONTAINERS':>10}  {'IMAGES':>8}"
     for outcome in OUTCOMES:
-        yield f"  {outcome:<{OUTCOME_WIDTH + 7}}  {_n(containers[outcome]):>10}  " \
-              f"{_n(images[outcome]):>8}"
+        yield (
+            f"  {outcome:<{OUTCOME_WIDTH + 7}}  {_n(containers[outcome]):>10}  "
+            f"{_n(images[outcome]):>8}"
+        )
     excluded = [ns for ns in spaces if ns.excluded]
     skipped = sum(ns.skipped_pods for ns in spaces)
-    yield (f"  skipped pods: {_n(skipped)}   excluded namespaces: {_n(len(excluded))} "
-           f"({_plural(sum(ns.pods for ns in excluded), 'pod')})")
+    yield (
+        f"  skipped pods: {_n(skipped)}   excluded namespaces: {_n(len(excluded))} "
+        f"({_plural(sum(ns.pods for ns in excluded), 'pod')})"
+    )
     unmirrored = sum(containers[o] for o in UNMIRRORED)
-    yield f"  unmirrored: {_plural(unmirrored, 'container')} (rewrite, not-granted, " \
-          "unmatched, invalid)"
+    yield (
+        f"  unmirrored: {_plural(unmirrored, 'container')} (rewrite, not-granted, "
+        "unmatched, invalid)"
+    )
     if report.fail_on is not None:
         verdict = "FAILED" if report.failed else "passed"
         yield f"--fail-on {report.fail_on}: {verdict}"
 
 
 # --- reading the cluster ---------------------------------------------------
+
 
 class Progress:
     """``listed N pods`` on stderr, rewritten in place; silent unless stderr is a terminal."""
@@ -413,8 +458,9 @@ def _cluster_namespaces(kube: Kube) -> dict[str, dict[str, str] | None]:
     return {item["metadata"]["name"]: _labels(item) for item in items}
 
 
-def _named_namespaces(kube: Kube, names: Sequence[str],
-                      err: TextIO) -> dict[str, dict[str, str] | None]:
+def _named_namespaces(
+    kube: Kube, names: Sequence[str], err: TextIO
+) -> dict[str, dict[str, str] | None]:
     """Each namespace's labels; one the user may not ``get`` is reported as unknown."""
     from mirrorgate.webhook.cluster import kube as kubeapi
 
@@ -427,8 +473,11 @@ def _named_namespaces(kube: Kube, names: Sequence[str],
         except kubeapi.Forbidden as error:
             # Namespace-scoped roles often cannot read the Namespace object;
             # the Pods alone still make a useful report.
-            print(f"warning: not allowed to get namespace {name!r}; its mode is reported "
-                  f"as unknown: {error.message}", file=err)
+            print(
+                f"warning: not allowed to get namespace {name!r}; its mode is reported "
+                f"as unknown: {error.message}",
+                file=err,
+            )
             found[name] = None
     return found
 
@@ -437,16 +486,25 @@ def _explain(error: KubeError, verb: str, resource: str, where: str) -> ConfigEr
     from mirrorgate.webhook.cluster import kube as kubeapi
 
     if isinstance(error, kubeapi.Forbidden):
-        return ConfigError(f"not allowed to {verb} {resource} {where}: {error.message} "
-                           "(audit needs list on pods and namespaces; -n NS needs list on "
-                           "pods in NS)")
+        return ConfigError(
+            f"not allowed to {verb} {resource} {where}: {error.message} "
+            "(audit needs list on pods and namespaces; -n NS needs list on "
+            "pods in NS)"
+        )
     if isinstance(error, kubeapi.Unavailable):
         return ConfigError(f"cannot reach the API server: {error}")
     return ConfigError(f"cannot {verb} {resource} {where}: {error}")
 
 
-def audit_cluster(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str] | None,
-          policy_path: str, err: TextIO, fail_on: str | None = None) -> Report:
+def audit_cluster(
+    kube: Kube,
+    rules: policy.Policy,
+    *,
+    namespaces: Sequence[str] | None,
+    policy_path: str,
+    err: TextIO,
+    fail_on: str | None = None,
+) -> Report:
     """List the Pods (of ``namespaces``, or all) and judge every image."""
     from mirrorgate.webhook.cluster import kube as kubeapi
 
@@ -464,8 +522,9 @@ def audit_cluster(kube: Kube, rules: policy.Policy, *, namespaces: Sequence[str]
         for name in namespaces:
             _namespace(report, name, rules)  # reported even when it has no Pods
         for name in namespaces:
-            _add_pods(report, kube, kubeapi.pods_path(name), f"in namespace {name!r}", rules,
-                      progress)
+            _add_pods(
+                report, kube, kubeapi.pods_path(name), f"in namespace {name!r}", rules, progress
+            )
     for ns in report.namespaces.values():
         # A namespace made after the Pods were listed has no labels we know of.
         ns.mode, ns.mode_label = namespace_mode(labels.get(ns.name))
@@ -477,17 +536,23 @@ def add_mirror_health(report: Report, rules: policy.Policy) -> None:
     from mirrorgate.webhook.mirrorhealth import monitor
 
     by_label = {rule.label: rule for rule in rules.rules}
-    tallies = [t for ns in report.namespaces.values() for t in ns.images.values()
-               if t.verdict.outcome == "rewrite" and t.verdict.rule in by_label]
+    tallies = [
+        t
+        for ns in report.namespaces.values()
+        for t in ns.images.values()
+        if t.verdict.outcome == "rewrite" and t.verdict.rule in by_label
+    ]
     hosts = sorted({by_label[str(t.verdict.rule)].mirror.host for t in tallies})
     found = monitor.probe_mirrors(rules, hosts)
     for tally in tallies:
         tally.verdict = dataclasses.replace(
-            tally.verdict, health=found.status(by_label[str(tally.verdict.rule)]))
+            tally.verdict, health=found.status(by_label[str(tally.verdict.rule)])
+        )
 
 
-def _add_pods(report: Report, kube: Kube, path: str, scope: str, rules: policy.Policy,
-              progress: Progress) -> None:
+def _add_pods(
+    report: Report, kube: Kube, path: str, scope: str, rules: policy.Policy, progress: Progress
+) -> None:
     from mirrorgate.webhook.cluster import kube as kubeapi
 
     try:
@@ -506,27 +571,36 @@ def _namespace(report: Report, name: str, rules: policy.Policy) -> NamespaceRepo
     found = report.namespaces.get(name)
     if found is None:
         found = report.namespaces[name] = NamespaceReport(
-            name=name, mode="unknown", mode_label=None,
-            excluded=rules.is_namespace_excluded(name))
+            name=name, mode="unknown", mode_label=None, excluded=rules.is_namespace_excluded(name)
+        )
     return found
 
 
 # --- the command -----------------------------------------------------------
+
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.webhook.cluster import kube as kubeapi
 
     rules = policyfile.read_policy(args.policy).policy
     try:
-        kube = kubeapi.Kube.connect(kubeconfig=args.kubeconfig, context=args.context,
-                                    timeout=30.0)
+        kube = kubeapi.Kube.connect(kubeconfig=args.kubeconfig, context=args.context, timeout=30.0)
     except kubeapi.KubeError as error:
         raise ConfigError(str(error)) from None
     try:
-        namespaces = None if args.all_namespaces or not args.namespaces \
+        namespaces = (
+            None
+            if args.all_namespaces or not args.namespaces
             else list(dict.fromkeys(args.namespaces))
-        report = audit_cluster(kube, rules, namespaces=namespaces, policy_path=args.policy, err=err,
-                       fail_on=args.fail_on)
+        )
+        report = audit_cluster(
+            kube,
+            rules,
+            namespaces=namespaces,
+            policy_path=args.policy,
+            err=err,
+            fail_on=args.fail_on,
+        )
     finally:
         kube.close()
     if args.health:
@@ -536,4 +610,3 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         out.write(render_table(report))
     return EXIT_FINDINGS if report.failed else EXIT_OK
-

@@ -14,8 +14,15 @@ from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.policyfile import ConfigError
 
-__all__ = ["run_add", "run_check", "run_generate_key", "run_list", "run_migrate", "run_remove",
-           "store_key"]
+__all__ = [
+    "run_add",
+    "run_check",
+    "run_generate_key",
+    "run_list",
+    "run_migrate",
+    "run_remove",
+    "store_key",
+]
 
 
 def store_key(args: argparse.Namespace) -> bytes:
@@ -32,8 +39,10 @@ def run_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.webhook.credentials import filestore
 
     if not CREDENTIAL_NAME_RE.fullmatch(args.name):
-        raise ConfigError(f"credential name {args.name!r} must be lower-case letters, digits "
-                          "and '-' (a DNS label, at most 63 characters)")
+        raise ConfigError(
+            f"credential name {args.name!r} must be lower-case letters, digits "
+            "and '-' (a DNS label, at most 63 characters)"
+        )
     problem = mirror_problem(args.registry)
     if problem is not None:
         raise ConfigError(f"--registry: {problem}")
@@ -41,13 +50,18 @@ def run_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from mirrorgate.webhook.credentials import dockerconfig
 
         username, password = dockerconfig.login_for_add(
-            args.from_docker_config, args.registry, username=args.username,
-            password_stdin=args.password_stdin)
+            args.from_docker_config,
+            args.registry,
+            username=args.username,
+            password_stdin=args.password_stdin,
+        )
     else:
         if args.username is None or not args.password_stdin:
-            raise ConfigError("give --username and the password on standard input with "
-                              "--password-stdin (never as an argument: it would show in ps "
-                              "and shell history), or --from-docker-config FILE")
+            raise ConfigError(
+                "give --username and the password on standard input with "
+                "--password-stdin (never as an argument: it would show in ps "
+                "and shell history), or --from-docker-config FILE"
+            )
         if sys.stdin.isatty():
             import getpass  # a person at a terminal: do not echo the password
 
@@ -57,8 +71,7 @@ def run_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         username = args.username
     if not password:
         raise ConfigError("no password on standard input")
-    added = Credential(name=args.name, registry=args.registry, username=username,
-                       password=password)
+    added = Credential(name=args.name, registry=args.registry, username=username, password=password)
     replaced = False
 
     def put(contents: filestore.StoreContents) -> Mapping[str, Credential]:
@@ -68,8 +81,11 @@ def run_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     # Under the store's lock: concurrent adds each keep their entry.
     filestore.update_store(args.store_file, store_key(args), put, missing_ok=True)
-    print(f"{'updated' if replaced else 'added'} credential {args.name!r} for {args.registry} "
-          f"in {args.store_file}", file=err)
+    print(
+        f"{'updated' if replaced else 'added'} credential {args.name!r} for {args.registry} "
+        f"in {args.store_file}",
+        file=err,
+    )
     return EXIT_OK
 
 
@@ -91,8 +107,7 @@ def run_remove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     def drop(contents: filestore.StoreContents) -> Mapping[str, Credential] | None:
         nonlocal found
         found = args.name in contents.credentials
-        return {n: c for n, c in contents.credentials.items() if n != args.name} \
-            if found else None
+        return {n: c for n, c in contents.credentials.items() if n != args.name} if found else None
 
     filestore.update_store(args.store_file, store_key(args), drop)
     if not found:
@@ -108,15 +123,21 @@ def run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     rules = policyfile.read_policy(args.policy).policy if args.policy else None
     sources = credentials_check.Sources(
-        store=args.store, store_file=args.store_file, key=lambda: store_key(args),
+        store=args.store,
+        store_file=args.store_file,
+        key=lambda: store_key(args),
         kube=lambda: kube.Kube.connect(kubeconfig=args.kubeconfig, context=args.context),
         namespace=args.namespace or kube.own_namespace(),
         provider_config=args.credential_provider_config,
         provider_bin_dir=args.credential_provider_bin_dir,
-        provider_timeout=args.credential_provider_timeout)
+        provider_timeout=args.credential_provider_timeout,
+    )
     try:
-        image = args.image if rules is None else \
-            credentials_check.admitted_image(args.name, args.image, rules)
+        image = (
+            args.image
+            if rules is None
+            else credentials_check.admitted_image(args.name, args.image, rules)
+        )
         if image != args.image:
             print(f"mirrorgate: {args.image} is admitted as {image}: checking that", file=err)
         resolved = credentials_check.check(args.name, image, rules=rules, sources=sources)
@@ -131,9 +152,13 @@ def run_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.webhook.credentials import migrate
 
     done = migrate.migrate(args.store_file, store_key(args))
-    print(f"{args.store_file}: v2 already, nothing to do" if done.kept is None else
-          f"migrated {args.store_file} to v2 ({done.credentials} credentials); the v1 store "
-          f"is kept at {done.kept}: delete it once the server runs on v2", file=err)
+    print(
+        f"{args.store_file}: v2 already, nothing to do"
+        if done.kept is None
+        else f"migrated {args.store_file} to v2 ({done.credentials} credentials); the v1 store "
+        f"is kept at {done.kept}: delete it once the server runs on v2",
+        file=err,
+    )
     return EXIT_OK
 
 
@@ -154,6 +179,7 @@ def run_generate_key(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ConfigError(f"{args.out}: {error.strerror}") from None
     with os.fdopen(fd, "w") as handle:
         handle.write(key + "\n")
-    print(f"wrote a new store key to {args.out} (mode 0600); keep it apart from the store",
-          file=err)
+    print(
+        f"wrote a new store key to {args.out} (mode 0600); keep it apart from the store", file=err
+    )
     return EXIT_OK

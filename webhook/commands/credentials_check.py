@@ -45,8 +45,10 @@ class Sources:
 
 def _from_provider(name: str, provider: str, image: str, sources: Sources) -> Credential:
     if sources.provider_config is None or sources.provider_bin_dir is None:
-        raise StoreError(f"credential {name!r} comes from provider {provider!r}: pass "
-                         "--credential-provider-config and --credential-provider-bin-dir")
+        raise StoreError(
+            f"credential {name!r} comes from provider {provider!r}: pass "
+            "--credential-provider-config and --credential-provider-bin-dir"
+        )
     try:
         config = providerconfig.load(sources.provider_config)
     except providerconfig.ProviderConfigError as error:
@@ -76,8 +78,7 @@ def _from_store(name: str, sources: Sources) -> tuple[str, Credential]:
     try:
         secret = client.get(kube.secrets_path(sources.namespace, name))
     except kube.NotFound:
-        raise CheckFailed(f"no Secret {sources.namespace}/{name} in the credential store") \
-            from None
+        raise CheckFailed(f"no Secret {sources.namespace}/{name} in the credential store") from None
     except kube.KubeError as error:
         raise CheckFailed(f"cannot read Secret {sources.namespace}/{name}: {error}") from None
     try:
@@ -96,15 +97,17 @@ def admitted_image(name: str, image: str, rules: policy.Policy) -> str:
     if found.outcome != "rewrite" or found.rule is None or found.new_image is None:
         return image
     if found.rule.credential != name:
-        uses = f"credential {found.rule.credential!r}" if found.rule.credential \
-            else "no credential"
-        raise CheckFailed(f"image {image!r} is rewritten by {found.rule.label} to "
-                          f"{found.new_image!r}, which uses {uses}, not {name!r}")
+        uses = f"credential {found.rule.credential!r}" if found.rule.credential else "no credential"
+        raise CheckFailed(
+            f"image {image!r} is rewritten by {found.rule.label} to "
+            f"{found.new_image!r}, which uses {uses}, not {name!r}"
+        )
     return found.new_image
 
 
-def check(name: str, image: str, *, rules: policy.Policy | None,
-          sources: Sources) -> dict[str, Any]:
+def check(
+    name: str, image: str, *, rules: policy.Policy | None, sources: Sources
+) -> dict[str, Any]:
     """Resolve ``name`` for ``image``; StoreError for configuration, CheckFailed for the source."""
     grant = rules.grants.get(name) if rules is not None else None
     if grant is not None and grant.provider is not None:
@@ -114,11 +117,17 @@ def check(name: str, image: str, *, rules: policy.Policy | None,
     if grant is not None and grant.registry is not None:
         login = dataclasses.replace(login, registry=str(grant.registry))
     if not providerconfig.image_matches(login.registry, image):
-        raise CheckFailed(f"credential {name!r} is for {login.registry}, which does not cover "
-                          f"image {image!r}: the kubelet would not send it")
+        raise CheckFailed(
+            f"credential {name!r} is for {login.registry}, which does not cover "
+            f"image {image!r}: the kubelet would not send it"
+        )
     if login.expired():
         assert login.expires is not None
         raise CheckFailed(f"credential {name!r} expired at {rfc3339(login.expires)}")
-    return {"credential": name, "source": source, "registry": login.registry,
-            "username": login.username,
-            "expires": rfc3339(login.expires) if login.expires else None}
+    return {
+        "credential": name,
+        "source": source,
+        "registry": login.registry,
+        "username": login.username,
+        "expires": rfc3339(login.expires) if login.expires else None,
+    }

@@ -88,8 +88,10 @@ __all__ = ["CRI_O_DROP_IN", "Export", "containerd", "cri_o", "run_containerd", "
 DOCKER_HUB_SERVER = "https://registry-1.docker.io"
 CAPABILITIES = ("pull", "resolve")  # a private mirror is trusted to resolve tags; never push
 
-ADMISSION_HINT = ("for an authenticated mirror, use mirrorgate's admission webhook: it "
-                  "rewrites the image and attaches a pull secret")
+ADMISSION_HINT = (
+    "for an authenticated mirror, use mirrorgate's admission webhook: it "
+    "rewrites the image and attaches a pull secret"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,12 +115,16 @@ def _describe(rule: policy.MirrorRule) -> str:
 def _credential_notes(rules: Iterable[policy.MirrorRule], runtime: str) -> list[str]:
     needing = [r for r in rules if r.credential is not None]
     notes = [f"no credentials are written ({runtime}); {ADMISSION_HINT}"]
-    notes += [f"{_describe(r)}: the mirror needs credential {r.credential!r}, which this "
-              f"file cannot carry" for r in needing]
+    notes += [
+        f"{_describe(r)}: the mirror needs credential {r.credential!r}, which this "
+        f"file cannot carry"
+        for r in needing
+    ]
     return notes
 
 
 # --- containerd ------------------------------------------------------------
+
 
 def containerd(rules: policy.Policy) -> Export:
     """One ``<host>/hosts.toml`` per source registry with a whole-host rule."""
@@ -126,25 +132,32 @@ def containerd(rules: policy.Policy) -> Export:
     warnings: list[str] = []
     for rule in rules.rules:
         if rule.source.wildcard:
-            warnings.append(f"{_describe(rule)}: not exported: containerd has one hosts.toml "
-                            "per registry host and no wildcard hosts")
+            warnings.append(
+                f"{_describe(rule)}: not exported: containerd has one hosts.toml "
+                "per registry host and no wildcard hosts"
+            )
         elif rule.source.path:
             warnings.append(_partial_warning(rule, whole.get(rule.source.host)))
     files = {f"{host}/hosts.toml": _hosts_toml(rule) for host, rule in sorted(whole.items())}
     mirror_files, mirror_warnings = _mirror_hosts(rules, whole)
     files.update(sorted(mirror_files.items()))
     warnings += mirror_warnings
-    notes = _credential_notes(whole.values(), "containerd no longer supports plain-text "
-                                              "credentials in hosts.toml")
+    notes = _credential_notes(
+        whole.values(), "containerd no longer supports plain-text credentials in hosts.toml"
+    )
     return Export(files=files, warnings=warnings, notes=notes)
 
 
 def _partial_warning(rule: policy.MirrorRule, whole: policy.MirrorRule | None) -> str:
-    text = (f"{_describe(rule)}: not exported: hosts.toml configures whole registries, not "
-            f"repository paths")
+    text = (
+        f"{_describe(rule)}: not exported: hosts.toml configures whole registries, not "
+        f"repository paths"
+    )
     if whole is not None:
-        text += (f"; with these files, {rule.source} images are pulled through "
-                 f"{whole.label}'s mirror {whole.mirror} instead")
+        text += (
+            f"; with these files, {rule.source} images are pulled through "
+            f"{whole.label}'s mirror {whole.mirror} instead"
+        )
     return text
 
 
@@ -180,8 +193,7 @@ def _transport_lines(rule: policy.MirrorRule) -> list[str]:
     return lines
 
 
-def _mirror_hosts(rules: policy.Policy, sources: Iterable[str]) -> tuple[dict[str, str],
-                                                                          list[str]]:
+def _mirror_hosts(rules: policy.Policy, sources: Iterable[str]) -> tuple[dict[str, str], list[str]]:
     """A hosts.toml for each mirror host reached other than by verified HTTPS.
 
     Rewritten images name the mirror host itself; without this file containerd
@@ -196,9 +208,11 @@ def _mirror_hosts(rules: policy.Policy, sources: Iterable[str]) -> tuple[dict[st
         if not _special_transport(rule) or f"{host}/hosts.toml" in files:
             continue
         if host in taken:
-            warnings.append(f"{_describe(rule)}: the mirror host {host} is also a source "
-                            f"registry: its hosts.toml is the source's, and images rewritten "
-                            f"to {host} are pulled as that file says")
+            warnings.append(
+                f"{_describe(rule)}: the mirror host {host} is also a source "
+                f"registry: its hosts.toml is the source's, and images rewritten "
+                f"to {host} are pulled as that file says"
+            )
             continue
         files[f"{host}/hosts.toml"] = _mirror_host_toml(rule)
     return files, warnings
@@ -261,7 +275,8 @@ def cri_o(rules: policy.Policy) -> Export:
             warnings.append(
                 f"{_describe(rule)}: not exported: a registries.conf mirror replaces the whole "
                 f"host matched by {rule.source}, but mirrorgate's mirror keeps that host as "
-                f"the first path component ({rule.mirror}/<host>/…)")
+                f"the first path component ({rule.mirror}/<host>/…)"
+            )
             continue
         blocks.append(_registry_block(rule))
     insecure_hosts = {r.mirror.host: r for r in rules.rules if _insecure(r)}
@@ -277,12 +292,15 @@ def cri_o(rules: policy.Policy) -> Export:
         "# and attaches a pull secret.",
     ]
     text = "\n".join(header) + "\n" + "".join(f"\n{block}" for block in blocks)
-    notes = _credential_notes((r for r in rules.rules if not r.source.wildcard),
-                              "registries.conf has no place for them")
+    notes = _credential_notes(
+        (r for r in rules.rules if not r.source.wildcard), "registries.conf has no place for them"
+    )
     cas = {r.mirror.host: r.ca_file for r in rules.rules if r.ca_file is not None}
-    notes += [f"the mirror {host} is verified with {ca}: CRI-O reads it from "
-              f"/etc/containers/certs.d/{host}/ca.crt (copy it there)"
-              for host, ca in cas.items()]
+    notes += [
+        f"the mirror {host} is verified with {ca}: CRI-O reads it from "
+        f"/etc/containers/certs.d/{host}/ca.crt (copy it there)"
+        for host, ca in cas.items()
+    ]
     return Export(files={"registries.conf": text}, warnings=warnings, notes=notes)
 
 
@@ -295,27 +313,32 @@ def _registry_block(rule: policy.MirrorRule) -> str:
     prefix = str(rule.source)
     credential = f" (needs credential {rule.credential!r})" if rule.credential else ""
     insecure = "insecure = true\n" if _insecure(rule) else ""
-    return (f"# {rule.label}: {rule.source} → {rule.mirror}{credential}\n"
-            f"[[registry]]\n"
-            f"prefix = {_toml_string(prefix)}\n"
-            f"location = {_toml_string(prefix)}\n"
-            f"\n"
-            f"[[registry.mirror]]\n"
-            f"location = {_toml_string(str(rule.mirror))}\n"
-            f"{insecure}")
+    return (
+        f"# {rule.label}: {rule.source} → {rule.mirror}{credential}\n"
+        f"[[registry]]\n"
+        f"prefix = {_toml_string(prefix)}\n"
+        f"location = {_toml_string(prefix)}\n"
+        f"\n"
+        f"[[registry.mirror]]\n"
+        f"location = {_toml_string(str(rule.mirror))}\n"
+        f"{insecure}"
+    )
 
 
 def _insecure_mirror_block(rule: policy.MirrorRule) -> str:
     """The mirror host itself, for the images admission rewrote to it."""
     host = rule.mirror.host
     why = "plain HTTP" if rule.scheme == "http" else "TLS not verified (insecureSkipVerify)"
-    return (f"# the mirror host {host} itself ({why}), for images rewritten to it\n"
-            f"[[registry]]\n"
-            f"location = {_toml_string(host)}\n"
-            f"insecure = true\n")
+    return (
+        f"# the mirror host {host} itself ({why}), for images rewritten to it\n"
+        f"[[registry]]\n"
+        f"location = {_toml_string(host)}\n"
+        f"insecure = true\n"
+    )
 
 
 # --- the commands ----------------------------------------------------------
+
 
 def _report(export: Export, err: TextIO) -> int:
     for note in export.notes:
@@ -361,4 +384,3 @@ def run_cri_o(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     status = _report(export, err)
     out.write(export.files["registries.conf"])
     return status
-

@@ -26,8 +26,17 @@ from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.policyfile import ConfigError, boundedyaml
 
-__all__ = ["TEMPLATE_PATHS", "NothingToRewrite", "explain_image", "load_documents", "pod_of",
-           "rewrite_documents", "run_explain", "run_policy_check", "run_rewrite"]
+__all__ = [
+    "TEMPLATE_PATHS",
+    "NothingToRewrite",
+    "explain_image",
+    "load_documents",
+    "pod_of",
+    "rewrite_documents",
+    "run_explain",
+    "run_policy_check",
+    "run_rewrite",
+]
 
 DEFAULT_NAMESPACE = "default"
 ENFORCE: policy.Mode = "enforce"
@@ -48,8 +57,11 @@ def load_documents(text: str, *, source: str) -> list[Any]:
 
 def _expand_lists(documents: Sequence[Any]) -> Iterator[Any]:
     for document in documents:
-        if isinstance(document, dict) and document.get("kind") == "List" \
-                and isinstance(document.get("items"), list):
+        if (
+            isinstance(document, dict)
+            and document.get("kind") == "List"
+            and isinstance(document.get("items"), list)
+        ):
             yield from document["items"]
         else:
             yield document
@@ -111,13 +123,20 @@ def pod_of(document: dict[str, Any]) -> dict[str, Any] | None:
     if workload.get("namespace"):
         metadata["namespace"] = workload["namespace"]
     metadata["generateName"] = f"{workload.get('name') or document['kind'].lower()}-"
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-            "spec": copy.deepcopy(template["spec"])}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": copy.deepcopy(template["spec"]),
+    }
 
 
 def rewrite_documents(
-        documents: Sequence[Any], *, rules: policy.Policy, namespace: str | None,
-        mode: str = ENFORCE,
+    documents: Sequence[Any],
+    *,
+    rules: policy.Policy,
+    namespace: str | None,
+    mode: str = ENFORCE,
 ) -> tuple[list[Any], list[list[patch.Operation]], list[str]]:
     """Each Pod, and each workload's Pod, as admission would admit it; patches; warnings.
 
@@ -132,8 +151,10 @@ def rewrite_documents(
     patches: list[list[patch.Operation]] = []
     warnings: list[str] = []
     for document in documents:
-        if not (isinstance(document, dict)
-                and (document.get("kind") == "Pod" or document.get("kind") in TEMPLATE_PATHS)):
+        if not (
+            isinstance(document, dict)
+            and (document.get("kind") == "Pod" or document.get("kind") in TEMPLATE_PATHS)
+        ):
             continue
         prefix = f"{_describe(document)}: "
         obj = pod_of(document)
@@ -154,14 +175,20 @@ def rewrite_documents(
         outputs.append(jsonpatch.apply_patch(copy.deepcopy(obj), ops) if ops else obj)
     if not outputs and not warnings:
         found = ", ".join(_describe(d) for d in documents[:5]) or "nothing"
-        raise NothingToRewrite(f"no Pod and no workload ({', '.join(TEMPLATE_PATHS)}) to "
-                               f"rewrite; found {found}")
+        raise NothingToRewrite(
+            f"no Pod and no workload ({', '.join(TEMPLATE_PATHS)}) to rewrite; found {found}"
+        )
     return outputs, patches, warnings
 
 
-def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
-                  labels: Mapping[str, str] | None = None,
-                  mode: str = ENFORCE) -> dict[str, Any]:
+def explain_image(
+    image: str,
+    *,
+    rules: policy.Policy | None,
+    namespace: str,
+    labels: Mapping[str, str] | None = None,
+    mode: str = ENFORCE,
+) -> dict[str, Any]:
     """What admission would do with ``image`` in a Pod of ``namespace``, as a JSON-ready object.
 
     Every key is always present (null when it does not apply). ``outcome`` and
@@ -171,9 +198,18 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
     image as written and a rewrite is only reported.
     """
     explained: dict[str, Any] = {
-        "image": image, "mode": mode, "valid": True, "error": None, "reference": None,
-        "outcome": None, "reason": None, "rule": None, "result": None, "credential": None,
-        "credentialRegistry": None, "warning": None,
+        "image": image,
+        "mode": mode,
+        "valid": True,
+        "error": None,
+        "reference": None,
+        "outcome": None,
+        "reason": None,
+        "rule": None,
+        "result": None,
+        "credential": None,
+        "credentialRegistry": None,
+        "warning": None,
     }
     try:
         ref = policy.parse_normalized(image)
@@ -181,13 +217,19 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
         explained.update(valid=False, error=error.reason)
     else:
         explained["reference"] = {
-            "domain": ref.domain, "path": ref.path, "tag": ref.tag, "digest": ref.digest,
-            "name": ref.name, "normalized": str(ref)}
+            "domain": ref.domain,
+            "path": ref.path,
+            "tag": ref.tag,
+            "digest": ref.digest,
+            "name": ref.name,
+            "normalized": str(ref),
+        }
     if rules is None:
         return explained
     explained["result"] = image
-    exemption = policy.exempt_pod(namespace=namespace, labels=labels or {}, annotations={},
-                                  policy=rules)
+    exemption = policy.exempt_pod(
+        namespace=namespace, labels=labels or {}, annotations={}, policy=rules
+    )
     if exemption is not None:
         explained.update(outcome=exemption.outcome, reason=exemption.reason)
         return explained
@@ -195,9 +237,15 @@ def explain_image(image: str, *, rules: policy.Policy | None, namespace: str,
     explained.update(outcome=decision.outcome, reason=decision.reason, warning=decision.warning)
     rule = decision.resolution.rule
     if rule is not None:
-        explained.update(rule={"index": rule.index, "source": str(rule.source),
-                               "mirror": str(rule.mirror), "scheme": rule.scheme},
-                         credential=rule.credential)
+        explained.update(
+            rule={
+                "index": rule.index,
+                "source": str(rule.source),
+                "mirror": str(rule.mirror),
+                "scheme": rule.scheme,
+            },
+            credential=rule.credential,
+        )
         grant = rules.grants.get(rule.credential) if rule.credential is not None else None
         if grant is not None and grant.registry is not None:
             # The key of the generated .dockerconfigjson; null: the store entry's own.
@@ -212,6 +260,7 @@ def dumps_json(value: Any) -> str:
 
 
 # --- the commands ----------------------------------------------------------
+
 
 def _read_input(path: str, stdin: TextIO) -> tuple[str, str]:
     if path == "-":
@@ -234,16 +283,17 @@ MAX_MANIFEST_FILES = 1000
 def _manifest_files(directory: str) -> list[str]:
     try:
         with os.scandir(directory) as entries:
-            names = sorted(e.name for e in entries
-                           if e.name.endswith(MANIFEST_SUFFIXES) and e.is_file())
+            names = sorted(
+                e.name for e in entries if e.name.endswith(MANIFEST_SUFFIXES) and e.is_file()
+            )
     except OSError as error:
         raise ConfigError(f"{directory}: cannot read: {error.strerror}") from None
     if not names:
-        raise ConfigError(f"{directory}: a directory without {', '.join(MANIFEST_SUFFIXES)} "
-                          "files")
+        raise ConfigError(f"{directory}: a directory without {', '.join(MANIFEST_SUFFIXES)} files")
     if len(names) > MAX_MANIFEST_FILES:
-        raise ConfigError(f"{directory}: {len(names):,} manifest files; at most "
-                          f"{MAX_MANIFEST_FILES:,} at once")
+        raise ConfigError(
+            f"{directory}: {len(names):,} manifest files; at most {MAX_MANIFEST_FILES:,} at once"
+        )
     return [os.path.join(directory, name) for name in names]
 
 
@@ -264,7 +314,8 @@ def run_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     documents, source = _read_documents(args.filename, sys.stdin)
     try:
         outputs, patches, warnings = rewrite_documents(
-            documents, rules=rules, namespace=args.namespace, mode=args.mode)
+            documents, rules=rules, namespace=args.namespace, mode=args.mode
+        )
     except NothingToRewrite as error:
         raise ConfigError(f"{source}: {error}") from None
     for warning in warnings:
@@ -273,8 +324,11 @@ def run_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for ops in patches:
             print(dumps_json(ops), file=out)
     elif args.output == "json":
-        value = outputs[0] if len(outputs) == 1 else {
-            "apiVersion": "v1", "kind": "List", "items": outputs}
+        value = (
+            outputs[0]
+            if len(outputs) == 1
+            else {"apiVersion": "v1", "kind": "List", "items": outputs}
+        )
         print(json.dumps(value, indent=2), file=out)
     else:
         yaml.safe_dump_all(outputs, out, sort_keys=False)
@@ -290,8 +344,7 @@ def _label(text: str) -> tuple[str, str]:
 
 def _explain_detail(explained: Mapping[str, Any]) -> str:
     if explained["outcome"] == "rewrite":
-        credential = f" (credential {explained['credential']})" if explained["credential"] \
-            else ""
+        credential = f" (credential {explained['credential']})" if explained["credential"] else ""
         if explained["result"] == explained["image"]:
             return f"audit mode: not rewritten (would go to {explained['rule']['mirror']})"
         return f"→ {explained['result']}{credential}"
@@ -318,8 +371,10 @@ def render_explain_table(rows: Sequence[Mapping[str, Any]]) -> str:
 def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rules = policyfile.read_policy(args.policy).policy if args.policy else None
     labels = dict(_label(text) for text in args.label)
-    rows = [explain_image(image, rules=rules, namespace=args.namespace, labels=labels,
-                          mode=args.mode) for image in args.images]
+    rows = [
+        explain_image(image, rules=rules, namespace=args.namespace, labels=labels, mode=args.mode)
+        for image in args.images
+    ]
     if args.output == "table":
         out.write(render_explain_table(rows))
     else:
@@ -341,10 +396,12 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # The store (its key first) is read before anything is printed: a store that
     # cannot be read is a usage error (exit 2), never "valid" and then an error.
     stored = None if args.store_file is None else _read_store(args)
-    print(f"{args.file}: valid (version {loaded.version}, "
-          f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
-          f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
-          file=out)
+    print(
+        f"{args.file}: valid (version {loaded.version}, "
+        f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
+        f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
+        file=out,
+    )
     for warning in rules.warnings:  # valid, though rarely meant: said, not failed
         print(f"  warning: {warning}", file=out)
     if stored is None:

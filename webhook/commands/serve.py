@@ -139,34 +139,44 @@ def _connect(settings: Settings) -> kube.Kube | None:
         raise policyfile.ConfigError(str(error)) from None
 
 
-def _self_managed_certificates(settings: Settings, client: kube.Kube | None,
-                               background: Background) -> selfcerts.SelfManagedCertificates:
+def _self_managed_certificates(
+    settings: Settings, client: kube.Kube | None, background: Background
+) -> selfcerts.SelfManagedCertificates:
     """--tls-secret: certificates kept in a Secret and renewed by the server itself."""
     if client is None:
-        raise policyfile.ConfigError("--tls-secret needs a cluster: pass --kubeconfig or run "
-                                     "in a Pod")
+        raise policyfile.ConfigError(
+            "--tls-secret needs a cluster: pass --kubeconfig or run in a Pod"
+        )
     directory = Path(settings.tls_dir or tempfile.mkdtemp(prefix="mirrorgate-tls-"))
     manager = selfcerts.SelfManagedCertificates(
-        client, namespace=settings.namespace or kube.own_namespace(),
-        secret=str(settings.tls_secret), service=settings.service,
-        webhook_configuration=settings.webhook_configuration, directory=directory,
-        check_interval=settings.cert_check_interval, extra_names=settings.tls_names)
+        client,
+        namespace=settings.namespace or kube.own_namespace(),
+        secret=str(settings.tls_secret),
+        service=settings.service,
+        webhook_configuration=settings.webhook_configuration,
+        directory=directory,
+        check_interval=settings.cert_check_interval,
+        extra_names=settings.tls_names,
+    )
     try:
         manager.reconcile()
     except (kube.KubeError, ValueError, OSError) as error:
-        raise policyfile.ConfigError(f"cannot set up the serving certificate from Secret "
-                                     f"{settings.tls_secret!r}: {error}") from None
+        raise policyfile.ConfigError(
+            f"cannot set up the serving certificate from Secret {settings.tls_secret!r}: {error}"
+        ) from None
     background.starts.append(manager.start)
     background.stops.append(manager.stop)
     return manager
 
 
-def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runtime,
-                 background: Background,
-                 ) -> tuple[admission.PullSecrets, credentials.CredentialStore | None]:
+def _credentials(
+    settings: Settings,
+    client: kube.Kube | None,
+    runtime: app.Runtime,
+    background: Background,
+) -> tuple[admission.PullSecrets, credentials.CredentialStore | None]:
     """The pull-secret provisioner and the credential store the settings ask for."""
-    kind = settings.store or ("kubernetes" if client else "file" if settings.store_file
-                              else "none")
+    kind = settings.store or ("kubernetes" if client else "file" if settings.store_file else "none")
     namespace = settings.namespace or kube.own_namespace()
     store: credentials.CredentialStore
     if kind == "none":
@@ -179,14 +189,20 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
             file_store = filestore.FileCredentialStore(settings.store_file, key)
         except credentials.StoreError as error:
             raise policyfile.ConfigError(str(error)) from None
-        background.watchers.append(filewatch.FileWatcher(
-            [settings.store_file], file_store.reload, interval=settings.reload_interval,
-            name="credential-store"))
+        background.watchers.append(
+            filewatch.FileWatcher(
+                [settings.store_file],
+                file_store.reload,
+                interval=settings.reload_interval,
+                name="credential-store",
+            )
+        )
         store = file_store
     elif kind == "kubernetes":
         if client is None:
-            raise policyfile.ConfigError("--store kubernetes needs a cluster: pass --kubeconfig "
-                                         "or run in a Pod")
+            raise policyfile.ConfigError(
+                "--store kubernetes needs a cluster: pass --kubeconfig or run in a Pod"
+            )
         kube_store = kubestore.KubernetesCredentialStore(client, namespace)
         background.starts.append(kube_store.start)
         background.stops.append(kube_store.informer.stop)
@@ -197,44 +213,64 @@ def _credentials(settings: Settings, client: kube.Kube | None, runtime: app.Runt
     providers = _provider_source(settings, runtime.policy.policy)
     central = store
     if providers is not None and not isinstance(central, kubestore.KubernetesCredentialStore):
-        raise policyfile.ConfigError("credentials with a provider need --store kubernetes: the "
-                                     "leader publishes their logins there for every replica")
+        raise policyfile.ConfigError(
+            "credentials with a provider need --store kubernetes: the "
+            "leader publishes their logins there for every replica"
+        )
     store = scoped.ScopedStore(store, lambda: runtime.policy.policy.grants)
     if client is None:
         return StandalonePullSecrets(), store
     try:
         key = fingerprints.load_or_create_key(client, namespace)
     except kube.KubeError as error:
-        raise policyfile.ConfigError(f"cannot read or make Secret {namespace}/"
-                                     f"{fingerprints.KEY_SECRET}: {error}") from None
+        raise policyfile.ConfigError(
+            f"cannot read or make Secret {namespace}/{fingerprints.KEY_SECRET}: {error}"
+        ) from None
     counter = runtime.metrics.pull_secret_writes
     optin = NamespaceOptIn(client)
     provisioner = pullsecrets.PullSecretProvisioner(
-        client, store, records=Records(client, namespace), optin=optin,
-        fingerprints=fingerprints.Fingerprints(key), deadline=settings.credential_deadline,
-        counter=lambda action: counter.labels(action).inc())
+        client,
+        store,
+        records=Records(client, namespace),
+        optin=optin,
+        fingerprints=fingerprints.Fingerprints(key),
+        deadline=settings.credential_deadline,
+        counter=lambda action: counter.labels(action).inc(),
+    )
     elector = leader.LeaderElector(client, namespace=namespace)
-    reconciler = pullsecrets.Reconciler(provisioner, client, rules=lambda: runtime.policy.policy,
-                                        is_leader=elector.is_leader,
-                                        interval=settings.reconcile_interval)
+    reconciler = pullsecrets.Reconciler(
+        provisioner,
+        client,
+        rules=lambda: runtime.policy.policy,
+        is_leader=elector.is_leader,
+        interval=settings.reconcile_interval,
+    )
     runtime.readiness["pull-secrets"] = provisioner.problem
-    background.starts += [optin.informer.start, provisioner.start, elector.start,
-                          reconciler.start]
+    background.starts += [optin.informer.start, provisioner.start, elector.start, reconciler.start]
     background.stops += [reconciler.stop, elector.stop, provisioner.stop, optin.informer.stop]
     runtime.on_policy_change.append(reconciler.trigger)
     if providers is not None:
         assert isinstance(central, kubestore.KubernetesCredentialStore)
         refresher = refresher_.ProviderRefresher(
-            providers, client, store=central, rules=lambda: runtime.policy.policy,
-            is_leader=elector.is_leader, observe=runtime.metrics.credential_refreshed)
+            providers,
+            client,
+            store=central,
+            rules=lambda: runtime.policy.policy,
+            is_leader=elector.is_leader,
+            observe=runtime.metrics.credential_refreshed,
+        )
         background.starts.append(refresher.start)
         background.stops.insert(0, refresher.stop)
         runtime.on_policy_change.append(refresher.trigger)
     return provisioner, store
 
 
-def _mirror_health(settings: Settings, store: credentials.CredentialStore | None,
-            runtime: app.Runtime, background: Background) -> None:
+def _mirror_health(
+    settings: Settings,
+    store: credentials.CredentialStore | None,
+    runtime: app.Runtime,
+    background: Background,
+) -> None:
     """The background probes, publishing into the runtime what admission reads."""
 
     def snapshot() -> Mapping[str, credentials.Credential] | None:
@@ -245,8 +281,12 @@ def _mirror_health(settings: Settings, store: credentials.CredentialStore | None
         runtime.health = value  # one reference swap: admission reads it without a lock
 
     health_monitor = monitor.HealthMonitor(
-        rules=lambda: runtime.policy.policy, credentials=snapshot if store else None,
-        publish=publish, metrics=runtime.metrics, probe=settings.health_probes)
+        rules=lambda: runtime.policy.policy,
+        credentials=snapshot if store else None,
+        publish=publish,
+        metrics=runtime.metrics,
+        probe=settings.health_probes,
+    )
     runtime.advisories.append(health_monitor.problems)
     runtime.on_policy_change.append(health_monitor.trigger)
     if store is not None:
@@ -262,25 +302,31 @@ def _provider_source(settings: Settings, rules: policy.Policy) -> provider.Provi
         if wanted:
             raise policyfile.ConfigError(
                 f"credentials.{min(wanted)}.provider: needs --credential-provider-config and "
-                "--credential-provider-bin-dir")
+                "--credential-provider-bin-dir"
+            )
         return None
     if settings.credential_provider_bin_dir is None:
-        raise policyfile.ConfigError("--credential-provider-config needs "
-                                     "--credential-provider-bin-dir")
+        raise policyfile.ConfigError(
+            "--credential-provider-config needs --credential-provider-bin-dir"
+        )
     try:
         config = providerconfig.load(settings.credential_provider_config)
     except providerconfig.ProviderConfigError as error:
         raise policyfile.ConfigError(str(error)) from None
-    problems = providerconfig.policy_problems(config, rules,
-                                              source=settings.credential_provider_config)
+    problems = providerconfig.policy_problems(
+        config, rules, source=settings.credential_provider_config
+    )
     if problems:
         raise policyfile.ConfigError("; ".join(problems))
-    return provider.ProviderSource(config, settings.credential_provider_bin_dir,
-                                   timeout=settings.credential_provider_timeout)
+    return provider.ProviderSource(
+        config, settings.credential_provider_bin_dir, timeout=settings.credential_provider_timeout
+    )
 
 
-def _initial_policy(settings: Settings, state: policystate.PolicyState | None,
-                    ) -> tuple[policyfile.LoadedPolicy, str | None]:
+def _initial_policy(
+    settings: Settings,
+    state: policystate.PolicyState | None,
+) -> tuple[policyfile.LoadedPolicy, str | None]:
     """The policy file; if it is refused, the last accepted policy and why (with a cluster).
 
     Without a cluster, or with no policy ever accepted there (a first install),
@@ -294,13 +340,16 @@ def _initial_policy(settings: Settings, state: policystate.PolicyState | None,
     if state is None or data is None:
         raise refused
     try:
-        kept = policyfile.read_policy(f"ConfigMap {state.namespace}/{policystate.ACCEPTED}",
-                                      data=data)
+        kept = policyfile.read_policy(
+            f"ConfigMap {state.namespace}/{policystate.ACCEPTED}", data=data
+        )
     except policyfile.ConfigError:
         raise refused from None
     why = f"{refused}; serving the last accepted policy {kept.version}"
-    logger.error("policy refused at start; serving the last accepted policy",
-                 extra={"fields": {"error": str(refused), "live": kept.version}})
+    logger.error(
+        "policy refused at start; serving the last accepted policy",
+        extra={"fields": {"error": str(refused), "live": kept.version}},
+    )
     state.rejected(str(refused), serving=kept.version)
     return kept, why
 
@@ -310,16 +359,23 @@ def _log_warnings(loaded: policyfile.LoadedPolicy) -> None:
     unsafe or rarely meant (what `policy check` prints). Warnings name fields, hosts and
     credential names, never a login."""
     for warning in loaded.policy.warnings:
-        logger.warning("policy warning", extra={"fields": {
-            "file": loaded.path, "version": loaded.version, "warning": str(warning)}})
+        logger.warning(
+            "policy warning",
+            extra={
+                "fields": {"file": loaded.path, "version": loaded.version, "warning": str(warning)}
+            },
+        )
 
 
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:
     """Load everything once, failing with ConfigError before any port is opened."""
     background = Background()
     client = _connect(settings)
-    state = None if client is None else policystate.PolicyState(
-        client, settings.namespace or kube.own_namespace())
+    state = (
+        None
+        if client is None
+        else policystate.PolicyState(client, settings.namespace or kube.own_namespace())
+    )
     loaded, refused = _initial_policy(settings, state)
     if state is not None:
         background.starts.append(state.start)
@@ -336,9 +392,13 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     certificates = tls.CertificateReloader(cert_file, key_file)
     # The provisioner reports to the runtime's metrics and readiness, so the
     # runtime comes first and receives it just after.
-    runtime = app.Runtime(policy=loaded, secrets=StandalonePullSecrets(),
-                          audit_only=settings.audit_only, policy_refused=refused,
-                          max_containers=settings.limits.max_containers)
+    runtime = app.Runtime(
+        policy=loaded,
+        secrets=StandalonePullSecrets(),
+        audit_only=settings.audit_only,
+        policy_refused=refused,
+        max_containers=settings.limits.max_containers,
+    )
     # Large reviews are screened in a worker process, off the event loop.
     runtime.screener = offload.Screener()
     background.starts.append(runtime.screener.start)
@@ -356,7 +416,8 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         # the next poll loads that one too.
         with contextlib.suppress(OSError, ValueError):
             runtime.metrics.certificate_expiry.set(
-                certs.certificate_expiry(Path(cert_file).read_bytes()).timestamp())
+                certs.certificate_expiry(Path(cert_file).read_bytes()).timestamp()
+            )
 
     record_certificate_expiry()
 
@@ -367,8 +428,10 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             live = runtime.policy.version
             runtime.metrics.policy_reload_failures.inc()
             runtime.policy_refused = f"{error}; still serving policy {live}"
-            logger.error("policy rejected; the previous policy stays in force",
-                         extra={"fields": {"error": str(error), "live": live}})
+            logger.error(
+                "policy rejected; the previous policy stays in force",
+                extra={"fields": {"error": str(error), "live": live}},
+            )
             if state is not None:
                 state.rejected(str(error), serving=live)
             return
@@ -386,18 +449,25 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             # Often a half-written Secret update (new cert, old key): the next
             # poll retries, and the old certificate keeps serving meanwhile.
             runtime.metrics.certificate_reloads.labels("failed").inc()
-            logger.warning("certificate reload failed; still serving the previous one",
-                           extra={"fields": {"error": str(error)}})
+            logger.warning(
+                "certificate reload failed; still serving the previous one",
+                extra={"fields": {"error": str(error)}},
+            )
             watcher_certs.reset()
             return
         runtime.metrics.certificate_reloads.labels("loaded").inc()
         record_certificate_expiry()
         logger.info("serving certificate reloaded", extra={"fields": {}})
 
-    watcher_policy = filewatch.FileWatcher([settings.policy], reload_policy,
-                                       interval=settings.reload_interval, name="policy")
-    watcher_certs = filewatch.FileWatcher([cert_file, key_file], reload_certificates,
-                                      interval=settings.reload_interval, name="certificates")
+    watcher_policy = filewatch.FileWatcher(
+        [settings.policy], reload_policy, interval=settings.reload_interval, name="policy"
+    )
+    watcher_certs = filewatch.FileWatcher(
+        [cert_file, key_file],
+        reload_certificates,
+        interval=settings.reload_interval,
+        name="certificates",
+    )
 
     background.watchers += [watcher_policy, watcher_certs]
 
@@ -432,8 +502,9 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     application = app.create_app(runtime)
     application.router.lifespan_context = lifespan
     _log_warnings(loaded)  # once it is sure to be served
-    return Server(settings=settings, runtime=runtime, certificates=certificates,
-                  application=application)
+    return Server(
+        settings=settings, runtime=runtime, certificates=certificates, application=application
+    )
 
 
 def uvicorn_config(server: Server) -> uvicorn.Config:
@@ -443,18 +514,26 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
     if problems:
         raise policyfile.ConfigError("; ".join(problems))
     config = uvicorn.Config(
-        server.application, host=settings.host, port=settings.port,
-        log_config=None, access_log=False, lifespan="on",
+        server.application,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
         # uvloop: an idle TLS connection costs about 50 KB under it and
         # 280 KB under asyncio's own loop, which zero-fills a 256 KB buffer
         # per connection (measured: 1,000 idle connections, +46 vs +274 MB).
-        loop="uvloop", http="httptools", ws="none",
+        loop="uvloop",
+        http="httptools",
+        ws="none",
         # Idle keep-alive connections: uvicorn's timer, armed after each answer.
-        timeout_keep_alive=settings.limits.idle_timeout)  # type: ignore[arg-type]
+        timeout_keep_alive=settings.limits.idle_timeout,
+    )  # type: ignore[arg-type]
     config.load()
     metrics = server.runtime.metrics
     table = connections.ConnectionTable(
-        settings.limits, on_close=lambda reason: metrics.connections_dropped.labels(reason).inc())
+        settings.limits, on_close=lambda reason: metrics.connections_dropped.labels(reason).inc()
+    )
     metrics.open_connections.set_function(lambda: len(table.open))
     server.connections = table
     # The server itself is plain TCP: each connection is counted from its
@@ -462,7 +541,8 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
     # acceptor, within the header timeout.
     config.ssl = None
     config.http_protocol_class = connections.protocol_factory(  # type: ignore[assignment]
-        table, server.certificates.base)
+        table, server.certificates.base
+    )
     return config
 
 
@@ -478,7 +558,8 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as error:
         sock.close()
         raise policyfile.ConfigError(
-            f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+            f"cannot listen on {host}:{port}: {error.strerror or error}"
+        ) from None
     return sock
 
 
@@ -493,9 +574,17 @@ class _Uvicorn(uvicorn.Server):
         await super().startup(sockets=sockets)
         if self.started:
             loaded = self.runtime.policy
-            logger.info("mirrorgate serving", extra={"fields": {
-                "address": self.address, "version": VERSION, "policy": loaded.version,
-                "mode": self.runtime.mode}})
+            logger.info(
+                "mirrorgate serving",
+                extra={
+                    "fields": {
+                        "address": self.address,
+                        "version": VERSION,
+                        "policy": loaded.version,
+                        "mode": self.runtime.mode,
+                    }
+                },
+            )
             logs.flush()
 
 
@@ -523,24 +612,47 @@ def serve(settings: Settings) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """`mirrorgate serve`: its flags as :class:`Settings`, served until SIGTERM."""
-    serve(Settings(
-        policy=args.policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host,
-        port=args.port, reload_interval=args.reload_interval, log_level=args.log_level,
-        kubeconfig=args.kubeconfig, kube_context=args.context, namespace=args.namespace,
-        store=args.store, store_file=args.store_file, store_key_file=args.key_file,
-        credential_deadline=args.credential_deadline, audit_only=args.audit_only,
-        reconcile_interval=args.reconcile_interval,
-        credential_provider_config=args.credential_provider_config,
-        credential_provider_bin_dir=args.credential_provider_bin_dir,
-        credential_provider_timeout=args.credential_provider_timeout,
-        tls_secret=args.tls_secret, service=args.service,
-        webhook_configuration=args.webhook_config, cert_check_interval=args.cert_check_interval,
-        tls_dir=args.tls_dir, tls_names=tuple(args.tls_name), limits=Limits(
-            max_connections=args.max_connections, max_header_bytes=args.max_header_bytes,
-            max_headers=args.max_headers, header_timeout=args.header_timeout,
-            body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
-            max_buffered_bytes=args.max_buffered_bytes, max_containers=args.max_containers,
-            write_timeout=args.write_timeout, max_unsent_bytes=args.max_unsent_bytes,
-            max_pipelined=args.max_pipelined),
-        health_probes=args.health_probes))
+    serve(
+        Settings(
+            policy=args.policy,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            host=args.host,
+            port=args.port,
+            reload_interval=args.reload_interval,
+            log_level=args.log_level,
+            kubeconfig=args.kubeconfig,
+            kube_context=args.context,
+            namespace=args.namespace,
+            store=args.store,
+            store_file=args.store_file,
+            store_key_file=args.key_file,
+            credential_deadline=args.credential_deadline,
+            audit_only=args.audit_only,
+            reconcile_interval=args.reconcile_interval,
+            credential_provider_config=args.credential_provider_config,
+            credential_provider_bin_dir=args.credential_provider_bin_dir,
+            credential_provider_timeout=args.credential_provider_timeout,
+            tls_secret=args.tls_secret,
+            service=args.service,
+            webhook_configuration=args.webhook_config,
+            cert_check_interval=args.cert_check_interval,
+            tls_dir=args.tls_dir,
+            tls_names=tuple(args.tls_name),
+            limits=Limits(
+                max_connections=args.max_connections,
+                max_header_bytes=args.max_header_bytes,
+                max_headers=args.max_headers,
+                header_timeout=args.header_timeout,
+                body_timeout=args.body_timeout,
+                idle_timeout=args.idle_timeout,
+                max_buffered_bytes=args.max_buffered_bytes,
+                max_containers=args.max_containers,
+                write_timeout=args.write_timeout,
+                max_unsent_bytes=args.max_unsent_bytes,
+                max_pipelined=args.max_pipelined,
+            ),
+            health_probes=args.health_probes,
+        )
+    )
     return EXIT_OK

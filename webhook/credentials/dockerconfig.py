@@ -109,12 +109,13 @@ def _login(entry: object, where: str) -> Login | None:
     return Login(str(username), str(password))
 
 
-def login_for_add(path: str, registry: str, *, username: str | None,
-                  password_stdin: bool) -> Login:
+def login_for_add(path: str, registry: str, *, username: str | None, password_stdin: bool) -> Login:
     """``credentials add --from-docker-config``: the login, which no other option may give."""
     if username is not None or password_stdin:
-        raise DockerConfigError("--from-docker-config takes the user and the password from "
-                                "the file: leave out --username and --password-stdin")
+        raise DockerConfigError(
+            "--from-docker-config takes the user and the password from "
+            "the file: leave out --username and --password-stdin"
+        )
     return read_login(path, registry)
 
 
@@ -126,8 +127,9 @@ def read_login(path: str, registry: str) -> Login:
     except OSError as error:
         raise DockerConfigError(f"{path}: cannot read: {error.strerror}") from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise DockerConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes: not a docker "
-                                "config")
+        raise DockerConfigError(
+            f"{path}: larger than {MAX_CONFIG_BYTES} bytes: not a docker config"
+        )
     try:
         document = json.loads(data)
     except (ValueError, UnicodeDecodeError) as error:
@@ -142,9 +144,9 @@ def read_login(path: str, registry: str) -> Login:
     found = _entry(auths, registry)
     helpers = document.get("credHelpers")
     by_helper = isinstance(helpers, Mapping) and any(
-        helpers.get(c) for c in (registry, registry.partition("/")[0]))
-    login = None if found is None or by_helper else _login(
-        found[1], f"{path}: auths[{found[0]!r}]")
+        helpers.get(c) for c in (registry, registry.partition("/")[0])
+    )
+    login = None if found is None or by_helper else _login(found[1], f"{path}: auths[{found[0]!r}]")
     if login is not None:
         return login
     helper = _helper(document, registry)
@@ -152,9 +154,11 @@ def read_login(path: str, registry: str) -> Login:
         raise DockerConfigError(
             f"{path}: the login for {registry} is kept by the credential helper {helper}, not "
             f"in the file; mirrorgate runs no helper: pass the login with --username and "
-            f"--password-stdin (e.g. from `{helper.split()[0]} get`)")
+            f"--password-stdin (e.g. from `{helper.split()[0]} get`)"
+        )
     known = ", ".join(sorted(repr(k) for k in auths)) or "none"
     if found is not None:
-        raise DockerConfigError(f"{path}: auths[{found[0]!r}] holds no login (no auth, "
-                                "password or identitytoken)")
+        raise DockerConfigError(
+            f"{path}: auths[{found[0]!r}] holds no login (no auth, password or identitytoken)"
+        )
     raise DockerConfigError(f"{path}: no login for {registry} in auths (entries: {known})")

@@ -54,8 +54,17 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from mirrorgate import certs
 from mirrorgate.webhook.credentials.store import Credential, StoreError
 
-__all__ = ["KEY_ENV", "FileCredentialStore", "StoreContents", "generate_key", "load_key",
-           "locked", "read_store", "update_store", "write_store"]
+__all__ = [
+    "KEY_ENV",
+    "FileCredentialStore",
+    "StoreContents",
+    "generate_key",
+    "load_key",
+    "locked",
+    "read_store",
+    "update_store",
+    "write_store",
+]
 
 FORMAT = "mirrorgate-credentials/v2"
 KEY_ENV = "MIRRORGATE_STORE_KEY"
@@ -74,19 +83,24 @@ class StoreContents:
     """0 for a store not written yet; every write adds one."""
 
     def __repr__(self) -> str:  # credentials repr without passwords anyway, but keep it short
-        return (f"StoreContents({len(self.credentials)} credentials, store={self.store_id!r}, "
-                f"generation={self.generation})")
+        return (
+            f"StoreContents({len(self.credentials)} credentials, store={self.store_id!r}, "
+            f"generation={self.generation})"
+        )
 
     def replaced(self, credentials: Mapping[str, Credential]) -> StoreContents:
         """The next generation of this store, holding ``credentials``."""
-        return StoreContents(credentials=dict(credentials),
-                             store_id=self.store_id or secrets.token_hex(16),
-                             generation=self.generation + 1)
+        return StoreContents(
+            credentials=dict(credentials),
+            store_id=self.store_id or secrets.token_hex(16),
+            generation=self.generation + 1,
+        )
 
 
 def _associated_data(store_id: str, generation: int) -> bytes:
-    return orjson.dumps({"format": FORMAT, "generation": generation, "store": store_id},
-                        option=orjson.OPT_SORT_KEYS)
+    return orjson.dumps(
+        {"format": FORMAT, "generation": generation, "store": store_id}, option=orjson.OPT_SORT_KEYS
+    )
 
 
 def generate_key() -> str:
@@ -106,8 +120,10 @@ def load_key(*, key_file: str | None, environ: Mapping[str, str]) -> bytes:
     elif environ.get(KEY_ENV):
         text, source = environ[KEY_ENV].strip(), f"${KEY_ENV}"
     else:
-        raise StoreError(f"no store key: pass --key-file FILE or set {KEY_ENV} "
-                         "(make one with `mirrorgate credentials generate-key`)")
+        raise StoreError(
+            f"no store key: pass --key-file FILE or set {KEY_ENV} "
+            "(make one with `mirrorgate credentials generate-key`)"
+        )
     try:
         key = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -122,10 +138,12 @@ def _refuse_if_shared(key_file: str, status: os.stat_result) -> None:
     # credential of the store, so a readable key file is a leak already.
     mode = stat.S_IMODE(status.st_mode)
     if mode & 0o077 and not _read_through_own_group(status):
-        raise StoreError(f"{key_file}: the store key may be read or written by group or others "
-                         f"(mode {mode:04o}); make it private: chmod 600 {key_file} (from a "
-                         "Kubernetes Secret volume: defaultMode: 0440 and the Pod's "
-                         "securityContext.fsGroup)")
+        raise StoreError(
+            f"{key_file}: the store key may be read or written by group or others "
+            f"(mode {mode:04o}); make it private: chmod 600 {key_file} (from a "
+            "Kubernetes Secret volume: defaultMode: 0440 and the Pod's "
+            "securityContext.fsGroup)"
+        )
 
 
 def _read_through_own_group(status: os.stat_result) -> bool:
@@ -137,8 +155,11 @@ def _read_through_own_group(status: os.stat_result) -> bool:
     alone have. A file of our own, or one the group may write, stays refused.
     """
     mode = stat.S_IMODE(status.st_mode)
-    return (mode & 0o037 == 0 and status.st_uid != os.geteuid()
-            and status.st_gid in {os.getegid(), *os.getgroups()})
+    return (
+        mode & 0o037 == 0
+        and status.st_uid != os.geteuid()
+        and status.st_gid in {os.getegid(), *os.getgroups()}
+    )
 
 
 def _decode(path: str, raw: bytes, key: bytes) -> StoreContents:
@@ -147,27 +168,32 @@ def _decode(path: str, raw: bytes, key: bytes) -> StoreContents:
         if not isinstance(envelope, dict) or not isinstance(envelope.get("format"), str):
             raise ValueError
         if envelope["format"] != FORMAT:
-            raise StoreError(f"{path}: store format {envelope['format'][:40]!r} is not "
-                             f"{FORMAT!r}; a v1 store becomes v2 with `mirrorgate credentials "
-                             "migrate`")
+            raise StoreError(
+                f"{path}: store format {envelope['format'][:40]!r} is not "
+                f"{FORMAT!r}; a v1 store becomes v2 with `mirrorgate credentials "
+                "migrate`"
+            )
         store_id, generation = envelope["store"], envelope["generation"]
         if not isinstance(store_id, str) or type(generation) is not int or generation < 1:
             raise ValueError
         nonce = base64.b64decode(envelope["nonce"], validate=True)
         ciphertext = base64.b64decode(envelope["ciphertext"], validate=True)
     except (ValueError, KeyError, TypeError, binascii.Error):
-        raise StoreError(f"{path}: not a mirrorgate credential store (damaged or another "
-                         "file)") from None
+        raise StoreError(
+            f"{path}: not a mirrorgate credential store (damaged or another file)"
+        ) from None
     try:
-        plaintext = AESGCM(key).decrypt(nonce, ciphertext,
-                                        _associated_data(store_id, generation))
+        plaintext = AESGCM(key).decrypt(nonce, ciphertext, _associated_data(store_id, generation))
     except (InvalidTag, ValueError):
         raise StoreError(f"{path}: cannot decrypt: wrong key, or the file is damaged") from None
     try:
         entries = orjson.loads(plaintext)["credentials"]
-        credentials = {name: Credential(name=name, registry=e["registry"],
-                                        username=e["username"], password=e["password"])
-                       for name, e in entries.items()}
+        credentials = {
+            name: Credential(
+                name=name, registry=e["registry"], username=e["username"], password=e["password"]
+            )
+            for name, e in entries.items()
+        }
     except (ValueError, KeyError, TypeError, AttributeError):
         raise StoreError(f"{path}: decrypted, but the contents are malformed") from None
     return StoreContents(credentials=credentials, store_id=store_id, generation=generation)
@@ -194,16 +220,28 @@ def write_store(path: str, key: bytes, contents: StoreContents) -> None:
     """
     if not contents.store_id or contents.generation < 1:
         raise ValueError("write_store needs the next generation: use StoreContents.replaced()")
-    plaintext = orjson.dumps({"credentials": {
-        c.name: {"registry": c.registry, "username": c.username, "password": c.password}
-        for c in contents.credentials.values()}}, option=orjson.OPT_SORT_KEYS)
+    plaintext = orjson.dumps(
+        {
+            "credentials": {
+                c.name: {"registry": c.registry, "username": c.username, "password": c.password}
+                for c in contents.credentials.values()
+            }
+        },
+        option=orjson.OPT_SORT_KEYS,
+    )
     nonce = secrets.token_bytes(12)
-    sealed = AESGCM(key).encrypt(nonce, plaintext,
-                                 _associated_data(contents.store_id, contents.generation))
-    envelope = orjson.dumps({
-        "format": FORMAT, "store": contents.store_id, "generation": contents.generation,
-        "nonce": base64.b64encode(nonce).decode(),
-        "ciphertext": base64.b64encode(sealed).decode()})
+    sealed = AESGCM(key).encrypt(
+        nonce, plaintext, _associated_data(contents.store_id, contents.generation)
+    )
+    envelope = orjson.dumps(
+        {
+            "format": FORMAT,
+            "store": contents.store_id,
+            "generation": contents.generation,
+            "nonce": base64.b64encode(nonce).decode(),
+            "ciphertext": base64.b64encode(sealed).decode(),
+        }
+    )
     try:
         certs.atomic_write(Path(path), envelope, mode=0o600)
         certs.fsync_directory(Path(path).absolute().parent)
@@ -231,8 +269,7 @@ def locked(path: str, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as error:
-        raise StoreError(f"{path}: cannot lock the store ({lock_path}): "
-                         f"{error.strerror}") from None
+        raise StoreError(f"{path}: cannot lock the store ({lock_path}): {error.strerror}") from None
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -241,21 +278,29 @@ def locked(path: str, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
                 break
             except OSError as error:
                 if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise StoreError(f"{path}: cannot lock the store ({lock_path}): "
-                                     f"{error.strerror}") from None
+                    raise StoreError(
+                        f"{path}: cannot lock the store ({lock_path}): {error.strerror}"
+                    ) from None
             if time.monotonic() >= deadline:
-                raise StoreError(f"{path}: another writer has held the store's lock "
-                                 f"({lock_path}) for {timeout:g} s; nothing was written, "
-                                 "try again")
+                raise StoreError(
+                    f"{path}: another writer has held the store's lock "
+                    f"({lock_path}) for {timeout:g} s; nothing was written, "
+                    "try again"
+                )
             time.sleep(0.02)
         yield
     finally:
         os.close(fd)  # releases the lock
 
 
-def update_store(path: str, key: bytes,
-                 change: Callable[[StoreContents], Mapping[str, Credential] | None], *,
-                 missing_ok: bool = False, lock_timeout: float = LOCK_TIMEOUT) -> StoreContents:
+def update_store(
+    path: str,
+    key: bytes,
+    change: Callable[[StoreContents], Mapping[str, Credential] | None],
+    *,
+    missing_ok: bool = False,
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> StoreContents:
     """Read the store, apply ``change`` and write the result, as one step among writers.
 
     ``change`` gets the current contents and returns the new credentials, or
@@ -270,9 +315,11 @@ def update_store(path: str, key: bytes,
         if credentials is None:
             return contents
         if _generation_on_disk(path) != (contents.store_id, contents.generation):
-            raise StoreError(f"{path}: changed by another writer while this one held the "
-                             "lock (something writes it without locking); nothing was "
-                             "written, try again")
+            raise StoreError(
+                f"{path}: changed by another writer while this one held the "
+                "lock (something writes it without locking); nothing was "
+                "written, try again"
+            )
         written = contents.replaced(credentials)
         write_store(path, key, written)
         return written
@@ -323,9 +370,13 @@ class FileCredentialStore:
         """Refuse another store, or an older generation of this one (a rollback)."""
         pinned = self._contents
         if contents.store_id != pinned.store_id:
-            raise StoreError(f"{self.path}: this is another credential store (not the one "
-                             "loaded at start-up); restart mirrorgate to switch stores")
+            raise StoreError(
+                f"{self.path}: this is another credential store (not the one "
+                "loaded at start-up); restart mirrorgate to switch stores"
+            )
         if contents.generation < pinned.generation:
-            raise StoreError(f"{self.path}: generation {contents.generation} is older than "
-                             f"the loaded generation {pinned.generation}: an earlier copy of "
-                             "the file was put back")
+            raise StoreError(
+                f"{self.path}: generation {contents.generation} is older than "
+                f"the loaded generation {pinned.generation}: an earlier copy of "
+                "the file was put back"
+            )

@@ -51,11 +51,18 @@ class Fingerprints:
 
 
 def _key_secret(namespace: str, key: bytes) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": KEY_SECRET, "namespace": namespace,
-                         # Labelled as ours, so the credential store never reads it.
-                         "labels": {MANAGED_BY_LABEL: "mirrorgate"}},
-            "data": {_KEY_FIELD: base64.b64encode(key).decode()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": KEY_SECRET,
+            "namespace": namespace,
+            # Labelled as ours, so the credential store never reads it.
+            "labels": {MANAGED_BY_LABEL: "mirrorgate"},
+        },
+        "data": {_KEY_FIELD: base64.b64encode(key).decode()},
+    }
 
 
 def _decode(secret: dict[str, Any], namespace: str) -> bytes:
@@ -64,8 +71,12 @@ def _decode(secret: dict[str, Any], namespace: str) -> bytes:
     except (binascii.Error, ValueError):
         key = b""
     if len(key) != 32:
-        raise kube.KubeError(0, "Invalid", f"Secret {namespace}/{KEY_SECRET}: '{_KEY_FIELD}' "
-                             "is not 32 bytes of base64; delete it to have a new key made")
+        raise kube.KubeError(
+            0,
+            "Invalid",
+            f"Secret {namespace}/{KEY_SECRET}: '{_KEY_FIELD}' "
+            "is not 32 bytes of base64; delete it to have a new key made",
+        )
     return key
 
 
@@ -78,6 +89,5 @@ def load_or_create_key(client: kube.Kube, namespace: str) -> bytes:
         pass
     # When another replica made it first, both use that one.
     with contextlib.suppress(kube.AlreadyExists):
-        client.create(kube.secrets_path(namespace),
-                      _key_secret(namespace, secrets.token_bytes(32)))
+        client.create(kube.secrets_path(namespace), _key_secret(namespace, secrets.token_bytes(32)))
     return _decode(client.get(path), namespace)

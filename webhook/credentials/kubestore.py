@@ -21,8 +21,14 @@ from mirrorgate.webhook.cluster.informer import Informer
 from mirrorgate.webhook.credentials.store import Credential, StoreError, from_dockerconfigjson
 from mirrorgate.webhook.logs import logger
 
-__all__ = ["EXPIRES_ANNOTATION", "MANAGED_BY_SELECTOR", "KubernetesCredentialStore",
-           "credential_from_secret", "parse_expiry", "secret_from_credential"]
+__all__ = [
+    "EXPIRES_ANNOTATION",
+    "MANAGED_BY_SELECTOR",
+    "KubernetesCredentialStore",
+    "credential_from_secret",
+    "parse_expiry",
+    "secret_from_credential",
+]
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
 MANAGED_BY_LABEL = kube.MANAGED_BY_LABEL
@@ -50,10 +56,13 @@ class KubernetesCredentialStore:
         self._subscribers: list[Callable[[], Any]] = []
         self._lock = threading.Lock()
         # Our own generated copies never count as central credentials.
-        self.informer = Informer(client, kube.secrets_path(namespace),
-                                 name="credential-store",
-                                 label_selector=f"{MANAGED_BY_LABEL}!=mirrorgate",
-                                 on_change=self._changed)
+        self.informer = Informer(
+            client,
+            kube.secrets_path(namespace),
+            name="credential-store",
+            label_selector=f"{MANAGED_BY_LABEL}!=mirrorgate",
+            on_change=self._changed,
+        )
 
     def __repr__(self) -> str:
         return f"KubernetesCredentialStore(namespace={self.namespace!r})"
@@ -77,9 +86,10 @@ class KubernetesCredentialStore:
             self._credentials = credentials
             for name, why in invalid.items():
                 if self._invalid.get(name) != why:
-                    logger.warning("ignoring a Secret of the credential store",
-                                   extra={"fields": {"secret": f"{self.namespace}/{name}",
-                                                     "reason": why}})
+                    logger.warning(
+                        "ignoring a Secret of the credential store",
+                        extra={"fields": {"secret": f"{self.namespace}/{name}", "reason": why}},
+                    )
             self._invalid = invalid
         if changed:
             for callback in self._subscribers:
@@ -98,15 +108,23 @@ class KubernetesCredentialStore:
         return credentials, invalid
 
 
-def secret_from_credential(credential: Credential, namespace: str, name: str, *,
-                           labels: Mapping[str, str],
-                           annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+def secret_from_credential(
+    credential: Credential,
+    namespace: str,
+    name: str,
+    *,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The docker-registry Secret ``namespace/name`` holding ``credential``'s login only."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
     if annotations:
         metadata["annotations"] = dict(annotations)
     return {
-        "apiVersion": "v1", "kind": "Secret", "type": DOCKERCONFIGJSON, "metadata": metadata,
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": DOCKERCONFIGJSON,
+        "metadata": metadata,
         "data": {".dockerconfigjson": base64.b64encode(credential.dockerconfigjson()).decode()},
     }
 
@@ -117,14 +135,17 @@ def credential_from_secret(secret: dict[str, Any], namespace: str, name: str) ->
     if secret.get("type") != DOCKERCONFIGJSON:
         raise StoreError(f"{where} is not of type {DOCKERCONFIGJSON}")
     try:
-        payload = base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""),
-                                   validate=True)
+        payload = base64.b64decode(
+            (secret.get("data") or {}).get(".dockerconfigjson", ""), validate=True
+        )
     except (binascii.Error, ValueError):
         raise StoreError(f"{where}: .dockerconfigjson is not base64") from None
     credential = from_dockerconfigjson(name, payload, where=where)
     annotations = (secret.get("metadata") or {}).get("annotations") or {}
     expires = annotations.get(EXPIRES_ANNOTATION)
     if isinstance(expires, str):
-        credential = dataclasses.replace(credential, expires=parse_expiry(
-            expires, where=f"{where}: annotation {EXPIRES_ANNOTATION}"))
+        credential = dataclasses.replace(
+            credential,
+            expires=parse_expiry(expires, where=f"{where}: annotation {EXPIRES_ANNOTATION}"),
+        )
     return credential

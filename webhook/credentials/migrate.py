@@ -74,8 +74,9 @@ def _migrate(path: str, key: bytes) -> Migrated:
     filestore.write_store(path, key, filestore.StoreContents(credentials={}).replaced(credentials))
     written = filestore.read_store(path, key).credentials
     if written != credentials:  # never report success over a store that lost something
-        raise StoreError(f"{path}: the v2 store does not read back as written; the v1 store "
-                         f"is kept at {kept}")
+        raise StoreError(
+            f"{path}: the v2 store does not read back as written; the v1 store is kept at {kept}"
+        )
     return Migrated(path=path, credentials=len(credentials), kept=kept)
 
 
@@ -97,13 +98,18 @@ def _decode_v1(path: str, raw: bytes, key: bytes) -> dict[str, Credential]:
     try:
         plaintext = AESGCM(key).decrypt(nonce, ciphertext, V1_FORMAT.encode())
     except (InvalidTag, ValueError):
-        raise StoreError(f"{path}: cannot decrypt the v1 store: wrong key, or the file is "
-                         "damaged") from None
+        raise StoreError(
+            f"{path}: cannot decrypt the v1 store: wrong key, or the file is damaged"
+        ) from None
     try:
         entries = orjson.loads(plaintext)["credentials"]
-        return {name: Credential(name=name, registry=e["registry"], username=e["username"],
-                                 password=e["password"]) for name, e in entries.items()}
+        return {
+            name: Credential(
+                name=name, registry=e["registry"], username=e["username"], password=e["password"]
+            )
+            for name, e in entries.items()
+        }
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise StoreError(f"{path}: decrypted the v1 store, but its contents are "
-                         "malformed") from None
-
+        raise StoreError(
+            f"{path}: decrypted the v1 store, but its contents are malformed"
+        ) from None

@@ -47,18 +47,31 @@ class Finished:
     """"timeout" when the deadline passed first, "too much" when stdout went over its limit."""
 
 
-def run(argv: Sequence[str], env: Mapping[str, str], request: bytes, *, timeout: float,
-        stdout_limit: int, stderr_limit: int) -> Finished:
+def run(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    request: bytes,
+    *,
+    timeout: float,
+    stdout_limit: int,
+    stderr_limit: int,
+) -> Finished:
     """Run the plugin once; OSError when it cannot start."""
     marker = secrets.token_hex(16)
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env={**env, MARKER: marker},
-                               start_new_session=True)
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**env, MARKER: marker},
+        start_new_session=True,
+    )
     try:
         exited = os.pidfd_open(process.pid)
         try:
-            stdout, stderr, failure = _exchange(process, exited, request, timeout,
-                                                stdout_limit, stderr_limit)
+            stdout, stderr, failure = _exchange(
+                process, exited, request, timeout, stdout_limit, stderr_limit
+            )
         finally:
             os.close(exited)
     finally:
@@ -81,7 +94,7 @@ class _Captured:
     def add(self, buffer: bytearray, chunk: bytes) -> None:
         buffer.extend(chunk)
         if len(self.err) > self.stderr_limit:
-            del self.err[:-self.stderr_limit]
+            del self.err[: -self.stderr_limit]
             self.err_cut = True
 
     @property
@@ -93,11 +106,17 @@ class _Captured:
             return bytes(self.err)
         # The first line kept may start mid-way (mid-secret, even): drop it.
         cut = self.err.find(b"\n")
-        return bytes(self.err[cut + 1:]) if cut >= 0 else b""
+        return bytes(self.err[cut + 1 :]) if cut >= 0 else b""
 
 
-def _exchange(process: subprocess.Popen[bytes], exited: int, request: bytes, timeout: float,
-              stdout_limit: int, stderr_limit: int) -> tuple[bytes, bytes, str | None]:
+def _exchange(
+    process: subprocess.Popen[bytes],
+    exited: int,
+    request: bytes,
+    timeout: float,
+    stdout_limit: int,
+    stderr_limit: int,
+) -> tuple[bytes, bytes, str | None]:
     assert process.stdin is not None
     assert process.stdout is not None
     assert process.stderr is not None
@@ -130,8 +149,7 @@ def _exchange(process: subprocess.Popen[bytes], exited: int, request: bytes, tim
     return bytes(captured.out[:stdout_limit]), captured.stderr(), failure
 
 
-def _drain(selector: selectors.BaseSelector, captured: _Captured,
-           deadline: float) -> str | None:
+def _drain(selector: selectors.BaseSelector, captured: _Captured, deadline: float) -> str | None:
     """The plugin exited: take what it wrote, without waiting for an end a child may hold off."""
     for key in list(selector.get_map().values()):
         if key.data is None:

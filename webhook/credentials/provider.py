@@ -88,9 +88,14 @@ class _Issued:
             return None
         username, password = self.logins[chosen]
         issued = datetime.datetime.fromtimestamp(self.issued, datetime.UTC)
-        return Credential(name=credential, registry=chosen, username=username,
-                          password=password, issued=issued,
-                          expires=issued + datetime.timedelta(seconds=self.lifetime))
+        return Credential(
+            name=credential,
+            registry=chosen,
+            username=username,
+            password=password,
+            issued=issued,
+            expires=issued + datetime.timedelta(seconds=self.lifetime),
+        )
 
 
 def _registry_of(image: str) -> str:
@@ -125,8 +130,7 @@ def candidate_secrets(output: bytes) -> set[str]:
             passwords.add(value)
             found.add(raw.decode("utf-8", "replace"))
     for password in passwords:
-        found.update((password, orjson.dumps(password).decode()[1:-1],
-                      json.dumps(password)[1:-1]))
+        found.update((password, orjson.dumps(password).decode()[1:-1], json.dumps(password)[1:-1]))
         found.update(base64.b64encode(f"{user}:{password}".encode()).decode() for user in users)
     return found
 
@@ -140,8 +144,14 @@ def _redact(text: str, secrets: Iterable[str]) -> str:
 class ProviderSource:
     """Runs the configured plugins; thread-safe; one plugin run at a time per provider."""
 
-    def __init__(self, config: CredentialProviderConfig, bin_dir: str | Path, *,
-                 timeout: float = 10.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: CredentialProviderConfig,
+        bin_dir: str | Path,
+        *,
+        timeout: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
         self.bin_dir = Path(bin_dir)
         self.timeout = timeout
@@ -158,66 +168,90 @@ class ProviderSource:
     def provider(self, name: str) -> CredentialProvider:
         provider = self.config.providers.get(name)
         if provider is None:
-            raise ProviderError(f"provider {name!r} is not in the credential-provider config "
-                                f"(it has: {', '.join(sorted(self.config.providers)) or 'none'})")
+            raise ProviderError(
+                f"provider {name!r} is not in the credential-provider config "
+                f"(it has: {', '.join(sorted(self.config.providers)) or 'none'})"
+            )
         return provider
 
     def login(self, credential: str, provider_name: str, image: str) -> Credential:
         """A current login for ``image`` from the provider; its ``expires`` is set."""
         provider = self.provider(provider_name)
         if not provider.matches(image):
-            raise ProviderError(f"image {image!r} does not match provider {provider_name!r}'s "
-                                f"matchImages ({', '.join(provider.match_images)})")
+            raise ProviderError(
+                f"image {image!r} does not match provider {provider_name!r}'s "
+                f"matchImages ({', '.join(provider.match_images)})"
+            )
         with self._locks[provider_name]:
             now = self.clock()
             for key in self._cache_keys(provider_name, image):
                 cached = self._cache.get(key)
-                login = cached.login(credential, image) \
-                    if cached is not None and cached.fresh(now) else None
+                login = (
+                    cached.login(credential, image)
+                    if cached is not None and cached.fresh(now)
+                    else None
+                )
                 if login is not None:
                     return login
             login = self._run(provider, image, now).login(credential, image)
             if login is None:
-                raise ProviderError(f"plugin {provider_name!r}: no auth key covers image "
-                                    f"{image!r}")
+                raise ProviderError(f"plugin {provider_name!r}: no auth key covers image {image!r}")
             return login
 
     @staticmethod
     def _cache_keys(provider: str, image: str) -> list[tuple[str, str, str]]:
-        return [(provider, "Image", image), (provider, "Registry", _registry_of(image)),
-                (provider, "Global", "")]
+        return [
+            (provider, "Image", image),
+            (provider, "Registry", _registry_of(image)),
+            (provider, "Global", ""),
+        ]
 
     def _run(self, provider: CredentialProvider, image: str, now: float) -> _Issued:
         binary = self.bin_dir / provider.name
         if not (binary.is_file() and os.access(binary, os.X_OK)):
             raise ProviderError(f"plugin {str(binary)!r} is not an executable file")
-        request = orjson.dumps({"apiVersion": provider.api_version,
-                                "kind": "CredentialProviderRequest", "image": image})
+        request = orjson.dumps(
+            {
+                "apiVersion": provider.api_version,
+                "kind": "CredentialProviderRequest",
+                "image": image,
+            }
+        )
         env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
         env.update(provider.env)
         for _, value in provider.env:
             self._remember(value)
         try:
-            finished = pluginprocess.run([str(binary), *provider.args], env, request,
-                                         timeout=self.timeout, stdout_limit=_STDOUT_LIMIT,
-                                         stderr_limit=_STDERR_LIMIT)
+            finished = pluginprocess.run(
+                [str(binary), *provider.args],
+                env,
+                request,
+                timeout=self.timeout,
+                stdout_limit=_STDOUT_LIMIT,
+                stderr_limit=_STDERR_LIMIT,
+            )
         except OSError as error:
-            raise ProviderError(f"plugin {provider.name!r} could not start: "
-                                f"{error.strerror}") from None
+            raise ProviderError(
+                f"plugin {provider.name!r} could not start: {error.strerror}"
+            ) from None
         # Whatever the output turns out to be, the logins in it are secrets
         # from here on: in the logged stderr and in every message.
         found = candidate_secrets(finished.stdout)
         hidden = {*self._secrets, *found}
         try:
             if finished.failure == "timeout":
-                raise ProviderError(f"plugin {provider.name!r} did not answer within "
-                                    f"{self.timeout:g} s and was killed")
+                raise ProviderError(
+                    f"plugin {provider.name!r} did not answer within "
+                    f"{self.timeout:g} s and was killed"
+                )
             if finished.failure == "too much":
-                raise ProviderError(f"plugin {provider.name!r} wrote more than "
-                                    f"{_STDOUT_LIMIT} bytes and was killed")
+                raise ProviderError(
+                    f"plugin {provider.name!r} wrote more than {_STDOUT_LIMIT} bytes and was killed"
+                )
             if finished.returncode != 0:
-                raise ProviderError(f"plugin {provider.name!r} failed with exit status "
-                                    f"{finished.returncode}")
+                raise ProviderError(
+                    f"plugin {provider.name!r} failed with exit status {finished.returncode}"
+                )
             issued = self._read(provider, image, finished.stdout, now)
             for secret in found:
                 self._remember(secret)  # a later run may echo this run's login
@@ -237,11 +271,12 @@ class ProviderSource:
         if not stderr.strip():
             return
         text = stderr.decode("utf-8", "replace").strip()
-        logger.info("credential provider said", extra={"fields": {
-            "provider": provider, "stderr": _redact(text, hidden)}})
+        logger.info(
+            "credential provider said",
+            extra={"fields": {"provider": provider, "stderr": _redact(text, hidden)}},
+        )
 
-    def _read(self, provider: CredentialProvider, image: str, stdout: bytes,
-              now: float) -> _Issued:
+    def _read(self, provider: CredentialProvider, image: str, stdout: bytes, now: float) -> _Issued:
         where = f"plugin {provider.name!r}"
         try:
             response = orjson.loads(stdout)
@@ -250,30 +285,42 @@ class ProviderSource:
         if not isinstance(response, dict):
             raise ProviderError(f"{where} did not answer with a JSON object")
         if response.get("kind") != "CredentialProviderResponse":
-            raise ProviderError(f"{where}: kind is {str(response.get('kind'))[:60]!r}, not "
-                                "CredentialProviderResponse")
+            raise ProviderError(
+                f"{where}: kind is {str(response.get('kind'))[:60]!r}, not "
+                "CredentialProviderResponse"
+            )
         if response.get("apiVersion") != provider.api_version:
-            raise ProviderError(f"{where}: apiVersion {str(response.get('apiVersion'))[:60]!r} "
-                                f"does not match the configured {provider.api_version}")
+            raise ProviderError(
+                f"{where}: apiVersion {str(response.get('apiVersion'))[:60]!r} "
+                f"does not match the configured {provider.api_version}"
+            )
         key_type = response.get("cacheKeyType")
         if key_type not in _CACHE_KEY_TYPES:
-            raise ProviderError(f"{where}: cacheKeyType {str(key_type)[:20]!r} is not one of "
-                                f"{', '.join(_CACHE_KEY_TYPES)}")
+            raise ProviderError(
+                f"{where}: cacheKeyType {str(key_type)[:20]!r} is not one of "
+                f"{', '.join(_CACHE_KEY_TYPES)}"
+            )
         lifetime: float | None = provider.default_cache_duration
         if response.get("cacheDuration") is not None:
             lifetime = parse_duration(response["cacheDuration"])
             if lifetime is None or lifetime < 0:
-                raise ProviderError(f"{where}: cacheDuration "
-                                    f"{str(response['cacheDuration'])[:40]!r} is not a "
-                                    "duration from 0 to 2562047h (such as 12h)")
+                raise ProviderError(
+                    f"{where}: cacheDuration "
+                    f"{str(response['cacheDuration'])[:40]!r} is not a "
+                    "duration from 0 to 2562047h (such as 12h)"
+                )
         if not lifetime:
             # The kubelet would ask again at every pull; a pull secret must outlive that.
-            raise ProviderError(f"{where}: the login has no lifetime (cacheDuration and "
-                                "defaultCacheDuration are 0), so it cannot be kept in a Secret")
+            raise ProviderError(
+                f"{where}: the login has no lifetime (cacheDuration and "
+                "defaultCacheDuration are 0), so it cannot be kept in a Secret"
+            )
         issued = _Issued(self._logins(response.get("auth"), where), now, lifetime)
-        key = {"Image": (provider.name, "Image", image),
-               "Registry": (provider.name, "Registry", _registry_of(image)),
-               "Global": (provider.name, "Global", "")}[key_type]
+        key = {
+            "Image": (provider.name, "Image", image),
+            "Registry": (provider.name, "Registry", _registry_of(image)),
+            "Global": (provider.name, "Global", ""),
+        }[key_type]
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[key] = issued
@@ -288,8 +335,9 @@ class ProviderSource:
                 raise ProviderError(f"{where}: auth[{str(key)[:80]!r}] is not an object")
             username, password = entry.get("username"), entry.get("password")
             if not (isinstance(username, str) and isinstance(password, str) and password):
-                raise ProviderError(f"{where}: auth[{str(key)[:80]!r}] has no username and "
-                                    "password")
+                raise ProviderError(
+                    f"{where}: auth[{str(key)[:80]!r}] has no username and password"
+                )
             logins[key] = (username, password)
         return logins
 

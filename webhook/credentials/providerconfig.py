@@ -24,20 +24,44 @@ from pathlib import Path
 from mirrorgate import policy
 from mirrorgate.webhook.policyfile import boundedyaml
 
-__all__ = ["CredentialProvider", "CredentialProviderConfig", "ProviderConfigError",
-           "image_matches", "load", "parse_duration", "policy_problems"]
+__all__ = [
+    "CredentialProvider",
+    "CredentialProviderConfig",
+    "ProviderConfigError",
+    "image_matches",
+    "load",
+    "parse_duration",
+    "policy_problems",
+]
 
 CONFIG_API_VERSIONS = ("kubelet.config.k8s.io/v1", "kubelet.config.k8s.io/v1beta1")
-PLUGIN_API_VERSIONS = ("credentialprovider.kubelet.k8s.io/v1",
-                       "credentialprovider.kubelet.k8s.io/v1beta1",
-                       "credentialprovider.kubelet.k8s.io/v1alpha1")
-_PROVIDER_KEYS = ("name", "matchImages", "defaultCacheDuration", "apiVersion", "args", "env",
-                  "tokenAttributes")
+PLUGIN_API_VERSIONS = (
+    "credentialprovider.kubelet.k8s.io/v1",
+    "credentialprovider.kubelet.k8s.io/v1beta1",
+    "credentialprovider.kubelet.k8s.io/v1alpha1",
+)
+_PROVIDER_KEYS = (
+    "name",
+    "matchImages",
+    "defaultCacheDuration",
+    "apiVersion",
+    "args",
+    "env",
+    "tokenAttributes",
+)
 _MAX_BYTES = 1 << 20  # a config file is a few hundred bytes; refuse to parse anything huge
 
 # Go's time.ParseDuration: an optional sign, then one or more decimal numbers with units.
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
-                   "m": 60.0, "h": 3600.0}
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 # Go durations are int64 nanoseconds: ParseDuration refuses anything longer
 # (about 292 years), and so does this, which also keeps every expiry a datetime.
@@ -141,24 +165,30 @@ def _env(value: object, path: str, errors: _Errors) -> tuple[tuple[str, str], ..
         return ()
     pairs = []
     for i, item in enumerate(value):
-        if not (isinstance(item, dict) and set(item) <= {"name", "value"}
-                and isinstance(item.get("name"), str) and item["name"]
-                and isinstance(item.get("value", ""), str)):
+        if not (
+            isinstance(item, dict)
+            and set(item) <= {"name", "value"}
+            and isinstance(item.get("name"), str)
+            and item["name"]
+            and isinstance(item.get("value", ""), str)
+        ):
             errors.add(f"{path}[{i}]", "must be {name: NAME, value: STRING}")
             continue
         pairs.append((item["name"], item.get("value", "")))
     return tuple(pairs)
 
 
-def _provider(doc: object, where: str, seen: set[str],
-              errors: _Errors) -> CredentialProvider | None:
+def _provider(
+    doc: object, where: str, seen: set[str], errors: _Errors
+) -> CredentialProvider | None:
     if not isinstance(doc, dict):
         errors.add(where, "must be a mapping")
         return None
     for key in doc:
         if key not in _PROVIDER_KEYS:
-            errors.add(f"{where}.{key}", f"unknown field (expected one of: "
-                       f"{', '.join(_PROVIDER_KEYS)})")
+            errors.add(
+                f"{where}.{key}", f"unknown field (expected one of: {', '.join(_PROVIDER_KEYS)})"
+            )
     before = len(errors.lines)
     name = doc.get("name")
     if not isinstance(name, str) or not name:
@@ -166,8 +196,7 @@ def _provider(doc: object, where: str, seen: set[str],
     elif "/" in name:
         errors.add(f"{where}.name", f"Invalid value: {name!r}: provider name cannot contain '/'")
     elif " " in name:
-        errors.add(f"{where}.name", f"Invalid value: {name!r}: provider name cannot contain "
-                   "spaces")
+        errors.add(f"{where}.name", f"Invalid value: {name!r}: provider name cannot contain spaces")
     elif name in (".", ".."):
         errors.add(f"{where}.name", f"Invalid value: {name!r}: provider name cannot be {name!r}")
     elif name in seen:
@@ -176,39 +205,56 @@ def _provider(doc: object, where: str, seen: set[str],
     if not api_version:
         errors.add(f"{where}.apiVersion", "Required value")
     elif api_version not in PLUGIN_API_VERSIONS:
-        errors.add(f"{where}.apiVersion", f"Unsupported value: {api_version!r}: supported "
-                   f"values: {', '.join(PLUGIN_API_VERSIONS)}")
+        errors.add(
+            f"{where}.apiVersion",
+            f"Unsupported value: {api_version!r}: supported "
+            f"values: {', '.join(PLUGIN_API_VERSIONS)}",
+        )
     match_images = _strings(doc.get("matchImages"), f"{where}.matchImages", errors)
     if not match_images:
-        errors.add(f"{where}.matchImages", "Required value: at least 1 item in matchImages is "
-                   "required")
+        errors.add(
+            f"{where}.matchImages", "Required value: at least 1 item in matchImages is required"
+        )
     for i, pattern in enumerate(match_images):
         if _split(pattern) is None:
-            errors.add(f"{where}.matchImages[{i}]", f"Invalid value: {pattern!r}: match image "
-                       "is invalid")
+            errors.add(
+                f"{where}.matchImages[{i}]", f"Invalid value: {pattern!r}: match image is invalid"
+            )
     duration = None
     if "defaultCacheDuration" not in doc:
         errors.add(f"{where}.defaultCacheDuration", "Required value")
     else:
         duration = parse_duration(doc["defaultCacheDuration"])
         if duration is None:
-            errors.add(f"{where}.defaultCacheDuration", f"Invalid value: "
-                       f"{str(doc['defaultCacheDuration'])[:40]!r}: not a duration such as 12h or "
-                       "90s (at most 2562047h)")
+            errors.add(
+                f"{where}.defaultCacheDuration",
+                f"Invalid value: "
+                f"{str(doc['defaultCacheDuration'])[:40]!r}: not a duration such as 12h or "
+                "90s (at most 2562047h)",
+            )
         elif duration < 0:
-            errors.add(f"{where}.defaultCacheDuration", "Invalid value: must be greater than "
-                       "or equal to 0")
+            errors.add(
+                f"{where}.defaultCacheDuration", "Invalid value: must be greater than or equal to 0"
+            )
     if doc.get("tokenAttributes") is not None:
-        errors.add(f"{where}.tokenAttributes", "not supported by mirrorgate: it asks for a "
-                   "namespace's login, not with a Pod's service-account token")
+        errors.add(
+            f"{where}.tokenAttributes",
+            "not supported by mirrorgate: it asks for a "
+            "namespace's login, not with a Pod's service-account token",
+        )
     args = _strings(doc.get("args"), f"{where}.args", errors)
     env = _env(doc.get("env"), f"{where}.env", errors)
     if len(errors.lines) > before or not isinstance(name, str) or duration is None:
         return None
     seen.add(name)
-    return CredentialProvider(name=name, match_images=match_images,
-                              default_cache_duration=duration, api_version=str(api_version),
-                              args=args, env=env)
+    return CredentialProvider(
+        name=name,
+        match_images=match_images,
+        default_cache_duration=duration,
+        api_version=str(api_version),
+        args=args,
+        env=env,
+    )
 
 
 def parse(document: object, *, source: str) -> CredentialProviderConfig:
@@ -222,8 +268,11 @@ def parse(document: object, *, source: str) -> CredentialProviderConfig:
     if document.get("kind") != "CredentialProviderConfig":
         errors.add("kind", f"must be CredentialProviderConfig, got {document.get('kind')!r}")
     if document.get("apiVersion") not in CONFIG_API_VERSIONS:
-        errors.add("apiVersion", f"Unsupported value: {document.get('apiVersion')!r}: "
-                   f"supported values: {', '.join(CONFIG_API_VERSIONS)}")
+        errors.add(
+            "apiVersion",
+            f"Unsupported value: {document.get('apiVersion')!r}: "
+            f"supported values: {', '.join(CONFIG_API_VERSIONS)}",
+        )
     providers_doc = document.get("providers")
     if not isinstance(providers_doc, list) or not providers_doc:
         errors.add("providers", "Required value: at least 1 item in plugins is required")
@@ -255,14 +304,15 @@ def load(path: str | Path) -> CredentialProviderConfig:
     except boundedyaml.YAMLError as error:
         raise ProviderConfigError(str(error)) from None
     if len(documents) > 1:
-        raise ProviderConfigError(f"{path}: {len(documents)} YAML documents; a "
-                                  "CredentialProviderConfig is one")
+        raise ProviderConfigError(
+            f"{path}: {len(documents)} YAML documents; a CredentialProviderConfig is one"
+        )
     return parse(documents[0] if documents else None, source=str(path))
 
 
-
-def policy_problems(config: CredentialProviderConfig, rules: policy.Policy, *,
-                    source: str) -> list[str]:
+def policy_problems(
+    config: CredentialProviderConfig, rules: policy.Policy, *, source: str
+) -> list[str]:
     """What in the policy this configuration cannot serve, one line each with its field path.
 
     A credential's provider must be configured, and every mirror that uses the
@@ -275,12 +325,13 @@ def policy_problems(config: CredentialProviderConfig, rules: policy.Policy, *,
             continue
         provider = config.providers.get(grant.provider)
         if provider is None:
-            problems.append(f"credentials.{name}.provider: {grant.provider!r} is not in "
-                            f"{source}")
+            problems.append(f"credentials.{name}.provider: {grant.provider!r} is not in {source}")
             continue
         for rule in rules.rules:
             if rule.credential == name and not provider.matches(str(rule.mirror)):
-                problems.append(f"{rule.label}.mirror: {str(rule.mirror)!r} (credential "
-                                f"{name!r}) does not match provider {provider.name!r}'s "
-                                f"matchImages ({', '.join(provider.match_images)})")
+                problems.append(
+                    f"{rule.label}.mirror: {str(rule.mirror)!r} (credential "
+                    f"{name!r}) does not match provider {provider.name!r}'s "
+                    f"matchImages ({', '.join(provider.match_images)})"
+                )
     return problems

@@ -92,8 +92,11 @@ class Deadline:
 
 def secret_body(namespace: str, credential: Credential) -> dict[str, Any]:
     return secret_from_credential(
-        credential, namespace, policy.pull_secret_name(credential.name),
-        labels={MANAGED_BY_LABEL: "mirrorgate", CREDENTIAL_LABEL: credential.name})
+        credential,
+        namespace,
+        policy.pull_secret_name(credential.name),
+        labels={MANAGED_BY_LABEL: "mirrorgate", CREDENTIAL_LABEL: credential.name},
+    )
 
 
 def _public(error: kube.KubeError, step: str) -> str:
@@ -108,8 +111,9 @@ def _public(error: kube.KubeError, step: str) -> str:
 
 
 def _foreign(namespace: str, secret: str) -> EnsureError:
-    return EnsureError(f"Secret {namespace}/{secret} exists and was not created by mirrorgate; "
-                       "it is left alone")
+    return EnsureError(
+        f"Secret {namespace}/{secret} exists and was not created by mirrorgate; it is left alone"
+    )
 
 
 def _age(record: Record) -> float:
@@ -123,9 +127,17 @@ def _age(record: Record) -> float:
 class PullSecretProvisioner:
     """The :class:`webhook.admission.PullSecrets` implementation against the real API."""
 
-    def __init__(self, client: kube.Kube, store: CredentialStore, *, records: Records,
-                 optin: NamespaceOptIn, fingerprints: Fingerprints, deadline: float = 2.0,
-                 counter: Callable[[str], Any] | None = None) -> None:
+    def __init__(
+        self,
+        client: kube.Kube,
+        store: CredentialStore,
+        *,
+        records: Records,
+        optin: NamespaceOptIn,
+        fingerprints: Fingerprints,
+        deadline: float = 2.0,
+        counter: Callable[[str], Any] | None = None,
+    ) -> None:
         self.client = client
         self.store = store
         self.records = records
@@ -146,13 +158,19 @@ class PullSecretProvisioner:
         self.records.informer.stop()
 
     def problem(self) -> str | None:
-        return self.records.informer.problem() or self.optin.informer.problem() \
-            or self.store.problem()
+        return (
+            self.records.informer.problem() or self.optin.informer.problem() or self.store.problem()
+        )
 
     def _current(self, namespace: str, credential: str) -> bool:
         wanted = self.store.snapshot().get(credential)
-        return wanted is not None and not wanted.expired() and self.records.holds(
-            namespace, policy.pull_secret_name(credential), self.fingerprints.of(wanted))
+        return (
+            wanted is not None
+            and not wanted.expired()
+            and self.records.holds(
+                namespace, policy.pull_secret_name(credential), self.fingerprints.of(wanted)
+            )
+        )
 
     def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
         if not self.optin.enforced(namespace):
@@ -166,12 +184,15 @@ class PullSecretProvisioner:
             # A review can name any namespace: only our own cache says who opted in.
             # Quoted no longer than a namespace name can be: the review may be forged.
             quoted = namespace[:_NAME_LIMIT] + ("..." if len(namespace) > _NAME_LIMIT else "")
-            logger.warning("pull secret refused: namespace not opted in", extra={"fields": {
-                "namespace": quoted, "mode": self.optin.mode(namespace)}})
+            logger.warning(
+                "pull secret refused: namespace not opted in",
+                extra={"fields": {"namespace": quoted, "mode": self.optin.mode(namespace)}},
+            )
             for _ in credentials:
                 self.count("failed")
-            return dict.fromkeys(credentials, f"namespace {quoted!r} is not labelled "
-                                              f"{MODE_LABEL}={ENFORCE}")
+            return dict.fromkeys(
+                credentials, f"namespace {quoted!r} is not labelled {MODE_LABEL}={ENFORCE}"
+            )
         done: set[str] = set()
         failures: dict[str, str] = {}
 
@@ -207,8 +228,9 @@ class PullSecretProvisioner:
             # Kept in the store (its copies stay until it is renewed), but a
             # Pod is never pointed at a mirror with a login known to be dead.
             assert credential.expires is not None
-            raise EnsureError(f"credential {name!r} expired at "
-                              f"{credential.expires.isoformat(timespec='seconds')}")
+            raise EnsureError(
+                f"credential {name!r} expired at {credential.expires.isoformat(timespec='seconds')}"
+            )
         secret = policy.pull_secret_name(name)
         lock = self._lock(namespace, secret)
         if not lock.acquire(timeout=deadline.left()):
@@ -217,32 +239,43 @@ class PullSecretProvisioner:
         try:
             self._ensure_locked(namespace, secret, credential, deadline, step)
         except kube.KubeError as error:
-            logger.warning("pull secret not made", extra={"fields": {
-                "secret": f"{namespace}/{secret}", "error": str(error)}})
+            logger.warning(
+                "pull secret not made",
+                extra={"fields": {"secret": f"{namespace}/{secret}", "error": str(error)}},
+            )
             if isinstance(error, kube.Unavailable) and deadline.remaining() < _SLACK:
                 raise deadline.expired() from None  # the call ran out of the time it was given
             raise EnsureError(_public(error, step[0])) from None
         finally:
             lock.release()
 
-    def _ensure_locked(self, namespace: str, secret: str, credential: Credential,
-                       deadline: Deadline, step: list[str]) -> None:
+    def _ensure_locked(
+        self,
+        namespace: str,
+        secret: str,
+        credential: Credential,
+        deadline: Deadline,
+        step: list[str],
+    ) -> None:
         want = self.fingerprints.of(credential)
         for _ in range(3):  # another replica may be writing the record at the same moment
             record = self.records.get(namespace, secret)
             if record is None:
                 try:
-                    claim = self.records.claim(namespace, secret, credential.name,
-                                               timeout=deadline.left())
+                    claim = self.records.claim(
+                        namespace, secret, credential.name, timeout=deadline.left()
+                    )
                 except kube.AlreadyExists:
-                    record = self._complete_unrecorded(namespace, secret, deadline) \
-                        or self._await_claim(namespace, secret, deadline)
+                    record = self._complete_unrecorded(
+                        namespace, secret, deadline
+                    ) or self._await_claim(namespace, secret, deadline)
                 else:
                     self._create(claim, credential, want, deadline)
                     return
             elif not record.uid:
-                record = self._complete_unrecorded(namespace, secret, deadline) \
-                    or self._await_claim(namespace, secret, deadline)
+                record = self._complete_unrecorded(
+                    namespace, secret, deadline
+                ) or self._await_claim(namespace, secret, deadline)
             if record is None:
                 continue  # the claim was released: claim again
             if record.fingerprint == want:
@@ -260,17 +293,19 @@ class PullSecretProvisioner:
             if record is None or record.uid:
                 return record
             if _age(record) > ABANDONED_CLAIM:
-                raise EnsureError(f"an earlier attempt to create Secret {namespace}/{secret} "
-                                  "was interrupted; mirrorgate will retry it")
+                raise EnsureError(
+                    f"an earlier attempt to create Secret {namespace}/{secret} "
+                    "was interrupted; mirrorgate will retry it"
+                )
             time.sleep(min(pause, max(deadline.remaining(), 0)))
             pause = min(pause * 2, 0.1)
 
-    def _create(self, claim: Record, credential: Credential, want: str,
-                deadline: Deadline) -> None:
+    def _create(self, claim: Record, credential: Credential, want: str, deadline: Deadline) -> None:
         body = secret_body(claim.namespace, credential)
         try:
-            created = self.client.create(kube.secrets_path(claim.namespace), body,
-                                         timeout=deadline.left())
+            created = self.client.create(
+                kube.secrets_path(claim.namespace), body, timeout=deadline.left()
+            )
         except kube.AlreadyExists:
             # It was there before our claim: someone else's. Release the claim.
             self.records.drop(claim, timeout=deadline.left())
@@ -295,27 +330,29 @@ class PullSecretProvisioner:
         for namespace, secret in list(self._unrecorded):
             with self._lock(namespace, secret):
                 try:
-                    self._complete_unrecorded(namespace, secret,
-                                              Deadline(RECONCILE_BUDGET))
+                    self._complete_unrecorded(namespace, secret, Deadline(RECONCILE_BUDGET))
                 except (kube.KubeError, EnsureError) as error:
-                    logger.warning("pull secret record not written", extra={"fields": {
-                        "secret": f"{namespace}/{secret}", "error": str(error)}})
+                    logger.warning(
+                        "pull secret record not written",
+                        extra={"fields": {"secret": f"{namespace}/{secret}", "error": str(error)}},
+                    )
 
-    def _complete_unrecorded(self, namespace: str, secret: str,
-                             deadline: Deadline) -> Record | None:
+    def _complete_unrecorded(
+        self, namespace: str, secret: str, deadline: Deadline
+    ) -> Record | None:
         """The claim completed with the uid this process remembers; None if there is none."""
         remembered = self._unrecorded.get((namespace, secret))
         if remembered is None:
             return None
         claim = self.records.fetch(namespace, secret, timeout=deadline.left())
         if claim is not None and not claim.uid:
-            claim = self.records.complete(claim, uid=remembered[0], fingerprint=remembered[1],
-                                          timeout=deadline.left())
+            claim = self.records.complete(
+                claim, uid=remembered[0], fingerprint=remembered[1], timeout=deadline.left()
+            )
         self._unrecorded.pop((namespace, secret), None)
         return claim
 
-    def _write(self, record: Record, credential: Credential, want: str,
-               deadline: Deadline) -> str:
+    def _write(self, record: Record, credential: Credential, want: str, deadline: Deadline) -> str:
         """Write the copy mirrorgate made (by its uid): "updated", or "created" if it was gone."""
         body = secret_body(record.namespace, credential)
         body["metadata"]["uid"] = record.uid  # the API server's precondition: this object only
@@ -326,8 +363,9 @@ class PullSecretProvisioner:
         except kube.NotFound:
             del body["metadata"]["uid"]
             try:
-                uid = self.client.create(kube.secrets_path(record.namespace), body,
-                                         timeout=deadline.left())["metadata"]["uid"]
+                uid = self.client.create(
+                    kube.secrets_path(record.namespace), body, timeout=deadline.left()
+                )["metadata"]["uid"]
             except kube.AlreadyExists:
                 self.records.drop(record, timeout=deadline.left())
                 raise _foreign(record.namespace, record.secret) from None
@@ -338,8 +376,7 @@ class PullSecretProvisioner:
             raise _foreign(record.namespace, record.secret) from None
         if (uid, want) != (record.uid, record.fingerprint):
             with contextlib.suppress(kube.Conflict):  # another replica recorded it first
-                self.records.complete(record, uid=uid, fingerprint=want,
-                                      timeout=deadline.left())
+                self.records.complete(record, uid=uid, fingerprint=want, timeout=deadline.left())
             self.count(action)
         return action
 
@@ -357,8 +394,7 @@ class PullSecretProvisioner:
         with lock:
             current = self.records.get(record.namespace, record.secret) or record
             try:
-                return self._write(current, credential, self.fingerprints.of(credential),
-                                   deadline)
+                return self._write(current, credential, self.fingerprints.of(credential), deadline)
             except kube.KubeError as error:
                 raise EnsureError(str(error)) from None
 
@@ -366,9 +402,15 @@ class PullSecretProvisioner:
 class Reconciler(Loop):
     """Rotation, healing and clean-up of every generated Secret, run by the Lease holder only."""
 
-    def __init__(self, provisioner: PullSecretProvisioner, client: kube.Kube, *,
-                 rules: Callable[[], policy.Policy], is_leader: Callable[[], bool],
-                 interval: float = 30.0) -> None:
+    def __init__(
+        self,
+        provisioner: PullSecretProvisioner,
+        client: kube.Kube,
+        *,
+        rules: Callable[[], policy.Policy],
+        is_leader: Callable[[], bool],
+        interval: float = 30.0,
+    ) -> None:
         super().__init__("reconciler")
         self.provisioner = provisioner
         self.client = client
@@ -380,8 +422,11 @@ class Reconciler(Loop):
         provisioner.optin.subscribe(self.trigger)
 
     def _ready(self) -> bool:
-        return self.is_leader() and self.provisioner.optin.informer.synced.is_set() \
+        return (
+            self.is_leader()
+            and self.provisioner.optin.informer.synced.is_set()
             and self.provisioner.records.informer.synced.is_set()
+        )
 
     def _run(self) -> None:
         # The re-assertion is due by the clock, not by a quiet interval: triggers (a
@@ -423,11 +468,14 @@ class Reconciler(Loop):
         records = self.provisioner.records
         if why != "namespace is gone":  # deleting the namespace deletes its Secrets
             with contextlib.suppress(kube.NotFound, kube.Conflict):  # gone, or not ours
-                self.client.delete(kube.secrets_path(record.namespace, record.secret),
-                                   uid=record.uid)
+                self.client.delete(
+                    kube.secrets_path(record.namespace, record.secret), uid=record.uid
+                )
             self.provisioner.count("deleted")
-            logger.info("pull secret removed", extra={"fields": {
-                "secret": f"{record.namespace}/{record.secret}", "reason": why}})
+            logger.info(
+                "pull secret removed",
+                extra={"fields": {"secret": f"{record.namespace}/{record.secret}", "reason": why}},
+            )
         records.drop(record)
 
     def reconcile_once(self, *, reassert: bool = False) -> dict[str, int]:
@@ -446,8 +494,11 @@ class Reconciler(Loop):
             if self.take_trigger():
                 self._sweep(counts)
             current = self.provisioner.records.get(record.namespace, record.secret)
-            if current is None or not current.uid \
-                    or self._wanted(current.namespace, current.credential) is not None:
+            if (
+                current is None
+                or not current.uid
+                or self._wanted(current.namespace, current.credential) is not None
+            ):
                 continue  # gone, claimed, or going: the sweeps deal with it
             where = f"{current.namespace}/{current.secret}"
             try:
@@ -471,8 +522,10 @@ class Reconciler(Loop):
                 if not record.uid:
                     if _age(record) > ABANDONED_CLAIM:
                         self.provisioner.records.drop(record)
-                        logger.warning("abandoned pull-secret claim dropped", extra={
-                            "fields": {"secret": where}})
+                        logger.warning(
+                            "abandoned pull-secret claim dropped",
+                            extra={"fields": {"secret": where}},
+                        )
                     continue
                 why = self._wanted(record.namespace, record.credential)
                 if why is not None:
@@ -488,5 +541,6 @@ class Reconciler(Loop):
     @staticmethod
     def _failed(counts: dict[str, int], where: str, error: Exception) -> None:
         counts["failed"] += 1
-        logger.warning("pull secret reconcile failed", extra={"fields": {
-            "secret": where, "error": str(error)}})
+        logger.warning(
+            "pull secret reconcile failed", extra={"fields": {"secret": where, "error": str(error)}}
+        )

@@ -57,22 +57,32 @@ def _record(obj: dict[str, Any]) -> Record | None:
     data = obj.get("data") or {}
     metadata = obj.get("metadata") or {}
     fields = [data.get(k) for k in ("namespace", "secret", "credential", "uid", "fingerprint")]
-    namespace, secret, credential, uid, fingerprint = (f if isinstance(f, str) else ""
-                                                        for f in fields)
+    namespace, secret, credential, uid, fingerprint = (
+        f if isinstance(f, str) else "" for f in fields
+    )
     if not (namespace and secret and credential):
         return None  # not a record mirrorgate wrote: ignored
-    return Record(namespace=namespace, secret=secret, credential=credential, uid=uid,
-                  fingerprint=fingerprint, created=str(metadata.get("creationTimestamp", "")),
-                  object_uid=str(metadata.get("uid", "")),
-                  resource_version=str(metadata.get("resourceVersion", "")))
+    return Record(
+        namespace=namespace,
+        secret=secret,
+        credential=credential,
+        uid=uid,
+        fingerprint=fingerprint,
+        created=str(metadata.get("creationTimestamp", "")),
+        object_uid=str(metadata.get("uid", "")),
+        resource_version=str(metadata.get("resourceVersion", "")),
+    )
 
 
 class Records:
     def __init__(self, client: kube.Kube, namespace: str) -> None:
         self.client, self.namespace = client, namespace
-        self.informer = Informer(client, kube.configmaps_path(namespace),
-                                 name="pull-secret-records",
-                                 label_selector=f"{RECORD_LABEL}={_KIND}")
+        self.informer = Informer(
+            client,
+            kube.configmaps_path(namespace),
+            name="pull-secret-records",
+            label_selector=f"{RECORD_LABEL}={_KIND}",
+        )
 
     def get(self, namespace: str, secret: str) -> Record | None:
         """Memory only."""
@@ -93,14 +103,24 @@ class Records:
 
     def _body(self, record: Record) -> dict[str, Any]:
         metadata: dict[str, Any] = {
-            "name": record.name, "namespace": self.namespace,
-            "labels": {MANAGED_BY_LABEL: "mirrorgate", RECORD_LABEL: _KIND}}
+            "name": record.name,
+            "namespace": self.namespace,
+            "labels": {MANAGED_BY_LABEL: "mirrorgate", RECORD_LABEL: _KIND},
+        }
         if record.resource_version:
             metadata |= {"resourceVersion": record.resource_version, "uid": record.object_uid}
-        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {
-            "namespace": record.namespace, "secret": record.secret,
-            "credential": record.credential, "uid": record.uid,
-            "fingerprint": record.fingerprint}}
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": {
+                "namespace": record.namespace,
+                "secret": record.secret,
+                "credential": record.credential,
+                "uid": record.uid,
+                "fingerprint": record.fingerprint,
+            },
+        }
 
     def _keep(self, obj: dict[str, Any]) -> Record:
         """Remember what the API answered at once, not only when the watch brings it."""
@@ -109,35 +129,44 @@ class Records:
         assert record is not None  # we wrote it
         return record
 
-    def claim(self, namespace: str, secret: str, credential: str, *,
-              timeout: float) -> Record:
+    def claim(self, namespace: str, secret: str, credential: str, *, timeout: float) -> Record:
         """Create the record of a copy about to be made; AlreadyExists when someone else has."""
         blank = Record(namespace, secret, credential, "", "", "", "", "")
-        return self._keep(self.client.create(kube.configmaps_path(self.namespace),
-                                             self._body(blank), timeout=timeout))
+        return self._keep(
+            self.client.create(
+                kube.configmaps_path(self.namespace), self._body(blank), timeout=timeout
+            )
+        )
 
     def fetch(self, namespace: str, secret: str, *, timeout: float) -> Record | None:
         """Read one record from the API (a claim another replica may be completing)."""
         try:
-            obj = self.client.get(kube.configmaps_path(self.namespace,
-                                                       record_name(namespace, secret)),
-                                  timeout=timeout)
+            obj = self.client.get(
+                kube.configmaps_path(self.namespace, record_name(namespace, secret)),
+                timeout=timeout,
+            )
         except kube.NotFound:
             return None
         return self._keep(obj)
 
-    def complete(self, record: Record, *, uid: str, fingerprint: str,
-                 timeout: float | None = None) -> Record:
+    def complete(
+        self, record: Record, *, uid: str, fingerprint: str, timeout: float | None = None
+    ) -> Record:
         """Record what was written; Conflict when the record changed since it was read."""
         done = dataclasses.replace(record, uid=uid, fingerprint=fingerprint)
-        return self._keep(self.client.replace(
-            kube.configmaps_path(self.namespace, record.name), self._body(done),
-            timeout=timeout))
+        return self._keep(
+            self.client.replace(
+                kube.configmaps_path(self.namespace, record.name), self._body(done), timeout=timeout
+            )
+        )
 
     def drop(self, record: Record, *, timeout: float | None = None) -> None:
         """Forget a copy (or release a claim): only this very record, by its uid."""
         # Already gone, or replaced by a newer claim that is not ours to drop.
         with contextlib.suppress(kube.NotFound, kube.Conflict):
-            self.client.delete(kube.configmaps_path(self.namespace, record.name),
-                               uid=record.object_uid, timeout=timeout)
+            self.client.delete(
+                kube.configmaps_path(self.namespace, record.name),
+                uid=record.object_uid,
+                timeout=timeout,
+            )
         self.informer.items.pop((self.namespace, record.name), None)

@@ -61,10 +61,18 @@ def probe_image(rules: policy.Policy, credential: str) -> str | None:
 
 
 class ProviderRefresher(Loop):
-    def __init__(self, source: ProviderSource, client: kube.Kube, *,
-                 store: KubernetesCredentialStore, rules: Callable[[], policy.Policy],
-                 is_leader: Callable[[], bool], observe: Observer | None = None,
-                 retry: float = 5.0, clock: Callable[[], datetime.datetime] = _now) -> None:
+    def __init__(
+        self,
+        source: ProviderSource,
+        client: kube.Kube,
+        *,
+        store: KubernetesCredentialStore,
+        rules: Callable[[], policy.Policy],
+        is_leader: Callable[[], bool],
+        observe: Observer | None = None,
+        retry: float = 5.0,
+        clock: Callable[[], datetime.datetime] = _now,
+    ) -> None:
         super().__init__("provider-refresher")
         self.source = source
         self.client = client
@@ -129,17 +137,33 @@ class ProviderRefresher(Loop):
             login = self.source.login(name, provider, image)
             self._publish(login, provider)
         except (ProviderError, kube.KubeError) as error:
-            logger.warning("credential refresh failed", extra={"fields": {
-                "credential": name, "provider": provider, "reason": str(error),
-                "kept_until": rfc3339(kept) if kept else None}})
+            logger.warning(
+                "credential refresh failed",
+                extra={
+                    "fields": {
+                        "credential": name,
+                        "provider": provider,
+                        "reason": str(error),
+                        "kept_until": rfc3339(kept) if kept else None,
+                    }
+                },
+            )
             self.observe(name, "failed", kept)
             retry = self._next[name] = self.clock() + datetime.timedelta(seconds=self.retry)
             return retry
         assert login.expires is not None
         assert login.issued is not None
-        logger.info("credential refreshed", extra={"fields": {
-            "credential": name, "provider": provider, "registry": login.registry,
-            "expires": rfc3339(login.expires)}})
+        logger.info(
+            "credential refreshed",
+            extra={
+                "fields": {
+                    "credential": name,
+                    "provider": provider,
+                    "registry": login.registry,
+                    "expires": rfc3339(login.expires),
+                }
+            },
+        )
         self.observe(name, "refreshed", login.expires)
         due = self._next[name] = renew_at(login.issued, login.expires)
         return due
@@ -149,9 +173,15 @@ class ProviderRefresher(Loop):
         assert login.issued is not None
         namespace = self.store.namespace
         body = secret_from_credential(
-            login, namespace, login.name, labels={PROVIDER_LABEL: provider},
-            annotations={ISSUED_ANNOTATION: rfc3339(login.issued),
-                         EXPIRES_ANNOTATION: rfc3339(login.expires)})
+            login,
+            namespace,
+            login.name,
+            labels={PROVIDER_LABEL: provider},
+            annotations={
+                ISSUED_ANNOTATION: rfc3339(login.issued),
+                EXPIRES_ANNOTATION: rfc3339(login.expires),
+            },
+        )
         existing = self._published(login.name)
         if existing is None:
             self.client.create(kube.secrets_path(namespace), body)
@@ -159,8 +189,10 @@ class ProviderRefresher(Loop):
         metadata = existing.get("metadata") or {}
         if PROVIDER_LABEL not in (metadata.get("labels") or {}):
             # A credential a person put there under this name: never overwritten.
-            raise ProviderError(f"Secret {namespace}/{login.name} exists and was not made by "
-                                f"a provider refresh (no {PROVIDER_LABEL} label); not replacing "
-                                "it")
+            raise ProviderError(
+                f"Secret {namespace}/{login.name} exists and was not made by "
+                f"a provider refresh (no {PROVIDER_LABEL} label); not replacing "
+                "it"
+            )
         body["metadata"]["resourceVersion"] = metadata.get("resourceVersion")
         self.client.replace(kube.secrets_path(namespace, login.name), body)

@@ -23,14 +23,16 @@ __all__ = ["ScopedStore"]
 class ScopedStore:
     """A :class:`CredentialStore` over another, with each login re-keyed to its policy scope."""
 
-    def __init__(self, store: CredentialStore,
-                 grants: Callable[[], Mapping[str, policy.CredentialGrant]]) -> None:
+    def __init__(
+        self, store: CredentialStore, grants: Callable[[], Mapping[str, policy.CredentialGrant]]
+    ) -> None:
         self.store = store
         self._grants = grants
         # (store snapshot, grants) -> scoped snapshot. The inputs are held, not
         # just their ids, so an id is never reused while it is the cache key.
-        self._cached: tuple[Mapping[str, Credential], Mapping[str, Any],
-                            Mapping[str, Credential]] | None = None
+        self._cached: (
+            tuple[Mapping[str, Credential], Mapping[str, Any], Mapping[str, Credential]] | None
+        ) = None
 
     def __repr__(self) -> str:
         return f"ScopedStore({self.store!r})"
@@ -41,8 +43,7 @@ class ScopedStore:
         cached = self._cached
         if cached is not None and cached[0] is base and cached[1] is grants:
             return cached[2]
-        scoped = {name: _scoped(credential, grants.get(name))
-                  for name, credential in base.items()}
+        scoped = {name: _scoped(credential, grants.get(name)) for name, credential in base.items()}
         self._cached = (base, grants, scoped)
         return scoped
 

@@ -57,9 +57,18 @@ class Credential:
         ``username`` and ``password`` are there for tools that read those.
         """
         auth = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-        return orjson.dumps({"auths": {self.registry: {
-            "username": self.username, "password": self.password, "auth": auth}}},
-            option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(
+            {
+                "auths": {
+                    self.registry: {
+                        "username": self.username,
+                        "password": self.password,
+                        "auth": auth,
+                    }
+                }
+            },
+            option=orjson.OPT_SORT_KEYS,
+        )
 
 
 def _registry_key(key: str) -> str:
@@ -82,23 +91,25 @@ def from_dockerconfigjson(name: str, payload: bytes, *, where: str) -> Credentia
     auths = document.get("auths") if isinstance(document, dict) else None
     if not isinstance(auths, dict) or len(auths) != 1:
         count = len(auths) if isinstance(auths, dict) else 0
-        raise StoreError(f"{where}: .dockerconfigjson must hold exactly one registry under "
-                         f"'auths' (found {count})")
-    (key, entry), = auths.items()
+        raise StoreError(
+            f"{where}: .dockerconfigjson must hold exactly one registry under "
+            f"'auths' (found {count})"
+        )
+    ((key, entry),) = auths.items()
     if not isinstance(entry, dict):
         raise StoreError(f"{where}: auths[{key!r}] is not an object")
     username, password = entry.get("username"), entry.get("password")
     if not (isinstance(username, str) and isinstance(password, str)):
         # `auth` alone is what some tools write: base64("user:pass").
         try:
-            username, _, password = base64.b64decode(str(entry.get("auth", ""))).decode() \
-                .partition(":")
+            username, _, password = (
+                base64.b64decode(str(entry.get("auth", ""))).decode().partition(":")
+            )
         except (ValueError, UnicodeDecodeError):
             username = password = ""
     if not username or not password:
         raise StoreError(f"{where}: auths[{key!r}] has no username and password")
-    return Credential(name=name, registry=_registry_key(key), username=username,
-                      password=password)
+    return Credential(name=name, registry=_registry_key(key), username=username, password=password)
 
 
 class CredentialStore(Protocol):

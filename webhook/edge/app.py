@@ -31,8 +31,15 @@ from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyfile import LoadedPolicy
 from mirrorgate.webhook.version import VERSION
 
-__all__ = ["AUDIT_ONLY", "BY_NAMESPACE_LABEL", "MAX_BODY_BYTES", "REFUSALS_LOGGED",
-           "REFUSAL_LOG_INTERVAL", "Runtime", "create_app"]
+__all__ = [
+    "AUDIT_ONLY",
+    "BY_NAMESPACE_LABEL",
+    "MAX_BODY_BYTES",
+    "REFUSALS_LOGGED",
+    "REFUSAL_LOG_INTERVAL",
+    "Runtime",
+    "create_app",
+]
 
 AUDIT_ONLY = "audit-only"
 BY_NAMESPACE_LABEL = "namespace-label"
@@ -118,8 +125,9 @@ class AdmissionEndpoint:
             shown = policy.quote(content_type, limit=64) if content_type else "'missing'"
             raise review.BadReview(f"Content-Type is {shown}; expected application/json")
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            raise review.BadReview(f"request body of {declared.decode()} bytes exceeds the "
-                                   f"{MAX_BODY_BYTES}-byte limit")
+            raise review.BadReview(
+                f"request body of {declared.decode()} bytes exceeds the {MAX_BODY_BYTES}-byte limit"
+            )
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -143,22 +151,33 @@ class AdmissionEndpoint:
         try:
             body = await self._body(scope, receive)
             screened = None
-            if len(body) > offload.LARGE_REVIEW_BYTES and runtime.screener is not None \
-                    and offload.may_be_too_wide(body, runtime.max_containers):
+            if (
+                len(body) > offload.LARGE_REVIEW_BYTES
+                and runtime.screener is not None
+                and offload.may_be_too_wide(body, runtime.max_containers)
+            ):
                 screened = await runtime.screener.screen(
-                    body, mode=mode, max_containers=runtime.max_containers)
+                    body, mode=mode, max_containers=runtime.max_containers
+                )
             if screened is not None:
                 uid, dry_run, decision = screened
             else:
                 rev = review.decode(body)
                 uid, dry_run = rev.uid, bool(rev.request.get("dryRun", False))
-                decision = await admission.admit(rev, rules=loaded.policy, mode=mode,
-                                                 secrets=runtime.secrets, health=runtime.health,
-                                                 max_containers=runtime.max_containers)
+                decision = await admission.admit(
+                    rev,
+                    rules=loaded.policy,
+                    mode=mode,
+                    secrets=runtime.secrets,
+                    health=runtime.health,
+                    max_containers=runtime.max_containers,
+                )
         except review.BadReview as error:
             runtime.metrics.errors.labels(endpoint, "bad-request").inc()
-            logger.warning("bad admission request", extra={"fields": {
-                "endpoint": endpoint, "uid": error.uid, "error": str(error)}})
+            logger.warning(
+                "bad admission request",
+                extra={"fields": {"endpoint": endpoint, "uid": error.uid, "error": str(error)}},
+            )
             await _send_json(send, error.review(), status=400)
             return
         except _Unreadable:
@@ -166,28 +185,43 @@ class AdmissionEndpoint:
         except Exception:
             runtime.metrics.errors.labels(endpoint, "internal").inc()
             if rev is None:
-                logger.exception("admission request unreadable",
-                                 extra={"fields": {"endpoint": endpoint}})
-                await _send_json(send, {"error": "the request body could not be read"},
-                                 status=400)
+                logger.exception(
+                    "admission request unreadable", extra={"fields": {"endpoint": endpoint}}
+                )
+                await _send_json(send, {"error": "the request body could not be read"}, status=400)
                 return
             # A bug of ours must neither block Pods nor reach the caller as a
             # traceback or a 500: admit the Pod unchanged (so it points nowhere
             # it cannot authenticate to), say so, and count it.
-            logger.exception("admission failed; Pod admitted unchanged",
-                             extra={"fields": {"endpoint": endpoint, "uid": rev.uid}})
+            logger.exception(
+                "admission failed; Pod admitted unchanged",
+                extra={"fields": {"endpoint": endpoint, "uid": rev.uid}},
+            )
             decision = admission.Decision(
-                review.allowed(rev, warnings=[
-                    "mirrorgate: internal error; the Pod was admitted unchanged"]),
-                mode, "allowed", warnings=1)
+                review.allowed(
+                    rev, warnings=["mirrorgate: internal error; the Pod was admitted unchanged"]
+                ),
+                mode,
+                "allowed",
+                warnings=1,
+            )
         seconds = time.perf_counter() - started
         runtime.metrics.record(endpoint, decision, seconds)
-        logs.admission({
-            "uid": uid, "namespace": decision.namespace, "pod": decision.name,
-            "endpoint": endpoint, "mode": decision.mode, "outcome": decision.outcome,
-            "rewrites": decision.rewrites, "warnings": decision.warnings,
-            "dry_run": dry_run, "policy": loaded.version,
-            "duration_ms": round(seconds * 1000, 3)})
+        logs.admission(
+            {
+                "uid": uid,
+                "namespace": decision.namespace,
+                "pod": decision.name,
+                "endpoint": endpoint,
+                "mode": decision.mode,
+                "outcome": decision.outcome,
+                "rewrites": decision.rewrites,
+                "warnings": decision.warnings,
+                "dry_run": dry_run,
+                "policy": loaded.version,
+                "duration_ms": round(seconds * 1000, 3),
+            }
+        )
         await _send_json(send, decision.body)
 
 
@@ -211,8 +245,9 @@ class PolicyEndpoint(AdmissionEndpoint):
     def __init__(self, runtime: Runtime, *, endpoint: str) -> None:
         super().__init__(runtime, endpoint=endpoint, forced_audit=False)
         self._one_at_a_time = asyncio.Lock()
-        self._refusals = logs.Sampled("policy refused at admission", burst=REFUSALS_LOGGED,
-                                      interval=REFUSAL_LOG_INTERVAL)
+        self._refusals = logs.Sampled(
+            "policy refused at admission", burst=REFUSALS_LOGGED, interval=REFUSAL_LOG_INTERVAL
+        )
 
     async def _judged(self, body: bytes) -> policyreview.Judged:
         screener = self.runtime.screener
@@ -221,10 +256,14 @@ class PolicyEndpoint(AdmissionEndpoint):
                 return await screener.judge_policy(body)
             except offload.Busy:
                 rev = review.decode(body)
-                return review.denied(rev, (
-                    f"mirrorgate: {offload.MAX_QUEUED_POLICY_REVIEWS} policy reviews are "
-                    "already waiting to be judged; this policy was not judged, try again"),
-                    code=429), None
+                return review.denied(
+                    rev,
+                    (
+                        f"mirrorgate: {offload.MAX_QUEUED_POLICY_REVIEWS} policy reviews are "
+                        "already waiting to be judged; this policy was not judged, try again"
+                    ),
+                    code=429,
+                ), None
             except offload.Unavailable:
                 pass
         async with self._one_at_a_time:
@@ -244,16 +283,25 @@ class PolicyEndpoint(AdmissionEndpoint):
         runtime.metrics.policy_reviews.labels("allowed" if response["allowed"] else "denied").inc()
         if not response["allowed"]:
             message = response["status"]["message"]
-            self._refusals.warning(policyreview.refusal_kind(message), {
-                "uid": response["uid"], "user": user, "error": message})
+            self._refusals.warning(
+                policyreview.refusal_kind(message),
+                {"uid": response["uid"], "user": user, "error": message},
+            )
         await _send_json(send, answer)
 
 
 async def _send_json(send: Send, body: Any, status: int = 200) -> None:
     payload = orjson.dumps(body)
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode("latin-1"))]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode("latin-1")),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -276,8 +324,13 @@ def create_app(runtime: Runtime) -> Starlette:
         if runtime.policy_refused is not None:
             # Not unready: the policy in force keeps serving, and so must this replica.
             problems["policy"] = runtime.policy_refused
-        body = {"ready": ready, "version": VERSION, "policy": runtime.policy.version,
-                "mode": runtime.mode, "problems": problems}
+        body = {
+            "ready": ready,
+            "version": VERSION,
+            "policy": runtime.policy.version,
+            "mode": runtime.mode,
+            "problems": problems,
+        }
         return _json(body, status=200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
@@ -288,13 +341,17 @@ def create_app(runtime: Runtime) -> Starlette:
     endpoints = {
         "/mutate": AdmissionEndpoint(runtime, endpoint="mutate", forced_audit=False),
         "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True),
-        "/validate-policy": PolicyEndpoint(runtime, endpoint="validate-policy")}
-    return _Application(endpoints, routes=[
-        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
-        Route("/healthz", liveness, methods=["GET"]),
-        Route("/readyz", readiness, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-    ])
+        "/validate-policy": PolicyEndpoint(runtime, endpoint="validate-policy"),
+    }
+    return _Application(
+        endpoints,
+        routes=[
+            *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
+            Route("/healthz", liveness, methods=["GET"]),
+            Route("/readyz", readiness, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ],
+    )
 
 
 class _Application(Starlette):
@@ -306,8 +363,9 @@ class _Application(Starlette):
     or path (405, 404, the probes, metrics) takes Starlette's usual way.
     """
 
-    def __init__(self, admission_endpoints: dict[str, AdmissionEndpoint], *,
-                 routes: list[Route]) -> None:
+    def __init__(
+        self, admission_endpoints: dict[str, AdmissionEndpoint], *, routes: list[Route]
+    ) -> None:
         super().__init__(routes=routes)
         self.admission_endpoints = admission_endpoints
 

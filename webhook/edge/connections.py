@@ -51,8 +51,13 @@ from uvicorn.server import ServerState
 from mirrorgate.webhook.edge.limits import Limits
 from mirrorgate.webhook.policyfile import ConfigError
 
-__all__ = ["ConnectionTable", "LimitedHttpProtocol", "TlsAcceptor", "protocol_factory",
-           "raise_file_limit"]
+__all__ = [
+    "ConnectionTable",
+    "LimitedHttpProtocol",
+    "TlsAcceptor",
+    "protocol_factory",
+    "raise_file_limit",
+]
 
 EARLY_BYTES_MAX = 1 << 20
 """Bytes held for a connection between its handshake and its hand-over to uvicorn."""
@@ -113,9 +118,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     flow: _Flow
 
-    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None, *,
-                 table: ConnectionTable) -> None:
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        table: ConnectionTable,
+    ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.table = table
         self.state = State.NEW
@@ -194,8 +205,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """Requests that may still be parsed: the bound, less those parsed and unanswered
         (one being answered, the rest queued)."""
         cycle = self.cycle
-        return self.ahead - len(self.pipeline) - (cycle is not None
-                                                  and not cycle.response_complete)
+        return self.ahead - len(self.pipeline) - (cycle is not None and not cycle.response_complete)
 
     def _feed(self, data: bytes) -> None:
         """Parse ``data`` as far as the pipelining bound allows; hold the rest, unread.
@@ -225,7 +235,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                         self._parse(data[start:] if start else data)
                     return
             # At most ``room`` heads end up to and including this line feed.
-            if not self._parse(data[start:stop + 1]) or self.transport.is_closing():
+            if not self._parse(data[start : stop + 1]) or self.transport.is_closing():
                 return
             start = stop + 1
             room = self._room()
@@ -253,17 +263,27 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             # exactly, once complete).
             self.head_bytes += self.chunk
             if self.head_bytes > self.table.limits.max_header_bytes:
-                self._reply_and_close(431, "request head exceeds the "
-                                           f"{self.table.limits.max_header_bytes}-byte limit")
+                self._reply_and_close(
+                    431, f"request head exceeds the {self.table.limits.max_header_bytes}-byte limit"
+                )
                 return False
         return True
 
     def _reply_and_close(self, status: int, message: str) -> None:
         payload = message.encode("ascii")
-        self.transport.write(b"".join((
-            STATUS_LINE[status], b"content-type: text/plain; charset=utf-8\r\n",
-            b"content-length: ", str(len(payload)).encode("ascii"), b"\r\n",
-            b"connection: close\r\n\r\n", payload)))
+        self.transport.write(
+            b"".join(
+                (
+                    STATUS_LINE[status],
+                    b"content-type: text/plain; charset=utf-8\r\n",
+                    b"content-length: ",
+                    str(len(payload)).encode("ascii"),
+                    b"\r\n",
+                    b"connection: close\r\n\r\n",
+                    payload,
+                )
+            )
+        )
         self.transport.close()
         self.table.release(self, "header-limit" if status == 431 else "bad-request")
 
@@ -287,8 +307,11 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._refuse(431, f"more than {limits.max_headers} header fields")
         # Counted exactly only when the bytes read so far could hold a head
         # over the limit (a head and its body usually arrive in one read).
-        if self.head_bytes + self.chunk > limits.max_header_bytes and len(self.url) + sum(
-                len(name) + len(value) for name, value in self.headers) > limits.max_header_bytes:
+        if (
+            self.head_bytes + self.chunk > limits.max_header_bytes
+            and len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
+            > limits.max_header_bytes
+        ):
             self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
         self.reading = State.BODY
         if self.state is not State.BUSY:
@@ -354,11 +377,11 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 class ConnectionTable:
     """Every open connection, least recently active first, and the limits they live under."""
 
-    def __init__(self, limits: Limits, *,
-                 on_close: Callable[[str], None] = lambda reason: None) -> None:
+    def __init__(
+        self, limits: Limits, *, on_close: Callable[[str], None] = lambda reason: None
+    ) -> None:
         self.limits = limits
-        self.open: collections.OrderedDict[LimitedHttpProtocol, None] = \
-            collections.OrderedDict()
+        self.open: collections.OrderedDict[LimitedHttpProtocol, None] = collections.OrderedDict()
         self.buffered = 0
         self.stalled: dict[LimitedHttpProtocol, float] = {}
         """Connections whose client does not read its answer, by when it stopped (oldest
@@ -367,12 +390,13 @@ class ConnectionTable:
         """Their unsent answer bytes."""
         self.on_close = on_close
         """Called with the reason whenever the table drops a connection (for metrics)."""
-        self._sweep_every = min(1.0, limits.header_timeout / 4, limits.body_timeout / 4,
-                                limits.write_timeout / 4)
+        self._sweep_every = min(
+            1.0, limits.header_timeout / 4, limits.body_timeout / 4, limits.write_timeout / 4
+        )
         self._sweeper: asyncio.TimerHandle | None = None
         self.deferred: collections.deque[
-            tuple[LimitedHttpProtocol, RequestResponseCycle, ASGI3Application]] = \
-            collections.deque()
+            tuple[LimitedHttpProtocol, RequestResponseCycle, ASGI3Application]
+        ] = collections.deque()
         """Pipelined requests waiting for their turn to start."""
         self._dispatcher: asyncio.Handle | None = None
 
@@ -386,8 +410,9 @@ class ConnectionTable:
             victim.close_for("evicted")
         self.open[connection] = None
         if self._sweeper is None:
-            self._sweeper = connection.loop.call_later(self._sweep_every, self._sweep,
-                                                       connection.loop)
+            self._sweeper = connection.loop.call_later(
+                self._sweep_every, self._sweep, connection.loop
+            )
         return True
 
     def unbuffer(self, connection: LimitedHttpProtocol) -> None:
@@ -454,8 +479,9 @@ class ConnectionTable:
                     break
         return next((connection for connection in first if connection is not None), None)
 
-    def defer(self, connection: LimitedHttpProtocol, cycle: RequestResponseCycle,
-              app: ASGI3Application) -> None:
+    def defer(
+        self, connection: LimitedHttpProtocol, cycle: RequestResponseCycle, app: ASGI3Application
+    ) -> None:
         """Start a pipelined request in a later event-loop turn, a few per turn.
 
         Each connection answers its pipelined requests one after the other,
@@ -481,9 +507,14 @@ class ConnectionTable:
     def relieve(self, reader: LimitedHttpProtocol) -> None:
         """Over the body budget: close the longest-running body reads, ``reader``'s last."""
         while self.buffered > self.limits.max_buffered_bytes:
-            oldest = next((connection for connection in self.open
-                           if connection is not reader and connection.state is State.BODY),
-                          reader)
+            oldest = next(
+                (
+                    connection
+                    for connection in self.open
+                    if connection is not reader and connection.state is State.BODY
+                ),
+                reader,
+            )
             oldest.close_for("body-budget")
             if oldest is reader:
                 return
@@ -535,9 +566,13 @@ class TlsAcceptor(asyncio.Protocol):
             raw.abort()
             return
         upgrade = http.loop.start_tls(
-            raw, http, self.context, server_side=True,
+            raw,
+            http,
+            self.context,
+            server_side=True,
             ssl_handshake_timeout=http.table.limits.header_timeout,
-            ssl_shutdown_timeout=SHUTDOWN_TIMEOUT)
+            ssl_shutdown_timeout=SHUTDOWN_TIMEOUT,
+        )
         # start_tls's first step runs here and now, not in a task's first step:
         # uvloop starts reading the moment this method returns, and the
         # client's first bytes must reach the TLS protocol that this step
@@ -546,8 +581,9 @@ class TlsAcceptor(asyncio.Protocol):
         pending = upgrade.send(None)
         self.task = http.loop.create_task(self._handshake(upgrade, pending))
 
-    async def _handshake(self, upgrade: Coroutine[Any, Any, asyncio.Transport | None],
-                         pending: object) -> None:
+    async def _handshake(
+        self, upgrade: Coroutine[Any, Any, asyncio.Transport | None], pending: object
+    ) -> None:
         """Drive the rest of ``start_tls``, then hand the TLS transport to uvicorn."""
         http = self.http
         try:
@@ -580,12 +616,17 @@ class TlsAcceptor(asyncio.Protocol):
         self.http.table.release(self.http, "closed")
 
 
-def protocol_factory(table: ConnectionTable,
-                     context: ssl.SSLContext) -> Callable[..., asyncio.Protocol]:
+def protocol_factory(
+    table: ConnectionTable, context: ssl.SSLContext
+) -> Callable[..., asyncio.Protocol]:
     """What uvicorn calls per accepted connection (its ``http_protocol_class``)."""
 
-    def accept(config: Config, server_state: ServerState, app_state: dict[str, Any],
-               _loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+    def accept(
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> asyncio.Protocol:
         http = LimitedHttpProtocol(config, server_state, app_state, _loop, table=table)
         return TlsAcceptor(http, context)
 
@@ -608,6 +649,8 @@ def raise_file_limit(max_connections: int) -> None:
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return
     if hard != resource.RLIM_INFINITY and hard < needed:
-        raise ConfigError(f"--max-connections {max_connections} needs {needed} open files; "
-                          f"the hard limit is {hard}")
+        raise ConfigError(
+            f"--max-connections {max_connections} needs {needed} open files; "
+            f"the hard limit is {hard}"
+        )
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))

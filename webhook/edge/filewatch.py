@@ -50,8 +50,14 @@ class FileWatcher(Loop):
     """Calls ``on_change`` when the contents of ``paths`` change (checked every ``interval`` s),
     from a thread of its own (see the module's docstring)."""
 
-    def __init__(self, paths: Sequence[str], on_change: Callable[[], None], *,
-                 interval: float = 1.0, name: str = "files") -> None:
+    def __init__(
+        self,
+        paths: Sequence[str],
+        on_change: Callable[[], None],
+        *,
+        interval: float = 1.0,
+        name: str = "files",
+    ) -> None:
         # Stopping waits for a reload in hand, as long as reading a policy may take.
         super().__init__(f"watch-{name}", stop_timeout=STOP_TIMEOUT)
         self.paths = list(paths)

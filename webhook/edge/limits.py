@@ -48,17 +48,19 @@ class Limits:
     def problems(self) -> list[str]:
         """What is wrong with these values, as `serve` option names."""
         found = []
-        for option, value in (("--max-connections", self.max_connections),
-                              ("--max-header-bytes", self.max_header_bytes),
-                              ("--max-headers", self.max_headers),
-                              ("--header-timeout", self.header_timeout),
-                              ("--body-timeout", self.body_timeout),
-                              ("--idle-timeout", self.idle_timeout),
-                              ("--max-buffered-bytes", self.max_buffered_bytes),
-                              ("--max-containers", self.max_containers),
-                              ("--write-timeout", self.write_timeout),
-                              ("--max-unsent-bytes", self.max_unsent_bytes),
-                              ("--max-pipelined", self.max_pipelined)):
+        for option, value in (
+            ("--max-connections", self.max_connections),
+            ("--max-header-bytes", self.max_header_bytes),
+            ("--max-headers", self.max_headers),
+            ("--header-timeout", self.header_timeout),
+            ("--body-timeout", self.body_timeout),
+            ("--idle-timeout", self.idle_timeout),
+            ("--max-buffered-bytes", self.max_buffered_bytes),
+            ("--max-containers", self.max_containers),
+            ("--write-timeout", self.write_timeout),
+            ("--max-unsent-bytes", self.max_unsent_bytes),
+            ("--max-pipelined", self.max_pipelined),
+        ):
             if not value > 0:
                 found.append(f"{option} must be positive, got {value}")
         return found

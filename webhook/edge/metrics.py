@@ -50,27 +50,44 @@ class _AdmissionCounts(Collector):
 
     def collect(self) -> Iterator[prom.Metric]:
         admissions = CounterMetricFamily(
-            "mirrorgate_admissions", "Admission reviews answered, by endpoint, mode and outcome.",
-            labels=["endpoint", "mode", "outcome"])
+            "mirrorgate_admissions",
+            "Admission reviews answered, by endpoint, mode and outcome.",
+            labels=["endpoint", "mode", "outcome"],
+        )
         for labels, count in sorted(self.admissions.items()):
             admissions.add_metric(list(labels), count)
         yield admissions
         for name, value, text in (
-                ("mirrorgate_images_rewritten", self.rewritten,
-                 "Images rewritten to a mirror (enforce mode)."),
-                ("mirrorgate_images_would_rewrite", self.would_rewrite,
-                 "Images audit mode would rewrite."),
-                ("mirrorgate_images_left_unmirrored", self.unrewritten,
-                 "Images admitted as written because their pull secret could not be ensured; "
-                 "alert on this."),
-                ("mirrorgate_images_left_for_health", self.fallbacks,
-                 "Images admitted as written because their mirror was down or its credential "
-                 "could not log in (onMirrorDown: fallback)."),
-                ("mirrorgate_warnings", self.warnings, "Warnings returned to clients.")):
+            (
+                "mirrorgate_images_rewritten",
+                self.rewritten,
+                "Images rewritten to a mirror (enforce mode).",
+            ),
+            (
+                "mirrorgate_images_would_rewrite",
+                self.would_rewrite,
+                "Images audit mode would rewrite.",
+            ),
+            (
+                "mirrorgate_images_left_unmirrored",
+                self.unrewritten,
+                "Images admitted as written because their pull secret could not be ensured; "
+                "alert on this.",
+            ),
+            (
+                "mirrorgate_images_left_for_health",
+                self.fallbacks,
+                "Images admitted as written because their mirror was down or its credential "
+                "could not log in (onMirrorDown: fallback).",
+            ),
+            ("mirrorgate_warnings", self.warnings, "Warnings returned to clients."),
+        ):
             yield CounterMetricFamily(name, text, value=value)
         latency = HistogramMetricFamily(
-            "mirrorgate_admission_duration_seconds", "Time to answer an admission review.",
-            labels=["endpoint"])
+            "mirrorgate_admission_duration_seconds",
+            "Time to answer an admission review.",
+            labels=["endpoint"],
+        )
         for endpoint, counts in sorted(self.latency.items()):
             cumulative, buckets = 0, []
             for bound, count in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
@@ -87,55 +104,91 @@ class Metrics:
         self.counts = _AdmissionCounts()
         r.register(self.counts)
         self.errors = prom.Counter(
-            "mirrorgate_errors", "Malformed or failed admission calls, by reason.",
-            ["endpoint", "reason"], registry=r)
-        build = prom.Gauge("mirrorgate_build_info", "The running mirrorgate (1) by version.",
-                           ["version"], registry=r)
+            "mirrorgate_errors",
+            "Malformed or failed admission calls, by reason.",
+            ["endpoint", "reason"],
+            registry=r,
+        )
+        build = prom.Gauge(
+            "mirrorgate_build_info",
+            "The running mirrorgate (1) by version.",
+            ["version"],
+            registry=r,
+        )
         build.labels(VERSION).set(1)
         self.policy = prom.Gauge(
             "mirrorgate_policy_info",
             "The live policy (1) by version, and the effective mode: audit-only "
             "(--audit-only) or namespace-label (each namespace's label decides).",
-            ["version", "mode"], registry=r)
+            ["version", "mode"],
+            registry=r,
+        )
         self.policy_reviews = prom.Counter(
-            "mirrorgate_policy_reviews", "Writes of the policy ConfigMap judged at admission "
-            "(/validate-policy), by outcome: allowed or denied.", ["outcome"], registry=r)
+            "mirrorgate_policy_reviews",
+            "Writes of the policy ConfigMap judged at admission "
+            "(/validate-policy), by outcome: allowed or denied.",
+            ["outcome"],
+            registry=r,
+        )
         self.policy_reload_failures = prom.Counter(
-            "mirrorgate_policy_reload_failures", "Policy files rejected on reload.", registry=r)
+            "mirrorgate_policy_reload_failures", "Policy files rejected on reload.", registry=r
+        )
         self.pull_secret_writes = prom.Counter(
             "mirrorgate_pull_secret_writes",
             "Generated pull secrets created, updated, deleted, or failed to ensure.",
-            ["action"], registry=r)
+            ["action"],
+            registry=r,
+        )
         self.credential_refreshes = prom.Counter(
             "mirrorgate_credential_refreshes",
             "Logins asked of credential-provider plugins, by credential and outcome "
-            "(refreshed, failed).", ["credential", "outcome"], registry=r)
+            "(refreshed, failed).",
+            ["credential", "outcome"],
+            registry=r,
+        )
         self.credential_expiry = prom.Gauge(
             "mirrorgate_credential_expiry_timestamp_seconds",
             "When the login in the store for a provider credential expires (Unix time).",
-            ["credential"], registry=r)
+            ["credential"],
+            registry=r,
+        )
         self.mirror_up = prom.Gauge(
-            "mirrorgate_mirror_up", "1 while the rule's mirror answers its /v2/ probe, else 0.",
-            ["mirror"], registry=r)
+            "mirrorgate_mirror_up",
+            "1 while the rule's mirror answers its /v2/ probe, else 0.",
+            ["mirror"],
+            registry=r,
+        )
         self.credential_valid = prom.Gauge(
             "mirrorgate_credential_valid",
             "1 while the credential logs in to its mirror, else 0 (also when it is missing "
-            "from the store or is for another registry).", ["credential"], registry=r)
+            "from the store or is for another registry).",
+            ["credential"],
+            registry=r,
+        )
         self.certificate_expiry = prom.Gauge(
             "mirrorgate_certificate_expiry_timestamp_seconds",
-            "When the serving certificate in use expires (Unix time).", registry=r)
+            "When the serving certificate in use expires (Unix time).",
+            registry=r,
+        )
         self.certificate_reloads = prom.Counter(
-            "mirrorgate_certificate_reloads", "Serving certificates loaded from disk.",
-            ["result"], registry=r)
+            "mirrorgate_certificate_reloads",
+            "Serving certificates loaded from disk.",
+            ["result"],
+            registry=r,
+        )
         self.connections_dropped = prom.Counter(
             "mirrorgate_connections_dropped",
             "Connections the server closed or refused under its limits, by reason "
             "(header-timeout, body-timeout, write-timeout, evicted, refused, body-budget, "
-            "output-budget, header-limit, bad-request, handshake-failed).", ["reason"],
-            registry=r)
+            "output-budget, header-limit, bad-request, handshake-failed).",
+            ["reason"],
+            registry=r,
+        )
         self.open_connections = prom.Gauge(
-            "mirrorgate_open_connections", "Open client connections, TLS handshakes included.",
-            registry=r)
+            "mirrorgate_open_connections",
+            "Open client connections, TLS handshakes included.",
+            registry=r,
+        )
 
         # The series alerts watch exist from the start, at 0: increase() and
         # rate() cannot see the first event of a series that appears with it.
@@ -169,8 +222,9 @@ class Metrics:
         buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         counts.latency_sum[endpoint] += seconds
 
-    def credential_refreshed(self, credential: str, outcome: str,
-                             expires: datetime.datetime | None) -> None:
+    def credential_refreshed(
+        self, credential: str, outcome: str, expires: datetime.datetime | None
+    ) -> None:
         self.credential_refreshes.labels(credential, outcome).inc()
         if expires is not None:
             self.credential_expiry.labels(credential).set(expires.timestamp())
@@ -179,11 +233,14 @@ class Metrics:
         self.policy.clear()
         self.policy.labels(version, mode).set(1)
 
-    def set_health(self, *, mirror_up: Mapping[str, bool],
-                   credential_valid: Mapping[str, bool]) -> None:
+    def set_health(
+        self, *, mirror_up: Mapping[str, bool], credential_valid: Mapping[str, bool]
+    ) -> None:
         """The health gauges, exactly these series (a reload may have dropped some)."""
-        for gauge, values in ((self.mirror_up, mirror_up),
-                              (self.credential_valid, credential_valid)):
+        for gauge, values in (
+            (self.mirror_up, mirror_up),
+            (self.credential_valid, credential_valid),
+        ):
             gauge.clear()
             for label, ok in values.items():
                 gauge.labels(label).set(1 if ok else 0)

@@ -47,8 +47,16 @@ from mirrorgate import policy
 from mirrorgate.webhook import admission, policyreview, review
 from mirrorgate.webhook.logs import logger
 
-__all__ = ["LARGE_POLICY_REVIEW_BYTES", "LARGE_REVIEW_BYTES", "MAX_QUEUED_POLICY_REVIEWS", "Busy",
-           "Screened", "Screener", "Unavailable", "may_be_too_wide"]
+__all__ = [
+    "LARGE_POLICY_REVIEW_BYTES",
+    "LARGE_REVIEW_BYTES",
+    "MAX_QUEUED_POLICY_REVIEWS",
+    "Busy",
+    "Screened",
+    "Screener",
+    "Unavailable",
+    "may_be_too_wide",
+]
 
 _T = TypeVar("_T")
 
@@ -117,13 +125,17 @@ class Screener:
         """Start the worker now, so that the first large review does not wait for it."""
         try:
             pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_setup)
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_setup,
+            )
             pool.submit(_ready)
         except OSError as error:
             self._unavailable = True
-            logger.warning("no review worker can start; large reviews are decoded on the "
-                           "event loop", extra={"fields": {"error": str(error)}})
+            logger.warning(
+                "no review worker can start; large reviews are decoded on the event loop",
+                extra={"fields": {"error": str(error)}},
+            )
             return
         self._pool = pool
 
@@ -147,8 +159,9 @@ class Screener:
             self._pool = None
             raise Unavailable from None
 
-    async def screen(self, body: bytes, *, mode: policy.Mode,
-                     max_containers: int) -> Screened | None:
+    async def screen(
+        self, body: bytes, *, mode: policy.Mode, max_containers: int
+    ) -> Screened | None:
         """The worker's verdict on ``body``; None: decode and plan it here.
 
         Raises :class:`review.BadReview` for a malformed review, as decoding here would.

@@ -29,8 +29,9 @@ def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     try:
         context.load_cert_chain(cert_file, key_file)
     except ssl.SSLError as error:
-        raise ConfigError(f"{cert_file} / {key_file}: not a usable certificate and key "
-                          f"({error.reason or error})") from None
+        raise ConfigError(
+            f"{cert_file} / {key_file}: not a usable certificate and key ({error.reason or error})"
+        ) from None
     except OSError as error:
         raise ConfigError(f"{error.filename or cert_file}: {error.strerror}") from None
     return context
@@ -46,8 +47,12 @@ class CertificateReloader:
         self.base.sni_callback = self._select
         self.loads = 1
 
-    def _select(self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
-                base: ssl.SSLContext) -> None:
+    def _select(
+        self,
+        connection: ssl.SSLObject | ssl.SSLSocket,
+        server_name: str | None,
+        base: ssl.SSLContext,
+    ) -> None:
         current = self.current
         if current is not base:
             connection.context = current

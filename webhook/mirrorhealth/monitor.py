@@ -39,8 +39,9 @@ def _registry_host(registry: str) -> str:
     return registry.partition("/")[0].lower()
 
 
-def credential_problems(rules: policy.Policy,
-                        credentials: Mapping[str, Credential]) -> dict[str, str]:
+def credential_problems(
+    rules: policy.Policy, credentials: Mapping[str, Credential]
+) -> dict[str, str]:
     """Policy credentials that cannot serve their rules, by name, with why.
 
     Missing from the store, or for a registry host other than the mirror
@@ -56,8 +57,10 @@ def credential_problems(rules: policy.Policy,
         if credential is None:
             problems[name] = "not in the credential store"
         elif _registry_host(credential.registry) != rule.mirror.host.lower():
-            problems[name] = (f"is for registry {_registry_host(credential.registry)!r}, not "
-                              f"{rule.mirror.host!r}, the mirror host of {rule.label}")
+            problems[name] = (
+                f"is for registry {_registry_host(credential.registry)!r}, not "
+                f"{rule.mirror.host!r}, the mirror host of {rule.label}"
+            )
     return problems
 
 
@@ -74,13 +77,13 @@ class _Transport:
 
     @classmethod
     def of(cls, rule: policy.MirrorRule) -> _Transport:
-        return cls(plain=rule.scheme == "http", ca_file=rule.ca_file,
-                   skip_verify=rule.skip_verify)
+        return cls(plain=rule.scheme == "http", ca_file=rule.ca_file, skip_verify=rule.skip_verify)
 
     def context(self) -> ssl.SSLContext | None:
         """The probes' TLS context; None: plain HTTP. Raises ValueError for a bad CA file."""
-        return None if self.plain else probes.tls_context(self.ca_file,
-                                                          skip_verify=self.skip_verify)
+        return (
+            None if self.plain else probes.tls_context(self.ca_file, skip_verify=self.skip_verify)
+        )
 
 
 def probe_mirrors(rules: policy.Policy, hosts: Collection[str]) -> policy.Health:
@@ -95,7 +98,8 @@ def probe_mirrors(rules: policy.Policy, hosts: Collection[str]) -> policy.Health
         return probes.check_mirror(host, context=context, timeout=rules.health.timeout)
 
     with concurrent.futures.ThreadPoolExecutor(
-            max_workers=max(1, min(MAX_PROBE_THREADS, len(hosts)))) as pool:
+        max_workers=max(1, min(MAX_PROBE_THREADS, len(hosts)))
+    ) as pool:
         answers = dict(zip(hosts, pool.map(probe, hosts), strict=True))
     return policy.Health(down={host: a.reason for host, a in answers.items() if not a.ok})
 
@@ -144,14 +148,19 @@ def _targets(rules: policy.Policy, credentials: Mapping[str, Credential]) -> _Ta
         hosts.setdefault(rule.mirror.host, _Transport.of(rule))
         if rule.credential is not None and rule.credential not in logins:
             path = rule.mirror.path
-            logins[rule.credential] = (rule.mirror.host,
-                                       f"{path}/mirrorgate-health" if path else
-                                       "mirrorgate-health")
+            logins[rule.credential] = (
+                rule.mirror.host,
+                f"{path}/mirrorgate-health" if path else "mirrorgate-health",
+            )
     misconfigured = credential_problems(rules, credentials)
     for name in misconfigured:
         logins.pop(name, None)
-    return _Targets(hosts=hosts, logins=logins, misconfigured=misconfigured,
-                    mirrors={str(r.mirror): r.mirror.host for r in rules.rules})
+    return _Targets(
+        hosts=hosts,
+        logins=logins,
+        misconfigured=misconfigured,
+        mirrors={str(r.mirror): r.mirror.host for r in rules.rules},
+    )
 
 
 class HealthMonitor(Loop):
@@ -163,10 +172,15 @@ class HealthMonitor(Loop):
     ``probe`` false checks the configuration only and makes no network call.
     """
 
-    def __init__(self, *, rules: Callable[[], policy.Policy],
-                 credentials: Callable[[], Mapping[str, Credential] | None] | None,
-                 publish: Callable[[policy.Health], None], metrics: Metrics,
-                 probe: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        rules: Callable[[], policy.Policy],
+        credentials: Callable[[], Mapping[str, Credential] | None] | None,
+        publish: Callable[[policy.Health], None],
+        metrics: Metrics,
+        probe: bool = True,
+    ) -> None:
         # Stopping waits for the round in hand (at most two probe timeouts).
         super().__init__("mirrorgate-health", stop_timeout=30)
         self._rules, self._credentials = rules, credentials
@@ -177,7 +191,8 @@ class HealthMonitor(Loop):
         self._health = policy.HEALTHY
         self._contexts: dict[_Transport, tuple[int, ssl.SSLContext | None]] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=MAX_PROBE_THREADS, thread_name_prefix="mirrorgate-probe")
+            max_workers=MAX_PROBE_THREADS, thread_name_prefix="mirrorgate-probe"
+        )
 
     @property
     def health(self) -> policy.Health:
@@ -190,8 +205,10 @@ class HealthMonitor(Loop):
     def problems(self) -> Mapping[str, str]:
         """What /readyz lists: down mirrors and credentials that cannot serve, with why."""
         health = self._health  # one value, replaced whole by the probe thread
-        return {**{f"mirror {host}": f"down: {why}" for host, why in sorted(health.down.items())},
-                **{f"credential {name}": why for name, why in sorted(health.failing.items())}}
+        return {
+            **{f"mirror {host}": f"down: {why}" for host, why in sorted(health.down.items())},
+            **{f"credential {name}": why for name, why in sorted(health.failing.items())},
+        }
 
     def _run(self) -> None:
         while not self.stopping:
@@ -222,8 +239,12 @@ class HealthMonitor(Loop):
             self._probe_targets(targets, snapshot, settings)
         self._conclude(targets)
 
-    def _probe_targets(self, targets: _Targets, snapshot: Mapping[str, Credential] | None,
-                       settings: policy.HealthSettings) -> None:
+    def _probe_targets(
+        self,
+        targets: _Targets,
+        snapshot: Mapping[str, Credential] | None,
+        settings: policy.HealthSettings,
+    ) -> None:
         """Every mirror at once, then every login on a mirror that is up, at once.
 
         A round takes about two timeouts however many targets there are (up
@@ -237,25 +258,41 @@ class HealthMonitor(Loop):
             except ValueError as error:
                 self._observe(self._hosts, host, "mirror", False, str(error), settings)
                 continue
-            mirrors[host] = self._pool.submit(probes.check_mirror, host,
-                                              context=contexts[host], timeout=settings.timeout)
+            mirrors[host] = self._pool.submit(
+                probes.check_mirror, host, context=contexts[host], timeout=settings.timeout
+            )
         up = set()
         for host, future in mirrors.items():
             answer = future.result()
             self._observe(self._hosts, host, "mirror", answer.ok, answer.reason, settings)
             if answer.ok:
                 up.add(host)
-        logins = {name: self._pool.submit(
-                      probes.check_login, host, credential.username, credential.password,
-                      repository=repository, context=contexts[host], timeout=settings.timeout)
-                  for name, (host, repository) in targets.logins.items()
-                  if host in up and snapshot is not None
-                  and (credential := snapshot.get(name)) is not None}
+        logins = {
+            name: self._pool.submit(
+                probes.check_login,
+                host,
+                credential.username,
+                credential.password,
+                repository=repository,
+                context=contexts[host],
+                timeout=settings.timeout,
+            )
+            for name, (host, repository) in targets.logins.items()
+            if host in up
+            and snapshot is not None
+            and (credential := snapshot.get(name)) is not None
+        }
         for name, login_future in logins.items():
             login = login_future.result()
             if login.verdict != "unknown":  # no answer says nothing of the credential
-                self._observe(self._logins, name, "credential", login.verdict == "valid",
-                              login.reason, settings)
+                self._observe(
+                    self._logins,
+                    name,
+                    "credential",
+                    login.verdict == "valid",
+                    login.reason,
+                    settings,
+                )
 
     def _context(self, transport: _Transport) -> ssl.SSLContext | None:
         """A TLS context per transport (None: plain HTTP), made again when its CA file changes.
@@ -273,17 +310,27 @@ class HealthMonitor(Loop):
             found = self._contexts[transport] = (stamp, transport.context())
         return found[1]
 
-    def _observe(self, tracks: dict[str, _Track], name: str, kind: str, ok: bool, reason: str,
-                 settings: policy.HealthSettings) -> None:
+    def _observe(
+        self,
+        tracks: dict[str, _Track],
+        name: str,
+        kind: str,
+        ok: bool,
+        reason: str,
+        settings: policy.HealthSettings,
+    ) -> None:
         track = tracks.setdefault(name, _Track())
         first = track.up is None
         if not track.observe(ok, reason, settings):
             return
         if first and ok:
             return  # up from the start is not news
-        words = {("mirror", True): "mirror up", ("mirror", False): "mirror down",
-                 ("credential", True): "credential logs in",
-                 ("credential", False): "credential cannot log in"}[(kind, ok)]
+        words = {
+            ("mirror", True): "mirror up",
+            ("mirror", False): "mirror down",
+            ("credential", True): "credential logs in",
+            ("credential", False): "credential cannot log in",
+        }[(kind, ok)]
         fields = {kind: name, "reason": reason}
         if ok:
             logger.info(words, extra={"fields": fields})
@@ -293,8 +340,10 @@ class HealthMonitor(Loop):
     def _note_misconfigured(self, misconfigured: Mapping[str, str]) -> None:
         for name, why in misconfigured.items():
             if self._misconfigured.get(name) != why:
-                logger.warning("credential cannot serve its mirror",
-                               extra={"fields": {"credential": name, "reason": why}})
+                logger.warning(
+                    "credential cannot serve its mirror",
+                    extra={"fields": {"credential": name, "reason": why}},
+                )
         for name in self._misconfigured.keys() - misconfigured.keys():
             logger.info("credential configuration fixed", extra={"fields": {"credential": name}})
         self._misconfigured = dict(misconfigured)
@@ -302,7 +351,8 @@ class HealthMonitor(Loop):
     def _forget(self, targets: _Targets, *, logins: bool) -> None:
         """Drop targets the policy no longer names (after a reload)."""
         pairs: list[tuple[dict[str, _Track], Collection[str]]] = [
-            (self._hosts, targets.hosts.keys())]
+            (self._hosts, targets.hosts.keys())
+        ]
         if logins:
             pairs.append((self._logins, targets.logins.keys()))
         for tracks, keep in pairs:
@@ -316,14 +366,20 @@ class HealthMonitor(Loop):
         failing = {name: t.reason for name, t in self._logins.items() if t.up is False}
         failing.update(targets.misconfigured)
         # Only targets probed at least once: a gauge that says 1 must have been seen up.
-        up = {mirror: self._hosts[host].up is True for mirror, host in targets.mirrors.items()
-              if host in self._hosts and self._hosts[host].up is not None}
+        up = {
+            mirror: self._hosts[host].up is True
+            for mirror, host in targets.mirrors.items()
+            if host in self._hosts and self._hosts[host].up is not None
+        }
         valid = {name: t.up is True for name, t in self._logins.items() if t.up is not None}
         valid.update(dict.fromkeys(targets.misconfigured, False))
         self._metrics.set_health(mirror_up=up, credential_valid=valid)
         # All well is always the one HEALTHY value, whatever came before.
-        health = policy.Health(down=MappingProxyType(down), failing=MappingProxyType(
-            failing)) if down or failing else policy.HEALTHY
+        health = (
+            policy.Health(down=MappingProxyType(down), failing=MappingProxyType(failing))
+            if down or failing
+            else policy.HEALTHY
+        )
         if (health.down, health.failing) != (self._health.down, self._health.failing):
             self._health = health
             self._publish(health)

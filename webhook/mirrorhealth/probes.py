@@ -57,8 +57,9 @@ def tls_context(ca_file: str | None, *, skip_verify: bool = False) -> ssl.SSLCon
     try:
         context = ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as error:
-        raise ValueError(f"cannot load caFile {ca_file!r}: "
-                         f"{getattr(error, 'strerror', None) or error}") from None
+        raise ValueError(
+            f"cannot load caFile {ca_file!r}: {getattr(error, 'strerror', None) or error}"
+        ) from None
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if skip_verify:
         context.check_hostname = False
@@ -89,8 +90,7 @@ class _Connection(http.client.HTTPSConnection):
     """
 
     def __init__(self, netloc: str, *, context: ssl.SSLContext | None, deadline: float) -> None:
-        super().__init__(netloc, timeout=max(0.001, deadline - time.monotonic()),
-                         context=context)
+        super().__init__(netloc, timeout=max(0.001, deadline - time.monotonic()), context=context)
         if context is None and ":" not in netloc.rpartition("]")[2]:
             self.port = http.client.HTTP_PORT
         self._tls, self._deadline = context, deadline
@@ -103,8 +103,9 @@ class _Connection(http.client.HTTPSConnection):
         self._timer = threading.Timer(max(0.0, self._deadline - time.monotonic()), self._cut)
         self._timer.daemon = True
         self._timer.start()
-        self.sock = raw if self._tls is None else \
-            self._tls.wrap_socket(raw, server_hostname=self.host)
+        self.sock = (
+            raw if self._tls is None else self._tls.wrap_socket(raw, server_hostname=self.host)
+        )
 
     def _cut(self) -> None:
         if self._killer is not None:
@@ -119,8 +120,9 @@ class _Connection(http.client.HTTPSConnection):
             self._killer.close()
 
 
-def _get(url: str, *, context: ssl.SSLContext | None, deadline: float,
-         authorization: str | None = None) -> _Response:
+def _get(
+    url: str, *, context: ssl.SSLContext | None, deadline: float, authorization: str | None = None
+) -> _Response:
     """One GET that gives up at ``deadline`` (monotonic), whatever the server does.
 
     HTTPS with ``context``; plain HTTP only without one (a mirror the policy
@@ -128,9 +130,11 @@ def _get(url: str, *, context: ssl.SSLContext | None, deadline: float,
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != ("https" if context is not None else "http") or not parts.netloc:
-        raise _Failed(f"refusing to log in over {parts.scheme or 'no'} scheme "
-                      f"({'HTTPS' if context is not None else 'plain HTTP'} only: the "
-                      "scheme the policy gives the mirror)")
+        raise _Failed(
+            f"refusing to log in over {parts.scheme or 'no'} scheme "
+            f"({'HTTPS' if context is not None else 'plain HTTP'} only: the "
+            "scheme the policy gives the mirror)"
+        )
     if time.monotonic() >= deadline:
         raise _Failed("timed out")
     target = parts.path or "/"
@@ -147,8 +151,9 @@ def _get(url: str, *, context: ssl.SSLContext | None, deadline: float,
         # The cut comes at the deadline, and a read it ends may look complete
         # (headers cut short): only what was read before the deadline counts.
         finished = time.monotonic()
-        answered = _Response(response.status,
-                             {k.lower(): v for k, v in response.getheaders()}, body)
+        answered = _Response(
+            response.status, {k.lower(): v for k, v in response.getheaders()}, body
+        )
     except (OSError, http.client.HTTPException) as error:
         if time.monotonic() >= deadline:
             raise _Failed("timed out") from None  # whatever the cut made the read raise
@@ -183,8 +188,9 @@ def check_mirror(host: str, *, context: ssl.SSLContext | None, timeout: float) -
     Without a TLS context, ``GET http://HOST/v2/``: a plain-HTTP mirror.
     """
     try:
-        response = _get(mirror_url(host, context), context=context,
-                        deadline=time.monotonic() + timeout)
+        response = _get(
+            mirror_url(host, context), context=context, deadline=time.monotonic() + timeout
+        )
     except _Failed as error:
         return Answer(False, str(error))
     if response.status in (200, 401):
@@ -192,7 +198,7 @@ def check_mirror(host: str, *, context: ssl.SSLContext | None, timeout: float) -
     return Answer(False, f"/v2/ answered HTTP {response.status}")
 
 
-_CHALLENGE_RE = re.compile(r'\s*([A-Za-z]+)\s*(.*)')
+_CHALLENGE_RE = re.compile(r"\s*([A-Za-z]+)\s*(.*)")
 _PARAM_RE = re.compile(r'([A-Za-z_]+)\s*=\s*(?:"([^"]*)"|([^\s,]*))')
 
 
@@ -201,13 +207,22 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
     found = _CHALLENGE_RE.match(header)
     if found is None:
         return "", {}
-    params = {m.group(1).lower(): m.group(2) if m.group(2) is not None else m.group(3)
-              for m in _PARAM_RE.finditer(found.group(2))}
+    params = {
+        m.group(1).lower(): m.group(2) if m.group(2) is not None else m.group(3)
+        for m in _PARAM_RE.finditer(found.group(2))
+    }
     return found.group(1).lower(), params
 
 
-def check_login(host: str, username: str, password: str, *, repository: str,
-                context: ssl.SSLContext | None, timeout: float) -> Login:
+def check_login(
+    host: str,
+    username: str,
+    password: str,
+    *,
+    repository: str,
+    context: ssl.SSLContext | None,
+    timeout: float,
+) -> Login:
     """Log in to the registry at ``host`` as a client would before a pull, without pulling.
 
     Basic: ``/v2/`` with the credentials. Bearer: a token for
@@ -224,8 +239,9 @@ def check_login(host: str, username: str, password: str, *, repository: str,
             return Login("unknown", f"/v2/ answered HTTP {challenge.status}")
         scheme, params = _challenge(challenge.headers.get("www-authenticate", ""))
         if scheme == "basic":
-            answer = _get(mirror_url(host, context), context=context, deadline=deadline,
-                          authorization=basic)
+            answer = _get(
+                mirror_url(host, context), context=context, deadline=deadline, authorization=basic
+            )
             where = "/v2/"
         elif scheme == "bearer" and params.get("realm"):
             query = {"scope": f"repository:{repository}:pull"}
@@ -233,8 +249,12 @@ def check_login(host: str, username: str, password: str, *, repository: str,
                 query["service"] = params["service"]
             realm = params["realm"]
             separator = "&" if "?" in realm else "?"
-            answer = _get(realm + separator + urllib.parse.urlencode(query), context=context,
-                          deadline=deadline, authorization=basic)
+            answer = _get(
+                realm + separator + urllib.parse.urlencode(query),
+                context=context,
+                deadline=deadline,
+                authorization=basic,
+            )
             where = "the token realm"
             if answer.status == 200 and not _has_token(answer.body):
                 return Login("invalid", "the token realm answered without a token")
@@ -255,4 +275,5 @@ def _has_token(body: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(document, dict) and any(
-        isinstance(document.get(key), str) and document[key] for key in ("token", "access_token"))
+        isinstance(document.get(key), str) and document[key] for key in ("token", "access_token")
+    )

@@ -9,8 +9,14 @@ import pathlib
 from mirrorgate import policy
 from mirrorgate.webhook.policyfile import boundedyaml
 
-__all__ = ["MAX_POLICY_BYTES", "ConfigError", "LoadedPolicy", "read_policy", "read_policy_bytes",
-           "why_unreadable"]
+__all__ = [
+    "MAX_POLICY_BYTES",
+    "ConfigError",
+    "LoadedPolicy",
+    "read_policy",
+    "read_policy_bytes",
+    "why_unreadable",
+]
 
 MAX_POLICY_BYTES = 1 << 20
 """A ConfigMap holds at most 1 MiB: a policy file larger than that was not mounted from one."""
@@ -48,8 +54,10 @@ class LoadedPolicy:
 def parse_policy(data: bytes, *, source: str) -> policy.Policy:
     """Decode and validate policy ``data``; ``source`` names it in errors."""
     if len(data) > MAX_POLICY_BYTES:
-        raise ConfigError(f"{source}: larger than {MAX_POLICY_BYTES:,} bytes; a policy is at "
-                          "most that (a ConfigMap's limit)")
+        raise ConfigError(
+            f"{source}: larger than {MAX_POLICY_BYTES:,} bytes; a policy is at "
+            "most that (a ConfigMap's limit)"
+        )
     try:
         documents = boundedyaml.load_all(data, source=source)
     except boundedyaml.YAMLError as error:
@@ -62,10 +70,12 @@ def parse_policy(data: bytes, *, source: str) -> policy.Policy:
         count = len(error.errors) + error.omitted
         shown = error.errors[:MAX_ERRORS_SHOWN]
         more = count - len(shown)
-        lines = "\n".join([*(f"  {e}" for e in shown), *([f"  … and {more:,} more"] if more
-                                                           else [])])
-        raise ConfigError(f"{source}: invalid policy ({count:,} "
-                          f"error{'s' if count != 1 else ''}):\n{lines}") from None
+        lines = "\n".join(
+            [*(f"  {e}" for e in shown), *([f"  … and {more:,} more"] if more else [])]
+        )
+        raise ConfigError(
+            f"{source}: invalid policy ({count:,} error{'s' if count != 1 else ''}):\n{lines}"
+        ) from None
 
 
 def read_policy_bytes(path: str | pathlib.Path) -> bytes:
@@ -82,5 +92,9 @@ def read_policy(path: str | pathlib.Path, *, data: bytes | None = None) -> Loade
     """Read (unless ``data`` is given), decode and validate the policy file at ``path``."""
     if data is None:
         data = read_policy_bytes(path)
-    return LoadedPolicy(policy=parse_policy(data, source=str(path)),
-                        version=hashlib.sha256(data).hexdigest()[:12], path=str(path), data=data)
+    return LoadedPolicy(
+        policy=parse_policy(data, source=str(path)),
+        version=hashlib.sha256(data).hexdigest()[:12],
+        path=str(path),
+        data=data,
+    )

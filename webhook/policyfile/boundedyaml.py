@@ -47,8 +47,9 @@ class YAMLError(ValueError):
 
 _TAG = "tag:yaml.org,2002:"
 _STR, _MAP, _SEQ, _MERGE = (f"{_TAG}{name}" for name in ("str", "map", "seq", "merge"))
-_SCALAR_TAGS = frozenset(f"{_TAG}{name}" for name in (
-    "str", "int", "float", "bool", "null", "timestamp", "binary"))
+_SCALAR_TAGS = frozenset(
+    f"{_TAG}{name}" for name in ("str", "int", "float", "bool", "null", "timestamp", "binary")
+)
 _STARTS = (events.MappingStartEvent, events.SequenceStartEvent)
 _ENDS = (events.MappingEndEvent, events.SequenceEndEvent)
 
@@ -60,8 +61,11 @@ class _Loader(yaml.CSafeLoader):
         digits = sum(c.isdigit() for c in node.value)
         if digits > _INT_DIGITS_MAX:
             raise yaml.constructor.ConstructorError(
-                None, None, f"a number of {digits:,} digits (at most {_INT_DIGITS_MAX:,})",
-                node.start_mark)
+                None,
+                None,
+                f"a number of {digits:,} digits (at most {_INT_DIGITS_MAX:,})",
+                node.start_mark,
+            )
         return super().construct_yaml_int(node)
 
 
@@ -83,8 +87,9 @@ class _Collection:
 
     def __init__(self, start: events.CollectionStartEvent) -> None:
         self.start, self.anchor, self.size = start, start.anchor, 1
-        self.value: dict[Any, Any] | list[Any] = \
+        self.value: dict[Any, Any] | list[Any] = (
             {} if isinstance(start, events.MappingStartEvent) else []
+        )
         self.key: Any = _NO_KEY
         self.merges: list[Any] = []
 
@@ -115,8 +120,7 @@ class _Collection:
             sources = item if type(item) is list else [item]
             for source in reversed(sources):  # the first one listed wins, as in PyYAML
                 if type(source) is not dict:
-                    raise _refusal("a merge key (<<) takes a mapping or a list of mappings",
-                                   event)
+                    raise _refusal("a merge key (<<) takes a mapping or a list of mappings", event)
                 merged.update(source)
         merged.update(value)
         value.clear()
@@ -148,22 +152,30 @@ def _documents(data: bytes | str, source: str) -> list[Any]:
                 tag = event.tag
                 if tag is None or tag == "!":
                     tag = loader.resolve(  # type: ignore[no-untyped-call]
-                        yaml.ScalarNode, event.value, event.implicit)
+                        yaml.ScalarNode, event.value, event.implicit
+                    )
                 if tag == _STR:
                     item = event.value
                 elif tag == _MERGE:
                     item, merge_key = event.value, True
                 elif tag in _SCALAR_TAGS:
-                    item = loader.yaml_constructors[tag](loader, yaml.ScalarNode(
-                        tag, event.value, event.start_mark, event.end_mark, event.style))
+                    item = loader.yaml_constructors[tag](
+                        loader,
+                        yaml.ScalarNode(
+                            tag, event.value, event.start_mark, event.end_mark, event.style
+                        ),
+                    )
                 else:
                     raise _refusal(f"the tag {_shown(tag)} is not supported", event)
                 anchor, size = event.anchor, 1
             elif kind is events.AliasEvent:
                 found = anchors.get(event.anchor or "")
                 if found is None:
-                    why = "refers to a value that contains it" if any(
-                        c.anchor == event.anchor for c in stack) else "names no anchor before it"
+                    why = (
+                        "refers to a value that contains it"
+                        if any(c.anchor == event.anchor for c in stack)
+                        else "names no anchor before it"
+                    )
                     raise _refusal(f"alias *{_shown(event.anchor)} {why}", event)
                 (item, size), anchor = found, None
             elif kind in _STARTS:
@@ -196,8 +208,9 @@ def _documents(data: bytes | str, source: str) -> list[Any]:
                 total += size
                 size = total
             if size > MAX_VALUES:
-                raise _refusal(f"holds more than {MAX_VALUES:,} values with its aliases "
-                               "expanded", event)
+                raise _refusal(
+                    f"holds more than {MAX_VALUES:,} values with its aliases expanded", event
+                )
     finally:
         loader.dispose()
 
