@@ -107,10 +107,10 @@ def configure(level: str = "info") -> None:
     logging.logMultiprocessing = False
     logging._srcfile = None  # skips the caller lookup (a frame walk per record)
     # A private, block-buffered handle on stderr: sys.stderr flushes every line.
-    _stream = open(
+    _stream = open(  # noqa: SIM115 - lives as long as the process
         os.dup(sys.stderr.fileno()),
         "w",
-        buffering=1 << 16,  # noqa: SIM115
+        buffering=1 << 16,
         encoding="utf-8",
         closefd=True,
     )

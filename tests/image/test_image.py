@@ -259,8 +259,8 @@ def test_no_base_is_taken_unverified() -> None:
         assert (done.returncode, done.stderr) == (
             2,
             (
-                "image/build.sh: BASE=official needs PYTHON_IMAGE=<image>@sha256:<digest>, a digest "
-                "you resolved and verified\n"
+                "image/build.sh: BASE=official needs PYTHON_IMAGE=<image>@sha256:<digest>, "
+                "a digest you resolved and verified\n"
             ),
         )
 

@@ -163,8 +163,8 @@ def test_the_request_carries_the_configured_api_version(
         (
             ["--api-version", "credentialprovider.kubelet.k8s.io/v1beta1"],
             {},
-            "plugin 'test-provider': apiVersion 'credentialprovider.kubelet.k8s.io/v1beta1' does not "
-            "match the configured credentialprovider.kubelet.k8s.io/v1",
+            "plugin 'test-provider': apiVersion 'credentialprovider.kubelet.k8s.io/v1beta1' "
+            "does not match the configured credentialprovider.kubelet.k8s.io/v1",
         ),
         (["--fault", "exit"], {}, "plugin 'test-provider' failed with exit status 1"),
         (["--fault", "malformed"], {}, "plugin 'test-provider' did not answer with JSON"),
