@@ -13,6 +13,7 @@ from mirrorgate.policy.decision import (
     exempt_pod,
 )
 from mirrorgate.policy.health import HEALTHY, Health, HealthSettings
+from mirrorgate.policy.loader import load
 from mirrorgate.policy.matching import Outcome, Resolution
 from mirrorgate.policy.model import (
     CredentialGrant,
@@ -21,7 +22,6 @@ from mirrorgate.policy.model import (
     OnCredentialError,
     Policy,
     PolicyError,
-    load,
 )
 from mirrorgate.policy.planner import (
     CONTAINER_FIELDS,
