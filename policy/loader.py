@@ -11,22 +11,26 @@ path and the bad value::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import cast
 
 from mirrorgate.policy import reference
+from mirrorgate.policy.collector import Collector as _Collector
+from mirrorgate.policy.collector import json_quote as _quote
+from mirrorgate.policy.collector import type_name as _type_name
 from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings, parse_duration
 from mirrorgate.policy.hosts import canonical_host, mirror_problem, registry_host_problem
 from mirrorgate.policy.model import (
-    MAX_ERRORS,
     ON_CREDENTIAL_ERROR,
     CredentialGrant,
-    FieldError,
     OnCredentialError,
     Policy,
     PolicyError,
 )
-from mirrorgate.policy.quoting import quote
+from mirrorgate.policy.rulechecks import check_mirror_transports as _check_mirror_transports
+from mirrorgate.policy.rulechecks import check_nested_mirrors as _check_nested_mirrors
+from mirrorgate.policy.rulechecks import transport_problems as _transport_problems
+from mirrorgate.policy.rulechecks import warnings as _warnings
 from mirrorgate.policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Scheme, Source
 
 __all__ = ["CREDENTIAL_NAME_RE", "load"]
@@ -59,76 +63,6 @@ _GRANT_KEYS = ("namespaces", "registry", "provider")
 # A provider is named as in the kubelet's CredentialProviderConfig: a file
 # name in the plugin directory.
 _PROVIDER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def _quote(value: object) -> str:
-    return quote(value, json_style=True)
-
-
-class _Collector:
-    """Gathers :class:`FieldError`s so that one load reports every problem."""
-
-    def __init__(self) -> None:
-        self.errors: list[FieldError] = []
-        self.omitted = 0
-
-    def add(self, path: str, message: str) -> None:
-        if len(self.errors) < MAX_ERRORS:
-            self.errors.append(FieldError(path, message))
-        else:
-            self.omitted += 1
-
-    def mapping(
-        self,
-        value: object,
-        path: str,
-        allowed: Sequence[str] | None,
-        removed: Mapping[str, str] | None = None,
-    ) -> Mapping[str, object]:
-        """``value`` as a mapping; ``allowed`` lists its fields (None: any keys);
-        ``removed`` says what to do instead of a field that no longer exists."""
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            self.add(path, f"must be a mapping, got {_type_name(value)}")
-            return {}
-        for key in value:
-            where = f"{path}.{key}" if path else str(key)
-            if removed is not None and key in removed:
-                self.add(where, removed[key])
-            elif allowed is not None and key not in allowed:
-                self.add(where, f"unknown field (expected one of: {', '.join(allowed)})")
-        return cast("Mapping[str, object]", value)
-
-    def sequence(self, value: object, path: str) -> Sequence[object]:
-        if value is None:
-            return ()
-        if isinstance(value, str) or not isinstance(value, Sequence):
-            self.add(path, f"must be a list, got {_type_name(value)}")
-            return ()
-        return value
-
-    def string_list(self, value: object, path: str) -> tuple[str, ...]:
-        items: list[str] = []
-        for i, item in enumerate(self.sequence(value, path)):
-            if isinstance(item, str) and item:
-                items.append(item)
-            else:
-                self.add(f"{path}[{i}]", f"must be a non-empty string, got {_quote(item)}")
-        return tuple(items)
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    return {
-        dict: "a mapping",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-    }.get(type(value), type(value).__name__)
 
 
 def _parse_source(value: object, path: str, errors: _Collector) -> Source | None:
@@ -266,113 +200,6 @@ def _parse_health(value: object, errors: _Collector) -> HealthSettings:
             raw = getattr(DEFAULT_HEALTH_SETTINGS, field)
         thresholds[field] = raw
     return HealthSettings(interval=interval, timeout=timeout, **thresholds)
-
-
-def _check_mirror_transports(rules: Sequence[MirrorRule], errors: _Collector) -> None:
-    """Mirrors are probed (and exported) per host, so the rules on one host must reach
-    it alike: the same scheme, the same CA, the same verification."""
-    first: dict[str, MirrorRule] = {}
-    for rule in rules:
-        other = first.setdefault(rule.mirror.host, rule)
-        for key, mine, theirs in (
-            ("mirror", rule.scheme + "://", other.scheme + "://"),
-            ("caFile", rule.ca_file, other.ca_file),
-            ("insecureSkipVerify", rule.skip_verify, other.skip_verify),
-        ):
-            if mine != theirs:
-                errors.add(
-                    f"{rule.label}.{key}",
-                    f"{_quote(mine)} differs from {other.label}.{key} "
-                    f"({_quote(theirs)}) on the same mirror host "
-                    f"{_quote(rule.mirror.host)}",
-                )
-
-
-def _transport_problems(
-    rule: Mapping[str, object], where: str, scheme: Scheme, errors: _Collector
-) -> tuple[str | None, bool]:
-    """A rule's ``caFile`` and ``insecureSkipVerify``, checked against its scheme."""
-    ca_file = rule.get("caFile")
-    if ca_file is not None and (not isinstance(ca_file, str) or not ca_file):
-        errors.add(f"{where}.caFile", f"must be the path of a PEM CA bundle, got {_quote(ca_file)}")
-        ca_file = None
-    skip = rule.get("insecureSkipVerify", False)
-    if not isinstance(skip, bool):
-        errors.add(f"{where}.insecureSkipVerify", f"must be true or false, got {_quote(skip)}")
-        skip = False
-    if scheme == "http":
-        for key, given in (("caFile", ca_file is not None), ("insecureSkipVerify", skip)):
-            if given:
-                errors.add(f"{where}.{key}", "has no use on a plain-HTTP (http://) mirror")
-    elif skip and ca_file is not None:
-        errors.add(
-            f"{where}.insecureSkipVerify",
-            "and caFile contradict each other: verify with the CA, or do not verify",
-        )
-    return ca_file, skip
-
-
-def _warnings(
-    rules: Sequence[MirrorRule], grants: Mapping[str, CredentialGrant]
-) -> tuple[FieldError, ...]:
-    """What a valid policy allows that is unsafe or rarely meant: ``policy check`` and the
-    policy's admission warn of it, once per rule or grant.
-
-    A ``"*"`` grant hands the credential to anyone who can create a Pod in any
-    opted-in namespace (docs/security.md).
-    """
-    found: list[FieldError] = []
-    for rule in rules:
-        if rule.skip_verify:
-            found.append(
-                FieldError(
-                    f"{rule.label}.insecureSkipVerify",
-                    f"TLS certificates of {_quote(rule.mirror.host)} are not verified: anyone "
-                    "on the network path can serve images (and read credentials) in its name",
-                )
-            )
-        if rule.scheme == "http" and rule.credential is not None:
-            found.append(
-                FieldError(
-                    f"{rule.label}.mirror",
-                    f"{_quote(rule.mirror_url)} is plain HTTP but needs credential "
-                    f"{_quote(rule.credential)}: the login would cross the network in clear",
-                )
-            )
-    found.extend(
-        FieldError(
-            f"credentials.{name}.namespaces",
-            '"*" grants this credential to every opted-in namespace: anyone who can '
-            "create a Pod in one can pull with it; name the namespaces or globs that "
-            "need it",
-        )
-        for name, grant in grants.items()
-        if "*" in grant.namespaces
-    )
-    return tuple(found)
-
-
-def _check_nested_mirrors(rules: Sequence[MirrorRule], errors: _Collector) -> None:
-    """A mirror under another mirror's prefix makes images of two rules collide.
-
-    ``m.example/hub`` and ``m.example/hub/library`` would both hold
-    ``m.example/hub/library/nginx``, and on re-admission the image would be
-    credited to the wrong rule and its credential. One dictionary probe per
-    path component, so this stays linear in the number of rules.
-    """
-    by_prefix = {(r.mirror.host, r.mirror.path): r for r in rules}
-    for rule in rules:
-        path = rule.mirror.path
-        parents = [path[:i] for i in range(len(path)) if path[i] == "/"]
-        for parent in ([""] if path else []) + parents:
-            outer = by_prefix.get((rule.mirror.host, parent))
-            if outer is not None:
-                errors.add(
-                    f"{rule.label}.mirror",
-                    f"{_quote(str(rule.mirror))} lies under {_quote(str(outer.mirror))}, "
-                    f"the mirror of {outer.label}; mirror paths must not nest",
-                )
-                break
 
 
 def load(document: object) -> Policy:
