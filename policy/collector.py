@@ -15,10 +15,7 @@ def json_quote(value: object) -> str:
     return quote(value, json_style=True)
 
 
-_quote = json_quote
-
-
-class _Collector:
+class Collector:
     """Gathers :class:`FieldError`s so that one load reports every problem."""
 
     def __init__(self) -> None:
@@ -43,7 +40,7 @@ class _Collector:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            self.add(path, f"must be a mapping, got {_type_name(value)}")
+            self.add(path, f"must be a mapping, got {type_name(value)}")
             return {}
         for key in value:
             where = f"{path}.{key}" if path else str(key)
@@ -57,7 +54,7 @@ class _Collector:
         if value is None:
             return ()
         if isinstance(value, str) or not isinstance(value, Sequence):
-            self.add(path, f"must be a list, got {_type_name(value)}")
+            self.add(path, f"must be a list, got {type_name(value)}")
             return ()
         return value
 
@@ -67,11 +64,11 @@ class _Collector:
             if isinstance(item, str) and item:
                 items.append(item)
             else:
-                self.add(f"{path}[{i}]", f"must be a non-empty string, got {_quote(item)}")
+                self.add(f"{path}[{i}]", f"must be a non-empty string, got {json_quote(item)}")
         return tuple(items)
 
 
-def _type_name(value: object) -> str:
+def type_name(value: object) -> str:
     if value is None:
         return "null"
     return {
@@ -82,7 +79,3 @@ def _type_name(value: object) -> str:
         int: "a number",
         float: "a number",
     }.get(type(value), type(value).__name__)
-
-
-Collector = _Collector
-type_name = _type_name

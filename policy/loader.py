@@ -14,10 +14,9 @@ import re
 from collections.abc import Mapping
 from typing import cast
 
-from mirrorgate.policy import reference
-from mirrorgate.policy.collector import Collector as _Collector
+from mirrorgate.policy import reference, rulechecks
+from mirrorgate.policy.collector import Collector, type_name
 from mirrorgate.policy.collector import json_quote as _quote
-from mirrorgate.policy.collector import type_name as _type_name
 from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings, parse_duration
 from mirrorgate.policy.hosts import canonical_host, mirror_problem, registry_host_problem
 from mirrorgate.policy.model import (
@@ -27,10 +26,6 @@ from mirrorgate.policy.model import (
     Policy,
     PolicyError,
 )
-from mirrorgate.policy.rulechecks import check_mirror_transports as _check_mirror_transports
-from mirrorgate.policy.rulechecks import check_nested_mirrors as _check_nested_mirrors
-from mirrorgate.policy.rulechecks import transport_problems as _transport_problems
-from mirrorgate.policy.rulechecks import warnings as _warnings
 from mirrorgate.policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Scheme, Source
 
 __all__ = ["CREDENTIAL_NAME_RE", "load"]
@@ -65,7 +60,7 @@ _GRANT_KEYS = ("namespaces", "registry", "provider")
 _PROVIDER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def _parse_source(value: object, path: str, errors: _Collector) -> Source | None:
+def _parse_source(value: object, path: str, errors: Collector) -> Source | None:
     if not isinstance(value, str) or not value:
         errors.add(path, f"must be a registry host or host/path, got {_quote(value)}")
         return None
@@ -95,7 +90,7 @@ def _parse_source(value: object, path: str, errors: _Collector) -> Source | None
     return Source(host=canonical_host(host), path=repo, wildcard=False)
 
 
-def _parse_mirror(value: object, path: str, errors: _Collector) -> Mirror | None:
+def _parse_mirror(value: object, path: str, errors: Collector) -> Mirror | None:
     if not isinstance(value, str) or not value:
         errors.add(path, f"must be host[:port][/path], got {_quote(value)}")
         return None
@@ -107,9 +102,7 @@ def _parse_mirror(value: object, path: str, errors: _Collector) -> Mirror | None
     return Mirror(host=host, path=repo)
 
 
-def _parse_rule_mirror(
-    value: object, path: str, errors: _Collector
-) -> tuple[Mirror | None, Scheme]:
+def _parse_rule_mirror(value: object, path: str, errors: Collector) -> tuple[Mirror | None, Scheme]:
     """A rule's ``[http://|https://]host[:port][/path]``: the mirror and how to reach it.
 
     ``https://`` is the default spelled out and means the same as no scheme;
@@ -131,7 +124,7 @@ def _parse_rule_mirror(
     return _parse_mirror(value, path, errors), scheme
 
 
-def _parse_credential_name(value: object, path: str, errors: _Collector) -> str | None:
+def _parse_credential_name(value: object, path: str, errors: Collector) -> str | None:
     if isinstance(value, str) and CREDENTIAL_NAME_RE.fullmatch(value):
         return value
     errors.add(
@@ -142,7 +135,7 @@ def _parse_credential_name(value: object, path: str, errors: _Collector) -> str 
     return None
 
 
-def _parse_namespace_globs(value: object, path: str, errors: _Collector) -> tuple[str, ...]:
+def _parse_namespace_globs(value: object, path: str, errors: Collector) -> tuple[str, ...]:
     globs = errors.string_list(value, path)
     for i, glob in enumerate(globs):
         if not _NAMESPACE_GLOB_RE.fullmatch(glob):
@@ -150,7 +143,7 @@ def _parse_namespace_globs(value: object, path: str, errors: _Collector) -> tupl
     return globs
 
 
-def _parse_image_globs(value: object, path: str, errors: _Collector) -> tuple[str, ...]:
+def _parse_image_globs(value: object, path: str, errors: Collector) -> tuple[str, ...]:
     globs = errors.string_list(value, path)
     for i, glob in enumerate(globs):
         if any(c.isspace() for c in glob):
@@ -158,7 +151,7 @@ def _parse_image_globs(value: object, path: str, errors: _Collector) -> tuple[st
     return globs
 
 
-def _parse_health(value: object, errors: _Collector) -> HealthSettings:
+def _parse_health(value: object, errors: Collector) -> HealthSettings:
     """The ``health`` block, defaults filled in; durations are strings like ``10s``."""
     block = errors.mapping(value, "health", _HEALTH_KEYS)
     seconds: dict[str, float] = {}
@@ -207,7 +200,7 @@ def load(document: object) -> Policy:
 
     Raises :class:`PolicyError` listing every problem, each with its path.
     """
-    errors = _Collector()
+    errors = Collector()
     top = errors.mapping(document, "", _TOP_LEVEL_KEYS, _REMOVED_KEYS)
     if document is None:
         errors.add("", "the policy is empty")
@@ -271,7 +264,7 @@ def load(document: object) -> Policy:
         where = f"mirrors[{i}]"
         if not isinstance(rule_doc, Mapping):
             errors.add(
-                where, f"must be a mapping with source and mirror, got {_type_name(rule_doc)}"
+                where, f"must be a mapping with source and mirror, got {type_name(rule_doc)}"
             )
             continue
         rule = errors.mapping(rule_doc, where, _RULE_KEYS)
@@ -314,7 +307,7 @@ def load(document: object) -> Policy:
                 f"{where}.onMirrorDown",
                 f"{_quote(on_down)} is not one of: {', '.join(ON_MIRROR_DOWN)}",
             )
-        ca_file, skip_verify = _transport_problems(rule, where, scheme, errors)
+        ca_file, skip_verify = rulechecks.transport_problems(rule, where, scheme, errors)
         if source is not None and source in seen_sources:
             written = rule["source"]
             same = "" if written == str(source) else f" (as {_quote(str(source))})"
@@ -347,8 +340,8 @@ def load(document: object) -> Policy:
             )
         )
 
-    _check_nested_mirrors(rules, errors)
-    _check_mirror_transports(rules, errors)
+    rulechecks.check_nested_mirrors(rules, errors)
+    rulechecks.check_mirror_transports(rules, errors)
     health = _parse_health(top.get("health"), errors)
 
     exclude = errors.mapping(top.get("exclude"), "exclude", _EXCLUDE_KEYS)
@@ -366,5 +359,5 @@ def load(document: object) -> Policy:
         grants=grants,
         on_credential_error=cast("OnCredentialError", on_error),
         health=health,
-        warnings=_warnings(rules, grants),
+        warnings=rulechecks.warnings(rules, grants),
     )

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from mirrorgate.policy.collector import Collector as _Collector
-from mirrorgate.policy.collector import json_quote as _quote
+from mirrorgate.policy.collector import Collector, json_quote
 from mirrorgate.policy.model import CredentialGrant, FieldError
 from mirrorgate.policy.rules import MirrorRule, Scheme
 
 __all__ = ["check_mirror_transports", "check_nested_mirrors", "transport_problems", "warnings"]
 
 
-def _check_mirror_transports(rules: Sequence[MirrorRule], errors: _Collector) -> None:
+def check_mirror_transports(rules: Sequence[MirrorRule], errors: Collector) -> None:
     """Mirrors are probed (and exported) per host, so the rules on one host must reach
     it alike: the same scheme, the same CA, the same verification."""
     first: dict[str, MirrorRule] = {}
@@ -26,23 +25,25 @@ def _check_mirror_transports(rules: Sequence[MirrorRule], errors: _Collector) ->
             if mine != theirs:
                 errors.add(
                     f"{rule.label}.{key}",
-                    f"{_quote(mine)} differs from {other.label}.{key} "
-                    f"({_quote(theirs)}) on the same mirror host "
-                    f"{_quote(rule.mirror.host)}",
+                    f"{json_quote(mine)} differs from {other.label}.{key} "
+                    f"({json_quote(theirs)}) on the same mirror host "
+                    f"{json_quote(rule.mirror.host)}",
                 )
 
 
-def _transport_problems(
-    rule: Mapping[str, object], where: str, scheme: Scheme, errors: _Collector
+def transport_problems(
+    rule: Mapping[str, object], where: str, scheme: Scheme, errors: Collector
 ) -> tuple[str | None, bool]:
     """A rule's ``caFile`` and ``insecureSkipVerify``, checked against its scheme."""
     ca_file = rule.get("caFile")
     if ca_file is not None and (not isinstance(ca_file, str) or not ca_file):
-        errors.add(f"{where}.caFile", f"must be the path of a PEM CA bundle, got {_quote(ca_file)}")
+        errors.add(
+            f"{where}.caFile", f"must be the path of a PEM CA bundle, got {json_quote(ca_file)}"
+        )
         ca_file = None
     skip = rule.get("insecureSkipVerify", False)
     if not isinstance(skip, bool):
-        errors.add(f"{where}.insecureSkipVerify", f"must be true or false, got {_quote(skip)}")
+        errors.add(f"{where}.insecureSkipVerify", f"must be true or false, got {json_quote(skip)}")
         skip = False
     if scheme == "http":
         for key, given in (("caFile", ca_file is not None), ("insecureSkipVerify", skip)):
@@ -56,7 +57,7 @@ def _transport_problems(
     return ca_file, skip
 
 
-def _warnings(
+def warnings(
     rules: Sequence[MirrorRule], grants: Mapping[str, CredentialGrant]
 ) -> tuple[FieldError, ...]:
     """What a valid policy allows that is unsafe or rarely meant: ``policy check`` and the
@@ -71,7 +72,7 @@ def _warnings(
             found.append(
                 FieldError(
                     f"{rule.label}.insecureSkipVerify",
-                    f"TLS certificates of {_quote(rule.mirror.host)} are not verified: anyone "
+                    f"TLS certificates of {json_quote(rule.mirror.host)} are not verified: anyone "
                     "on the network path can serve images (and read credentials) in its name",
                 )
             )
@@ -79,8 +80,8 @@ def _warnings(
             found.append(
                 FieldError(
                     f"{rule.label}.mirror",
-                    f"{_quote(rule.mirror_url)} is plain HTTP but needs credential "
-                    f"{_quote(rule.credential)}: the login would cross the network in clear",
+                    f"{json_quote(rule.mirror_url)} is plain HTTP but needs credential "
+                    f"{json_quote(rule.credential)}: the login would cross the network in clear",
                 )
             )
     found.extend(
@@ -96,7 +97,7 @@ def _warnings(
     return tuple(found)
 
 
-def _check_nested_mirrors(rules: Sequence[MirrorRule], errors: _Collector) -> None:
+def check_nested_mirrors(rules: Sequence[MirrorRule], errors: Collector) -> None:
     """A mirror under another mirror's prefix makes images of two rules collide.
 
     ``m.example/hub`` and ``m.example/hub/library`` would both hold
@@ -113,13 +114,7 @@ def _check_nested_mirrors(rules: Sequence[MirrorRule], errors: _Collector) -> No
             if outer is not None:
                 errors.add(
                     f"{rule.label}.mirror",
-                    f"{_quote(str(rule.mirror))} lies under {_quote(str(outer.mirror))}, "
+                    f"{json_quote(str(rule.mirror))} lies under {json_quote(str(outer.mirror))}, "
                     f"the mirror of {outer.label}; mirror paths must not nest",
                 )
                 break
-
-
-check_mirror_transports = _check_mirror_transports
-check_nested_mirrors = _check_nested_mirrors
-transport_problems = _transport_problems
-warnings = _warnings
