@@ -145,8 +145,16 @@ def stage_costs(built: serve.Server, body: bytes) -> list[tuple[str, float]]:
     rev = review.decode(body)
     obj = rev.request["object"]
     namespace = obj["metadata"]["namespace"]
-    decision = run_to_end(admission.admit(rev, rules=rules, mode="enforce", secrets=secrets))
-    plan = policy.plan(obj, namespace=namespace, policy=rules)
+    decision = run_to_end(
+        admission.admit(
+            rev,
+            mirror_policy=rules,
+            mode="enforce",
+            secrets=secrets,
+            cache=built.runtime.admission_cache,
+        )
+    )
+    plan = policy.plan(obj, namespace=namespace, mirror_policy=rules)
     encoded = patch.encoded_patch(obj, plan)
     logger = logging.getLogger("mirrorgate")
     fields = {
@@ -170,13 +178,14 @@ def stage_costs(built: serve.Server, body: bytes) -> list[tuple[str, float]]:
             lambda: run_to_end(
                 admission.admit(
                     review.Review(rev.api_version, rev.request),
-                    rules=rules,
+                    mirror_policy=rules,
                     mode="enforce",
                     secrets=secrets,
+                    cache=built.runtime.admission_cache,
                 )
             ),
         ),
-        ("  policy.plan", lambda: policy.plan(obj, namespace=namespace, policy=rules)),
+        ("  policy.plan", lambda: policy.plan(obj, namespace=namespace, mirror_policy=rules)),
         ("    policy.find_image_sites", lambda: policy.find_image_sites(obj)),
         (
             "  patch.build_patch (the patch JSON and base64 build it)",

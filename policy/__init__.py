@@ -33,28 +33,34 @@ from mirrorgate.policy.planner import (
     ImageRewrite,
     ImageSite,
     RewritePlan,
+    ShapeKey,
     audit_mode_line,
     find_image_sites,
     plan,
     pull_secret_name,
+    shape_key,
 )
 from mirrorgate.policy.quoting import prefix, quote
 from mirrorgate.policy.reference import (
+    REFERENCE_LENGTH_MAX,
     ImageReference,
     InvalidReferenceError,
     parse,
     parse_normalized,
 )
 from mirrorgate.policy.rules import Mirror, MirrorRule, Source
+from mirrorgate.policy.sites import CONTAINER_NAME_LENGTH_MAX, container_count
 
 __all__ = [
     "CONTAINER_FIELDS",
+    "CONTAINER_NAME_LENGTH_MAX",
     "HEALTHY",
     "MIRROR_POD_ANNOTATION",
     "MODE_LABEL",
     "ORIGINAL_IMAGES_ANNOTATION",
     "OUTCOMES",
     "PULL_SECRET_PREFIX",
+    "REFERENCE_LENGTH_MAX",
     "SKIP_LABEL",
     "ContainerField",
     "CredentialGrant",
@@ -76,8 +82,10 @@ __all__ = [
     "PolicyError",
     "Resolution",
     "RewritePlan",
+    "ShapeKey",
     "Source",
     "audit_mode_line",
+    "container_count",
     "decide_image",
     "exempt_pod",
     "find_image_sites",
@@ -88,4 +96,5 @@ __all__ = [
     "prefix",
     "pull_secret_name",
     "quote",
+    "shape_key",
 ]

@@ -92,10 +92,10 @@ def exempt_pod(
     namespace: str,
     labels: Mapping[str, object],
     annotations: Mapping[str, object],
-    policy: Policy,
+    mirror_policy: Policy,
 ) -> PodExemption | None:
     """Why a Pod with these labels and annotations in ``namespace`` is left alone, or None."""
-    if policy.is_namespace_excluded(namespace):
+    if mirror_policy.is_namespace_excluded(namespace):
         return PodExemption("excluded", f"namespace {quote(namespace)} is excluded by the policy")
     if labels.get(SKIP_LABEL) == "true":
         return PodExemption("skipped", f"the Pod is labelled {SKIP_LABEL}=true")
@@ -116,9 +116,10 @@ class ImageDecision(NamedTuple):
     """What admission tells the client about it (prefixed with the container), if anything."""
 
 
-def decide_image(image: str, *, namespace: str, policy: Policy) -> ImageDecision:
-    """Admission's decision for ``image`` in a non-exempt Pod of ``namespace``."""
-    found = policy.resolve(image)
+def decide_image(found: Resolution, *, namespace: str, mirror_policy: Policy) -> ImageDecision:
+    """Admission's decision for an image in a non-exempt Pod of ``namespace``, from what
+    ``mirror_policy`` resolves it to (:meth:`Policy.resolve`)."""
+    image = found.image
     rule = found.rule
     if found.outcome == "invalid":
         return ImageDecision(
@@ -128,7 +129,7 @@ def decide_image(image: str, *, namespace: str, policy: Policy) -> ImageDecision
         return ImageDecision("excluded", found, "matched by exclude.images")
     if rule is None:
         return ImageDecision("no-rule", found, "no mirror rule covers it")
-    not_granted = policy.not_granted(rule, namespace)
+    not_granted = mirror_policy.not_granted(rule, namespace)
     if found.outcome == "on-mirror":
         reason = f"already under the mirror of {rule.label}"
         if not_granted is None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Generic, Literal, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from mirrorgate.policy import matching, reference
 from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings
@@ -28,7 +28,6 @@ __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
     "CredentialGrant",
     "FieldError",
-    "Memo",
     "Mode",
     "OnCredentialError",
     "Policy",
@@ -46,18 +45,8 @@ ON_CREDENTIAL_ERROR: tuple[OnCredentialError, ...] = ("skip", "deny")
 # rewriting them risks a cluster that cannot restart. Not configurable.
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
 
-# Memo bounds: entries, and an estimate of the bytes held (see Memo). A
-# stream of unique images, namespaces or Pod shapes empties a memo rather
-# than growing it; the workload's few hundred entries are back within one
-# admission each.
-MEMO_ENTRIES = 4096
-RESOLUTION_MEMO_BYTES = 8 << 20
-PLAN_MEMO_BYTES = 16 << 20
-DECISION_MEMO_BYTES = 1 << 20
-ENTRY_OVERHEAD = 200
 MAX_ERRORS = 1000
 """Problems a :class:`PolicyError` keeps; it counts the rest."""
-"""Bytes charged per memo entry beyond its strings: the dict slot, tuples, small objects."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,36 +73,6 @@ class PolicyError(ValueError):
         self.omitted = omitted
         more = [f"... and {omitted} more"] if omitted else []
         super().__init__("\n".join([*(str(e) for e in self.errors), *more]))
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-class Memo(dict[_K, _V], Generic[_K, _V]):
-    """A memo bounded by its number of entries and by the bytes they hold.
-
-    A plain dict for lookups (``get`` is the C method: this is on the
-    admission path); :meth:`remember` charges each entry an estimate of its
-    size, and empties the memo when either bound would be passed. An entry
-    costing more than a sixteenth of the byte bound is not kept at all: it
-    would evict everything else for one caller's benefit.
-    """
-
-    __slots__ = ("held", "max_bytes", "max_entries")
-
-    def __init__(self, *, max_entries: int, max_bytes: int) -> None:
-        super().__init__()
-        self.max_entries, self.max_bytes, self.held = max_entries, max_bytes, 0
-
-    def remember(self, key: _K, value: _V, cost: int) -> None:
-        if cost * 16 > self.max_bytes:
-            return
-        if len(self) >= self.max_entries or self.held + cost > self.max_bytes:
-            self.clear()
-            self.held = 0
-        self[key] = value
-        self.held += cost
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -159,32 +118,6 @@ class Policy:
     _excluded_image: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
     _excluded_namespace: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
     _grant_patterns: dict[str, re.Pattern[str] | None] = dataclasses.field(init=False, repr=False)
-    # Pods repeat the same few images; resolving each string once makes the
-    # steady-state cost a dictionary lookup. Bounded so that a stream of
-    # unique images cannot grow it without limit.
-    _resolutions: Memo[str, matching.Resolution] = dataclasses.field(
-        init=False,
-        repr=False,
-        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=RESOLUTION_MEMO_BYTES),
-    )
-    # Glob decisions per namespace, memoised likewise: a cluster has few.
-    _namespace_decisions: Memo[str, bool] = dataclasses.field(
-        init=False,
-        repr=False,
-        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES),
-    )
-    _grant_decisions: Memo[tuple[str, str], bool] = dataclasses.field(
-        init=False,
-        repr=False,
-        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES),
-    )
-    plans: Memo[Hashable, Any] = dataclasses.field(
-        init=False,
-        repr=False,
-        compare=False,
-        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=PLAN_MEMO_BYTES),
-    )
-    """Plans by Pod shape, kept by :func:`policy.planner.plan` for this policy's lifetime."""
 
     def __post_init__(self) -> None:
         derived = {
@@ -201,23 +134,19 @@ class Policy:
             object.__setattr__(self, name, value)  # frozen: set once, here
 
     def resolve(self, image: str) -> matching.Resolution:
-        """What this policy does with ``image``, namespace aside (memoised)."""
-        found = self._resolutions.get(image)
-        if found is None:
-            if len(image) > reference.REFERENCE_LENGTH_MAX:
-                # Cannot be valid: answered without parsing or memoising it.
-                return matching.Resolution(
-                    image=image,
-                    outcome="invalid",
-                    error=f"{len(image)} characters is longer than any valid reference "
-                    f"(at most {reference.REFERENCE_LENGTH_MAX})",
-                )
-            found = self._resolve(image)
-            # The image, the rewritten image and the parsed parts: three copies.
-            self._resolutions.remember(image, found, 3 * len(image) + 3 * ENTRY_OVERHEAD)
-        return found
+        """What this policy does with ``image``, namespace aside.
 
-    def _resolve(self, image: str) -> matching.Resolution:
+        Pure, and the same answer every time: a caller may keep it (the
+        webhook's admission cache does).
+        """
+        if len(image) > reference.REFERENCE_LENGTH_MAX:
+            # Cannot be valid: answered without parsing it.
+            return matching.Resolution(
+                image=image,
+                outcome="invalid",
+                error=f"{len(image)} characters is longer than any valid reference "
+                f"(at most {reference.REFERENCE_LENGTH_MAX})",
+            )
         try:
             ref = reference.parse_normalized(image)
         except reference.InvalidReferenceError as error:
@@ -266,22 +195,13 @@ class Policy:
         )
 
     def is_namespace_excluded(self, namespace: str) -> bool:
-        found = self._namespace_decisions.get(namespace)
-        if found is None:
-            pattern = self._excluded_namespace
-            found = pattern is not None and pattern.fullmatch(namespace) is not None
-            self._namespace_decisions.remember(namespace, found, len(namespace) + ENTRY_OVERHEAD)
-        return found
+        pattern = self._excluded_namespace
+        return pattern is not None and pattern.fullmatch(namespace) is not None
 
     def is_granted(self, credential: str, namespace: str) -> bool:
         """Whether ``namespace`` may receive ``credential``."""
-        key = (credential, namespace)
-        found = self._grant_decisions.get(key)
-        if found is None:
-            pattern = self._grant_patterns.get(credential)
-            found = pattern is not None and pattern.fullmatch(namespace) is not None
-            self._grant_decisions.remember(key, found, len(namespace) + ENTRY_OVERHEAD)
-        return found
+        pattern = self._grant_patterns.get(credential)
+        return pattern is not None and pattern.fullmatch(namespace) is not None
 
     def not_granted(self, rule: MirrorRule, namespace: str) -> str | None:
         """Why ``rule``'s mirror is off limits in ``namespace``, or None when it is not.

@@ -13,10 +13,9 @@ output back to us, and an image under a mirror prefix is therefore final.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
-from typing import cast
+from collections.abc import Callable, Collection, Mapping
+from typing import NamedTuple
 
-from mirrorgate.policy import reference
 from mirrorgate.policy.decision import (
     MIRROR_POD_ANNOTATION,
     SKIP_LABEL,
@@ -25,24 +24,26 @@ from mirrorgate.policy.decision import (
     exempt_pod,
 )
 from mirrorgate.policy.health import HEALTHY, Health
-from mirrorgate.policy.model import ENTRY_OVERHEAD, Policy
+from mirrorgate.policy.matching import Resolution
+from mirrorgate.policy.model import Policy
 from mirrorgate.policy.plans import (
     ORIGINAL_IMAGES_ANNOTATION,
     PULL_SECRET_PREFIX,
     ImageRewrite,
     RewritePlan,
     audit_mode_line,
+    credential_warning,
     pull_secret_name,
 )
 from mirrorgate.policy.quoting import quote
 from mirrorgate.policy.sites import (
     CONTAINER_FIELDS,
-    CONTAINER_NAME_LENGTH_MAX,
     ContainerField,
     ImageSite,
-    _mapping,
-    _sites,
+    as_mapping,
+    container_lists,
     find_image_sites,
+    spec_sites,
 )
 
 __all__ = [
@@ -55,10 +56,12 @@ __all__ = [
     "ImageRewrite",
     "ImageSite",
     "RewritePlan",
+    "ShapeKey",
     "audit_mode_line",
     "find_image_sites",
     "plan",
     "pull_secret_name",
+    "shape_key",
 ]
 
 
@@ -91,47 +94,39 @@ def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
     }
 
 
-def _refusal(
-    credential: str,
-    *,
-    unavailable: Mapping[str, str],
-    attached: set[str],
-    can_add_pull_secrets: bool,
-) -> str | None:
-    """Why a granted credential's images must stay as written in this admission, or None."""
+def _refusal(credential: str, *, attached: set[str], can_add_pull_secrets: bool) -> str | None:
+    """Why a granted credential's images must stay as written in this operation, or None."""
     secret = pull_secret_name(credential)
-    if credential in unavailable:
-        return f"pull secret {secret!r} is unavailable: {unavailable[credential]}"
     if secret not in attached and not can_add_pull_secrets:
         return f"the Pod's imagePullSecrets cannot gain {secret!r} in this operation"
     return None
 
 
-ShapeKey = tuple[object, ...]
-# What _shape puts in its key, position by position.
-_KeyParts = tuple[
-    str,
-    "Health | None",
-    "str | None",
-    bool,
-    "str | None",
-    "tuple[str | None, ...] | None",
-    "tuple[tuple[str, str], ...] | None",
-    "tuple[tuple[str, str], ...] | None",
-    "tuple[tuple[str, str], ...] | None",
-]
+class ShapeKey(NamedTuple):
+    """What a CREATE plan reads of a Pod, its namespace and the health (:func:`shape_key`)."""
+
+    namespace: str
+    health: Health | None
+    skip: str | None
+    static: bool
+    originals: str | None
+    pull_secrets: tuple[str | None, ...] | None
+    has_annotations: bool
+    containers: tuple[tuple[str, str], ...] | None
+    init_containers: tuple[tuple[str, str], ...] | None
+    ephemeral_containers: tuple[tuple[str, str], ...] | None
 
 
-def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKey | None:
-    """Everything a CREATE plan depends on, as a hashable key; None for unusual Pods.
+def shape_key(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKey | None:
+    """Everything a CREATE plan (and its patch) depends on, as a hashable key; None for
+    unusual Pods.
 
-    The replicas of a workload differ in name and uid but not in this: their
-    plans are computed once and then looked up. The key has one position per
-    input, and each container list is a tuple of ``(name, image)`` pairs of
-    its own, so two Pods share a key only when they are equal in everything
-    the plan reads: no name or image can shift into another field's place.
-    Anything not plain JSON of the expected shape returns None and is planned
-    in full.
+    The replicas of a workload differ in name and uid but not in this, so a
+    caller may keep one plan per key. The key has one position per input, and
+    each container list is a tuple of ``(name, image)`` pairs of its own, so
+    two Pods share a key only when they are equal in everything the plan and
+    its patch read: no name or image can shift into another field's place.
+    Anything not plain JSON of the expected shape returns None (plan it in full).
     """
     metadata = pod.get("metadata")
     spec = pod.get("spec")
@@ -140,6 +135,7 @@ def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKe
     labels, annotations = metadata.get("labels"), metadata.get("annotations")
     if labels is None:
         labels = {}
+    has_annotations = annotations is not None
     if annotations is None:
         annotations = {}
     if type(labels) is not dict or type(annotations) is not dict:
@@ -154,8 +150,7 @@ def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKe
     if not all(v is None or type(v) is str for v in (skip, originals, *(secrets or ()))):
         return None
     lists: list[tuple[tuple[str, str], ...] | None] = []
-    for field in CONTAINER_FIELDS:
-        containers = spec.get(field)
+    for _, containers in container_lists(spec):
         if containers is None:
             lists.append(None)
             continue
@@ -171,131 +166,55 @@ def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKe
             pairs.append((name, image))
         lists.append(tuple(pairs))
     # The health is the probes' last conclusion, one value until they change it.
-    return (
+    return ShapeKey(
         namespace,
         health or None,
         skip,
         MIRROR_POD_ANNOTATION in annotations,
         originals,
         secrets,
+        has_annotations,
         *lists,
     )
-
-
-def _memo_cost(key: ShapeKey, found: RewritePlan) -> int | None:
-    """The bytes a plan memo entry holds, or None when the Pod cannot be valid.
-
-    Computed only for a new shape. A name longer than a DNS label or an image
-    longer than any reference cannot be valid: such Pods are planned, never
-    kept. The plan's sites and originals share the key's strings; its
-    warnings quote bounded prefixes. What callers derive from a shared plan
-    and keep beside it while it lives (the webhook's encoded patch and audit
-    lines: a plan is weakly referenceable for that) quotes each name and
-    image a few times over, and the originals once more: charged here as
-    four more copies of each name and image, and one of the originals.
-    """
-    namespace, _, _, _, originals, secrets, *lists = cast("_KeyParts", key)
-    size = len(namespace) + 2 * len(originals or "") + ENTRY_OVERHEAD
-    size += sum(len(s or "") for s in secrets or ())
-    for pairs in lists:
-        for name, image in pairs or ():
-            if len(name) > CONTAINER_NAME_LENGTH_MAX or len(image) > reference.REFERENCE_LENGTH_MAX:
-                return None
-            size += 5 * (len(name) + len(image)) + ENTRY_OVERHEAD
-    return size + sum(map(len, found.warnings))
 
 
 def plan(
     pod: Mapping[str, object],
     *,
     namespace: str,
-    policy: Policy,
+    mirror_policy: Policy,
     fields: Collection[ContainerField] = CONTAINER_FIELDS,
     frozen: Collection[str] = frozenset(),
     can_add_pull_secrets: bool = True,
     can_annotate: bool = True,
-    unavailable: Mapping[str, str] | None = None,
     health: Health = HEALTHY,
+    resolve: Callable[[str], Resolution] | None = None,
 ) -> RewritePlan:
-    """Plan the rewrites for ``pod`` in ``namespace``.
+    """Plan the rewrites for ``pod`` in ``namespace``: a pure function of its arguments.
 
     ``fields`` limits the container lists considered and ``frozen`` names
     site keys that must not change (an ephemeral-container update may only add
     containers); ``can_add_pull_secrets`` and ``can_annotate`` are false where
     the API server ignores changes to ``imagePullSecrets`` and to metadata
-    (then ``original_images`` stays None). ``unavailable`` maps credentials
-    whose pull secret could not be ensured to the reason: their images stay
-    as written, because a Pod must never point at a mirror it cannot
-    authenticate to. ``health`` holds the mirrors that are down and the
-    credentials that cannot log in: images under their rules stay as written
-    with a warning naming the mirror (``onMirrorDown: fallback``) or are
-    rewritten anyway (``keep``).
+    (then ``original_images`` stays None). ``health`` holds the mirrors that
+    are down and the credentials that cannot log in: images under their rules
+    stay as written with a warning naming the mirror (``onMirrorDown:
+    fallback``) or are rewritten anyway (``keep``). A pull secret that could
+    not be made is the caller's to apply afterwards (:meth:`RewritePlan.without`).
 
-    The result is shared between Pods of the same shape under the same health:
-    treat it, and its ``original_images``, as read-only.
+    ``resolve`` answers :meth:`Policy.resolve` for ``mirror_policy``; a caller
+    that keeps resolutions passes its own (the webhook's admission cache).
     """
-    if (
-        fields is CONTAINER_FIELDS
-        and not frozen
-        and can_add_pull_secrets
-        and can_annotate
-        and not unavailable
-    ):
-        key = _shape(pod, namespace, health)
-        if key is not None:
-            found: RewritePlan | None = policy.plans.get(key)
-            if found is None:
-                found = _plan(
-                    pod,
-                    namespace=namespace,
-                    policy=policy,
-                    fields=fields,
-                    frozen=frozen,
-                    can_add_pull_secrets=True,
-                    can_annotate=True,
-                    unavailable=None,
-                    health=health,
-                )
-                cost = _memo_cost(key, found)
-                if cost is not None:
-                    policy.plans.remember(key, found, cost)
-            return found
-    return _plan(
-        pod,
-        namespace=namespace,
-        policy=policy,
-        fields=fields,
-        frozen=frozen,
-        can_add_pull_secrets=can_add_pull_secrets,
-        can_annotate=can_annotate,
-        unavailable=unavailable,
-        health=health,
-    )
-
-
-def _plan(
-    pod: Mapping[str, object],
-    *,
-    namespace: str,
-    policy: Policy,
-    fields: Collection[ContainerField],
-    frozen: Collection[str],
-    can_add_pull_secrets: bool,
-    can_annotate: bool,
-    unavailable: Mapping[str, str] | None,
-    health: Health = HEALTHY,
-) -> RewritePlan:
-    """The plan itself, computed in full (see :func:`plan`)."""
-    metadata = _mapping(pod.get("metadata"))
-    annotations = _mapping(metadata.get("annotations"))
-    spec = _mapping(pod.get("spec"))
+    metadata = as_mapping(pod.get("metadata"))
+    annotations = as_mapping(metadata.get("annotations"))
+    spec = as_mapping(pod.get("spec"))
     exemption = exempt_pod(
         namespace=namespace,
-        labels=_mapping(metadata.get("labels")),
+        labels=as_mapping(metadata.get("labels")),
         annotations=annotations,
-        policy=policy,
+        mirror_policy=mirror_policy,
     )
-    sites, warnings = _sites(spec, fields)
+    sites, warnings = spec_sites(spec, fields)
     if exemption is not None:
         return RewritePlan(
             skipped=exemption.reason,
@@ -316,19 +235,22 @@ def _plan(
     if attached is None:
         warnings.append("spec.imagePullSecrets is not a list; pull secrets cannot be attached")
         attached, can_add_pull_secrets = set(), False
-    unavailable = unavailable or {}
+    resolve = resolve or mirror_policy.resolve
 
     rewrites: list[ImageRewrite] = []
     outcomes: dict[str, Outcome] = {}
     refusals: dict[str, str | None] = {}
     needed: set[str] = set()
+    credential_sites: list[tuple[ImageSite, str]] = []
     new_originals: dict[str, str] = {}
     fallbacks = 0
     for site in sites:
         key = site.key
         if frozen and key in frozen:
             continue
-        decision = decide_image(site.image, namespace=namespace, policy=policy)
+        decision = decide_image(
+            resolve(site.image), namespace=namespace, mirror_policy=mirror_policy
+        )
         outcomes[key] = decision.outcome
         if decision.warning is not None:
             warnings.append(f"{site.shown}: {decision.warning}")
@@ -344,20 +266,16 @@ def _plan(
             # Decided once per credential: a Pod's images mostly share one.
             if credential not in refusals:
                 refusals[credential] = _refusal(
-                    credential,
-                    unavailable=unavailable,
-                    attached=attached,
-                    can_add_pull_secrets=can_add_pull_secrets,
+                    credential, attached=attached, can_add_pull_secrets=can_add_pull_secrets
                 )
             reason = refusals[credential]
             if reason is not None:
                 outcomes[key] = "credential-unavailable"
-                what = (
-                    "is on a mirror but"
-                    if decision.outcome == "already-mirrored"
-                    else "left as written:"
+                warnings.append(
+                    credential_warning(
+                        site, reason, mirrored=decision.outcome == "already-mirrored"
+                    )
                 )
-                warnings.append(f"{site.shown}: image {quote(site.image)} {what} {reason}")
                 continue
         status = "up"
         if health and decision.outcome == "rewrite":
@@ -378,6 +296,7 @@ def _plan(
                 status = problem
         if credential is not None:
             needed.add(credential)
+            credential_sites.append((site, credential))
         if decision.outcome == "already-mirrored":
             continue
         new_image = decision.resolution.new_image
@@ -397,4 +316,6 @@ def _plan(
         warnings=tuple(warnings),
         outcomes=outcomes,
         fallbacks=fallbacks,
+        credential_sites=tuple(credential_sites),
+        recorded=frozenset(new_originals),
     )

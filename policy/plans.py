@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from mirrorgate.policy.decision import Outcome
+from mirrorgate.policy.quoting import quote
 from mirrorgate.policy.sites import ImageSite
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "ImageRewrite",
     "RewritePlan",
     "audit_mode_line",
+    "credential_warning",
     "pull_secret_name",
 ]
 
@@ -38,9 +40,19 @@ class ImageRewrite(NamedTuple):
     """``up``, or the health problem its rule's ``onMirrorDown: keep`` rewrote it through."""
 
 
+def credential_warning(site: ImageSite, reason: str, *, mirrored: bool) -> str:
+    """The warning for an image whose credential cannot be used in this admission."""
+    what = "is on a mirror but" if mirrored else "left as written:"
+    return f"{site.shown}: image {quote(site.image)} {what} {reason}"
+
+
 @dataclasses.dataclass(frozen=True, slots=True, weakref_slot=True)
 class RewritePlan:
-    """Everything admission should change on one Pod, and why."""
+    """Everything admission should change on one Pod, and why: a value, final once made.
+
+    What the cluster answers afterwards (a pull secret that could not be made)
+    is applied to the value with :meth:`without`, never by planning again.
+    """
 
     rewrites: tuple[ImageRewrite, ...] = ()
     pull_secrets: tuple[str, ...] = ()
@@ -56,6 +68,54 @@ class RewritePlan:
     """Each image's outcome by site key (see :mod:`policy.decision`)."""
     fallbacks: int = 0
     """Images left as written because their mirror or credential is unhealthy."""
+    credential_sites: tuple[tuple[ImageSite, str], ...] = ()
+    """Each image (rewritten or already on its mirror) that needs a credential, with it."""
+    recorded: frozenset[str] = frozenset()
+    """The site keys whose original this plan adds to ``original_images``."""
+
+    def without(self, failures: Mapping[str, str]) -> RewritePlan:
+        """This plan with the images of the credentials in ``failures`` left as written.
+
+        ``failures`` maps each credential whose pull secret could not be made to
+        why. Its images change to ``credential-unavailable``, each with a warning
+        naming the pull secret and the reason (after the plan's own warnings),
+        and leave the rewrites, the pull secrets, the credentials and the
+        originals' record: a Pod must never point at a mirror it cannot
+        authenticate to. Pure: the plan itself, which callers share, is unchanged.
+        """
+        failed = [(site, c) for site, c in self.credential_sites if c in failures]
+        if not failed:
+            return self
+        outcomes = dict(self.outcomes)
+        warnings = list(self.warnings)
+        for site, credential in failed:
+            reason = f"pull secret {pull_secret_name(credential)!r} is unavailable: "
+            warnings.append(
+                credential_warning(
+                    site,
+                    reason + failures[credential],
+                    mirrored=outcomes.get(site.key) == "already-mirrored",
+                )
+            )
+            outcomes[site.key] = "credential-unavailable"
+        dropped = {site.key for site, _ in failed}
+        recorded = self.recorded - dropped
+        originals = self.original_images
+        if originals is not None and recorded != self.recorded:
+            gone = self.recorded & dropped
+            originals = {k: v for k, v in originals.items() if k not in gone} if recorded else None
+        secrets = {pull_secret_name(c) for c in failures}
+        return dataclasses.replace(
+            self,
+            rewrites=tuple(r for r in self.rewrites if r.site.key not in dropped),
+            pull_secrets=tuple(s for s in self.pull_secrets if s not in secrets),
+            credentials=tuple(c for c in self.credentials if c not in failures),
+            original_images=originals,
+            warnings=tuple(warnings),
+            outcomes=outcomes,
+            credential_sites=tuple(p for p in self.credential_sites if p[1] not in failures),
+            recorded=recorded,
+        )
 
 
 def audit_mode_line(rewrite: ImageRewrite, *, health: bool = False) -> str:

@@ -4,7 +4,7 @@ its container lists."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Literal
 
 from mirrorgate.policy.quoting import quote
@@ -14,7 +14,11 @@ __all__ = [
     "CONTAINER_NAME_LENGTH_MAX",
     "ContainerField",
     "ImageSite",
+    "as_mapping",
+    "container_count",
+    "container_lists",
     "find_image_sites",
+    "spec_sites",
 ]
 
 ContainerField = Literal["containers", "initContainers", "ephemeralContainers"]
@@ -70,11 +74,37 @@ class ImageSite:
         return f"/spec/{self.field}/{self.index}/image"
 
 
-def _mapping(value: object) -> Mapping[str, object]:
+def as_mapping(value: object) -> Mapping[str, object]:
+    """``value`` if it is a mapping, else an empty one: a Pod's parts as planning reads them."""
     # Decoded JSON is always a dict; the exact-type test skips the ABC machinery.
     if type(value) is dict or isinstance(value, Mapping):
         return value
     return {}
+
+
+def container_lists(
+    spec: Mapping[str, object], fields: Collection[ContainerField] = CONTAINER_FIELDS
+) -> Iterator[tuple[ContainerField, object]]:
+    """Each of ``fields``, in the API's order, with what ``spec`` holds there (None: absent).
+
+    The one walk over a Pod's container lists: planning, its shape key and
+    admission's container count all take it.
+    """
+    every_field = fields is CONTAINER_FIELDS
+    for field in CONTAINER_FIELDS:
+        if every_field or field in fields:
+            yield field, spec.get(field)
+
+
+def container_count(spec: object, fields: Collection[ContainerField] = CONTAINER_FIELDS) -> int:
+    """The containers in ``spec``'s lists among ``fields`` (anything but a list counts none)."""
+    if type(spec) is not dict:
+        return 0
+    return sum(
+        len(containers)
+        for _, containers in container_lists(spec, fields)
+        if type(containers) is list
+    )
 
 
 def find_image_sites(
@@ -83,18 +113,17 @@ def find_image_sites(
     fields: Collection[ContainerField] = CONTAINER_FIELDS,
 ) -> tuple[list[ImageSite], list[str]]:
     """Every container image of ``pod`` in ``fields``, and warnings for malformed ones."""
-    return _sites(_mapping(pod.get("spec")), fields)
+    return spec_sites(as_mapping(pod.get("spec")), fields)
 
 
-def _sites(
-    spec: Mapping[str, object], fields: Collection[ContainerField]
+def spec_sites(
+    spec: Mapping[str, object], fields: Collection[ContainerField] = CONTAINER_FIELDS
 ) -> tuple[list[ImageSite], list[str]]:
+    """:func:`find_image_sites` on a Pod's ``spec``."""
     sites: list[ImageSite] = []
     warnings: list[str] = []
-    every_field = fields is CONTAINER_FIELDS
-    for field in CONTAINER_FIELDS:
-        containers = spec.get(field)
-        if containers is None or not (every_field or field in fields):
+    for field, containers in container_lists(spec, fields):
+        if containers is None:
             continue
         if not isinstance(containers, list):
             warnings.append(f"spec.{field} is not a list; left as written")

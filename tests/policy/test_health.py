@@ -237,7 +237,10 @@ def test_plan_with_health(
 ) -> None:
     rules = _load(onMirrorDown=on_down)
     result = policy.plan(
-        _pod("nginx", "quay.io/prometheus/x:1"), namespace="default", policy=rules, health=health
+        _pod("nginx", "quay.io/prometheus/x:1"),
+        namespace="default",
+        mirror_policy=rules,
+        health=health,
     )
     assert [r.site.key for r in result.rewrites] == rewritten
     assert result.fallbacks == fallbacks
@@ -250,21 +253,21 @@ def test_plan_with_health(
 
 def test_keep_records_the_problem_for_the_audit() -> None:
     result = policy.plan(
-        _pod("nginx"), namespace="default", policy=_load(onMirrorDown="keep"), health=DOWN
+        _pod("nginx"), namespace="default", mirror_policy=_load(onMirrorDown="keep"), health=DOWN
     )
     (rewrite,) = result.rewrites
     assert rewrite.health.startswith(
         "mirror harbor.corp.example/dockerhub-proxy of mirrors[0] is down"
     )
     assert policy.audit_mode_line(rewrite, health=True).endswith(f"; health: {rewrite.health}")
-    healthy = policy.plan(_pod("nginx"), namespace="default", policy=_load()).rewrites[0]
+    healthy = policy.plan(_pod("nginx"), namespace="default", mirror_policy=_load()).rewrites[0]
     assert policy.audit_mode_line(healthy, health=True).endswith("; health: up")
     assert "health" not in policy.audit_mode_line(healthy)
 
 
 def test_a_pod_already_on_the_mirror_is_left_alone_when_it_is_down() -> None:
     result = policy.plan(
-        _pod(f"{HUB}/library/nginx"), namespace="default", policy=_load(), health=DOWN
+        _pod(f"{HUB}/library/nginx"), namespace="default", mirror_policy=_load(), health=DOWN
     )
     assert (result.rewrites, result.fallbacks, result.warnings) == ((), 0, ())
 
@@ -279,10 +282,10 @@ def test_fallback_leaves_every_unhealthy_image_as_written(
     down = data.draw(st.sets(st.sampled_from(hosts)) if hosts else st.just(set()))
     health = Health(down=dict.fromkeys(down, "refused"))
     assert policy.plan(
-        pod, namespace=namespace, policy=rules, health=policy.HEALTHY
-    ) == policy.plan(pod, namespace=namespace, policy=rules)
-    result = policy.plan(pod, namespace=namespace, policy=rules, health=health)
-    healthy = policy.plan(pod, namespace=namespace, policy=rules)
+        pod, namespace=namespace, mirror_policy=rules, health=policy.HEALTHY
+    ) == policy.plan(pod, namespace=namespace, mirror_policy=rules)
+    result = policy.plan(pod, namespace=namespace, mirror_policy=rules, health=health)
+    healthy = policy.plan(pod, namespace=namespace, mirror_policy=rules)
     for rewrite in result.rewrites:
         assert policy.parse_normalized(rewrite.new_image).domain not in down
     assert len(result.rewrites) + result.fallbacks == len(healthy.rewrites)

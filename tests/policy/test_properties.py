@@ -10,8 +10,9 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 
 from mirrorgate import policy
-from mirrorgate.policy import planner, reference
+from mirrorgate.policy import reference
 from mirrorgate.webhook import patch
+from mirrorgate.webhook.admissioncache import AdmissionCache
 from tests.policy import strategies
 
 PROPERTY_SETTINGS = settings(
@@ -28,7 +29,7 @@ ALLOWED_PATHS = re.compile(
 def _admit(
     pod: dict[str, Any], namespace: str, rules: policy.Policy
 ) -> tuple[policy.RewritePlan, list[Any], dict[str, Any]]:
-    plan = policy.plan(pod, namespace=namespace, policy=rules)
+    plan = policy.plan(pod, namespace=namespace, mirror_policy=rules)
     ops = patch.build_patch(pod, plan)
     return plan, ops, jsonpatch.apply_patch(pod, ops)
 
@@ -53,7 +54,7 @@ def test_admitting_twice_changes_nothing(scenario: Scenario) -> None:
     """Planning an admitted Pod again gives no rewrites, secrets or annotation, and no patch."""
     pod, namespace, rules = scenario
     first, _, admitted = _admit(pod, namespace, rules)
-    second = policy.plan(admitted, namespace=namespace, policy=rules)
+    second = policy.plan(admitted, namespace=namespace, mirror_policy=rules)
     assert second.rewrites == ()
     assert second.pull_secrets == ()
     assert second.original_images is None
@@ -66,7 +67,7 @@ def test_admitting_twice_changes_nothing(scenario: Scenario) -> None:
 def test_tag_and_digest_never_dropped(scenario: Scenario) -> None:
     """Every rewritten image keeps the tag and digest of the original, and adds none."""
     pod, namespace, rules = scenario
-    plan = policy.plan(pod, namespace=namespace, policy=rules)
+    plan = policy.plan(pod, namespace=namespace, mirror_policy=rules)
     for rewrite in plan.rewrites:
         old = reference.parse_normalized(rewrite.site.image)
         new = reference.parse_normalized(rewrite.new_image)
@@ -79,7 +80,7 @@ def test_tag_and_digest_never_dropped(scenario: Scenario) -> None:
 def test_rewritten_images_sit_under_their_mirror(scenario: Scenario) -> None:
     """Every rewritten image parses, sits under its rule's mirror, and resolves as on-mirror."""
     pod, namespace, rules = scenario
-    plan = policy.plan(pod, namespace=namespace, policy=rules)
+    plan = policy.plan(pod, namespace=namespace, mirror_policy=rules)
     for rewrite in plan.rewrites:
         rule = _rule(rules, rewrite.rule_label)
         new = reference.parse_normalized(rewrite.new_image)
@@ -151,21 +152,19 @@ def test_credentials_only_where_granted(scenario: Scenario) -> None:
 def test_plans_shared_by_shape_equal_fresh_plans(first: Scenario, second: Scenario) -> None:
     """A plan looked up by Pod shape equals one computed in full, for every Pod."""
     _, _, rules = first
+    cache = AdmissionCache()
     for pod, namespace, _ in (first, second, first):
-        fresh = planner._plan(
-            pod,
-            namespace=namespace,
-            policy=rules,
-            fields=policy.CONTAINER_FIELDS,
-            frozen=frozenset(),
-            can_add_pull_secrets=True,
-            can_annotate=True,
-            unavailable=None,
-        )
-        assert policy.plan(pod, namespace=namespace, policy=rules) == fresh
+        fresh = policy.plan(pod, namespace=namespace, mirror_policy=rules)
+
+        def shared(pod: dict[str, Any], namespace: str = namespace) -> policy.RewritePlan:
+            return cache.admitted(
+                pod, namespace=namespace, mirror_policy=rules, health=policy.HEALTHY
+            ).plan
+
+        assert shared(pod) == fresh
         # The replica of a workload: another name and uid, the same shape.
         replica = json.loads(json.dumps(pod))
         if isinstance(replica.get("metadata"), dict):
             replica["metadata"]["name"] = "replica-x7k2p"
             replica["metadata"]["uid"] = "0000-replica"
-        assert policy.plan(replica, namespace=namespace, policy=rules) == fresh
+        assert shared(replica) == fresh

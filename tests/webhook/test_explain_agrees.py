@@ -90,7 +90,7 @@ def admit(
     decision = asyncio.run(
         admission.admit(
             reviews.decode(orjson.dumps(body)),
-            rules=rules,
+            mirror_policy=rules,
             mode="enforce",
             secrets=RecordingPullSecrets(),
         )

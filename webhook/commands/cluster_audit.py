@@ -143,7 +143,7 @@ _V1_NAMES: dict[str, AuditOutcome] = {"no-rule": "unmatched", "already-mirrored"
 
 def judge(rules: policy.Policy, image: str, namespace: str) -> Verdict:
     """The audit outcome of ``image`` in ``namespace``: admission's own decision."""
-    decision = policy.decide_image(image, namespace=namespace, policy=rules)
+    decision = policy.decide_image(rules.resolve(image), namespace=namespace, mirror_policy=rules)
     outcome = _V1_NAMES.get(decision.outcome, cast("AuditOutcome", decision.outcome))
     rule = decision.resolution.rule
     label, credential = (rule.label, rule.credential) if rule is not None else (None, None)
@@ -189,7 +189,7 @@ class NamespaceReport:
                 namespace=self.name,
                 labels=metadata.get("labels") or {},
                 annotations=metadata.get("annotations") or {},
-                policy=rules,
+                mirror_policy=rules,
             )
             is not None
         ):

@@ -163,7 +163,7 @@ def rewrite_documents(
             warnings.append(f"{prefix}no Pod template with a spec at {path}")
             continue
         pod_namespace = namespace or _metadata(document).get("namespace") or DEFAULT_NAMESPACE
-        plan = policy.plan(obj, namespace=str(pod_namespace), policy=rules)
+        plan = policy.plan(obj, namespace=str(pod_namespace), mirror_policy=rules)
         warnings.extend(prefix + w for w in plan.warnings)
         if mode == AUDIT:
             warnings.extend(prefix + policy.audit_mode_line(r) for r in plan.rewrites)
@@ -228,12 +228,12 @@ def explain_image(
         return explained
     explained["result"] = image
     exemption = policy.exempt_pod(
-        namespace=namespace, labels=labels or {}, annotations={}, policy=rules
+        namespace=namespace, labels=labels or {}, annotations={}, mirror_policy=rules
     )
     if exemption is not None:
         explained.update(outcome=exemption.outcome, reason=exemption.reason)
         return explained
-    decision = policy.decide_image(image, namespace=namespace, policy=rules)
+    decision = policy.decide_image(rules.resolve(image), namespace=namespace, mirror_policy=rules)
     explained.update(outcome=decision.outcome, reason=decision.reason, warning=decision.warning)
     rule = decision.resolution.rule
     if rule is not None:

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from mirrorgate import policy
 from mirrorgate.policy import HEALTHY, Health
 from mirrorgate.webhook import admission, logs, policyreview, review
+from mirrorgate.webhook.admissioncache import AdmissionCache
 from mirrorgate.webhook.edge import offload
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
@@ -76,6 +77,8 @@ class Runtime:
     screener: offload.Screener | None = None
     """The worker that screens large reviews off the event loop; None: all on the loop."""
     on_policy_change: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    admission_cache: AdmissionCache = dataclasses.field(default_factory=AdmissionCache)
+    """What admission keeps between requests, for the policy in force."""
 
     @property
     def mode(self) -> str:
@@ -166,11 +169,12 @@ class AdmissionEndpoint:
                 uid, dry_run = rev.uid, bool(rev.request.get("dryRun", False))
                 decision = await admission.admit(
                     rev,
-                    rules=loaded.policy,
+                    mirror_policy=loaded.policy,
                     mode=mode,
                     secrets=runtime.secrets,
                     health=runtime.health,
                     max_containers=runtime.max_containers,
+                    cache=runtime.admission_cache,
                 )
         except review.BadReview as error:
             runtime.metrics.errors.labels(endpoint, "bad-request").inc()

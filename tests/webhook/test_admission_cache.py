@@ -1,7 +1,8 @@
-"""Plans shared by Pod shape: never shared by Pods of different structure, and bounded.
+"""The admission cache: plans shared by Pod shape, never by Pods of different structure,
+and everything it keeps bounded by one budget.
 
-The memo keys Pods by everything a plan reads. A key that flattened field
-names and container (name, image) pairs into one token stream once let a
+The cache keys Pods by everything a plan reads (:func:`policy.shape_key`). A
+key that flattened field names and container (name, image) pairs into one token stream once let a
 Pod whose containers were named like fields receive another Pod's plan, and
 a patch that failed to apply (issue 10, item 3).
 """
@@ -9,7 +10,9 @@ a patch that failed to apply (issue 10, item 3).
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import weakref
 from typing import Any
 
 import jsonpatch
@@ -18,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirrorgate import policy
-from mirrorgate.policy import model, planner, reference
-from mirrorgate.webhook import patch
+from mirrorgate.policy import reference
+from mirrorgate.webhook import admissioncache, patch
+from mirrorgate.webhook.admissioncache import AdmissionCache
 
 POLICY_DOCUMENT = {
     "mirrors": [
@@ -35,17 +39,18 @@ def fresh_policy() -> policy.Policy:
 
 
 def full_plan(pod: dict[str, Any], namespace: str, rules: policy.Policy) -> policy.RewritePlan:
-    """The plan computed from scratch, bypassing the memo."""
-    return planner._plan(
-        pod,
-        namespace=namespace,
-        policy=rules,
-        fields=FIELDS,
-        frozen=frozenset(),
-        can_add_pull_secrets=True,
-        can_annotate=True,
-        unavailable=None,
-    )
+    """The plan computed from scratch: policy.plan is pure."""
+    return policy.plan(pod, namespace=namespace, mirror_policy=rules)
+
+
+def cached_plan(
+    cache: AdmissionCache,
+    pod: dict[str, Any],
+    namespace: str,
+    rules: policy.Policy,
+    health: policy.Health = policy.HEALTHY,
+) -> policy.RewritePlan:
+    return cache.admitted(pod, namespace=namespace, mirror_policy=rules, health=health).plan
 
 
 def spec_pod(spec: dict[str, Any]) -> dict[str, Any]:
@@ -71,9 +76,9 @@ def test_the_collision_from_the_issue() -> None:
             ]
         }
     )
-    rules = fresh_policy()
-    policy.plan(three_lists, namespace="ns", policy=rules)
-    shared = policy.plan(one_list, namespace="ns", policy=rules)
+    rules, cache = fresh_policy(), AdmissionCache()
+    cached_plan(cache, three_lists, "ns", rules)
+    shared = cached_plan(cache, one_list, "ns", rules)
     assert shared == full_plan(one_list, "ns", rules)
     patched = jsonpatch.apply_patch(copy.deepcopy(one_list), patch.build_patch(one_list, shared))
     assert [c["image"] for c in patched["spec"]["containers"]] == [
@@ -123,14 +128,14 @@ def colliding_pods(draw: st.DrawFn) -> dict[str, Any]:
 def test_pods_of_different_structure_never_share_a_plan(
     pods: list[dict[str, Any]], namespaces: list[str]
 ) -> None:
-    """Planned in turn through one memo: each plan is its own, and its patch applies."""
-    rules = fresh_policy()
+    """Planned in turn through one cache: each plan is its own, and its patch applies."""
+    rules, cache = fresh_policy(), AdmissionCache()
     for pod, namespace in zip(pods, namespaces, strict=False):
-        found = policy.plan(pod, namespace=namespace, policy=rules)
+        found = cached_plan(cache, pod, namespace, rules)
         assert found == full_plan(pod, namespace, rules)
         jsonpatch.apply_patch(copy.deepcopy(pod), patch.build_patch(pod, found))
     keys = [
-        planner._shape(pod, ns, policy.HEALTHY) for pod, ns in zip(pods, namespaces, strict=False)
+        policy.shape_key(pod, ns, policy.HEALTHY) for pod, ns in zip(pods, namespaces, strict=False)
     ]
     for (pod_a, ns_a), key_a in zip(zip(pods, namespaces, strict=False), keys, strict=True):
         for (pod_b, ns_b), key_b in zip(zip(pods, namespaces, strict=False), keys, strict=True):
@@ -152,7 +157,7 @@ def test_repeated_container_names_keep_every_original() -> None:
             ]
         }
     )
-    found = policy.plan(pod, namespace="ns", policy=fresh_policy())
+    found = policy.plan(pod, namespace="ns", mirror_policy=fresh_policy())
     assert found.original_images == {
         "containers[0]/app": "nginx:1",
         "containers[1]/app": "quay.io/x/y:2",
@@ -160,7 +165,9 @@ def test_repeated_container_names_keep_every_original() -> None:
     }
     patched = jsonpatch.apply_patch(copy.deepcopy(pod), patch.build_patch(pod, found))
     # Admitted again (reinvocation): nothing more to do, the record stays.
-    assert policy.plan(patched, namespace="ns", policy=fresh_policy()).original_images is None
+    assert (
+        policy.plan(patched, namespace="ns", mirror_policy=fresh_policy()).original_images is None
+    )
 
 
 def nested(depth: int) -> object:
@@ -177,7 +184,7 @@ def test_a_pull_secret_name_nested_a_thousand_deep_is_ignored() -> None:
             "imagePullSecrets": [{"name": nested(1000)}, {"name": "regcred"}],
         }
     )
-    found = policy.plan(pod, namespace="ns", policy=fresh_policy())
+    found = policy.plan(pod, namespace="ns", mirror_policy=fresh_policy())
     assert [r.new_image for r in found.rewrites] == ["mirror.corp.example/hub/library/nginx"]
 
 
@@ -193,70 +200,126 @@ def test_the_longest_valid_reference_is_exactly_the_bound() -> None:
 
 
 @pytest.mark.parametrize("size", [reference.REFERENCE_LENGTH_MAX + 1, 2_500_000])
-def test_an_image_longer_than_any_reference_enters_no_memo(size: int) -> None:
-    rules = fresh_policy()
+def test_an_image_longer_than_any_reference_is_not_kept(size: int) -> None:
+    rules, cache = fresh_policy(), AdmissionCache()
     image = "docker.io/library/" + "a" * (size - 18)
     pod = spec_pod({"containers": [{"name": "c", "image": image}]})
-    found = policy.plan(pod, namespace="ns", policy=rules)
+    found = cached_plan(cache, pod, "ns", rules)
     (warning,) = found.warnings
     assert f"{size} characters" in warning
     assert len(warning) < 2_000
-    assert len(rules._resolutions) == 0
-    assert len(rules.plans) == 0
+    assert not cache.resolved(image)
+    assert cache.shapes == 0
+    assert len(cache) == 0
 
 
-def test_memos_are_bounded_by_bytes_as_well_as_entries() -> None:
-    """Unique 760-character images: the byte bound empties the memo before the entry bound."""
-    rules = fresh_policy()
-    for i in range(4000):
-        image = f"quay.io/{i:06d}/" + "a" * 740
-        policy.plan(
-            spec_pod({"containers": [{"name": "c", "image": image}]}), namespace="ns", policy=rules
-        )
-        assert rules._resolutions.held <= model.RESOLUTION_MEMO_BYTES
-        assert rules.plans.held <= model.PLAN_MEMO_BYTES
-    assert 0 < len(rules._resolutions) < 3000 < model.MEMO_ENTRIES
+def test_the_cache_is_bounded_by_bytes_as_well_as_entries() -> None:
+    """Unique 760-character images: the byte bound empties the cache before the entry bound."""
+    rules, cache = fresh_policy(), AdmissionCache()
+    images = [f"quay.io/{i:06d}/" + "a" * 740 for i in range(4000)]
+    for image in images:
+        cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": image}]}), "ns", rules)
+        assert cache.held <= admissioncache.MAX_BYTES
+        assert len(cache) <= admissioncache.MAX_ENTRIES
+    resolutions = sum(map(cache.resolved, images))
+    assert 0 < resolutions < 3000 < admissioncache.MAX_ENTRIES
     # What is charged is close to what is held: strings dominate.
-    assert rules._resolutions.held >= len(rules._resolutions) * 3 * 760
+    assert cache.held >= resolutions * 3 * 760
 
 
 def test_plans_are_shared_under_a_health_state_and_never_across_two() -> None:
     """A mirror down is shared by every Pod planned while it lasts, and only by them."""
-    rules = fresh_policy()
+    rules, cache = fresh_policy(), AdmissionCache()
     pod = spec_pod(
         {"containers": [{"name": "a", "image": "nginx"}, {"name": "b", "image": "quay.io/x/y"}]}
     )
     down = policy.Health(down={"mirror.corp.example": "refused"})
-    healthy = policy.plan(pod, namespace="ns", policy=rules)
-    under_down = policy.plan(pod, namespace="ns", policy=rules, health=down)
-    assert under_down == planner._plan(
-        pod,
-        namespace="ns",
-        policy=rules,
-        fields=FIELDS,
-        frozen=frozenset(),
-        can_add_pull_secrets=True,
-        can_annotate=True,
-        unavailable=None,
-        health=down,
-    )
+    healthy = cached_plan(cache, pod, "ns", rules)
+    under_down = cached_plan(cache, pod, "ns", rules, down)
+    assert under_down == policy.plan(pod, namespace="ns", mirror_policy=rules, health=down)
     assert (len(healthy.rewrites), under_down.fallbacks) == (2, 2)
     # The same state, published again as another value, finds the same plan.
     again = policy.Health(down=dict(down.down))
-    assert policy.plan(copy.deepcopy(pod), namespace="ns", policy=rules, health=again) is under_down
-    assert policy.plan(copy.deepcopy(pod), namespace="ns", policy=rules) is healthy
+    assert cached_plan(cache, copy.deepcopy(pod), "ns", rules, again) is under_down
+    assert cached_plan(cache, copy.deepcopy(pod), "ns", rules) is healthy
     elsewhere = policy.Health(down={"other.example": "refused"})
-    assert policy.plan(pod, namespace="ns", policy=rules, health=elsewhere) == healthy
-    assert len(rules.plans) == 3
+    assert cached_plan(cache, pod, "ns", rules, elsewhere) == healthy
+    assert cache.shapes == 3
 
 
 def test_what_callers_derive_from_a_shared_plan_is_made_once() -> None:
     """The encoded patch rides with the plan: a replica finds it; another shape does not."""
-    rules = fresh_policy()
+    rules, cache = fresh_policy(), AdmissionCache()
     pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
     replica = copy.deepcopy(pod)
     replica["metadata"]["name"] = "p-2"
-    first = patch.encoded_patch(pod, policy.plan(pod, namespace="ns", policy=rules))
-    assert patch.encoded_patch(replica, policy.plan(replica, namespace="ns", policy=rules)) is first
+
+    def encoded(pod: dict[str, Any]) -> str | None:
+        admitted = cache.admitted(pod, namespace="ns", mirror_policy=rules, health=policy.HEALTHY)
+        return admitted.patch(lambda: patch.encoded_patch(pod, admitted.plan))
+
+    first = encoded(pod)
+    assert encoded(replica) is first
     other = spec_pod({"containers": [{"name": "a", "image": "quay.io/x/y"}]})
-    assert patch.encoded_patch(other, policy.plan(other, namespace="ns", policy=rules)) != first
+    assert encoded(other) != first
+
+
+def test_resolution_is_memoised() -> None:
+    """Resolving the same string twice through the cache returns the same Resolution."""
+    rules, cache = fresh_policy(), AdmissionCache()
+    resolve = cache.resolver(rules)
+    assert resolve("nginx") is resolve("nginx")
+    assert cache.resolver(rules)("nginx") is resolve("nginx")
+    assert resolve("nginx") == rules.resolve("nginx")
+
+
+def test_what_is_derived_from_a_plan_is_kept_beside_it_and_goes_with_it() -> None:
+    """The cache, not the frozen plan, holds the patch; a new policy drops both."""
+    rules, cache = fresh_policy(), AdmissionCache()
+    pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
+    admitted = cache.admitted(pod, namespace="ns", mirror_policy=rules, health=policy.HEALTHY)
+    made: list[str | None] = []
+
+    def make(plan: policy.RewritePlan) -> str | None:
+        made.append(patch.encoded_patch(pod, plan))
+        return made[-1]
+
+    plan = admitted.plan
+    encoded = admitted.patch(functools.partial(make, plan))
+    assert admitted.patch(functools.partial(make, plan)) is encoded
+    assert made == [encoded]
+    replica = copy.deepcopy(pod)
+    assert (
+        cache.admitted(replica, namespace="ns", mirror_policy=rules, health=policy.HEALTHY)
+        is admitted
+    )
+    assert (cache.shapes, cache.resolved("nginx")) == (1, True)
+    gone = weakref.ref(plan)
+    del admitted, plan
+    newer = fresh_policy()
+    again = cache.admitted(pod, namespace="ns", mirror_policy=newer, health=policy.HEALTHY)
+    assert gone() is None  # nothing of the cache keeps the old policy's plan alive
+    assert again.plan == full_plan(pod, "ns", newer)
+    assert cache.shapes == 1
+
+
+def test_the_entry_bound_empties_the_cache() -> None:
+    """Entries are bounded as well as bytes: the entry past the bound starts afresh."""
+    rules, cache = fresh_policy(), AdmissionCache(max_entries=10)
+    for i in range(5):
+        cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": f"n{i}"}]}), "ns", rules)
+    assert (len(cache), cache.shapes) == (10, 5)
+    cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": "n5"}]}), "ns", rules)
+    assert (len(cache), cache.shapes) == (2, 1)
+    assert cache.resolved("n5")
+    assert not cache.resolved("n0")
+
+
+def test_an_entry_over_a_sixteenth_of_the_bytes_is_not_kept() -> None:
+    rules, cache = fresh_policy(), AdmissionCache(max_bytes=16 * 1000)
+    cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": "nginx"}]}), "ns", rules)
+    assert cache.resolved("nginx")
+    long = "quay.io/x/" + "a" * 400
+    cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": long}]}), "ns", rules)
+    assert not cache.resolved(long)
+    assert cache.resolved("nginx")  # and nothing else was evicted for it
