@@ -40,6 +40,7 @@ from mirrorgate.policy.planner import (
     pull_secret_name,
     shape_key,
 )
+from mirrorgate.policy.podview import planning_view
 from mirrorgate.policy.quoting import prefix, quote
 from mirrorgate.policy.reference import (
     REFERENCE_LENGTH_MAX,
@@ -93,6 +94,7 @@ __all__ = [
     "parse",
     "parse_normalized",
     "plan",
+    "planning_view",
     "prefix",
     "pull_secret_name",
     "quote",

@@ -20,7 +20,7 @@ from mirrorgate import policy
 from mirrorgate.webhook import patch, review
 from mirrorgate.webhook.admissioncache import AdmissionCache, Admitted, AuditReport
 
-__all__ = ["Decision", "PullSecrets", "Target", "admit", "screen"]
+__all__ = ["Decision", "PullSecrets", "Target", "admit", "for_planning", "screen"]
 
 Outcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
 EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
@@ -148,6 +148,20 @@ def _container_count(
     old = request.get("oldObject")
     count = policy.container_count(obj.get("spec"), EPHEMERAL)
     return count + (policy.container_count(old.get("spec"), EPHEMERAL) if type(old) is dict else 0)
+
+
+_REQUEST_KEYS = ("uid", "kind", "operation", "subResource", "namespace", "dryRun")
+
+
+def for_planning(rev: review.Review) -> review.Review:
+    """``rev`` reduced to what :func:`admit` and the endpoint read of it: the same
+    decision, from a review small enough to hand from a worker process to the loop."""
+    whole: Mapping[str, object] = rev.request
+    request = {key: whole[key] for key in _REQUEST_KEYS if key in whole}
+    for key in ("object", "oldObject"):
+        if key in whole:
+            request[key] = policy.planning_view(whole[key])
+    return review.Review(rev.api_version, request)  # type: ignore[arg-type]
 
 
 class Target(NamedTuple):

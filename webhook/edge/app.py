@@ -162,10 +162,9 @@ class AdmissionEndpoint:
                 screened = await runtime.screener.screen(
                     body, mode=mode, max_containers=runtime.max_containers
                 )
-            if screened is not None:
-                uid, dry_run, decision = screened
-            else:
-                rev = review.decode(body)
+            if screened is None or isinstance(screened, review.Review):
+                # Decoded once: by the worker (which hands back what planning reads), or here.
+                rev = review.decode(body) if screened is None else screened
                 uid, dry_run = rev.uid, bool(rev.request.get("dryRun", False))
                 decision = await admission.admit(
                     rev,
@@ -176,6 +175,8 @@ class AdmissionEndpoint:
                     max_containers=runtime.max_containers,
                     cache=runtime.admission_cache,
                 )
+            else:
+                uid, dry_run, decision = screened
         except review.BadReview as error:
             runtime.metrics.errors.labels(endpoint, "bad-request").inc()
             logger.warning(

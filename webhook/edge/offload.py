@@ -9,13 +9,14 @@ worker process first:
 
 * a Pod too wide to plan, a review that is not about a Pod, or a malformed
   one is answered from the worker's verdict, without decoding on the loop;
-* any other large review comes back as "plan it", and the loop decodes and
-  plans it as usual: under ``--max-containers`` that costs a bounded few
-  tens of milliseconds, and such Pods are rare.
+* any other large review comes back as the part of it that admission reads
+  (:func:`webhook.admission.for_planning`: the containers' names and images,
+  a few labels and annotations), and the loop plans that: a review is
+  decoded once, wherever it is decoded.
 
 A large body whose commas could not separate that many containers (a 2.5 MB
-image, a huge annotation) skips the worker: it cannot be too wide, and
-decoding it twice would only cost (:func:`may_be_too_wide`).
+image, a huge annotation) skips the worker and is decoded on the loop: it
+cannot be too wide, and the round trip would only cost (:func:`may_be_too_wide`).
 
 Large policy reviews (/validate-policy, a body over
 :data:`LARGE_POLICY_REVIEW_BYTES`) are judged there too, whole
@@ -55,6 +56,7 @@ __all__ = [
     "Screened",
     "Screener",
     "Unavailable",
+    "Verdict",
     "may_be_too_wide",
 ]
 
@@ -74,6 +76,8 @@ within the webhook's 5 s timeout."""
 
 Screened = tuple[str, bool, admission.Decision]
 """The review's uid and dryRun, and the decision, for what the worker could decide alone."""
+Verdict = Screened | review.Review
+"""What the worker hands back: its decision, or the review reduced for planning."""
 
 
 def may_be_too_wide(body: bytes, max_containers: int) -> bool:
@@ -87,12 +91,12 @@ def may_be_too_wide(body: bytes, max_containers: int) -> bool:
     return body.count(b",") + 6 > max_containers
 
 
-def _screen(body: bytes, mode: policy.Mode, max_containers: int) -> Screened | None:
-    """In the worker: the decision when the policy is not needed, else None."""
+def _screen(body: bytes, mode: policy.Mode, max_containers: int) -> Verdict:
+    """In the worker: the decision when the policy is not needed, else the review to plan."""
     rev = review.decode(body)
     screened = admission.screen(rev, mode=mode, max_containers=max_containers)
     if isinstance(screened, admission.Target):
-        return None
+        return admission.for_planning(rev)
     return rev.uid, bool(rev.request.get("dryRun", False)), screened
 
 
@@ -161,8 +165,8 @@ class Screener:
 
     async def screen(
         self, body: bytes, *, mode: policy.Mode, max_containers: int
-    ) -> Screened | None:
-        """The worker's verdict on ``body``; None: decode and plan it here.
+    ) -> Verdict | None:
+        """The worker's verdict on ``body``; None: no worker could take it, decode it here.
 
         Raises :class:`review.BadReview` for a malformed review, as decoding here would.
         """
