@@ -5,17 +5,21 @@ or the network (an import-linter contract in pyproject.toml checks it).
 """
 
 from mirrorgate.policy.decision import (
+    IMAGE_OUTCOMES,
     MODE_LABEL,
-    OUTCOMES,
     ImageDecision,
+    ImageOutcome,
     PodExemption,
     decide_image,
     exempt_pod,
 )
 from mirrorgate.policy.health import HEALTHY, Health, HealthSettings
 from mirrorgate.policy.loader import load
-from mirrorgate.policy.matching import Outcome, Resolution
+from mirrorgate.policy.matching import Resolution, ResolutionOutcome
 from mirrorgate.policy.model import (
+    AUDIT,
+    ENFORCE,
+    MODES,
     CredentialGrant,
     FieldError,
     Mode,
@@ -53,13 +57,16 @@ from mirrorgate.policy.rules import Mirror, MirrorRule, Source
 from mirrorgate.policy.sites import CONTAINER_NAME_LENGTH_MAX, container_count
 
 __all__ = [
+    "AUDIT",
     "CONTAINER_FIELDS",
     "CONTAINER_NAME_LENGTH_MAX",
+    "ENFORCE",
     "HEALTHY",
+    "IMAGE_OUTCOMES",
     "MIRROR_POD_ANNOTATION",
+    "MODES",
     "MODE_LABEL",
     "ORIGINAL_IMAGES_ANNOTATION",
-    "OUTCOMES",
     "PULL_SECRET_PREFIX",
     "REFERENCE_LENGTH_MAX",
     "SKIP_LABEL",
@@ -69,6 +76,7 @@ __all__ = [
     "Health",
     "HealthSettings",
     "ImageDecision",
+    "ImageOutcome",
     "ImageReference",
     "ImageRewrite",
     "ImageSite",
@@ -77,11 +85,11 @@ __all__ = [
     "MirrorRule",
     "Mode",
     "OnCredentialError",
-    "Outcome",
     "PodExemption",
     "Policy",
     "PolicyError",
     "Resolution",
+    "ResolutionOutcome",
     "RewritePlan",
     "ShapeKey",
     "Source",

@@ -38,18 +38,18 @@ from mirrorgate.policy.model import Policy
 from mirrorgate.policy.quoting import quote
 
 __all__ = [
+    "IMAGE_OUTCOMES",
     "MIRROR_POD_ANNOTATION",
     "MODE_LABEL",
-    "OUTCOMES",
     "SKIP_LABEL",
     "ImageDecision",
-    "Outcome",
+    "ImageOutcome",
     "PodExemption",
     "decide_image",
     "exempt_pod",
 ]
 
-Outcome = Literal[
+ImageOutcome = Literal[
     "excluded",
     "skipped",
     "invalid",
@@ -60,7 +60,7 @@ Outcome = Literal[
     "credential-unavailable",
     "mirror-unhealthy",
 ]
-OUTCOMES: tuple[Outcome, ...] = (
+IMAGE_OUTCOMES: tuple[ImageOutcome, ...] = (
     "excluded",
     "skipped",
     "invalid",
@@ -107,7 +107,7 @@ def exempt_pod(
 class ImageDecision(NamedTuple):
     """What admission does with one image of a Pod that is not exempt."""
 
-    outcome: Outcome
+    outcome: ImageOutcome
     resolution: Resolution
     """The rule, the image on the mirror, the parsed reference."""
     reason: str | None = None

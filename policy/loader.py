@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import cast
 
+from mirrorgate.dnsnames import DNS_LABEL_RE
 from mirrorgate.policy import reference, rulechecks
 from mirrorgate.policy.collector import Collector, type_name
 from mirrorgate.policy.collector import json_quote as _quote
@@ -32,7 +33,7 @@ __all__ = ["CREDENTIAL_NAME_RE", "load"]
 
 # A credential becomes the Secret `mirrorgate-<name>` and the label value
 # `mirrorgate.io/credential: <name>`: a DNS label fits both.
-CREDENTIAL_NAME_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+CREDENTIAL_NAME_RE = DNS_LABEL_RE
 # Namespace globs: DNS-label characters plus the fnmatch wildcards.
 _NAMESPACE_GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}", re.ASCII)
 

@@ -23,9 +23,9 @@ from mirrorgate.policy import reference
 from mirrorgate.policy.hosts import DOCKER_HUB_ALIASES, canonical_host
 from mirrorgate.policy.rules import MirrorRule
 
-__all__ = ["DOCKER_HUB_ALIASES", "Outcome", "Resolution", "RuleIndex", "rewritten_name"]
+__all__ = ["DOCKER_HUB_ALIASES", "Resolution", "ResolutionOutcome", "RuleIndex", "rewritten_name"]
 
-Outcome = Literal["rewrite", "on-mirror", "excluded", "unmatched", "invalid"]
+ResolutionOutcome = Literal["rewrite", "on-mirror", "excluded", "unmatched", "invalid"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Resolution:
 
     image: str
     """The image exactly as written."""
-    outcome: Outcome
+    outcome: ResolutionOutcome
     rule: MirrorRule | None = None
     """The rule that matched (``rewrite``) or whose mirror holds the image (``on-mirror``)."""
     new_image: str | None = None

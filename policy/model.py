@@ -26,6 +26,9 @@ from mirrorgate.policy.rules import Mirror, MirrorRule
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
+    "AUDIT",
+    "ENFORCE",
+    "MODES",
     "CredentialGrant",
     "FieldError",
     "Mode",
@@ -37,7 +40,9 @@ __all__ = [
 Mode = Literal["enforce", "audit"]
 """How an admission treats a Pod: set by the namespace's mirrorgate.io/mode label (or the
 server's --audit-only), never by the policy."""
-MODES: tuple[Mode, ...] = ("enforce", "audit")
+ENFORCE: Mode = "enforce"
+AUDIT: Mode = "audit"
+MODES: tuple[Mode, ...] = (ENFORCE, AUDIT)
 OnCredentialError = Literal["skip", "deny"]
 ON_CREDENTIAL_ERROR: tuple[OnCredentialError, ...] = ("skip", "deny")
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from mirrorgate.policy.decision import (
     MIRROR_POD_ANNOTATION,
     SKIP_LABEL,
-    Outcome,
+    ImageOutcome,
     decide_image,
     exempt_pod,
 )
@@ -238,7 +238,7 @@ def plan(
     resolve = resolve or mirror_policy.resolve
 
     rewrites: list[ImageRewrite] = []
-    outcomes: dict[str, Outcome] = {}
+    outcomes: dict[str, ImageOutcome] = {}
     refusals: dict[str, str | None] = {}
     needed: set[str] = set()
     credential_sites: list[tuple[ImageSite, str]] = []

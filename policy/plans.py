@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from mirrorgate.policy.decision import Outcome
+from mirrorgate.policy.decision import ImageOutcome
 from mirrorgate.policy.quoting import quote
 from mirrorgate.policy.sites import ImageSite
 
@@ -64,7 +64,7 @@ class RewritePlan:
     warnings: tuple[str, ...] = ()
     skipped: str | None = None
     """Why the whole Pod was left alone, if it was."""
-    outcomes: Mapping[str, Outcome] = dataclasses.field(default_factory=dict)
+    outcomes: Mapping[str, ImageOutcome] = dataclasses.field(default_factory=dict)
     """Each image's outcome by site key (see :mod:`policy.decision`)."""
     fallbacks: int = 0
     """Images left as written because their mirror or credential is unhealthy."""

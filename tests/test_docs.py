@@ -120,7 +120,7 @@ def test_every_reference_example_loads(example: str) -> None:
 def test_the_reference_lists_every_outcome() -> None:
     """The outcome table names every outcome admission and explain give."""
     table = REFERENCE.split("## What admission decides", 1)[1]
-    assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == set(policy.OUTCOMES)
+    assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == set(policy.IMAGE_OUTCOMES)
 
 
 def test_the_reference_error_example_is_the_loaders() -> None:

@@ -10,23 +10,23 @@ or stale. Planning is final: what the cluster answers is applied to the plan
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 import orjson
 
 from mirrorgate import policy
+from mirrorgate.dnsnames import DNS_LABEL_RE
 from mirrorgate.webhook import patch, review
 from mirrorgate.webhook.admissioncache import AdmissionCache, Admitted, AuditReport
 
 __all__ = ["Decision", "PullSecrets", "Target", "admit", "for_planning", "screen"]
 
-Outcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
+ReviewOutcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
 EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
 # A namespace name is a DNS label (RFC 1123). The API server sends only
 # names of namespaces that exist; anything else is not a review from it.
-NAMESPACE_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+NAMESPACE_RE = DNS_LABEL_RE
 POD_NAME_LOG_LIMIT = 253
 MAX_CONTAINERS = 1000
 """Containers of one Pod (all lists) that admission plans: the default of `serve
@@ -54,7 +54,7 @@ class Decision(NamedTuple):
 
     body: review.AdmissionReview
     mode: policy.Mode
-    outcome: Outcome
+    outcome: ReviewOutcome
     namespace: str = ""
     name: str = ""
     rewrites: int = 0
@@ -260,7 +260,7 @@ async def admit(
             plan=plan,
         )
 
-    if mode == "audit":
+    if mode == policy.AUDIT:
         lines, annotations = admitted.audit_report(lambda: _audit_mode_report(plan))
         return Decision(
             review.allowed(rev, warnings=lines, audit_annotations=annotations),

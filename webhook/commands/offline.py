@@ -20,7 +20,6 @@ import jsonpatch
 import yaml
 
 from mirrorgate import policy
-from mirrorgate.policy import model
 from mirrorgate.webhook import patch, policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.credentials.store import Credential
@@ -39,9 +38,7 @@ __all__ = [
 ]
 
 DEFAULT_NAMESPACE = "default"
-ENFORCE: policy.Mode = "enforce"
-AUDIT: policy.Mode = "audit"
-MODES = model.MODES
+ENFORCE, AUDIT, MODES = policy.ENFORCE, policy.AUDIT, policy.MODES
 """The effective mode of a namespace: its mirrorgate.io/mode label, or audit for every
 namespace when the server runs --audit-only."""
 

@@ -149,7 +149,7 @@ class AdmissionEndpoint:
         started = time.perf_counter()
         runtime, endpoint = self.runtime, self.endpoint
         loaded = runtime.policy
-        mode: policy.Mode = "audit" if self.forced_audit or runtime.audit_only else "enforce"
+        mode = policy.AUDIT if self.forced_audit or runtime.audit_only else policy.ENFORCE
         rev: review.Review | None = None
         try:
             body = await self._body(scope, receive)
