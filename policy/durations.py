@@ -22,7 +22,7 @@ _DURATION_UNITS = {
     "m": 60.0,
     "h": 3600.0,
 }
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)", re.ASCII)
 # Go durations are int64 nanoseconds: ParseDuration refuses anything longer
 # (about 292 years), and so does this, which also keeps every expiry a datetime.
 _DURATION_MAX = (2**63 - 1) / 1e9
@@ -31,7 +31,8 @@ _DURATION_MAX = (2**63 - 1) / 1e9
 def parse_duration(text: object) -> float | None:
     """Seconds in a Go duration string (``"12h"``, ``"1h30m"``, ``"0"``); None if invalid.
 
-    Invalid includes what Go refuses as out of range: more than 2562047h.
+    Invalid includes what Go refuses as out of range, more than 2562047h, and
+    digits other than ASCII ones (Python's float() would read them; Go does not).
     """
     if not isinstance(text, str) or not text:
         return None

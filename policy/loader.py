@@ -18,7 +18,8 @@ from mirrorgate.dnsnames import DNS_LABEL_RE
 from mirrorgate.policy import reference, rulechecks
 from mirrorgate.policy.collector import Collector, type_name
 from mirrorgate.policy.collector import json_quote as _quote
-from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings, parse_duration
+from mirrorgate.policy.durations import parse_duration
+from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings
 from mirrorgate.policy.hosts import canonical_host, mirror_problem, registry_host_problem
 from mirrorgate.policy.model import (
     ON_CREDENTIAL_ERROR,
@@ -29,7 +30,7 @@ from mirrorgate.policy.model import (
 )
 from mirrorgate.policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Scheme, Source
 
-__all__ = ["CREDENTIAL_NAME_RE", "load"]
+__all__ = ["CREDENTIAL_NAME_RE", "load", "probe_duration"]
 
 # A credential becomes the Secret `mirrorgate-<name>` and the label value
 # `mirrorgate.io/credential: <name>`: a DNS label fits both.
@@ -152,6 +153,15 @@ def _parse_image_globs(value: object, path: str, errors: Collector) -> tuple[str
     return globs
 
 
+def probe_duration(text: str) -> float | None:
+    """Seconds of a ``health`` duration (Go's grammar, :func:`parse_duration`), or None.
+
+    A probe schedule is never negative: ``-1s`` is refused as not a duration.
+    """
+    seconds = parse_duration(text)
+    return None if seconds is None or seconds < 0 else seconds
+
+
 def _parse_health(value: object, errors: Collector) -> HealthSettings:
     """The ``health`` block, defaults filled in; durations are strings like ``10s``."""
     block = errors.mapping(value, "health", _HEALTH_KEYS)
@@ -159,7 +169,7 @@ def _parse_health(value: object, errors: Collector) -> HealthSettings:
     for key in ("interval", "timeout"):
         default = getattr(DEFAULT_HEALTH_SETTINGS, key)
         raw = block.get(key)
-        parsed = parse_duration(raw) if isinstance(raw, str) else None
+        parsed = probe_duration(raw) if isinstance(raw, str) else None
         if raw is not None and parsed is None:
             errors.add(
                 f"health.{key}",

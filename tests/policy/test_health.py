@@ -9,7 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mirrorgate import policy
-from mirrorgate.policy.health import Health, HealthSettings, parse_duration
+from mirrorgate.policy.durations import parse_duration
+from mirrorgate.policy.health import Health, HealthSettings
+from mirrorgate.policy.loader import probe_duration
 from tests.policy import strategies
 
 HUB = "harbor.corp.example/dockerhub-proxy"
@@ -49,12 +51,35 @@ DURATIONS = [
 
 @pytest.mark.parametrize(("text", "seconds"), DURATIONS)
 def test_parse_duration(text: str, seconds: float | None) -> None:
+    """The health block's spellings, through the one grammar and the block's own range."""
+    assert probe_duration(text) == seconds
+
+
+# Go's grammar, shared with the credential-provider configuration, differs from
+# the health block's own: a sign is read (the health block refuses negatives).
+GO_DURATIONS = [
+    ("-1s", -1.0),
+    ("+1s", 1.0),
+    ("0", 0.0),
+    ("1.s", 1.0),
+    (".5s", 0.5),
+    ("1us", 1e-6),
+    ("١s", None),
+    ("１s", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [(t, s) for t, s in DURATIONS if t != "-1s"] + GO_DURATIONS
+)
+def test_the_one_duration_grammar(text: str, seconds: float | None) -> None:
     assert parse_duration(text) == seconds
 
 
 @given(st.integers(0, 10**6), st.sampled_from(["ms", "s", "m", "h"]))
 def test_duration_round_trip(number: int, unit: str) -> None:
     factor = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+    assert probe_duration(f"{number}{unit}") == pytest.approx(number * factor)
     assert parse_duration(f"{number}{unit}") == pytest.approx(number * factor)
 
 
