@@ -140,7 +140,7 @@ def stage_costs(built: serve.Server, body: bytes) -> list[tuple[str, float]]:
     TLS, HTTP parsing and the event loop cools. Read these as a lower bound
     and for their proportions; the ASGI table above is the sum as it runs.
     """
-    rules = built.runtime.policy.policy
+    mirror_policy = built.runtime.policy.policy
     secrets = built.runtime.secrets
     rev = review.decode(body)
     obj = rev.request["object"]
@@ -148,13 +148,13 @@ def stage_costs(built: serve.Server, body: bytes) -> list[tuple[str, float]]:
     decision = run_to_end(
         admission.admit(
             rev,
-            mirror_policy=rules,
+            mirror_policy=mirror_policy,
             mode="enforce",
             secrets=secrets,
             cache=built.runtime.admission_cache,
         )
     )
-    plan = policy.plan(obj, namespace=namespace, mirror_policy=rules)
+    plan = policy.plan(obj, namespace=namespace, mirror_policy=mirror_policy)
     encoded = patch.encoded_patch(obj, plan)
     logger = logging.getLogger("mirrorgate")
     fields = {
@@ -178,14 +178,17 @@ def stage_costs(built: serve.Server, body: bytes) -> list[tuple[str, float]]:
             lambda: run_to_end(
                 admission.admit(
                     review.Review(rev.api_version, rev.request),
-                    mirror_policy=rules,
+                    mirror_policy=mirror_policy,
                     mode="enforce",
                     secrets=secrets,
                     cache=built.runtime.admission_cache,
                 )
             ),
         ),
-        ("  policy.plan", lambda: policy.plan(obj, namespace=namespace, mirror_policy=rules)),
+        (
+            "  policy.plan",
+            lambda: policy.plan(obj, namespace=namespace, mirror_policy=mirror_policy),
+        ),
         ("    policy.find_image_sites", lambda: policy.find_image_sites(obj)),
         (
             "  patch.build_patch (the patch JSON and base64 build it)",

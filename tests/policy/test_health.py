@@ -260,11 +260,11 @@ PLANS = [
 def test_plan_with_health(
     health: Health, on_down: str, rewritten: list[str], fallbacks: int, warnings: list[str]
 ) -> None:
-    rules = _load(onMirrorDown=on_down)
+    mirror_policy = _load(onMirrorDown=on_down)
     result = policy.plan(
         _pod("nginx", "quay.io/prometheus/x:1"),
         namespace="default",
-        mirror_policy=rules,
+        mirror_policy=mirror_policy,
         health=health,
     )
     assert [r.site.key for r in result.rewrites] == rewritten
@@ -302,15 +302,15 @@ def test_fallback_leaves_every_unhealthy_image_as_written(
     scenario: tuple[dict[str, Any], str, policy.Policy], data: st.DataObject
 ) -> None:
     """Under fallback, no rewrite targets a down mirror; a healthy state changes nothing."""
-    pod, namespace, rules = scenario
-    hosts = sorted({r.mirror.host for r in rules.rules})
+    pod, namespace, mirror_policy = scenario
+    hosts = sorted({r.mirror.host for r in mirror_policy.rules})
     down = data.draw(st.sets(st.sampled_from(hosts)) if hosts else st.just(set()))
     health = Health(down=dict.fromkeys(down, "refused"))
     assert policy.plan(
-        pod, namespace=namespace, mirror_policy=rules, health=policy.HEALTHY
-    ) == policy.plan(pod, namespace=namespace, mirror_policy=rules)
-    result = policy.plan(pod, namespace=namespace, mirror_policy=rules, health=health)
-    healthy = policy.plan(pod, namespace=namespace, mirror_policy=rules)
+        pod, namespace=namespace, mirror_policy=mirror_policy, health=policy.HEALTHY
+    ) == policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy)
+    result = policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy, health=health)
+    healthy = policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy)
     for rewrite in result.rewrites:
         assert policy.parse_normalized(rewrite.new_image).domain not in down
     assert len(result.rewrites) + result.fallbacks == len(healthy.rewrites)

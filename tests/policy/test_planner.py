@@ -645,7 +645,7 @@ def test_plan_is_idempotent_on_issue_example() -> None:
 
 def test_pathless_mirror_rewrite_converges() -> None:
     """A source-prefix image with a path-less mirror is not rewritten twice."""
-    rules = policy.load(
+    mirror_policy = policy.load(
         {
             "mirrors": [
                 {"source": "quay.io/prometheus", "mirror": "mirror.corp.example"},
@@ -654,8 +654,8 @@ def test_pathless_mirror_rewrite_converges() -> None:
         }
     )
     pod = _pod("quay.io/prometheus:v1")
-    after = _apply(pod, policy.plan(pod, namespace="default", mirror_policy=rules))
-    second = policy.plan(after, namespace="default", mirror_policy=rules)
+    after = _apply(pod, policy.plan(pod, namespace="default", mirror_policy=mirror_policy))
+    second = policy.plan(after, namespace="default", mirror_policy=mirror_policy)
     assert second.rewrites == ()
 
 

@@ -38,19 +38,21 @@ def fresh_policy() -> policy.Policy:
     return policy.load(POLICY_DOCUMENT)
 
 
-def full_plan(pod: dict[str, Any], namespace: str, rules: policy.Policy) -> policy.RewritePlan:
+def full_plan(
+    pod: dict[str, Any], namespace: str, mirror_policy: policy.Policy
+) -> policy.RewritePlan:
     """The plan computed from scratch: policy.plan is pure."""
-    return policy.plan(pod, namespace=namespace, mirror_policy=rules)
+    return policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy)
 
 
 def cached_plan(
     cache: AdmissionCache,
     pod: dict[str, Any],
     namespace: str,
-    rules: policy.Policy,
+    mirror_policy: policy.Policy,
     health: policy.Health = policy.HEALTHY,
 ) -> policy.RewritePlan:
-    return cache.admitted(pod, namespace=namespace, mirror_policy=rules, health=health).plan
+    return cache.admitted(pod, namespace=namespace, mirror_policy=mirror_policy, health=health).plan
 
 
 def spec_pod(spec: dict[str, Any]) -> dict[str, Any]:
@@ -76,10 +78,10 @@ def test_the_collision_from_the_issue() -> None:
             ]
         }
     )
-    rules, cache = fresh_policy(), AdmissionCache()
-    cached_plan(cache, three_lists, "ns", rules)
-    shared = cached_plan(cache, one_list, "ns", rules)
-    assert shared == full_plan(one_list, "ns", rules)
+    mirror_policy, cache = fresh_policy(), AdmissionCache()
+    cached_plan(cache, three_lists, "ns", mirror_policy)
+    shared = cached_plan(cache, one_list, "ns", mirror_policy)
+    assert shared == full_plan(one_list, "ns", mirror_policy)
     patched = jsonpatch.apply_patch(copy.deepcopy(one_list), patch.build_patch(one_list, shared))
     assert [c["image"] for c in patched["spec"]["containers"]] == [
         "mirror.corp.example/hub/library/nginx",
@@ -129,10 +131,10 @@ def test_pods_of_different_structure_never_share_a_plan(
     pods: list[dict[str, Any]], namespaces: list[str]
 ) -> None:
     """Planned in turn through one cache: each plan is its own, and its patch applies."""
-    rules, cache = fresh_policy(), AdmissionCache()
+    mirror_policy, cache = fresh_policy(), AdmissionCache()
     for pod, namespace in zip(pods, namespaces, strict=False):
-        found = cached_plan(cache, pod, namespace, rules)
-        assert found == full_plan(pod, namespace, rules)
+        found = cached_plan(cache, pod, namespace, mirror_policy)
+        assert found == full_plan(pod, namespace, mirror_policy)
         jsonpatch.apply_patch(copy.deepcopy(pod), patch.build_patch(pod, found))
     keys = [
         policy.shape_key(pod, ns, policy.HEALTHY) for pod, ns in zip(pods, namespaces, strict=False)
@@ -194,17 +196,17 @@ LONGEST_VALID = "h" * 253 + ":65535/" + "p" * 255 + ":" + "t" * 128 + "@sha512:"
 def test_the_longest_valid_reference_is_exactly_the_bound() -> None:
     assert len(LONGEST_VALID) == reference.REFERENCE_LENGTH_MAX
     assert reference.parse_normalized(LONGEST_VALID).domain == "h" * 253 + ":65535"
-    rules = fresh_policy()
-    assert rules.resolve(LONGEST_VALID).outcome == "unmatched"
-    assert rules.resolve("x" + LONGEST_VALID).outcome == "invalid"
+    mirror_policy = fresh_policy()
+    assert mirror_policy.resolve(LONGEST_VALID).outcome == "unmatched"
+    assert mirror_policy.resolve("x" + LONGEST_VALID).outcome == "invalid"
 
 
 @pytest.mark.parametrize("size", [reference.REFERENCE_LENGTH_MAX + 1, 2_500_000])
 def test_an_image_longer_than_any_reference_is_not_kept(size: int) -> None:
-    rules, cache = fresh_policy(), AdmissionCache()
+    mirror_policy, cache = fresh_policy(), AdmissionCache()
     image = "docker.io/library/" + "a" * (size - 18)
     pod = spec_pod({"containers": [{"name": "c", "image": image}]})
-    found = cached_plan(cache, pod, "ns", rules)
+    found = cached_plan(cache, pod, "ns", mirror_policy)
     (warning,) = found.warnings
     assert f"{size} characters" in warning
     assert len(warning) < 2_000
@@ -215,10 +217,12 @@ def test_an_image_longer_than_any_reference_is_not_kept(size: int) -> None:
 
 def test_the_cache_is_bounded_by_bytes_as_well_as_entries() -> None:
     """Unique 760-character images: the byte bound empties the cache before the entry bound."""
-    rules, cache = fresh_policy(), AdmissionCache()
+    mirror_policy, cache = fresh_policy(), AdmissionCache()
     images = [f"quay.io/{i:06d}/" + "a" * 740 for i in range(4000)]
     for image in images:
-        cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": image}]}), "ns", rules)
+        cached_plan(
+            cache, spec_pod({"containers": [{"name": "c", "image": image}]}), "ns", mirror_policy
+        )
         assert cache.held <= admissioncache.MAX_BYTES
         assert len(cache) <= admissioncache.MAX_ENTRIES
     resolutions = sum(map(cache.resolved, images))
@@ -229,33 +233,35 @@ def test_the_cache_is_bounded_by_bytes_as_well_as_entries() -> None:
 
 def test_plans_are_shared_under_a_health_state_and_never_across_two() -> None:
     """A mirror down is shared by every Pod planned while it lasts, and only by them."""
-    rules, cache = fresh_policy(), AdmissionCache()
+    mirror_policy, cache = fresh_policy(), AdmissionCache()
     pod = spec_pod(
         {"containers": [{"name": "a", "image": "nginx"}, {"name": "b", "image": "quay.io/x/y"}]}
     )
     down = policy.Health(down={"mirror.corp.example": "refused"})
-    healthy = cached_plan(cache, pod, "ns", rules)
-    under_down = cached_plan(cache, pod, "ns", rules, down)
-    assert under_down == policy.plan(pod, namespace="ns", mirror_policy=rules, health=down)
+    healthy = cached_plan(cache, pod, "ns", mirror_policy)
+    under_down = cached_plan(cache, pod, "ns", mirror_policy, down)
+    assert under_down == policy.plan(pod, namespace="ns", mirror_policy=mirror_policy, health=down)
     assert (len(healthy.rewrites), under_down.fallbacks) == (2, 2)
     # The same state, published again as another value, finds the same plan.
     again = policy.Health(down=dict(down.down))
-    assert cached_plan(cache, copy.deepcopy(pod), "ns", rules, again) is under_down
-    assert cached_plan(cache, copy.deepcopy(pod), "ns", rules) is healthy
+    assert cached_plan(cache, copy.deepcopy(pod), "ns", mirror_policy, again) is under_down
+    assert cached_plan(cache, copy.deepcopy(pod), "ns", mirror_policy) is healthy
     elsewhere = policy.Health(down={"other.example": "refused"})
-    assert cached_plan(cache, pod, "ns", rules, elsewhere) == healthy
+    assert cached_plan(cache, pod, "ns", mirror_policy, elsewhere) == healthy
     assert cache.shapes == 3
 
 
 def test_what_callers_derive_from_a_shared_plan_is_made_once() -> None:
     """The encoded patch rides with the plan: a replica finds it; another shape does not."""
-    rules, cache = fresh_policy(), AdmissionCache()
+    mirror_policy, cache = fresh_policy(), AdmissionCache()
     pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
     replica = copy.deepcopy(pod)
     replica["metadata"]["name"] = "p-2"
 
     def encoded(pod: dict[str, Any]) -> str | None:
-        admitted = cache.admitted(pod, namespace="ns", mirror_policy=rules, health=policy.HEALTHY)
+        admitted = cache.admitted(
+            pod, namespace="ns", mirror_policy=mirror_policy, health=policy.HEALTHY
+        )
         return admitted.patch(lambda: patch.encoded_patch(pod, admitted.plan))
 
     first = encoded(pod)
@@ -266,18 +272,20 @@ def test_what_callers_derive_from_a_shared_plan_is_made_once() -> None:
 
 def test_resolution_is_memoised() -> None:
     """Resolving the same string twice through the cache returns the same Resolution."""
-    rules, cache = fresh_policy(), AdmissionCache()
-    resolve = cache.resolver(rules)
+    mirror_policy, cache = fresh_policy(), AdmissionCache()
+    resolve = cache.resolver(mirror_policy)
     assert resolve("nginx") is resolve("nginx")
-    assert cache.resolver(rules)("nginx") is resolve("nginx")
-    assert resolve("nginx") == rules.resolve("nginx")
+    assert cache.resolver(mirror_policy)("nginx") is resolve("nginx")
+    assert resolve("nginx") == mirror_policy.resolve("nginx")
 
 
 def test_what_is_derived_from_a_plan_is_kept_beside_it_and_goes_with_it() -> None:
     """The cache, not the frozen plan, holds the patch; a new policy drops both."""
-    rules, cache = fresh_policy(), AdmissionCache()
+    mirror_policy, cache = fresh_policy(), AdmissionCache()
     pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
-    admitted = cache.admitted(pod, namespace="ns", mirror_policy=rules, health=policy.HEALTHY)
+    admitted = cache.admitted(
+        pod, namespace="ns", mirror_policy=mirror_policy, health=policy.HEALTHY
+    )
     made: list[str | None] = []
 
     def make(plan: policy.RewritePlan) -> str | None:
@@ -290,7 +298,7 @@ def test_what_is_derived_from_a_plan_is_kept_beside_it_and_goes_with_it() -> Non
     assert made == [encoded]
     replica = copy.deepcopy(pod)
     assert (
-        cache.admitted(replica, namespace="ns", mirror_policy=rules, health=policy.HEALTHY)
+        cache.admitted(replica, namespace="ns", mirror_policy=mirror_policy, health=policy.HEALTHY)
         is admitted
     )
     assert (cache.shapes, cache.resolved("nginx")) == (1, True)
@@ -305,21 +313,29 @@ def test_what_is_derived_from_a_plan_is_kept_beside_it_and_goes_with_it() -> Non
 
 def test_the_entry_bound_empties_the_cache() -> None:
     """Entries are bounded as well as bytes: the entry past the bound starts afresh."""
-    rules, cache = fresh_policy(), AdmissionCache(max_entries=10)
+    mirror_policy, cache = fresh_policy(), AdmissionCache(max_entries=10)
     for i in range(5):
-        cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": f"n{i}"}]}), "ns", rules)
+        cached_plan(
+            cache, spec_pod({"containers": [{"name": "c", "image": f"n{i}"}]}), "ns", mirror_policy
+        )
     assert (len(cache), cache.shapes) == (10, 5)
-    cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": "n5"}]}), "ns", rules)
+    cached_plan(
+        cache, spec_pod({"containers": [{"name": "c", "image": "n5"}]}), "ns", mirror_policy
+    )
     assert (len(cache), cache.shapes) == (2, 1)
     assert cache.resolved("n5")
     assert not cache.resolved("n0")
 
 
 def test_an_entry_over_a_sixteenth_of_the_bytes_is_not_kept() -> None:
-    rules, cache = fresh_policy(), AdmissionCache(max_bytes=16 * 1000)
-    cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": "nginx"}]}), "ns", rules)
+    mirror_policy, cache = fresh_policy(), AdmissionCache(max_bytes=16 * 1000)
+    cached_plan(
+        cache, spec_pod({"containers": [{"name": "c", "image": "nginx"}]}), "ns", mirror_policy
+    )
     assert cache.resolved("nginx")
     long = "quay.io/x/" + "a" * 400
-    cached_plan(cache, spec_pod({"containers": [{"name": "c", "image": long}]}), "ns", rules)
+    cached_plan(
+        cache, spec_pod({"containers": [{"name": "c", "image": long}]}), "ns", mirror_policy
+    )
     assert not cache.resolved(long)
     assert cache.resolved("nginx")  # and nothing else was evicted for it

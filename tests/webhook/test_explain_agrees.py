@@ -86,11 +86,11 @@ def admit(
     obj = pod(image)
     obj["metadata"]["labels"] = labels
     body = review(obj, namespace=namespace)
-    rules = policyfile.read_policy(policy_path).policy
+    mirror_policy = policyfile.read_policy(policy_path).policy
     decision = asyncio.run(
         admission.admit(
             reviews.decode(orjson.dumps(body)),
-            mirror_policy=rules,
+            mirror_policy=mirror_policy,
             mode="enforce",
             secrets=RecordingPullSecrets(),
         )
