@@ -6,7 +6,7 @@ the number of rules, so a 1,000-rule policy plans a Pod within 1.1x of a
 admission cache (which keeps plans by Pod shape and resolutions by image), so
 two paths are measured:
 
-* steady: the same Pod again and again, every image resolution a cache hit
+* steady: the same Pod again and again, its plan found in the cache by its shape
   (what a cluster sees: Deployments repeat the same few images);
 * cold: unique image strings on every call (unique tags), so every
   resolution is parsed and matched, which is the only path where a rule
@@ -225,7 +225,7 @@ def report(cases: Mapping[tuple[int, Path, int], Case], repeats: int) -> list[fl
             print(f"| {label} | {path} | {cells} | {ratio:.2f}× |")
     print(
         f"\nTarget: 1,000 rules within {TARGET_RATIO}× of 1 rule, steady and cold. "
-        "steady = the same images again (memoised resolutions); cold = unique image "
+        "steady = the same Pod again (its plan kept in the admission cache); cold = unique image "
         "strings on every call (every resolution parsed and matched)."
     )
     return ratios

@@ -194,7 +194,10 @@ def stage_costs(built: serve.Server, body: bytes) -> list[tuple[str, float]]:
             "  patch.build_patch (the patch JSON and base64 build it)",
             lambda: patch.build_patch(obj, plan),
         ),
-        ("  patch.encoded_patch (memoised per plan)", lambda: patch.encoded_patch(obj, plan)),
+        (
+            "  patch.encoded_patch (kept per shape by the admission cache)",
+            lambda: patch.encoded_patch(obj, plan),
+        ),
         ("  admission._audit_log_annotations", lambda: admission._audit_log_annotations(plan)),
         ("  review.patched", lambda: review.patched(rev, encoded)),
         (
