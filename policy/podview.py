@@ -13,14 +13,13 @@ from typing import TypeVar, cast
 
 from mirrorgate.policy.decision import MIRROR_POD_ANNOTATION, SKIP_LABEL
 from mirrorgate.policy.plans import ORIGINAL_IMAGES_ANNOTATION
-from mirrorgate.policy.sites import CONTAINER_FIELDS
+from mirrorgate.policy.sites import container_lists
 
 __all__ = ["planning_view"]
 
 _METADATA_KEYS = ("name", "generateName", "namespace")
 _LABEL_KEYS = (SKIP_LABEL,)
 _ANNOTATION_KEYS = (MIRROR_POD_ANNOTATION, ORIGINAL_IMAGES_ANNOTATION)
-_SPEC_KEYS = (*CONTAINER_FIELDS, "imagePullSecrets")
 _CONTAINER_KEYS = ("name", "image")
 _ABSENT = object()
 _Pod = TypeVar("_Pod")
@@ -60,11 +59,14 @@ def planning_view(pod: _Pod) -> _Pod:
         view["metadata"] = metadata
     spec = whole.get("spec", _ABSENT)
     if type(spec) is dict:
-        view["spec"] = {
-            key: _containers(spec[key]) if key in CONTAINER_FIELDS else spec[key]
-            for key in _SPEC_KEYS
-            if key in spec
+        kept_spec: dict[str, object] = {
+            field: _containers(containers)
+            for field, containers in container_lists(spec)
+            if field in spec
         }
+        if "imagePullSecrets" in spec:
+            kept_spec["imagePullSecrets"] = spec["imagePullSecrets"]
+        view["spec"] = kept_spec
     elif spec is not _ABSENT:
         view["spec"] = spec
     return cast("_Pod", view)

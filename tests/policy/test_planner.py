@@ -684,3 +684,40 @@ def test_find_image_sites() -> None:
         ("ephemeralContainers/d", "/spec/ephemeralContainers/0/image", "y"),
     ]
     assert warnings == []
+
+
+def test_without_leaves_only_the_failed_credentials_images_as_written() -> None:
+    """Planning is final: a pull secret that could not be made is applied to the plan."""
+    pod = _pod("nginx", "ghcr.io/team/app:1", f"{HUB}/library/redis:7")
+    planned = policy.plan(pod, namespace="team-a", mirror_policy=POLICY)
+    assert planned.credentials == ("harbor-pull", "team-only")
+    result = planned.without({"harbor-pull": "forbidden"})
+    assert _rewrites(result) == {"containers/c1": "mirror.corp.example/ghcr/team/app:1"}
+    assert (result.pull_secrets, result.credentials) == ((TEAM_SECRET,), ("team-only",))
+    assert result.original_images == {"containers/c1": "ghcr.io/team/app:1"}
+    assert result.recorded == {"containers/c1"}
+    assert dict(result.outcomes) == {
+        "containers/c0": "credential-unavailable",
+        "containers/c1": "rewrite",
+        "containers/c2": "credential-unavailable",
+    }
+    unavailable = "pull secret 'mirrorgate-harbor-pull' is unavailable: forbidden"
+    assert result.warnings[-2:] == (
+        f"containers/c0: image 'nginx' left as written: {unavailable}",
+        f"containers/c2: image '{HUB}/library/redis:7' is on a mirror but {unavailable}",
+    )
+    # The plan is a value: the one that callers share is unchanged.
+    assert planned == policy.plan(pod, namespace="team-a", mirror_policy=POLICY)
+    assert planned.without({}) is planned
+    assert planned.without({"other": "x"}) is planned
+
+
+def test_without_keeps_the_originals_already_recorded() -> None:
+    """Dropping every new record leaves the annotation as it is (None), not emptied."""
+    recorded = json.dumps({"containers/c9": "old:1"})
+    pod = _pod("nginx", annotations={ANNOTATION: recorded})
+    planned = policy.plan(pod, namespace="default", mirror_policy=POLICY)
+    assert planned.original_images == {"containers/c9": "old:1", "containers/c0": "nginx"}
+    result = planned.without({"harbor-pull": "down"})
+    assert (result.rewrites, result.original_images, result.recorded) == ((), None, frozenset())
+    assert patch.build_patch(pod, result) == []
