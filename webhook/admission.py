@@ -30,8 +30,8 @@ NAMESPACE_RE = DNS_LABEL_RE
 POD_NAME_LOG_LIMIT = 253
 MAX_CONTAINERS = 1000
 """Containers of one Pod (all lists) that admission plans: the default of `serve
---max-containers`. Planning costs about 15 µs per container on the event loop that every
-admission shares; a Pod with more is admitted as written, with a warning saying why."""
+--max-containers`. Planning costs in proportion to the containers, on the event loop that
+every admission shares; a Pod with more is admitted as written, with a warning saying why."""
 
 
 class PullSecrets(Protocol):

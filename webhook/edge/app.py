@@ -239,11 +239,10 @@ REFUSAL_LOG_INTERVAL = 60.0
 class PolicyEndpoint(AdmissionEndpoint):
     """``POST /validate-policy``: writes of the policy ConfigMap (:mod:`webhook.policyreview`).
 
-    Reading a policy takes up to some 35 ms of a core, and holds the GIL
-    wherever it runs in the server: a review over
-    :data:`offload.LARGE_POLICY_REVIEW_BYTES` is judged in the worker process
-    (:mod:`webhook.edge.offload`), a smaller one (2 ms at most) on a thread,
-    one at a time. When the worker's queue is full the policy is refused
+    Reading a policy holds a core and the GIL wherever it runs in the
+    server: a review over :data:`offload.LARGE_POLICY_REVIEW_BYTES` is judged
+    in the worker process (:mod:`webhook.edge.offload`), a smaller one on a
+    thread, one at a time. When the worker's queue is full the policy is refused
     unjudged, saying so: the webhook fails closed, and the writer may retry.
     """
 
