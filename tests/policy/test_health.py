@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mirrorgate import policy
@@ -297,6 +297,7 @@ def test_a_pod_already_on_the_mirror_is_left_alone_when_it_is_down() -> None:
     assert (result.rewrites, result.fallbacks, result.warnings) == ((), 0, ())
 
 
+@settings(deadline=None)  # as the other scenario properties: the machine is shared
 @given(strategies.scenarios(), st.data())
 def test_fallback_leaves_every_unhealthy_image_as_written(
     scenario: tuple[dict[str, Any], str, policy.Policy], data: st.DataObject
