@@ -27,7 +27,8 @@ from mirrorgate import policy
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
 from mirrorgate.webhook.credentials.fingerprints import Fingerprints
-from mirrorgate.webhook.credentials.pullsecrets import PullSecretProvisioner, Reconciler
+from mirrorgate.webhook.credentials.pullsecrets import PullSecretProvisioner
+from mirrorgate.webhook.credentials.reconciler import Reconciler
 from mirrorgate.webhook.credentials.records import Records
 from mirrorgate.webhook.credentials.store import Credential
 from tests.webhook.fakes import Behaviour, ScriptedKube, stored

@@ -34,6 +34,7 @@ from mirrorgate.webhook.credentials import (
 )
 from mirrorgate.webhook.credentials import refresher as refresher_
 from mirrorgate.webhook.credentials import store as credentials
+from mirrorgate.webhook.credentials.reconciler import Reconciler
 from mirrorgate.webhook.credentials.records import Records
 from mirrorgate.webhook.edge import app, connections, filewatch, offload, tls
 from mirrorgate.webhook.edge.limits import Limits
@@ -238,7 +239,7 @@ def _credentials(
         counter=lambda action: counter.labels(action).inc(),
     )
     elector = leader.LeaderElector(client, namespace=namespace)
-    reconciler = pullsecrets.Reconciler(
+    reconciler = Reconciler(
         provisioner,
         client,
         rules=lambda: runtime.policy.policy,
