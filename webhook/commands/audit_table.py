@@ -7,19 +7,20 @@ from collections.abc import Iterator, Sequence
 
 from mirrorgate.webhook.commands.audit_report import OUTCOMES, UNMIRRORED, NamespaceReport, Report
 
-__all__ = ["render_table"]
+__all__ = ["render_table", "thousands"]
 
 COUNT_WIDTH, OUTCOME_WIDTH = 7, 11
 # Continuation lines (the new image, the reason) start under the IMAGE column.
 DETAIL_INDENT = " " * (2 + COUNT_WIDTH + 2 + OUTCOME_WIDTH + 2)
 
 
-def _n(value: int) -> str:
+def thousands(value: int) -> str:
+    """``12,345``: counts are read at a glance."""
     return f"{value:,}"
 
 
 def _plural(count: int, word: str) -> str:
-    return f"{_n(count)} {word}{'' if count == 1 else 's'}"
+    return f"{thousands(count)} {word}{'' if count == 1 else 's'}"
 
 
 def render_table(report: Report) -> str:
@@ -39,9 +40,9 @@ def render_table(report: Report) -> str:
 
 
 def _namespace_lines(ns: NamespaceReport) -> Iterator[str]:
-    head = f"NAMESPACE {ns.name}  mode: {ns.mode}  pods: {_n(ns.pods)}"
+    head = f"NAMESPACE {ns.name}  mode: {ns.mode}  pods: {thousands(ns.pods)}"
     if ns.skipped_pods:
-        head += f" ({_n(ns.skipped_pods)} skipped)"
+        head += f" ({thousands(ns.skipped_pods)} skipped)"
     if ns.excluded:
         yield head + "  excluded by the policy"
         return
@@ -52,7 +53,8 @@ def _namespace_lines(ns: NamespaceReport) -> Iterator[str]:
     yield f"  {'PODS':>{COUNT_WIDTH}}  {'STATUS':<{OUTCOME_WIDTH}}  IMAGE"
     for image, tally in ns.rows():
         verdict = tally.verdict
-        yield f"  {_n(tally.pods):>{COUNT_WIDTH}}  {verdict.outcome:<{OUTCOME_WIDTH}}  {image}"
+        pods = thousands(tally.pods)
+        yield f"  {pods:>{COUNT_WIDTH}}  {verdict.outcome:<{OUTCOME_WIDTH}}  {image}"
         if verdict.new_image is not None:
             yield f"{DETAIL_INDENT}→ {verdict.new_image}"
             if verdict.credential is not None:
@@ -80,13 +82,13 @@ def _summary_lines(report: Report, spaces: Sequence[NamespaceReport]) -> Iterato
     yield f"SUMMARY  {'':<{OUTCOME_WIDTH}}  {'CONTAINERS':>10}  {'IMAGES':>8}"
     for outcome in OUTCOMES:
         yield (
-            f"  {outcome:<{OUTCOME_WIDTH + 7}}  {_n(containers[outcome]):>10}  "
-            f"{_n(images[outcome]):>8}"
+            f"  {outcome:<{OUTCOME_WIDTH + 7}}  {thousands(containers[outcome]):>10}  "
+            f"{thousands(images[outcome]):>8}"
         )
     excluded = [ns for ns in spaces if ns.excluded]
     skipped = sum(ns.skipped_pods for ns in spaces)
     yield (
-        f"  skipped pods: {_n(skipped)}   excluded namespaces: {_n(len(excluded))} "
+        f"  skipped pods: {thousands(skipped)}   excluded namespaces: {thousands(len(excluded))} "
         f"({_plural(sum(ns.pods for ns in excluded), 'pod')})"
     )
     unmirrored = sum(containers[o] for o in UNMIRRORED)

@@ -32,7 +32,7 @@ from mirrorgate.webhook.commands.audit_report import (
     Report,
     namespace_mode,
 )
-from mirrorgate.webhook.commands.audit_table import _n, render_table
+from mirrorgate.webhook.commands.audit_table import render_table, thousands
 from mirrorgate.webhook.policyfile import ConfigError
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class Progress:
     def add(self, count: int) -> None:
         self.count += count
         if self.enabled:
-            self.err.write(f"\rmirrorgate audit: listed {_n(self.count)} pods…")
+            self.err.write(f"\rmirrorgate audit: listed {thousands(self.count)} pods…")
             self.err.flush()
 
     def done(self) -> None:

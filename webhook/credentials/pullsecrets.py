@@ -112,12 +112,13 @@ def _foreign(namespace: str, secret: str) -> EnsureError:
     )
 
 
-def _age(record: Record) -> float:
+def is_abandoned(claim: Record) -> bool:
+    """Whether a claim is older than :data:`ABANDONED_CLAIM` (an unreadable date is new)."""
     try:
-        created = datetime.datetime.fromisoformat(record.created)
+        created = datetime.datetime.fromisoformat(claim.created)
     except ValueError:
-        return 0.0
-    return (datetime.datetime.now(datetime.UTC) - created).total_seconds()
+        return False
+    return (datetime.datetime.now(datetime.UTC) - created).total_seconds() > ABANDONED_CLAIM
 
 
 class PullSecretProvisioner:
@@ -288,7 +289,7 @@ class PullSecretProvisioner:
             record = self.records.fetch(namespace, secret, timeout=deadline.left())
             if record is None or record.uid:
                 return record
-            if _age(record) > ABANDONED_CLAIM:
+            if is_abandoned(record):
                 raise EnsureError(
                     f"an earlier attempt to create Secret {namespace}/{secret} "
                     "was interrupted; mirrorgate will retry it"

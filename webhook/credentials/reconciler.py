@@ -16,10 +16,9 @@ from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.cluster.optin import MODE_LABEL, OPTED_IN_MODES
 from mirrorgate.webhook.credentials.pullsecrets import (
-    ABANDONED_CLAIM,
     EnsureError,
     PullSecretProvisioner,
-    _age,
+    is_abandoned,
 )
 from mirrorgate.webhook.credentials.records import Record
 from mirrorgate.webhook.logs import logger
@@ -151,7 +150,7 @@ class Reconciler(Loop):
             where = f"{record.namespace}/{record.secret}"
             try:
                 if not record.uid:
-                    if _age(record) > ABANDONED_CLAIM:
+                    if is_abandoned(record):
                         self.provisioner.records.drop(record)
                         logger.warning(
                             "abandoned pull-secret claim dropped",
