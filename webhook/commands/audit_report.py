@@ -191,7 +191,7 @@ class NamespaceReport:
         for site in sites:
             tally = self.images.get(site.image)
             if tally is None:
-                # Judged once per image and namespace: 300 replicas cost one lookup.
+                # Judged once per image and namespace, however many replicas use it.
                 tally = self.images[site.image] = ImageTally(judge(rules, site.image, self.name))
             tally.containers += 1
             if site.image not in seen:

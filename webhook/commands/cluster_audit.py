@@ -74,11 +74,11 @@ def _isatty(stream: TextIO) -> bool:
 
 
 def _pod_pages(kube: Kube, path: str) -> Iterator[list[dict[str, Any]]]:
-    """Pages of ``limit=500`` Pods, one at a time.
+    """Pages of :data:`PAGE_SIZE` Pods, one at a time.
 
     Not ``Kube.list``: that returns every item at the end, and we want a
-    progress tick per page and to aggregate each page while the next one is
-    on its way to memory (10,000 Pods are ~100 MB of dicts at once).
+    progress tick per page and to aggregate each page before the next one is
+    read, so that memory holds one page of Pods, never the whole cluster's.
     """
     query: dict[str, Any] = {"limit": PAGE_SIZE}
     while True:

@@ -60,8 +60,8 @@ class Reconciler(Loop):
 
     def _run(self) -> None:
         # The re-assertion is due by the clock, not by a quiet interval: triggers (a
-        # provider's login refreshed every 15 s, namespaces coming and going) must not
-        # put it off for ever, or a deleted copy would never be healed.
+        # provider's login refreshed more often than the interval, namespaces coming
+        # and going) must not put it off for ever, or a deleted copy would never be healed.
         due = time.monotonic() + self.interval
         while not self.stopping:
             self.sleep(max(0.0, due - time.monotonic()))

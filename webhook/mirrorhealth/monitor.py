@@ -297,7 +297,7 @@ class HealthMonitor(Loop):
     def _context(self, transport: _Transport) -> ssl.SSLContext | None:
         """A TLS context per transport (None: plain HTTP), made again when its CA file changes.
 
-        Loading a trust store costs milliseconds of CPU: not once per probe.
+        Loading a trust store parses every certificate in it: once per change, not per probe.
         The system store (or ``SSL_CERT_FILE``) is fixed for the process's life.
         """
         ca_file = transport.ca_file
