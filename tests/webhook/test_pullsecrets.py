@@ -271,7 +271,7 @@ def record_object(*, uid: str, created: str, fingerprint: str = "") -> dict[str,
 def reconciler(client: ScriptedKube, record: dict[str, Any]) -> Reconciler:
     made = provisioner(client)
     made.records.informer.items[("mirrorgate", record["metadata"]["name"])] = record
-    rules = policy.load(
+    mirror_policy = policy.load(
         {
             "mirrors": [
                 {"source": "docker.io", "mirror": "m.example/hub", "credential": CREDENTIAL.name}
@@ -279,7 +279,9 @@ def reconciler(client: ScriptedKube, record: dict[str, Any]) -> Reconciler:
             "credentials": {CREDENTIAL.name: {"namespaces": ["*"]}},
         }
     )
-    return Reconciler(made, made.client, rules=lambda: rules, is_leader=lambda: True)
+    return Reconciler(
+        made, made.client, mirror_policy=lambda: mirror_policy, is_leader=lambda: True
+    )
 
 
 def test_a_pass_reasserts_every_copy_each_interval_however_often_it_is_triggered() -> None:

@@ -132,9 +132,9 @@ class Verdict:
 _V1_NAMES: dict[str, AuditOutcome] = {"no-rule": "unmatched", "already-mirrored": "on-mirror"}
 
 
-def judge(rules: policy.Policy, image: str, namespace: str) -> Verdict:
+def judge(mirror_policy: policy.Policy, image: str, namespace: str) -> Verdict:
     """The audit outcome of ``image`` in ``namespace``: admission's own decision."""
-    decision = policy.decide_image(image, namespace=namespace, policy=rules)
+    decision = policy.decide_image(image, namespace=namespace, policy=mirror_policy)
     outcome = _V1_NAMES.get(decision.outcome, cast("AuditOutcome", decision.outcome))
     rule = decision.resolution.rule
     label, credential = (rule.label, rule.credential) if rule is not None else (None, None)
@@ -170,7 +170,7 @@ class NamespaceReport:
     skipped_pods: int = 0
     images: dict[str, ImageTally] = dataclasses.field(default_factory=dict)
 
-    def add_pod(self, pod: Mapping[str, Any], rules: policy.Policy) -> None:
+    def add_pod(self, pod: Mapping[str, Any], mirror_policy: policy.Policy) -> None:
         self.pods += 1
         if self.excluded:
             return
@@ -180,7 +180,7 @@ class NamespaceReport:
                 namespace=self.name,
                 labels=metadata.get("labels") or {},
                 annotations=metadata.get("annotations") or {},
-                policy=rules,
+                policy=mirror_policy,
             )
             is not None
         ):
@@ -192,7 +192,9 @@ class NamespaceReport:
             tally = self.images.get(site.image)
             if tally is None:
                 # Judged once per image and namespace, however many replicas use it.
-                tally = self.images[site.image] = ImageTally(judge(rules, site.image, self.name))
+                tally = self.images[site.image] = ImageTally(
+                    judge(mirror_policy, site.image, self.name)
+                )
             tally.containers += 1
             if site.image not in seen:
                 seen.add(site.image)

@@ -141,7 +141,7 @@ def _explain(error: KubeError, verb: str, resource: str, where: str) -> ConfigEr
 
 def audit_cluster(
     kube: Kube,
-    rules: policy.Policy,
+    mirror_policy: policy.Policy,
     *,
     namespaces: Sequence[str] | None,
     policy_path: str,
@@ -154,7 +154,9 @@ def audit_cluster(
     report = Report(policy_path=policy_path, scope=namespaces, namespaces={}, fail_on=fail_on)
     progress = Progress(err)
     if namespaces is None:
-        _add_pods(report, kube, kubeapi.pods_path(), "at the cluster scope", rules, progress)
+        _add_pods(
+            report, kube, kubeapi.pods_path(), "at the cluster scope", mirror_policy, progress
+        )
         try:
             labels = _cluster_namespaces(kube)
         except kubeapi.KubeError as error:
@@ -163,10 +165,15 @@ def audit_cluster(
         # Namespaces first: a misspelt name is an error, not an empty report.
         labels = _named_namespaces(kube, namespaces, err)
         for name in namespaces:
-            _namespace(report, name, rules)  # reported even when it has no Pods
+            _namespace(report, name, mirror_policy)  # reported even when it has no Pods
         for name in namespaces:
             _add_pods(
-                report, kube, kubeapi.pods_path(name), f"in namespace {name!r}", rules, progress
+                report,
+                kube,
+                kubeapi.pods_path(name),
+                f"in namespace {name!r}",
+                mirror_policy,
+                progress,
             )
     for ns in report.namespaces.values():
         # A namespace made after the Pods were listed has no labels we know of.
@@ -174,11 +181,11 @@ def audit_cluster(
     return report
 
 
-def add_mirror_health(report: Report, rules: policy.Policy) -> None:
+def add_mirror_health(report: Report, mirror_policy: policy.Policy) -> None:
     """Probe, once each, the mirrors of the planned rewrites; note their health beside them."""
     from mirrorgate.webhook.mirrorhealth import monitor
 
-    by_label = {rule.label: rule for rule in rules.rules}
+    by_label = {rule.label: rule for rule in mirror_policy.rules}
     tallies = [
         t
         for ns in report.namespaces.values()
@@ -186,7 +193,7 @@ def add_mirror_health(report: Report, rules: policy.Policy) -> None:
         if t.verdict.outcome == "rewrite" and t.verdict.rule in by_label
     ]
     hosts = sorted({by_label[str(t.verdict.rule)].mirror.host for t in tallies})
-    found = monitor.probe_mirrors(rules, hosts)
+    found = monitor.probe_mirrors(mirror_policy, hosts)
     for tally in tallies:
         tally.verdict = dataclasses.replace(
             tally.verdict, health=found.status(by_label[str(tally.verdict.rule)])
@@ -194,7 +201,12 @@ def add_mirror_health(report: Report, rules: policy.Policy) -> None:
 
 
 def _add_pods(
-    report: Report, kube: Kube, path: str, scope: str, rules: policy.Policy, progress: Progress
+    report: Report,
+    kube: Kube,
+    path: str,
+    scope: str,
+    mirror_policy: policy.Policy,
+    progress: Progress,
 ) -> None:
     from mirrorgate.webhook.cluster import kube as kubeapi
 
@@ -202,7 +214,7 @@ def _add_pods(
         for page in _pod_pages(kube, path):
             for pod in page:
                 name = str((pod.get("metadata") or {}).get("namespace") or "")
-                _namespace(report, name, rules).add_pod(pod, rules)
+                _namespace(report, name, mirror_policy).add_pod(pod, mirror_policy)
             progress.add(len(page))
     except kubeapi.KubeError as error:
         raise _explain(error, "list", "pods", scope) from None
@@ -210,11 +222,14 @@ def _add_pods(
         progress.done()  # a later page or namespace writes the line again
 
 
-def _namespace(report: Report, name: str, rules: policy.Policy) -> NamespaceReport:
+def _namespace(report: Report, name: str, mirror_policy: policy.Policy) -> NamespaceReport:
     found = report.namespaces.get(name)
     if found is None:
         found = report.namespaces[name] = NamespaceReport(
-            name=name, mode="unknown", mode_label=None, excluded=rules.is_namespace_excluded(name)
+            name=name,
+            mode="unknown",
+            mode_label=None,
+            excluded=mirror_policy.is_namespace_excluded(name),
         )
     return found
 
@@ -225,7 +240,7 @@ def _namespace(report: Report, name: str, rules: policy.Policy) -> NamespaceRepo
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.webhook.cluster import kube as kubeapi
 
-    rules = policyfile.read_policy(args.policy).policy
+    mirror_policy = policyfile.read_policy(args.policy).policy
     try:
         kube = kubeapi.Kube.connect(kubeconfig=args.kubeconfig, context=args.context, timeout=30.0)
     except kubeapi.KubeError as error:
@@ -238,7 +253,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         report = audit_cluster(
             kube,
-            rules,
+            mirror_policy,
             namespaces=namespaces,
             policy_path=args.policy,
             err=err,
@@ -247,7 +262,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     finally:
         kube.close()
     if args.health:
-        add_mirror_health(report, rules)
+        add_mirror_health(report, mirror_policy)
     if args.output == "json":
         print(json.dumps(report.to_json(), indent=2), file=out)
     else:

@@ -242,7 +242,7 @@ def _credentials(
     reconciler = Reconciler(
         provisioner,
         client,
-        rules=lambda: runtime.policy.policy,
+        mirror_policy=lambda: runtime.policy.policy,
         is_leader=elector.is_leader,
         interval=settings.reconcile_interval,
     )
@@ -256,7 +256,7 @@ def _credentials(
             providers,
             client,
             store=central,
-            rules=lambda: runtime.policy.policy,
+            mirror_policy=lambda: runtime.policy.policy,
             is_leader=elector.is_leader,
             observe=runtime.metrics.credential_refreshed,
         )
@@ -282,7 +282,7 @@ def _mirror_health(
         runtime.health = value  # one reference swap: admission reads it without a lock
 
     health_monitor = monitor.HealthMonitor(
-        rules=lambda: runtime.policy.policy,
+        mirror_policy=lambda: runtime.policy.policy,
         credentials=snapshot if store else None,
         publish=publish,
         metrics=runtime.metrics,

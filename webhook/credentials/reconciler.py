@@ -37,14 +37,14 @@ class Reconciler(Loop):
         provisioner: PullSecretProvisioner,
         client: kube.Kube,
         *,
-        rules: Callable[[], policy.Policy],
+        mirror_policy: Callable[[], policy.Policy],
         is_leader: Callable[[], bool],
         interval: float = 30.0,
     ) -> None:
         super().__init__("reconciler")
         self.provisioner = provisioner
         self.client = client
-        self.rules = rules
+        self.mirror_policy = mirror_policy
         self.is_leader = is_leader
         self.interval = interval
         """Seconds between passes; every periodic pass re-asserts every copy (the heal bound)."""
@@ -85,10 +85,10 @@ class Reconciler(Loop):
             return "namespace is gone"
         if optin.mode(namespace) not in OPTED_IN_MODES:
             return f"namespace no longer has the {MODE_LABEL} label"
-        rules = self.rules()
-        if rules.is_namespace_excluded(namespace):
+        mirror_policy = self.mirror_policy()
+        if mirror_policy.is_namespace_excluded(namespace):
             return "namespace is excluded by the policy"
-        if not rules.is_granted(credential, namespace):
+        if not mirror_policy.is_granted(credential, namespace):
             return "the policy no longer grants the credential to the namespace"
         if credential not in self.provisioner.store.snapshot():
             return "the credential is no longer in the store"
