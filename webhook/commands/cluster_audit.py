@@ -94,14 +94,14 @@ def _labels(item: Mapping[str, Any]) -> dict[str, str]:
     return dict((item.get("metadata") or {}).get("labels") or {})
 
 
-def _cluster_namespaces(kube: Kube) -> dict[str, dict[str, str] | None]:
+def _all_namespace_labels(kube: Kube) -> dict[str, dict[str, str] | None]:
     from mirrorgate.webhook.cluster import kube as kubeapi
 
     items, _ = kube.list(kubeapi.namespaces_path(), limit=PAGE_SIZE)
     return {item["metadata"]["name"]: _labels(item) for item in items}
 
 
-def _named_namespaces(
+def _namespace_labels(
     kube: Kube, names: Sequence[str], err: TextIO
 ) -> dict[str, dict[str, str] | None]:
     """Each namespace's labels; one the user may not ``get`` is reported as unknown."""
@@ -158,12 +158,12 @@ def audit_cluster(
             report, kube, kubeapi.pods_path(), "at the cluster scope", mirror_policy, progress
         )
         try:
-            labels = _cluster_namespaces(kube)
+            labels = _all_namespace_labels(kube)
         except kubeapi.KubeError as error:
             raise _explain(error, "list", "namespaces", "at the cluster scope") from None
     else:
         # Namespaces first: a misspelt name is an error, not an empty report.
-        labels = _named_namespaces(kube, namespaces, err)
+        labels = _namespace_labels(kube, namespaces, err)
         for name in namespaces:
             _namespace(report, name, mirror_policy)  # reported even when it has no Pods
         for name in namespaces:
@@ -193,10 +193,10 @@ def add_mirror_health(report: Report, mirror_policy: policy.Policy) -> None:
         if t.verdict.outcome == "rewrite" and t.verdict.rule in by_label
     ]
     hosts = sorted({by_label[str(t.verdict.rule)].mirror.host for t in tallies})
-    found = monitor.probe_mirrors(mirror_policy, hosts)
+    health = monitor.probe_mirrors(mirror_policy, hosts)
     for tally in tallies:
         tally.verdict = dataclasses.replace(
-            tally.verdict, health=found.status(by_label[str(tally.verdict.rule)])
+            tally.verdict, health=health.status(by_label[str(tally.verdict.rule)])
         )
 
 

@@ -78,7 +78,7 @@ class Reconciler(Loop):
             except Exception:
                 logger.exception("reconcile failed", extra={"fields": {}})
 
-    def _wanted(self, namespace: str, credential: str) -> str | None:
+    def _why_unwanted(self, namespace: str, credential: str) -> str | None:
         """None when the copy should exist, else why it should go."""
         optin = self.provisioner.optin
         if not optin.exists(namespace):
@@ -127,7 +127,7 @@ class Reconciler(Loop):
             if (
                 current is None
                 or not current.uid
-                or self._wanted(current.namespace, current.credential) is not None
+                or self._why_unwanted(current.namespace, current.credential) is not None
             ):
                 continue  # gone, claimed, or going: the sweeps deal with it
             where = f"{current.namespace}/{current.secret}"
@@ -142,7 +142,7 @@ class Reconciler(Loop):
 
     def _sweep(self, counts: dict[str, int]) -> None:
         """Abandoned claims, copies that should go, and copies that are stale."""
-        store = self.provisioner.store.snapshot()
+        stored = self.provisioner.store.snapshot()
         fingerprints = self.provisioner.fingerprints
         for record in self.provisioner.records.all():
             if self.stopping or not self.is_leader():
@@ -157,11 +157,11 @@ class Reconciler(Loop):
                             extra={"fields": {"secret": where}},
                         )
                     continue
-                why = self._wanted(record.namespace, record.credential)
+                why = self._why_unwanted(record.namespace, record.credential)
                 if why is not None:
                     self._remove(record, why)
                     counts["deleted"] += 1
-                elif record.fingerprint != fingerprints.of(store[record.credential]):
+                elif record.fingerprint != fingerprints.of(stored[record.credential]):
                     self.provisioner.reassert(record)
                     counts["updated"] += 1
                     logger.info("pull secret rotated", extra={"fields": {"secret": where}})
