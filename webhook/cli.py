@@ -528,7 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
         "those no rule covers, those left alone for want of a credential grant, "
         "invalid references, and excluded images and namespaces. Needs only list "
         "on pods and namespaces. Exit 1 when --fail-on trips, 2 on errors. "
-        "The JSON schema is in webhook/commands/cluster_audit.py's docstring.",
+        "The JSON schema is in webhook/commands/audit_report.py's docstring.",
     )
     audit_command.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
     audit_command.add_argument(

@@ -34,6 +34,7 @@ from mirrorgate.webhook.credentials import (
 )
 from mirrorgate.webhook.credentials import refresher as refresher_
 from mirrorgate.webhook.credentials import store as credentials
+from mirrorgate.webhook.credentials.reconciler import Reconciler
 from mirrorgate.webhook.credentials.records import Records
 from mirrorgate.webhook.edge import app, connections, filewatch, offload, tls
 from mirrorgate.webhook.edge.limits import Limits
@@ -238,10 +239,10 @@ def _credentials(
         counter=lambda action: counter.labels(action).inc(),
     )
     elector = leader.LeaderElector(client, namespace=namespace)
-    reconciler = pullsecrets.Reconciler(
+    reconciler = Reconciler(
         provisioner,
         client,
-        rules=lambda: runtime.policy.policy,
+        mirror_policy=lambda: runtime.policy.policy,
         is_leader=elector.is_leader,
         interval=settings.reconcile_interval,
     )
@@ -255,7 +256,7 @@ def _credentials(
             providers,
             client,
             store=central,
-            rules=lambda: runtime.policy.policy,
+            mirror_policy=lambda: runtime.policy.policy,
             is_leader=elector.is_leader,
             observe=runtime.metrics.credential_refreshed,
         )
@@ -281,7 +282,7 @@ def _mirror_health(
         runtime.health = value  # one reference swap: admission reads it without a lock
 
     health_monitor = monitor.HealthMonitor(
-        rules=lambda: runtime.policy.policy,
+        mirror_policy=lambda: runtime.policy.policy,
         credentials=snapshot if store else None,
         publish=publish,
         metrics=runtime.metrics,
