@@ -40,6 +40,9 @@ rm -f "$DIST"/mirrorgate-* "$DIST/SHA256SUMS"
 image="$DIST/mirrorgate-$version.oci.tar"
 
 # 1. The image, once per platform, into one manifest list, pushed as an OCI archive.
+# podman (and mmdebstrap), from Debian's packages where missing, as image/build.sh
+# installs them: the manifest list is podman's before any image is built.
+bash image/deps.sh
 list="localhost/mirrorgate-release:$version"
 bash image/podman.sh manifest rm "$list" >/dev/null 2>&1 || true
 bash image/podman.sh manifest create "$list" >/dev/null
