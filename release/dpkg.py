@@ -1,9 +1,9 @@
 """The Debian packages of the release image, read from its dpkg database.
 
-``release.sh`` runs ``dpkg-query -W -f FORMAT`` in the image (FORMAT is
-``FORMAT`` below: one package a line, tab-separated) and reads the image's
-``/etc/os-release``; this module turns both into values for the SBOM, or
-refuses them naming the line and what is wrong with it. Only packages dpkg
+``release.sh`` runs ``dpkg-query -W -f`` with ``FORMAT`` below in the image
+(one package a line, tab-separated) and reads the image's ``/etc/os-release``;
+this module turns both into values for the SBOM, or refuses them naming the
+line and what is wrong with it. Only packages dpkg
 calls ``installed`` are the image's: ``config-files`` and ``not-installed``
 ones left no files behind, and any other state is a broken install, refused.
 """
