@@ -26,7 +26,7 @@ from mirrorgate.webhook.commands import (
 )
 from mirrorgate.webhook.credentials.store import StoreError
 from mirrorgate.webhook.edge.limits import Limits
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 from mirrorgate.webhook.version import VERSION
 
 __all__ = ["build_parser", "main"]

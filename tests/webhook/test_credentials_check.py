@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mirrorgate.certs import CertificateAuthority
-from mirrorgate.webhook import policyfile
+from mirrorgate.webhook import errors
 from mirrorgate.webhook.commands import serve
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.policyfile import boundedyaml
@@ -269,7 +269,7 @@ def test_serve_refuses_a_provider_setup_it_cannot_run(
         credential_provider_config=configs[0] if configs else None,
         credential_provider_bin_dir=given["bin"] if "bin" in options else None,
     )
-    with pytest.raises(policyfile.ConfigError) as raised:
+    with pytest.raises(errors.ConfigError) as raised:
         serve.build(settings)
     assert str(raised.value) == message
 

@@ -376,7 +376,7 @@ def test_a_client_hello_split_in_two_is_served(
 
 
 def test_limits_must_be_positive(tmp_path: Path, serving_pair: KeyPair) -> None:
-    from mirrorgate.webhook import policyfile
+    from mirrorgate.webhook import errors
     from mirrorgate.webhook.commands import serve
 
     cert, key = serving.write_pair(tmp_path, serving_pair)
@@ -390,7 +390,7 @@ def test_limits_must_be_positive(tmp_path: Path, serving_pair: KeyPair) -> None:
         )
     )
     with pytest.raises(
-        policyfile.ConfigError,
+        errors.ConfigError,
         match="--max-connections must be positive, got 0; --idle-timeout must be positive, got -1",
     ):
         serve.uvicorn_config(built)

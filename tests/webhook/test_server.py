@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
-from mirrorgate.webhook import policyfile
+from mirrorgate.webhook import errors
 from mirrorgate.webhook.commands import serve
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
@@ -222,7 +222,7 @@ def test_unusable_certificate_files_fail_naming_the_file(
         tls_cert=str(tmp_path / cert_name),
         tls_key=str(tmp_path / key_name),
     )
-    with pytest.raises(policyfile.ConfigError) as raised:
+    with pytest.raises(errors.ConfigError) as raised:
         serve.build(settings, secrets=RecordingPullSecrets())
     assert fragment in str(raised.value)
     assert cert_name in str(raised.value) or key_name in str(raised.value)

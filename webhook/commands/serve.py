@@ -18,7 +18,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from mirrorgate import certs, policy
-from mirrorgate.webhook import admission, logs, policyfile
+from mirrorgate.webhook import admission, errors, logs, policyfile
 from mirrorgate.webhook.background import Ticker
 from mirrorgate.webhook.cluster import kube, leader, policystate, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
@@ -137,7 +137,7 @@ def _connect(settings: Settings) -> kube.Kube | None:
     try:
         return kube.Kube.connect(kubeconfig=settings.kubeconfig, context=settings.kube_context)
     except kube.KubeError as error:
-        raise policyfile.ConfigError(str(error)) from None
+        raise errors.ConfigError(str(error)) from None
 
 
 def _self_managed_certificates(
@@ -145,9 +145,7 @@ def _self_managed_certificates(
 ) -> selfcerts.SelfManagedCertificates:
     """--tls-secret: certificates kept in a Secret and renewed by the server itself."""
     if client is None:
-        raise policyfile.ConfigError(
-            "--tls-secret needs a cluster: pass --kubeconfig or run in a Pod"
-        )
+        raise errors.ConfigError("--tls-secret needs a cluster: pass --kubeconfig or run in a Pod")
     directory = Path(settings.tls_dir or tempfile.mkdtemp(prefix="mirrorgate-tls-"))
     manager = selfcerts.SelfManagedCertificates(
         client,
@@ -162,7 +160,7 @@ def _self_managed_certificates(
     try:
         manager.reconcile()
     except (kube.KubeError, ValueError, OSError) as error:
-        raise policyfile.ConfigError(
+        raise errors.ConfigError(
             f"cannot set up the serving certificate from Secret {settings.tls_secret!r}: {error}"
         ) from None
     background.starts.append(manager.start)
@@ -184,12 +182,12 @@ def _credentials(
         return StandalonePullSecrets(), None
     if kind == "file":
         if settings.store_file is None:
-            raise policyfile.ConfigError("--store file needs --store-file FILE")
+            raise errors.ConfigError("--store file needs --store-file FILE")
         try:
             key = filestore.load_key(key_file=settings.store_key_file, environ=os.environ)
             file_store = filestore.FileCredentialStore(settings.store_file, key)
         except credentials.StoreError as error:
-            raise policyfile.ConfigError(str(error)) from None
+            raise errors.ConfigError(str(error)) from None
         background.watchers.append(
             filewatch.FileWatcher(
                 [settings.store_file],
@@ -201,7 +199,7 @@ def _credentials(
         store = file_store
     elif kind == "kubernetes":
         if client is None:
-            raise policyfile.ConfigError(
+            raise errors.ConfigError(
                 "--store kubernetes needs a cluster: pass --kubeconfig or run in a Pod"
             )
         kube_store = kubestore.KubernetesCredentialStore(client, namespace)
@@ -209,12 +207,12 @@ def _credentials(
         background.stops.append(kube_store.informer.stop)
         store = kube_store
     else:
-        raise policyfile.ConfigError(f"--store {kind!r}: expected kubernetes, file or none")
+        raise errors.ConfigError(f"--store {kind!r}: expected kubernetes, file or none")
     runtime.readiness["credential-store"] = store.problem
     providers = _provider_source(settings, runtime.policy.policy)
     central = store
     if providers is not None and not isinstance(central, kubestore.KubernetesCredentialStore):
-        raise policyfile.ConfigError(
+        raise errors.ConfigError(
             "credentials with a provider need --store kubernetes: the "
             "leader publishes their logins there for every replica"
         )
@@ -224,7 +222,7 @@ def _credentials(
     try:
         key = fingerprints.load_or_create_key(client, namespace)
     except kube.KubeError as error:
-        raise policyfile.ConfigError(
+        raise errors.ConfigError(
             f"cannot read or make Secret {namespace}/{fingerprints.KEY_SECRET}: {error}"
         ) from None
     counter = runtime.metrics.pull_secret_writes
@@ -301,24 +299,22 @@ def _provider_source(settings: Settings, rules: policy.Policy) -> provider.Provi
     wanted = {name: grant.provider for name, grant in rules.grants.items() if grant.provider}
     if settings.credential_provider_config is None:
         if wanted:
-            raise policyfile.ConfigError(
+            raise errors.ConfigError(
                 f"credentials.{min(wanted)}.provider: needs --credential-provider-config and "
                 "--credential-provider-bin-dir"
             )
         return None
     if settings.credential_provider_bin_dir is None:
-        raise policyfile.ConfigError(
-            "--credential-provider-config needs --credential-provider-bin-dir"
-        )
+        raise errors.ConfigError("--credential-provider-config needs --credential-provider-bin-dir")
     try:
         config = providerconfig.load(settings.credential_provider_config)
     except providerconfig.ProviderConfigError as error:
-        raise policyfile.ConfigError(str(error)) from None
+        raise errors.ConfigError(str(error)) from None
     problems = providerconfig.policy_problems(
         config, rules, source=settings.credential_provider_config
     )
     if problems:
-        raise policyfile.ConfigError("; ".join(problems))
+        raise errors.ConfigError("; ".join(problems))
     return provider.ProviderSource(
         config, settings.credential_provider_bin_dir, timeout=settings.credential_provider_timeout
     )
@@ -335,7 +331,7 @@ def _initial_policy(
     """
     try:
         return policyfile.read_policy(settings.policy), None
-    except policyfile.ConfigError as error:
+    except errors.ConfigError as error:
         refused = error
     data = state.load_accepted() if state is not None else None
     if state is None or data is None:
@@ -344,7 +340,7 @@ def _initial_policy(
         kept = policyfile.read_policy(
             f"ConfigMap {state.namespace}/{policystate.ACCEPTED}", data=data
         )
-    except policyfile.ConfigError:
+    except errors.ConfigError:
         raise refused from None
     why = f"{refused}; serving the last accepted policy {kept.version}"
     logger.error(
@@ -389,7 +385,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     elif settings.tls_cert is not None and settings.tls_key is not None:
         cert_file, key_file = settings.tls_cert, settings.tls_key
     else:
-        raise policyfile.ConfigError("pass --tls-cert and --tls-key, or --tls-secret")
+        raise errors.ConfigError("pass --tls-cert and --tls-key, or --tls-secret")
     certificates = tls.CertificateReloader(cert_file, key_file)
     # The provisioner reports to the runtime's metrics and readiness, so the
     # runtime comes first and receives it just after.
@@ -425,7 +421,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     def reload_policy() -> None:
         try:
             fresh = policyfile.read_policy(settings.policy)
-        except policyfile.ConfigError as error:
+        except errors.ConfigError as error:
             live = runtime.policy.version
             runtime.metrics.policy_reload_failures.inc()
             runtime.policy_refused = f"{error}; still serving policy {live}"
@@ -446,7 +442,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     def reload_certificates() -> None:
         try:
             certificates.reload()
-        except policyfile.ConfigError as error:
+        except errors.ConfigError as error:
             # Often a half-written Secret update (new cert, old key): the next
             # poll retries, and the old certificate keeps serving meanwhile.
             runtime.metrics.certificate_reloads.labels("failed").inc()
@@ -513,7 +509,7 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
     settings = server.settings
     problems = settings.limits.problems()
     if problems:
-        raise policyfile.ConfigError("; ".join(problems))
+        raise errors.ConfigError("; ".join(problems))
     config = uvicorn.Config(
         server.application,
         host=settings.host,
@@ -558,7 +554,7 @@ def listen(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as error:
         sock.close()
-        raise policyfile.ConfigError(
+        raise errors.ConfigError(
             f"cannot listen on {host}:{port}: {error.strerror or error}"
         ) from None
     return sock
