@@ -488,7 +488,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
             yield
         finally:
             # After uvicorn has drained the requests in flight.
-            await flusher.stop()
+            flusher.stop()
             for watcher in background.watchers:
                 watcher.stop()
             for stop in background.stops:
