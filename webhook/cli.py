@@ -33,9 +33,10 @@ __all__ = ["build_parser", "main"]
 
 
 def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.webhook.commands import serve  # uvicorn and the app load only for this command
+    # uvicorn and the app load only for this command
+    from mirrorgate.webhook.commands.serve import process
 
-    return serve.run(args, out, err)
+    return process.run(args, out, err)
 
 
 class _Parser(argparse.ArgumentParser):

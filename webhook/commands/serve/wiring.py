@@ -1,20 +1,15 @@
-"""`mirrorgate serve`: wiring only. Settings in, a running HTTPS admission server out."""
+"""`mirrorgate serve`'s composition root: settings in, the application and its components out."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import gc
 import os
-import signal
-import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
 
-import uvicorn
 from starlette.applications import Starlette
 
 from mirrorgate import certs, policy
@@ -22,7 +17,7 @@ from mirrorgate.webhook import admission, errors, logs, policyfile
 from mirrorgate.webhook.background import Ticker
 from mirrorgate.webhook.cluster import kube, leader, policystate, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
-from mirrorgate.webhook.commands import EXIT_OK
+from mirrorgate.webhook.commands.serve.settings import Settings
 from mirrorgate.webhook.credentials import (
     filestore,
     fingerprints,
@@ -37,66 +32,13 @@ from mirrorgate.webhook.credentials import store as credentials
 from mirrorgate.webhook.credentials.reconciler import Reconciler
 from mirrorgate.webhook.credentials.records import Records
 from mirrorgate.webhook.edge import app, connections, filewatch, offload, tls
-from mirrorgate.webhook.edge.limits import Limits
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.mirrorhealth import monitor
-from mirrorgate.webhook.version import VERSION
 
-__all__ = ["Settings", "StandalonePullSecrets", "build", "run", "serve"]
+__all__ = ["Server", "StandalonePullSecrets", "build"]
 
 
 GC_THRESHOLD = 100_000
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Settings:
-    policy: str
-    """Path of the policy YAML; watched and reloaded on change."""
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_secret: str | None = None
-    """Keep CA and serving certificate in this Secret of our namespace, renewing them."""
-    tls_dir: str | None = None
-    """Where --tls-secret's serving files are written (default: a new temporary folder)."""
-    service: str = "mirrorgate"
-    """The Service name the serving certificate is for (--tls-secret)."""
-    webhook_configuration: str | None = None
-    """The MutatingWebhookConfiguration whose caBundle is kept in step (--tls-secret)."""
-    cert_check_interval: float = 300.0
-    tls_names: tuple[str, ...] = ()
-    """Extra DNS names or IPs for the --tls-secret serving certificate."""
-    host: str = "127.0.0.1"
-    port: int = 8443
-    reload_interval: float = 1.0
-    """Seconds between checks of the policy and certificate files."""
-    log_level: str = "info"
-    kubeconfig: str | None = None
-    """A kubeconfig file; without one, the in-cluster service account when running in a
-    Pod, else standalone (no pull secrets can be made)."""
-    kube_context: str | None = None
-    namespace: str | None = None
-    """mirrorgate's own namespace: the kubernetes credential store and the Lease."""
-    store: str | None = None
-    """`kubernetes`, `file` or `none`; default: kubernetes with a cluster, else file when
-    store_file is set, else none."""
-    store_file: str | None = None
-    store_key_file: str | None = None
-    credential_deadline: float = 2.0
-    """Seconds admission may spend making pull secrets; keep well inside timeoutSeconds."""
-    reconcile_interval: float = 30.0
-    credential_provider_config: str | None = None
-    """The kubelet's CredentialProviderConfig file, for credentials with a ``provider``."""
-    credential_provider_bin_dir: str | None = None
-    credential_provider_timeout: float = 10.0
-    """Seconds a plugin may run before it is killed."""
-    audit_only: bool = False
-    """Treat every endpoint as /audit, whatever the namespace labels: a cluster-wide
-    "report only" override."""
-    limits: Limits = dataclasses.field(default_factory=Limits)
-    """Connections, request heads, read timeouts and buffered bodies (see webhook.connections)."""
-    health_probes: bool = True
-    """Probe mirrors and credential logins in the background; off, every mirror counts as up
-    (the credential store is still checked against the policy)."""
 
 
 class StandalonePullSecrets:
@@ -502,154 +444,3 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     return Server(
         settings=settings, runtime=runtime, certificates=certificates, application=application
     )
-
-
-def uvicorn_config(server: Server) -> uvicorn.Config:
-    """uvicorn on uvloop, with TLS and every limit applied by :mod:`webhook.connections`."""
-    settings = server.settings
-    problems = settings.limits.problems()
-    if problems:
-        raise errors.ConfigError("; ".join(problems))
-    config = uvicorn.Config(
-        server.application,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        # uvloop: an idle TLS connection costs about 50 KB under it and
-        # 280 KB under asyncio's own loop, which zero-fills a 256 KB buffer
-        # per connection (measured: 1,000 idle connections, +46 vs +274 MB).
-        loop="uvloop",
-        http="httptools",
-        ws="none",
-        # Idle keep-alive connections: uvicorn's timer, armed after each answer.
-        timeout_keep_alive=settings.limits.idle_timeout,
-    )  # type: ignore[arg-type]
-    config.load()
-    metrics = server.runtime.metrics
-    table = connections.ConnectionTable(
-        settings.limits, on_close=lambda reason: metrics.connections_dropped.labels(reason).inc()
-    )
-    metrics.open_connections.set_function(lambda: len(table.open))
-    server.connections = table
-    # The server itself is plain TCP: each connection is counted from its
-    # accept and upgraded to TLS (>= 1.2, hot-swapped certificates) by the
-    # acceptor, within the header timeout.
-    config.ssl = None
-    config.http_protocol_class = connections.protocol_factory(  # type: ignore[assignment]
-        table, server.certificates.base
-    )
-    return config
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port``; a one-line ConfigError when that fails."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        # Restarts may reuse a port in TIME_WAIT; a listening owner still refuses.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as error:
-        sock.close()
-        raise errors.ConfigError(
-            f"cannot listen on {host}:{port}: {error.strerror or error}"
-        ) from None
-    return sock
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn that says "serving" once it accepts connections, not before."""
-
-    def __init__(self, config: uvicorn.Config, *, runtime: app.Runtime, address: str) -> None:
-        super().__init__(config)
-        self.runtime, self.address = runtime, address
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started:
-            loaded = self.runtime.policy
-            logger.info(
-                "mirrorgate serving",
-                extra={
-                    "fields": {
-                        "address": self.address,
-                        "version": VERSION,
-                        "policy": loaded.version,
-                        "mode": self.runtime.mode,
-                    }
-                },
-            )
-            logs.flush()
-
-
-def _exit_quietly(signum: int, frame: object) -> NoReturn:
-    # While serving, uvicorn takes SIGTERM, drains the requests in flight and
-    # then raises the signal again for the handler it found: this one, so
-    # that a graceful stop exits 0 instead of dying of the signal. Before
-    # serving starts it ends the process at once, also with 0.
-    raise SystemExit(0)
-
-
-def serve(settings: Settings) -> None:
-    """Listen first (a busy port is a ConfigError), then build and serve until SIGTERM."""
-    logs.configure(settings.log_level)
-    listener = listen(settings.host, settings.port)
-    signal.signal(signal.SIGTERM, _exit_quietly)
-    server = build(settings)
-    config = uvicorn_config(server)
-    connections.raise_file_limit(settings.limits.max_connections)
-    host, port = listener.getsockname()[:2]
-    address = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-    # run(), not asyncio.run(serve()): run() uses the loop the config names (uvloop).
-    _Uvicorn(config, runtime=server.runtime, address=address).run(sockets=[listener])
-
-
-def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """`mirrorgate serve`: its flags as :class:`Settings`, served until SIGTERM."""
-    serve(
-        Settings(
-            policy=args.policy,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            host=args.host,
-            port=args.port,
-            reload_interval=args.reload_interval,
-            log_level=args.log_level,
-            kubeconfig=args.kubeconfig,
-            kube_context=args.context,
-            namespace=args.namespace,
-            store=args.store,
-            store_file=args.store_file,
-            store_key_file=args.key_file,
-            credential_deadline=args.credential_deadline,
-            audit_only=args.audit_only,
-            reconcile_interval=args.reconcile_interval,
-            credential_provider_config=args.credential_provider_config,
-            credential_provider_bin_dir=args.credential_provider_bin_dir,
-            credential_provider_timeout=args.credential_provider_timeout,
-            tls_secret=args.tls_secret,
-            service=args.service,
-            webhook_configuration=args.webhook_config,
-            cert_check_interval=args.cert_check_interval,
-            tls_dir=args.tls_dir,
-            tls_names=tuple(args.tls_name),
-            limits=Limits(
-                max_connections=args.max_connections,
-                max_header_bytes=args.max_header_bytes,
-                max_headers=args.max_headers,
-                header_timeout=args.header_timeout,
-                body_timeout=args.body_timeout,
-                idle_timeout=args.idle_timeout,
-                max_buffered_bytes=args.max_buffered_bytes,
-                max_containers=args.max_containers,
-                write_timeout=args.write_timeout,
-                max_unsent_bytes=args.max_unsent_bytes,
-                max_pipelined=args.max_pipelined,
-            ),
-            health_probes=args.health_probes,
-        )
-    )
-    return EXIT_OK
