@@ -14,7 +14,6 @@ from mirrorgate.webhook.commands import EXIT_OK
 from mirrorgate.webhook.commands.serve.settings import Settings
 from mirrorgate.webhook.commands.serve.wiring import Server, build
 from mirrorgate.webhook.edge import app, connections
-from mirrorgate.webhook.edge.limits import Limits
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.version import VERSION
 
@@ -41,8 +40,8 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
         http="httptools",
         ws="none",
         # Idle keep-alive connections: uvicorn's timer, armed after each answer.
-        timeout_keep_alive=settings.limits.idle_timeout,
-    )  # type: ignore[arg-type]
+        timeout_keep_alive=settings.limits.idle_timeout,  # type: ignore[arg-type]
+    )
     config.load()
     metrics = server.runtime.metrics
     table = connections.ConnectionTable(
@@ -126,47 +125,5 @@ def serve(settings: Settings) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """`mirrorgate serve`: its flags as :class:`Settings`, served until SIGTERM."""
-    serve(
-        Settings(
-            policy=args.policy,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            host=args.host,
-            port=args.port,
-            reload_interval=args.reload_interval,
-            log_level=args.log_level,
-            kubeconfig=args.kubeconfig,
-            kube_context=args.context,
-            namespace=args.namespace,
-            store=args.store,
-            store_file=args.store_file,
-            store_key_file=args.key_file,
-            credential_deadline=args.credential_deadline,
-            audit_only=args.audit_only,
-            reconcile_interval=args.reconcile_interval,
-            credential_provider_config=args.credential_provider_config,
-            credential_provider_bin_dir=args.credential_provider_bin_dir,
-            credential_provider_timeout=args.credential_provider_timeout,
-            tls_secret=args.tls_secret,
-            service=args.service,
-            webhook_configuration=args.webhook_config,
-            cert_check_interval=args.cert_check_interval,
-            tls_dir=args.tls_dir,
-            tls_names=tuple(args.tls_name),
-            limits=Limits(
-                max_connections=args.max_connections,
-                max_header_bytes=args.max_header_bytes,
-                max_headers=args.max_headers,
-                header_timeout=args.header_timeout,
-                body_timeout=args.body_timeout,
-                idle_timeout=args.idle_timeout,
-                max_buffered_bytes=args.max_buffered_bytes,
-                max_containers=args.max_containers,
-                write_timeout=args.write_timeout,
-                max_unsent_bytes=args.max_unsent_bytes,
-                max_pipelined=args.max_pipelined,
-            ),
-            health_probes=args.health_probes,
-        )
-    )
+    serve(Settings.from_args(args))
     return EXIT_OK
