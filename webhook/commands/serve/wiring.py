@@ -1,9 +1,22 @@
-"""`mirrorgate serve`'s composition root: settings in, the application and its components out."""
+"""`mirrorgate serve`'s composition root: settings in, the application and its components out.
+
+:func:`build` makes each component once, in dependency order: the cluster connection, the
+policy in force, the serving certificate, the review worker, the credential store and what
+makes pull secrets, then the :class:`~mirrorgate.webhook.edge.app.Runtime` the endpoints
+read, made complete (nothing in it is replaced later), then the health probes that publish
+into it. Every background component is added to one
+:class:`~mirrorgate.webhook.background.Manager` as it is made; the application's lifespan
+starts them in that order and stops them in reverse. What the runtime reads live is
+published into it by its one owner: the policy by :class:`.reloaders.PolicyFile`, the
+mirrors' health by the monitor. Everything is loaded before any port opens, so that a bad
+setting is a ConfigError, not a server that fails later.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import os
 import tempfile
@@ -12,11 +25,12 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 
-from mirrorgate import certs, policy
-from mirrorgate.webhook import admission, errors, logs, policyfile
-from mirrorgate.webhook.background import Ticker
+from mirrorgate import policy
+from mirrorgate.webhook import admission, logs, policyfile
+from mirrorgate.webhook.background import Manager, Ticker
 from mirrorgate.webhook.cluster import kube, leader, policystate, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
+from mirrorgate.webhook.commands.serve import reloaders
 from mirrorgate.webhook.commands.serve.settings import Settings
 from mirrorgate.webhook.credentials import (
     filestore,
@@ -32,13 +46,20 @@ from mirrorgate.webhook.credentials import store as credentials
 from mirrorgate.webhook.credentials.reconciler import Reconciler
 from mirrorgate.webhook.credentials.records import Records
 from mirrorgate.webhook.edge import app, connections, filewatch, offload, tls
+from mirrorgate.webhook.edge.metrics import Metrics
+from mirrorgate.webhook.errors import ConfigError
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.mirrorhealth import monitor
 
-__all__ = ["Server", "StandalonePullSecrets", "build"]
+__all__ = ["SHUTDOWN_DEADLINE", "Server", "StandalonePullSecrets", "build"]
 
 
 GC_THRESHOLD = 100_000
+SHUTDOWN_DEADLINE = 30.0
+"""Seconds stopping the components may take in all, once uvicorn has drained the requests."""
+
+Check = Callable[[], str | None]
+"""A readiness check: None when ready, else why not."""
 
 
 class StandalonePullSecrets:
@@ -59,17 +80,21 @@ class Server:
     runtime: app.Runtime
     certificates: tls.CertificateReloader
     application: Starlette
+    components: Manager
+    """The background components, in start order (the application's lifespan runs them)."""
     connections: connections.ConnectionTable | None = None
     """The open connections, once :func:`uvicorn_config` has made the table."""
 
 
-@dataclasses.dataclass
-class Background:
-    """Threads and watchers that live as long as the server: started and stopped together."""
+@dataclasses.dataclass(frozen=True)
+class _Credentials:
+    """What the credential settings make: the provisioner admission calls, the store the
+    probes check, the readiness checks and the passes to run when the policy changes."""
 
-    starts: list[Callable[[], None]] = dataclasses.field(default_factory=list)
-    stops: list[Callable[[], None]] = dataclasses.field(default_factory=list)
-    watchers: list[filewatch.FileWatcher] = dataclasses.field(default_factory=list)
+    secrets: admission.PullSecrets
+    store: credentials.CredentialStore | None = None
+    readiness: Mapping[str, Check] = dataclasses.field(default_factory=dict)
+    on_policy_change: Sequence[Callable[[], None]] = ()
 
 
 def _connect(settings: Settings) -> kube.Kube | None:
@@ -79,19 +104,19 @@ def _connect(settings: Settings) -> kube.Kube | None:
     try:
         return kube.Kube.connect(kubeconfig=settings.kubeconfig, context=settings.kube_context)
     except kube.KubeError as error:
-        raise errors.ConfigError(str(error)) from None
+        raise ConfigError(str(error)) from None
 
 
 def _self_managed_certificates(
-    settings: Settings, client: kube.Kube | None, background: Background
+    settings: Settings, client: kube.Kube | None, namespace: str
 ) -> selfcerts.SelfManagedCertificates:
     """--tls-secret: certificates kept in a Secret and renewed by the server itself."""
     if client is None:
-        raise errors.ConfigError("--tls-secret needs a cluster: pass --kubeconfig or run in a Pod")
+        raise ConfigError("--tls-secret needs a cluster: pass --kubeconfig or run in a Pod")
     directory = Path(settings.tls_dir or tempfile.mkdtemp(prefix="mirrorgate-tls-"))
-    manager = selfcerts.SelfManagedCertificates(
+    upkeep = selfcerts.SelfManagedCertificates(
         client,
-        namespace=settings.namespace or kube.own_namespace(),
+        namespace=namespace,
         secret=str(settings.tls_secret),
         service=settings.service,
         webhook_configuration=settings.webhook_configuration,
@@ -100,74 +125,79 @@ def _self_managed_certificates(
         extra_names=settings.tls_names,
     )
     try:
-        manager.reconcile()
+        upkeep.reconcile()
     except (kube.KubeError, ValueError, OSError) as error:
-        raise errors.ConfigError(
+        raise ConfigError(
             f"cannot set up the serving certificate from Secret {settings.tls_secret!r}: {error}"
         ) from None
-    background.starts.append(manager.start)
-    background.stops.append(manager.stop)
-    return manager
+    return upkeep
+
+
+def _store(
+    settings: Settings, client: kube.Kube | None, namespace: str, components: Manager
+) -> credentials.CredentialStore | None:
+    """The credential store the settings name (default: kubernetes with a cluster, file
+    with --store-file, else none)."""
+    kind = settings.store or ("kubernetes" if client else "file" if settings.store_file else "none")
+    if kind == "none":
+        return None
+    if kind == "file":
+        if settings.store_file is None:
+            raise ConfigError("--store file needs --store-file FILE")
+        try:
+            key = filestore.load_key(key_file=settings.store_key_file, environ=os.environ)
+            file_store = filestore.FileCredentialStore(settings.store_file, key)
+        except credentials.StoreError as error:
+            raise ConfigError(str(error)) from None
+        watcher = filewatch.FileWatcher(
+            [settings.store_file],
+            file_store.reload,
+            interval=settings.reload_interval,
+            name="credential-store",
+        )
+        components.add("credential-store", watcher)
+        return file_store
+    if kind == "kubernetes":
+        if client is None:
+            raise ConfigError(
+                "--store kubernetes needs a cluster: pass --kubeconfig or run in a Pod"
+            )
+        kube_store = kubestore.KubernetesCredentialStore(client, namespace)
+        components.add("credential-store", kube_store.informer)
+        return kube_store
+    raise ConfigError(f"--store {kind!r}: expected kubernetes, file or none")
 
 
 def _credentials(
     settings: Settings,
     client: kube.Kube | None,
-    runtime: app.Runtime,
-    background: Background,
-) -> tuple[admission.PullSecrets, credentials.CredentialStore | None]:
+    namespace: str,
+    policy_file: reloaders.PolicyFile,
+    metrics: Metrics,
+    components: Manager,
+) -> _Credentials:
     """The pull-secret provisioner and the credential store the settings ask for."""
-    kind = settings.store or ("kubernetes" if client else "file" if settings.store_file else "none")
-    namespace = settings.namespace or kube.own_namespace()
-    store: credentials.CredentialStore
-    if kind == "none":
-        return StandalonePullSecrets(), None
-    if kind == "file":
-        if settings.store_file is None:
-            raise errors.ConfigError("--store file needs --store-file FILE")
-        try:
-            key = filestore.load_key(key_file=settings.store_key_file, environ=os.environ)
-            file_store = filestore.FileCredentialStore(settings.store_file, key)
-        except credentials.StoreError as error:
-            raise errors.ConfigError(str(error)) from None
-        background.watchers.append(
-            filewatch.FileWatcher(
-                [settings.store_file],
-                file_store.reload,
-                interval=settings.reload_interval,
-                name="credential-store",
-            )
-        )
-        store = file_store
-    elif kind == "kubernetes":
-        if client is None:
-            raise errors.ConfigError(
-                "--store kubernetes needs a cluster: pass --kubeconfig or run in a Pod"
-            )
-        kube_store = kubestore.KubernetesCredentialStore(client, namespace)
-        background.starts.append(kube_store.start)
-        background.stops.append(kube_store.informer.stop)
-        store = kube_store
-    else:
-        raise errors.ConfigError(f"--store {kind!r}: expected kubernetes, file or none")
-    runtime.readiness["credential-store"] = store.problem
-    providers = _provider_source(settings, runtime.policy.policy)
+    store = _store(settings, client, namespace, components)
+    if store is None:
+        return _Credentials(StandalonePullSecrets())
+    readiness: dict[str, Check] = {"credential-store": store.problem}
+    providers = _provider_source(settings, policy_file.current())
     central = store
     if providers is not None and not isinstance(central, kubestore.KubernetesCredentialStore):
-        raise errors.ConfigError(
+        raise ConfigError(
             "credentials with a provider need --store kubernetes: the "
             "leader publishes their logins there for every replica"
         )
-    store = scoped.ScopedStore(store, lambda: runtime.policy.policy.grants)
+    store = scoped.ScopedStore(store, lambda: policy_file.current().grants)
     if client is None:
-        return StandalonePullSecrets(), store
+        return _Credentials(StandalonePullSecrets(), store, readiness)
     try:
         key = fingerprints.load_or_create_key(client, namespace)
     except kube.KubeError as error:
-        raise errors.ConfigError(
+        raise ConfigError(
             f"cannot read or make Secret {namespace}/{fingerprints.KEY_SECRET}: {error}"
         ) from None
-    counter = runtime.metrics.pull_secret_writes
+    counter = metrics.pull_secret_writes
     optin = NamespaceOptIn(client)
     provisioner = pullsecrets.PullSecretProvisioner(
         client,
@@ -182,58 +212,29 @@ def _credentials(
     reconciler = Reconciler(
         provisioner,
         client,
-        mirror_policy=lambda: runtime.policy.policy,
+        mirror_policy=policy_file.current,
         is_leader=elector.is_leader,
         interval=settings.reconcile_interval,
     )
-    runtime.readiness["pull-secrets"] = provisioner.problem
-    background.starts += [optin.informer.start, provisioner.start, elector.start, reconciler.start]
-    background.stops += [reconciler.stop, elector.stop, provisioner.stop, optin.informer.stop]
-    runtime.on_policy_change.append(reconciler.trigger)
+    readiness["pull-secrets"] = provisioner.problem
+    components.add("namespace-opt-in", optin.informer)
+    components.add("pull-secrets", provisioner)
+    components.add("leader", elector)
+    components.add("reconciler", reconciler)
+    triggers = [reconciler.trigger]
     if providers is not None:
         assert isinstance(central, kubestore.KubernetesCredentialStore)
         refresher = refresher_.ProviderRefresher(
             providers,
             client,
             store=central,
-            mirror_policy=lambda: runtime.policy.policy,
+            mirror_policy=policy_file.current,
             is_leader=elector.is_leader,
-            observe=runtime.metrics.credential_refreshed,
+            observe=metrics.credential_refreshed,
         )
-        background.starts.append(refresher.start)
-        background.stops.insert(0, refresher.stop)
-        runtime.on_policy_change.append(refresher.trigger)
-    return provisioner, store
-
-
-def _mirror_health(
-    settings: Settings,
-    store: credentials.CredentialStore | None,
-    runtime: app.Runtime,
-    background: Background,
-) -> None:
-    """The background probes, publishing into the runtime what admission reads."""
-
-    def snapshot() -> Mapping[str, credentials.Credential] | None:
-        assert store is not None
-        return store.snapshot() if store.problem() is None else None
-
-    def publish(value: policy.Health) -> None:
-        runtime.health = value  # one reference swap: admission reads it without a lock
-
-    health_monitor = monitor.HealthMonitor(
-        mirror_policy=lambda: runtime.policy.policy,
-        credentials=snapshot if store else None,
-        publish=publish,
-        metrics=runtime.metrics,
-        probe=settings.health_probes,
-    )
-    runtime.advisories.append(health_monitor.problems)
-    runtime.on_policy_change.append(health_monitor.trigger)
-    if store is not None:
-        store.subscribe(health_monitor.trigger)
-    background.starts.append(health_monitor.start)
-    background.stops.append(health_monitor.stop)
+        components.add("provider-refresher", refresher)
+        triggers.append(refresher.trigger)
+    return _Credentials(provisioner, store, readiness, triggers)
 
 
 def _provider_source(settings: Settings, rules: policy.Policy) -> provider.ProviderSource | None:
@@ -241,206 +242,161 @@ def _provider_source(settings: Settings, rules: policy.Policy) -> provider.Provi
     wanted = {name: grant.provider for name, grant in rules.grants.items() if grant.provider}
     if settings.credential_provider_config is None:
         if wanted:
-            raise errors.ConfigError(
+            raise ConfigError(
                 f"credentials.{min(wanted)}.provider: needs --credential-provider-config and "
                 "--credential-provider-bin-dir"
             )
         return None
     if settings.credential_provider_bin_dir is None:
-        raise errors.ConfigError("--credential-provider-config needs --credential-provider-bin-dir")
+        raise ConfigError("--credential-provider-config needs --credential-provider-bin-dir")
     try:
         config = providerconfig.load(settings.credential_provider_config)
     except providerconfig.ProviderConfigError as error:
-        raise errors.ConfigError(str(error)) from None
+        raise ConfigError(str(error)) from None
     problems = providerconfig.policy_problems(
         config, rules, source=settings.credential_provider_config
     )
     if problems:
-        raise errors.ConfigError("; ".join(problems))
+        raise ConfigError("; ".join(problems))
     return provider.ProviderSource(
         config, settings.credential_provider_bin_dir, timeout=settings.credential_provider_timeout
     )
 
 
-def _initial_policy(
+def _mirror_health(
     settings: Settings,
-    state: policystate.PolicyState | None,
-) -> tuple[policyfile.LoadedPolicy, str | None]:
-    """The policy file; if it is refused, the last accepted policy and why (with a cluster).
+    store: credentials.CredentialStore | None,
+    policy_file: reloaders.PolicyFile,
+    runtime: app.Runtime,
+) -> monitor.HealthMonitor:
+    """The background probes, publishing into the runtime what admission reads."""
 
-    Without a cluster, or with no policy ever accepted there (a first install),
-    a refused policy is still a ConfigError: there is nothing safe to serve.
-    """
-    try:
-        return policyfile.read_policy(settings.policy), None
-    except errors.ConfigError as error:
-        refused = error
-    data = state.load_accepted() if state is not None else None
-    if state is None or data is None:
-        raise refused
-    try:
-        kept = policyfile.read_policy(
-            f"ConfigMap {state.namespace}/{policystate.ACCEPTED}", data=data
-        )
-    except errors.ConfigError:
-        raise refused from None
-    why = f"{refused}; serving the last accepted policy {kept.version}"
-    logger.error(
-        "policy refused at start; serving the last accepted policy",
-        extra={"fields": {"error": str(refused), "live": kept.version}},
+    def snapshot() -> Mapping[str, credentials.Credential] | None:
+        assert store is not None
+        return store.snapshot() if store.problem() is None else None
+
+    health_monitor = monitor.HealthMonitor(
+        mirror_policy=policy_file.current,
+        credentials=snapshot if store else None,
+        publish=functools.partial(_publish_health, runtime),
+        metrics=runtime.metrics,
+        probe=settings.health_probes,
     )
-    state.rejected(str(refused), serving=kept.version)
-    return kept, why
+    if store is not None:
+        store.subscribe(health_monitor.trigger)
+    return health_monitor
 
 
-def _log_warnings(loaded: policyfile.LoadedPolicy) -> None:
-    """One line per warning of a policy just put in force: valid, so it is served, but
-    unsafe or rarely meant (what `policy check` prints). Warnings name fields, hosts and
-    credential names, never a login."""
-    for warning in loaded.policy.warnings:
-        logger.warning(
-            "policy warning",
-            extra={
-                "fields": {"file": loaded.path, "version": loaded.version, "warning": str(warning)}
-            },
-        )
+def _publish_health(runtime: app.Runtime, value: policy.Health) -> None:
+    runtime.health = value  # one reference swap: admission reads it without a lock
+
+
+def _publish_policy(
+    runtime: app.Runtime, loaded: policyfile.LoadedPolicy, refused: str | None
+) -> None:
+    """What :class:`.reloaders.PolicyFile` has in force, as the endpoints read it."""
+    runtime.policy_refused = refused
+    if loaded is not runtime.policy:
+        runtime.set_policy(loaded)  # runs the runtime's on_policy_change
 
 
 def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -> Server:
-    """Load everything once, failing with ConfigError before any port is opened."""
-    background = Background()
+    """Load everything once, failing with ConfigError before any port is opened.
+
+    ``secrets`` stands in for the credential settings (a test's recording fake).
+    """
+    components = Manager(deadline=SHUTDOWN_DEADLINE)
+    metrics = Metrics()
     client = _connect(settings)
-    state = (
-        None
-        if client is None
-        else policystate.PolicyState(client, settings.namespace or kube.own_namespace())
-    )
-    loaded, refused = _initial_policy(settings, state)
+    namespace = settings.namespace or kube.own_namespace()
+    state = None if client is None else policystate.PolicyState(client, namespace)
     if state is not None:
-        background.starts.append(state.start)
-        background.stops.append(state.stop)
-        if refused is None:
-            state.accepted(loaded.data, loaded.version)
+        components.add("policy-state", state)
+    policy_file = reloaders.PolicyFile(
+        settings.policy, state=state, metrics=metrics, interval=settings.reload_interval
+    )
+    readiness: dict[str, Check] = {}
+    upkeep = None
     if settings.tls_secret is not None:
-        manager = _self_managed_certificates(settings, client, background)
-        cert_file, key_file = str(manager.cert_file), str(manager.key_file)
+        upkeep = _self_managed_certificates(settings, client, namespace)
+        components.add("certificate-upkeep", upkeep)
+        cert_file, key_file = str(upkeep.cert_file), str(upkeep.key_file)
     elif settings.tls_cert is not None and settings.tls_key is not None:
         cert_file, key_file = settings.tls_cert, settings.tls_key
     else:
-        raise errors.ConfigError("pass --tls-cert and --tls-key, or --tls-secret")
-    certificates = tls.CertificateReloader(cert_file, key_file)
-    # The provisioner reports to the runtime's metrics and readiness, so the
-    # runtime comes first and receives it just after.
-    runtime = app.Runtime(
-        policy=loaded,
-        secrets=StandalonePullSecrets(),
-        audit_only=settings.audit_only,
-        policy_refused=refused,
-        max_containers=settings.limits.max_containers,
+        raise ConfigError("pass --tls-cert and --tls-key, or --tls-secret")
+    certificate = reloaders.ServingCertificate(
+        cert_file, key_file, metrics=metrics, interval=settings.reload_interval
     )
     # Large reviews are screened in a worker process, off the event loop.
-    runtime.screener = offload.Screener()
-    background.starts.append(runtime.screener.start)
-    background.stops.append(runtime.screener.stop)
-    store: credentials.CredentialStore | None = None
-    if secrets is None:
-        secrets, store = _credentials(settings, client, runtime, background)
-    runtime.secrets = secrets
-    _mirror_health(settings, store, runtime, background)
-    if settings.tls_secret is not None:
-        runtime.readiness["certificate-upkeep"] = lambda: manager.problem
-
-    def record_certificate_expiry() -> None:
-        # Read after a successful load: should the file change in between,
-        # the next poll loads that one too.
-        with contextlib.suppress(OSError, ValueError):
-            runtime.metrics.certificate_expiry.set(
-                certs.certificate_expiry(Path(cert_file).read_bytes()).timestamp()
-            )
-
-    record_certificate_expiry()
-
-    def reload_policy() -> None:
-        try:
-            fresh = policyfile.read_policy(settings.policy)
-        except errors.ConfigError as error:
-            live = runtime.policy.version
-            runtime.metrics.policy_reload_failures.inc()
-            runtime.policy_refused = f"{error}; still serving policy {live}"
-            logger.error(
-                "policy rejected; the previous policy stays in force",
-                extra={"fields": {"error": str(error), "live": live}},
-            )
-            if state is not None:
-                state.rejected(str(error), serving=live)
-            return
-        runtime.policy_refused = None
-        runtime.set_policy(fresh)
-        if state is not None:
-            state.accepted(fresh.data, fresh.version)
-        logger.info("policy reloaded", extra={"fields": {"version": fresh.version}})
-        _log_warnings(fresh)
-
-    def reload_certificates() -> None:
-        try:
-            certificates.reload()
-        except errors.ConfigError as error:
-            # Often a half-written Secret update (new cert, old key): the next
-            # poll retries, and the old certificate keeps serving meanwhile.
-            runtime.metrics.certificate_reloads.labels("failed").inc()
-            logger.warning(
-                "certificate reload failed; still serving the previous one",
-                extra={"fields": {"error": str(error)}},
-            )
-            watcher_certs.reset()
-            return
-        runtime.metrics.certificate_reloads.labels("loaded").inc()
-        record_certificate_expiry()
-        logger.info("serving certificate reloaded", extra={"fields": {}})
-
-    watcher_policy = filewatch.FileWatcher(
-        [settings.policy], reload_policy, interval=settings.reload_interval, name="policy"
+    screener = offload.Screener()
+    components.add("review-worker", screener)
+    made = (
+        _Credentials(secrets)
+        if secrets is not None
+        else _credentials(settings, client, namespace, policy_file, metrics, components)
     )
-    watcher_certs = filewatch.FileWatcher(
-        [cert_file, key_file],
-        reload_certificates,
-        interval=settings.reload_interval,
-        name="certificates",
+    readiness.update(made.readiness)
+    if upkeep is not None:
+        readiness["certificate-upkeep"] = lambda: upkeep.problem
+    runtime = app.Runtime(
+        policy=policy_file.loaded,
+        secrets=made.secrets,
+        metrics=metrics,
+        readiness=readiness,
+        audit_only=settings.audit_only,
+        policy_refused=policy_file.refused,
+        max_containers=settings.limits.max_containers,
+        screener=screener,
+        on_policy_change=list(made.on_policy_change),
     )
-
-    background.watchers += [watcher_policy, watcher_certs]
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        for start in background.starts:
-            start()
-        for watcher in background.watchers:
-            watcher.start()
-        flusher = Ticker(logs.flush, interval=1.0, name="flush-logs")
-        flusher.start()
-        # Everything loaded so far lives as long as the process: keep it out of
-        # the collector's generations. A review decodes into thousands of
-        # dicts and lists that reference counting frees at once; with the
-        # default threshold (700) nearly every large admission would also pay
-        # for a collection that finds nothing, so collect far less often.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(GC_THRESHOLD, 20, 20)
-        try:
-            yield
-        finally:
-            # After uvicorn has drained the requests in flight.
-            flusher.stop()
-            for watcher in background.watchers:
-                watcher.stop()
-            for stop in background.stops:
-                stop()
-            logger.info("mirrorgate stopped", extra={"fields": {}})
-            logs.flush()
+    policy_file.subscribe(functools.partial(_publish_policy, runtime))
+    health_monitor = _mirror_health(settings, made.store, policy_file, runtime)
+    # The monitor publishes into the runtime, so it is made after it and registered here.
+    runtime.advisories.append(health_monitor.problems)
+    runtime.on_policy_change.append(health_monitor.trigger)
+    components.add("mirror-health", health_monitor)
+    components.add("policy-file", policy_file)
+    components.add("serving-certificate", certificate)
+    components.add("log-flusher", Ticker(logs.flush, interval=1.0, name="flush-logs"))
 
     application = app.create_app(runtime)
-    application.router.lifespan_context = lifespan
-    _log_warnings(loaded)  # once it is sure to be served
+    application.router.lifespan_context = functools.partial(_lifespan, components)
+    reloaders.log_warnings(policy_file.loaded)  # once it is sure to be served
     return Server(
-        settings=settings, runtime=runtime, certificates=certificates, application=application
+        settings=settings,
+        runtime=runtime,
+        certificates=certificate.contexts,
+        application=application,
+        components=components,
     )
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(components: Manager, _: Starlette) -> AsyncIterator[None]:
+    """The components run from the application's startup to its shutdown, which comes after
+    uvicorn has drained the requests in flight."""
+    components.start()
+    # Everything loaded so far lives as long as the process: keep it out of
+    # the collector's generations. A review decodes into thousands of
+    # dicts and lists that reference counting frees at once; with the
+    # default threshold (700) nearly every large admission would also pay
+    # for a collection that finds nothing, so collect far less often.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, 20, 20)
+    try:
+        yield
+    finally:
+        shutdown = components.stop()
+        for name in shutdown.late:
+            logger.warning(
+                "component still stopping at the deadline", extra={"fields": {"component": name}}
+            )
+        for name, error in shutdown.failed:
+            logger.error(
+                "component failed to stop",
+                extra={"fields": {"component": name, "error": str(error)}},
+            )
+        logger.info("mirrorgate stopped", extra={"fields": {}})
+        logs.flush()
