@@ -33,9 +33,9 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
         log_config=None,
         access_log=False,
         lifespan="on",
-        # uvloop: an idle TLS connection costs about 50 KB under it and
-        # 280 KB under asyncio's own loop, which zero-fills a 256 KB buffer
-        # per connection (measured: 1,000 idle connections, +46 vs +274 MB).
+        # uvloop: an idle TLS connection costs a fraction of what it costs
+        # under asyncio's own loop, which zero-fills a buffer per connection
+        # (the figures: docs/development.md, Architecture).
         loop="uvloop",
         http="httptools",
         ws="none",
