@@ -23,14 +23,14 @@ def flag_table() -> str:
     every = settings.options().values()
     for heading, description in settings.GROUPS.items():
         lines.append(f"| **{heading}**{f': {description}' if description else ''} | | |")
-        for option in (o for o in every if o.flag.group == heading):
+        for option in (o for o in every if o.declared.group == heading):
             lines.append(_row(option))
     return "\n".join(lines) + "\n"
 
 
 def _row(option: settings.Option) -> str:
-    declared, stored = option.flag, settings.action(option) == "store"
-    shown = declared.flag
+    declared, stored = option.declared, settings.action(option) == "store"
+    shown = option.flag
     if declared.choices:
         shown += " " + "\\|".join(declared.choices)
     elif stored or settings.action(option) == "append":

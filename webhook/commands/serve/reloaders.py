@@ -27,7 +27,19 @@ Publish = Callable[[policyfile.LoadedPolicy, str | None], None]
 """Receives, after each reload, the policy in force and why the newest was refused (or None)."""
 
 
-class PolicyFile:
+class _Watched:
+    """A reloader is a component: it runs while its file watcher runs."""
+
+    watcher: filewatch.FileWatcher
+
+    def start(self) -> None:
+        self.watcher.start()
+
+    def stop(self) -> None:
+        self.watcher.stop()
+
+
+class PolicyFile(_Watched):
     """The policy in force: the file, or at start the last accepted policy if the file is
     refused and a cluster keeps one; reloaded when the file changes.
 
@@ -56,12 +68,6 @@ class PolicyFile:
 
     def subscribe(self, publish: Publish) -> None:
         self._subscribers.append(publish)
-
-    def start(self) -> None:
-        self.watcher.start()
-
-    def stop(self) -> None:
-        self.watcher.stop()
 
     def reload(self) -> None:
         try:
@@ -129,7 +135,7 @@ def log_warnings(loaded: policyfile.LoadedPolicy) -> None:
         )
 
 
-class ServingCertificate:
+class ServingCertificate(_Watched):
     """The serving certificate and key: loaded at start (a ConfigError names a bad file),
     reloaded when either file changes, their expiry kept in the metrics."""
 
@@ -141,12 +147,6 @@ class ServingCertificate:
             [cert_file, key_file], self.reload, interval=interval, name="certificates"
         )
         self._record_expiry()
-
-    def start(self) -> None:
-        self.watcher.start()
-
-    def stop(self) -> None:
-        self.watcher.stop()
 
     def reload(self) -> None:
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
@@ -49,7 +50,6 @@ def port(text: str) -> int:
 class Flag:
     """How the command line gives one setting."""
 
-    flag: str
     group: str
     """The heading of ``serve --help`` it is listed under (a key of :data:`GROUPS`)."""
     help: str | None = None
@@ -61,6 +61,8 @@ class Flag:
     required: bool = False
     negated: bool = False
     """A boolean given as its negation (``--no-health-probes``): present, it is False."""
+    flag: str | None = None
+    """The option, when it is not the setting's name (``--no-`` and the name, negated)."""
 
 
 GROUPS: Mapping[str, str | None] = {
@@ -72,184 +74,128 @@ GROUPS: Mapping[str, str | None] = {
 """The headings of ``serve --help``, in order, with their descriptions."""
 
 
-def _flag(default: Any = dataclasses.MISSING, **flag: Any) -> Any:
-    """A :class:`Settings` field with a default and a :class:`Flag`."""
-    return dataclasses.field(default=default, metadata={"flag": Flag(**flag)})
+def _flag(group: str, default: Any = dataclasses.MISSING, **flag: Any) -> Any:
+    """A :class:`Settings` field with a default and a :class:`Flag` under ``group``."""
+    return dataclasses.field(default=default, metadata={"flag": Flag(group=group, **flag)})
 
 
-_ADMISSION, _TLS, _CLUSTER = "admission", "certificates", "cluster and credentials"
+_admission = functools.partial(_flag, "admission")
+_tls = functools.partial(_flag, "certificates")
+_cluster = functools.partial(_flag, "cluster and credentials")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything `mirrorgate serve` is told; fields in the order ``serve --help`` lists them."""
 
-    policy: str = _flag(
-        flag="--policy",
-        group=_ADMISSION,
-        required=True,
-        metavar="FILE",
-        help="the policy YAML, reloaded when it changes",
+    policy: str = _admission(
+        required=True, metavar="FILE", help="the policy YAML, reloaded when it changes"
     )
-    audit_only: bool = _flag(
+    audit_only: bool = _admission(
         False,
-        flag="--audit-only",
-        group=_ADMISSION,
         help="every endpoint only reports, whatever the namespace labels: "
         "a cluster-wide report-only override (a safe first install)",
     )
-    host: str = _flag(
-        "127.0.0.1", flag="--host", group=_ADMISSION, help="listen address (default: %(default)s)"
-    )
-    port: int = _flag(
-        8443, flag="--port", group=_ADMISSION, parse=port, help="(default: %(default)s)"
-    )
-    reload_interval: float = _flag(
+    host: str = _admission("127.0.0.1", help="listen address (default: %(default)s)")
+    port: int = _admission(8443, parse=port, help="(default: %(default)s)")
+    reload_interval: float = _admission(
         1.0,
-        flag="--reload-interval",
-        group=_ADMISSION,
         metavar="SECONDS",
         help="how often to check the policy, certificate and store files (default: %(default)s)",
     )
-    log_level: str = _flag(
-        "info",
-        flag="--log-level",
-        group=_ADMISSION,
-        choices=("debug", "info", "warning", "error"),
-    )
-    health_probes: bool = _flag(
+    log_level: str = _admission("info", choices=("debug", "info", "warning", "error"))
+    health_probes: bool = _admission(
         True,
-        flag="--no-health-probes",
-        group=_ADMISSION,
         negated=True,
         help="do not probe mirrors and credential logins (every mirror "
         "counts as up); the store is still checked against the policy",
     )
 
-    tls_cert: str | None = _flag(
-        None, flag="--tls-cert", group=_TLS, metavar="FILE", help="serving certificate (PEM)"
-    )
-    tls_key: str | None = _flag(
-        None, flag="--tls-key", group=_TLS, metavar="FILE", help="its private key (PEM)"
-    )
-    tls_secret: str | None = _flag(
+    tls_cert: str | None = _tls(None, metavar="FILE", help="serving certificate (PEM)")
+    tls_key: str | None = _tls(None, metavar="FILE", help="its private key (PEM)")
+    tls_secret: str | None = _tls(
         None,
-        flag="--tls-secret",
-        group=_TLS,
         metavar="NAME",
         help="keep a CA and serving certificate in this Secret of mirrorgate's "
         "namespace, created and renewed as needed",
     )
-    service: str = _flag(
+    service: str = _tls(
         "mirrorgate",
-        flag="--service",
-        group=_TLS,
         metavar="NAME",
         help="with --tls-secret: the Service the certificate is for (default: %(default)s)",
     )
-    webhook_configuration: str | None = _flag(
+    webhook_configuration: str | None = _tls(
         None,
         flag="--webhook-config",
-        group=_TLS,
         metavar="NAME",
         help="with --tls-secret: keep this MutatingWebhookConfiguration's "
         "caBundle in step with the CA",
     )
-    tls_names: tuple[str, ...] = _flag(
+    tls_names: tuple[str, ...] = _tls(
         (),
         flag="--tls-name",
-        group=_TLS,
         metavar="NAME",
         help="with --tls-secret: an extra DNS name or IP for the serving certificate (repeatable)",
     )
-    tls_dir: str | None = _flag(
+    tls_dir: str | None = _tls(
         None,
-        flag="--tls-dir",
-        group=_TLS,
         metavar="DIR",
         help="with --tls-secret: where the serving files are written (default: a temporary folder)",
     )
-    cert_check_interval: float = _flag(
+    cert_check_interval: float = _tls(
         300.0,
-        flag="--cert-check-interval",
-        group=_TLS,
         metavar="SECONDS",
         help="with --tls-secret: how often the certificates are checked (default: %(default)s)",
     )
 
-    kubeconfig: str | None = _flag(
+    kubeconfig: str | None = _cluster(
         None,
-        flag="--kubeconfig",
-        group=_CLUSTER,
         metavar="FILE",
         help="kubeconfig for the cluster (default: the in-cluster service "
         "account when in a Pod, else standalone: no pull secrets)",
     )
-    kube_context: str | None = _flag(
-        None, flag="--context", group=_CLUSTER, metavar="CONTEXT", help="kubeconfig context"
+    kube_context: str | None = _cluster(
+        None, flag="--context", metavar="CONTEXT", help="kubeconfig context"
     )
-    namespace: str | None = _flag(
+    namespace: str | None = _cluster(
         None,
-        flag="--namespace",
-        group=_CLUSTER,
         metavar="NAMESPACE",
         help="mirrorgate's own namespace (credential Secrets, "
         "the Lease; default: the Pod's namespace, else 'mirrorgate')",
     )
-    store: str | None = _flag(
+    store: str | None = _cluster(
         None,
-        flag="--store",
-        group=_CLUSTER,
         choices=("kubernetes", "file", "none"),
         help="credential store (default: kubernetes with a cluster, file "
         "with --store-file, else none)",
     )
-    store_file: str | None = _flag(
-        None,
-        flag="--store-file",
-        group=_CLUSTER,
-        metavar="FILE",
-        help="the encrypted credential store file",
+    store_file: str | None = _cluster(
+        None, metavar="FILE", help="the encrypted credential store file"
     )
-    store_key_file: str | None = _flag(
+    store_key_file: str | None = _cluster(
         None,
         flag="--key-file",
-        group=_CLUSTER,
         metavar="FILE",
         help="file holding the store key (default: $MIRRORGATE_STORE_KEY)",
     )
-    credential_provider_config: str | None = _flag(
+    credential_provider_config: str | None = _cluster(
         None,
-        flag="--credential-provider-config",
-        group=_CLUSTER,
         metavar="FILE",
         help="the kubelet's CredentialProviderConfig, for policy credentials with a provider",
     )
-    credential_provider_bin_dir: str | None = _flag(
-        None,
-        flag="--credential-provider-bin-dir",
-        group=_CLUSTER,
-        metavar="DIR",
-        help="where the credential-provider plugins are",
+    credential_provider_bin_dir: str | None = _cluster(
+        None, metavar="DIR", help="where the credential-provider plugins are"
     )
-    credential_provider_timeout: float = _flag(
-        10.0,
-        flag="--credential-provider-timeout",
-        group=_CLUSTER,
-        metavar="SECONDS",
-        help="a plugin running longer is killed (default: %(default)s)",
+    credential_provider_timeout: float = _cluster(
+        10.0, metavar="SECONDS", help="a plugin running longer is killed (default: %(default)s)"
     )
-    credential_deadline: float = _flag(
+    credential_deadline: float = _cluster(
         2.0,
-        flag="--credential-deadline",
-        group=_CLUSTER,
         metavar="SECONDS",
         help="longest time admission spends making pull secrets (default: %(default)s)",
     )
-    reconcile_interval: float = _flag(
+    reconcile_interval: float = _cluster(
         30.0,
-        flag="--reconcile-interval",
-        group=_CLUSTER,
         metavar="SECONDS",
         help="how often the leader re-asserts every generated pull secret, "
         "bringing back deleted ones (default: %(default)s)",
@@ -270,47 +216,27 @@ class Settings:
         return cls(**values, limits=limits)
 
 
-LIMIT_FLAGS: Mapping[str, tuple[str, str]] = {
-    "max_connections": (
-        "N",
-        "open connections, TLS handshakes included; over "
-        "it, the least recently active connection not being answered is closed",
-    ),
-    "max_header_bytes": ("BYTES", "request line and header fields (431 beyond)"),
-    "max_headers": ("N", "header fields per request (431 beyond)"),
-    "header_timeout": (
-        "SECONDS",
-        "from accept (TLS handshake included), or "
-        "from a request's first byte, to the end of its head",
-    ),
-    "body_timeout": ("SECONDS", "from the end of a request's head to the end of its body"),
-    "idle_timeout": ("SECONDS", "how long a keep-alive connection may wait for its next request"),
-    "max_buffered_bytes": (
-        "BYTES",
-        "request-body bytes held at once across all "
-        "connections; over it, the longest-running body reads are closed",
-    ),
-    "max_containers": (
-        "COUNT",
-        "containers of one Pod that admission "
-        "rewrites; a Pod with more is admitted as written, with a warning",
-    ),
-    "write_timeout": (
-        "SECONDS",
-        "how long an answer may wait for a client that does not read it",
-    ),
-    "max_unsent_bytes": (
-        "BYTES",
-        "answer bytes held at once across all "
-        "connections for clients that do not read them; over it, the connection that "
-        "stopped reading first is closed",
-    ),
-    "max_pipelined": (
-        "N",
-        "requests of a connection read ahead of the one being answered; the rest waits unread",
-    ),
+LIMIT_FLAGS: Mapping[str, str] = {
+    "max_connections": "open connections, TLS handshakes included; over it, the least "
+    "recently active connection not being answered is closed",
+    "max_header_bytes": "request line and header fields (431 beyond)",
+    "max_headers": "header fields per request (431 beyond)",
+    "header_timeout": "from accept (TLS handshake included), or from a request's first byte, "
+    "to the end of its head",
+    "body_timeout": "from the end of a request's head to the end of its body",
+    "idle_timeout": "how long a keep-alive connection may wait for its next request",
+    "max_buffered_bytes": "request-body bytes held at once across all connections; over it, "
+    "the longest-running body reads are closed",
+    "max_containers": "containers of one Pod that admission rewrites; a Pod with more is "
+    "admitted as written, with a warning",
+    "write_timeout": "how long an answer may wait for a client that does not read it",
+    "max_unsent_bytes": "answer bytes held at once across all connections for clients that do "
+    "not read them; over it, the connection that stopped reading first is closed",
+    "max_pipelined": "requests of a connection read ahead of the one being answered; the rest "
+    "waits unread",
 }
-"""Each limit's metavar and help; its flag is its field name as an option (``--max-headers``)."""
+"""Each limit's help. Its flag is its field name as an option (``--max-headers``), its metavar
+what it counts: SECONDS for a timeout, BYTES for a size, COUNT for containers, else N."""
 
 SOURCE_FLAGS = (
     "kubeconfig",
@@ -335,9 +261,14 @@ class Option:
     """One serve option: its setting's name, flag, type and default (a field or a limit)."""
 
     name: str
-    flag: Flag
+    declared: Flag
     kind: type
     default: Any
+
+    @property
+    def flag(self) -> str:
+        dashed = self.name.replace("_", "-")
+        return self.declared.flag or (f"--no-{dashed}" if self.declared.negated else f"--{dashed}")
 
 
 def options() -> dict[str, Option]:
@@ -347,20 +278,25 @@ def options() -> dict[str, Option]:
         f.name: Option(f.name, f.metadata["flag"], hints[f.name], f.default) for f in _flagged()
     }
     limit_hints, defaults = typing.get_type_hints(Limits), Limits()
-    for name, (metavar, text) in LIMIT_FLAGS.items():
-        flag = Flag(
-            flag="--" + name.replace("_", "-"),
-            group="limits",
-            metavar=metavar,
-            help=f"{text} (default: %(default)s)",
-        )
-        options[name] = Option(name, flag, limit_hints[name], getattr(defaults, name))
+    for name, text in LIMIT_FLAGS.items():
+        kind = limit_hints[name]
+        metavar = _limit_metavar(name, kind)
+        flag = Flag(group="limits", metavar=metavar, help=f"{text} (default: %(default)s)")
+        options[name] = Option(name, flag, kind, getattr(defaults, name))
     return options
+
+
+def _limit_metavar(name: str, kind: type) -> str:
+    if kind is float:
+        return "SECONDS"
+    if name.endswith("_bytes"):
+        return "BYTES"
+    return "COUNT" if name == "max_containers" else "N"
 
 
 def action(option: Option) -> Literal["store_true", "store_false", "append", "store"]:
     if option.kind is bool:
-        return "store_false" if option.flag.negated else "store_true"
+        return "store_false" if option.declared.negated else "store_true"
     return "append" if typing.get_origin(option.kind) is tuple else "store"
 
 
@@ -380,7 +316,7 @@ def add_flag(
     their meaning does (`policy check --store FILE` is serve's ``--store-file``).
     """
     option = options()[name]
-    declared = option.flag
+    declared = option.declared
     how = action(option)
     keywords: dict[str, Any] = {"dest": dest or name, "help": text or declared.help}
     if how == "store":
@@ -394,7 +330,7 @@ def add_flag(
             keywords["required"] = True
     elif how == "append":
         keywords |= {"default": [], "metavar": declared.metavar}
-    parser.add_argument(flag or declared.flag, action=how, **(keywords | overrides))
+    parser.add_argument(flag or option.flag, action=how, **(keywords | overrides))
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -403,5 +339,5 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     for heading, description in GROUPS.items():
         group = parser.add_argument_group(heading, description)
         for name, option in every.items():
-            if option.flag.group == heading:
+            if option.declared.group == heading:
                 add_flag(group, name)
