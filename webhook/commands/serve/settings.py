@@ -189,6 +189,7 @@ class Settings:
     credential_provider_timeout: float = _cluster(
         10.0, metavar="SECONDS", help="a plugin running longer is killed (default: %(default)s)"
     )
+    # Keep it well inside the webhook's timeoutSeconds: the API server gives up first.
     credential_deadline: float = _cluster(
         2.0,
         metavar="SECONDS",
