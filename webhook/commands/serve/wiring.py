@@ -237,9 +237,13 @@ def _credentials(
     return _Credentials(provisioner, store, readiness, triggers)
 
 
-def _provider_source(settings: Settings, rules: policy.Policy) -> provider.ProviderSource | None:
+def _provider_source(
+    settings: Settings, mirror_policy: policy.Policy
+) -> provider.ProviderSource | None:
     """The plugins for the policy's provider credentials; None when it names none."""
-    wanted = {name: grant.provider for name, grant in rules.grants.items() if grant.provider}
+    wanted = {
+        name: grant.provider for name, grant in mirror_policy.grants.items() if grant.provider
+    }
     if settings.credential_provider_config is None:
         if wanted:
             raise ConfigError(
@@ -254,7 +258,7 @@ def _provider_source(settings: Settings, rules: policy.Policy) -> provider.Provi
     except providerconfig.ProviderConfigError as error:
         raise ConfigError(str(error)) from None
     problems = providerconfig.policy_problems(
-        config, rules, source=settings.credential_provider_config
+        config, mirror_policy, source=settings.credential_provider_config
     )
     if problems:
         raise ConfigError("; ".join(problems))
