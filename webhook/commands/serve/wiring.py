@@ -319,7 +319,6 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     policy_file = reloaders.PolicyFile(
         settings.policy, state=state, metrics=metrics, interval=settings.reload_interval
     )
-    readiness: dict[str, Check] = {}
     upkeep = None
     if settings.tls_secret is not None:
         upkeep = _self_managed_certificates(settings, client, namespace)
@@ -340,7 +339,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         if secrets is not None
         else _credentials(settings, client, namespace, policy_file, metrics, components)
     )
-    readiness.update(made.readiness)
+    readiness = dict(made.readiness)
     if upkeep is not None:
         readiness["certificate-upkeep"] = lambda: upkeep.problem
     runtime = app.Runtime(
