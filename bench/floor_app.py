@@ -76,7 +76,7 @@ def create_app() -> Starlette:
 
 
 def uvicorn_config(app: Starlette, *, host: str, port: int, cert: str, key: str) -> uvicorn.Config:
-    """Mirrors webhook.commands.serve.process.uvicorn_config option for option; keep the two in step."""
+    """Mirrors webhook.commands.serve.process.uvicorn_config option for option: keep in step."""
     config = uvicorn.Config(
         app,
         host=host,
