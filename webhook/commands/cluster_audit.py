@@ -33,7 +33,7 @@ from mirrorgate.webhook.commands.audit_report import (
     namespace_mode,
 )
 from mirrorgate.webhook.commands.audit_table import render_table, thousands
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 
 if TYPE_CHECKING:
     from mirrorgate.webhook.cluster.kube import Kube, KubeError

@@ -12,7 +12,7 @@ from typing import TextIO
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.credentials.store import Credential
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 
 __all__ = [
     "run_add",

@@ -80,7 +80,7 @@ from mirrorgate import policy
 from mirrorgate.policy.reference import DEFAULT_DOMAIN
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 
 __all__ = ["CRI_O_DROP_IN", "Export", "containerd", "cri_o", "run_containerd", "run_cri_o"]
 

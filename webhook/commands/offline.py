@@ -24,7 +24,8 @@ from mirrorgate.policy import model
 from mirrorgate.webhook import patch, policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.credentials.store import Credential
-from mirrorgate.webhook.policyfile import ConfigError, boundedyaml
+from mirrorgate.webhook.errors import ConfigError
+from mirrorgate.webhook.policyfile import boundedyaml
 
 __all__ = [
     "TEMPLATE_PATHS",
