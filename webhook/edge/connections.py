@@ -49,7 +49,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.server import ServerState
 
 from mirrorgate.webhook.edge.limits import Limits
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 
 __all__ = [
     "ConnectionTable",
