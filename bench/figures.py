@@ -45,8 +45,8 @@ closed loop, alternating rounds; server CPU per admission from
 `/proc/<pid>/stat`. Every mirrorgate response is checked to carry its patch,
 and the process has no outbound connection. What made it fast, each step
 measured: plans shared between Pods of the same shape (the replicas of a
-workload) and with them their encoded patch, memoised image resolutions and
-grant decisions, the admission endpoints as lean ASGI handlers that a POST
+workload) and with them their encoded patch, image resolutions kept in the
+admission cache, the admission endpoints as lean ASGI handlers that a POST
 reaches past Starlette's middlewares and route matching, one log line
 written without the logging module's per-record machinery and flushed once a
 second, per-admission metrics as plain counters exported at scrape time,

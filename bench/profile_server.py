@@ -140,13 +140,21 @@ def stage_costs(built: wiring.Server, body: bytes) -> list[tuple[str, float]]:
     TLS, HTTP parsing and the event loop cools. Read these as a lower bound
     and for their proportions; the ASGI table above is the sum as it runs.
     """
-    rules = built.runtime.policy.policy
+    mirror_policy = built.runtime.policy.policy
     secrets = built.runtime.secrets
     rev = review.decode(body)
     obj = rev.request["object"]
     namespace = obj["metadata"]["namespace"]
-    decision = run_to_end(admission.admit(rev, rules=rules, mode="enforce", secrets=secrets))
-    plan = policy.plan(obj, namespace=namespace, policy=rules)
+    decision = run_to_end(
+        admission.admit(
+            rev,
+            mirror_policy=mirror_policy,
+            mode="enforce",
+            secrets=secrets,
+            cache=built.runtime.admission_cache,
+        )
+    )
+    plan = policy.plan(obj, namespace=namespace, mirror_policy=mirror_policy)
     encoded = patch.encoded_patch(obj, plan)
     logger = logging.getLogger("mirrorgate")
     fields = {
@@ -170,19 +178,26 @@ def stage_costs(built: wiring.Server, body: bytes) -> list[tuple[str, float]]:
             lambda: run_to_end(
                 admission.admit(
                     review.Review(rev.api_version, rev.request),
-                    rules=rules,
+                    mirror_policy=mirror_policy,
                     mode="enforce",
                     secrets=secrets,
+                    cache=built.runtime.admission_cache,
                 )
             ),
         ),
-        ("  policy.plan", lambda: policy.plan(obj, namespace=namespace, policy=rules)),
+        (
+            "  policy.plan",
+            lambda: policy.plan(obj, namespace=namespace, mirror_policy=mirror_policy),
+        ),
         ("    policy.find_image_sites", lambda: policy.find_image_sites(obj)),
         (
             "  patch.build_patch (the patch JSON and base64 build it)",
             lambda: patch.build_patch(obj, plan),
         ),
-        ("  patch.encoded_patch (memoised per plan)", lambda: patch.encoded_patch(obj, plan)),
+        (
+            "  patch.encoded_patch (kept per shape by the admission cache)",
+            lambda: patch.encoded_patch(obj, plan),
+        ),
         ("  admission._audit_log_annotations", lambda: admission._audit_log_annotations(plan)),
         ("  review.patched", lambda: review.patched(rev, encoded)),
         (

@@ -15,12 +15,14 @@ import ipaddress
 import re
 from collections.abc import Iterable
 
+from mirrorgate.dnsnames import DNS_LABEL, DNS_LABEL_RE
+
 __all__ = ["service_dns_names", "split_identities", "validate_dns_name"]
 
 # RFC 1123 host-name label; compared case-insensitively, as DNS is.
-_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
+_LABEL = re.compile(DNS_LABEL, re.IGNORECASE | re.ASCII)
 # Kubernetes object names: RFC 1123 labels, lower case only.
-_K8S_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_K8S_LABEL = DNS_LABEL_RE
 _MAX_NAME_LENGTH = 253
 
 

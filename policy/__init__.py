@@ -5,23 +5,27 @@ or the network (an import-linter contract in pyproject.toml checks it).
 """
 
 from mirrorgate.policy.decision import (
+    IMAGE_OUTCOMES,
     MODE_LABEL,
-    OUTCOMES,
     ImageDecision,
+    ImageOutcome,
     PodExemption,
     decide_image,
     exempt_pod,
 )
 from mirrorgate.policy.health import HEALTHY, Health, HealthSettings
-from mirrorgate.policy.matching import Outcome, Resolution
+from mirrorgate.policy.loader import load
+from mirrorgate.policy.matching import Resolution, ResolutionOutcome
 from mirrorgate.policy.model import (
+    AUDIT,
+    ENFORCE,
+    MODES,
     CredentialGrant,
     FieldError,
     Mode,
     OnCredentialError,
     Policy,
     PolicyError,
-    load,
 )
 from mirrorgate.policy.planner import (
     CONTAINER_FIELDS,
@@ -33,28 +37,38 @@ from mirrorgate.policy.planner import (
     ImageRewrite,
     ImageSite,
     RewritePlan,
+    ShapeKey,
     audit_mode_line,
     find_image_sites,
     plan,
     pull_secret_name,
+    shape_key,
 )
+from mirrorgate.policy.podview import planning_view
 from mirrorgate.policy.quoting import prefix, quote
 from mirrorgate.policy.reference import (
+    REFERENCE_LENGTH_MAX,
     ImageReference,
     InvalidReferenceError,
     parse,
     parse_normalized,
 )
 from mirrorgate.policy.rules import Mirror, MirrorRule, Source
+from mirrorgate.policy.sites import CONTAINER_NAME_LENGTH_MAX, container_count
 
 __all__ = [
+    "AUDIT",
     "CONTAINER_FIELDS",
+    "CONTAINER_NAME_LENGTH_MAX",
+    "ENFORCE",
     "HEALTHY",
+    "IMAGE_OUTCOMES",
     "MIRROR_POD_ANNOTATION",
+    "MODES",
     "MODE_LABEL",
     "ORIGINAL_IMAGES_ANNOTATION",
-    "OUTCOMES",
     "PULL_SECRET_PREFIX",
+    "REFERENCE_LENGTH_MAX",
     "SKIP_LABEL",
     "ContainerField",
     "CredentialGrant",
@@ -62,6 +76,7 @@ __all__ = [
     "Health",
     "HealthSettings",
     "ImageDecision",
+    "ImageOutcome",
     "ImageReference",
     "ImageRewrite",
     "ImageSite",
@@ -70,14 +85,16 @@ __all__ = [
     "MirrorRule",
     "Mode",
     "OnCredentialError",
-    "Outcome",
     "PodExemption",
     "Policy",
     "PolicyError",
     "Resolution",
+    "ResolutionOutcome",
     "RewritePlan",
+    "ShapeKey",
     "Source",
     "audit_mode_line",
+    "container_count",
     "decide_image",
     "exempt_pod",
     "find_image_sites",
@@ -85,7 +102,9 @@ __all__ = [
     "parse",
     "parse_normalized",
     "plan",
+    "planning_view",
     "prefix",
     "pull_secret_name",
     "quote",
+    "shape_key",
 ]

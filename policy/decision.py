@@ -38,18 +38,18 @@ from mirrorgate.policy.model import Policy
 from mirrorgate.policy.quoting import quote
 
 __all__ = [
+    "IMAGE_OUTCOMES",
     "MIRROR_POD_ANNOTATION",
     "MODE_LABEL",
-    "OUTCOMES",
     "SKIP_LABEL",
     "ImageDecision",
-    "Outcome",
+    "ImageOutcome",
     "PodExemption",
     "decide_image",
     "exempt_pod",
 ]
 
-Outcome = Literal[
+ImageOutcome = Literal[
     "excluded",
     "skipped",
     "invalid",
@@ -60,7 +60,7 @@ Outcome = Literal[
     "credential-unavailable",
     "mirror-unhealthy",
 ]
-OUTCOMES: tuple[Outcome, ...] = (
+IMAGE_OUTCOMES: tuple[ImageOutcome, ...] = (
     "excluded",
     "skipped",
     "invalid",
@@ -92,10 +92,10 @@ def exempt_pod(
     namespace: str,
     labels: Mapping[str, object],
     annotations: Mapping[str, object],
-    policy: Policy,
+    mirror_policy: Policy,
 ) -> PodExemption | None:
     """Why a Pod with these labels and annotations in ``namespace`` is left alone, or None."""
-    if policy.is_namespace_excluded(namespace):
+    if mirror_policy.is_namespace_excluded(namespace):
         return PodExemption("excluded", f"namespace {quote(namespace)} is excluded by the policy")
     if labels.get(SKIP_LABEL) == "true":
         return PodExemption("skipped", f"the Pod is labelled {SKIP_LABEL}=true")
@@ -107,7 +107,7 @@ def exempt_pod(
 class ImageDecision(NamedTuple):
     """What admission does with one image of a Pod that is not exempt."""
 
-    outcome: Outcome
+    outcome: ImageOutcome
     resolution: Resolution
     """The rule, the image on the mirror, the parsed reference."""
     reason: str | None = None
@@ -116,9 +116,10 @@ class ImageDecision(NamedTuple):
     """What admission tells the client about it (prefixed with the container), if anything."""
 
 
-def decide_image(image: str, *, namespace: str, policy: Policy) -> ImageDecision:
-    """Admission's decision for ``image`` in a non-exempt Pod of ``namespace``."""
-    found = policy.resolve(image)
+def decide_image(found: Resolution, *, namespace: str, mirror_policy: Policy) -> ImageDecision:
+    """Admission's decision for an image in a non-exempt Pod of ``namespace``, from what
+    ``mirror_policy`` resolves it to (:meth:`Policy.resolve`)."""
+    image = found.image
     rule = found.rule
     if found.outcome == "invalid":
         return ImageDecision(
@@ -128,7 +129,7 @@ def decide_image(image: str, *, namespace: str, policy: Policy) -> ImageDecision
         return ImageDecision("excluded", found, "matched by exclude.images")
     if rule is None:
         return ImageDecision("no-rule", found, "no mirror rule covers it")
-    not_granted = policy.not_granted(rule, namespace)
+    not_granted = mirror_policy.not_granted(rule, namespace)
     if found.outcome == "on-mirror":
         reason = f"already under the mirror of {rule.label}"
         if not_granted is None:

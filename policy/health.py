@@ -8,26 +8,12 @@ with it like with any other input.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
 from mirrorgate.policy.rules import MirrorRule
 
-__all__ = ["DEFAULT_HEALTH_SETTINGS", "HEALTHY", "Health", "HealthSettings", "parse_duration"]
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-# Go's time.ParseDuration, restricted to the units a probe schedule needs:
-# "10s", "500ms", "1m30s", "1.5s".
-_DURATION_RE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h))+", re.ASCII)
-_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)", re.ASCII)
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds in ``text`` (``10s``, ``500ms``, ``1m30s``), or None when it is not a duration."""
-    if not _DURATION_RE.fullmatch(text):
-        return None
-    return sum(float(number) * _UNITS[unit] for number, unit in _PART_RE.findall(text))
+__all__ = ["DEFAULT_HEALTH_SETTINGS", "HEALTHY", "Health", "HealthSettings"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -20,11 +20,12 @@ from collections.abc import Iterable
 from typing import Literal
 
 from mirrorgate.policy import reference
+from mirrorgate.policy.hosts import DOCKER_HUB_ALIASES, canonical_host
 from mirrorgate.policy.rules import MirrorRule
 
-__all__ = ["DOCKER_HUB_ALIASES", "Outcome", "Resolution", "RuleIndex", "rewritten_name"]
+__all__ = ["DOCKER_HUB_ALIASES", "Resolution", "ResolutionOutcome", "RuleIndex", "rewritten_name"]
 
-Outcome = Literal["rewrite", "on-mirror", "excluded", "unmatched", "invalid"]
+ResolutionOutcome = Literal["rewrite", "on-mirror", "excluded", "unmatched", "invalid"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ class Resolution:
 
     image: str
     """The image exactly as written."""
-    outcome: Outcome
+    outcome: ResolutionOutcome
     rule: MirrorRule | None = None
     """The rule that matched (``rewrite``) or whose mirror holds the image (``on-mirror``)."""
     new_image: str | None = None
@@ -41,18 +42,6 @@ class Resolution:
     reference: reference.ImageReference | None = None
     error: str | None = None
     """Why the image is not a valid reference (``invalid`` only)."""
-
-
-# Registries that Docker Hub answers on. distribution/reference folds only
-# index.docker.io into docker.io; registry-1.docker.io is the API host that
-# people copy from client logs.
-DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
-
-
-def canonical_host(host: str) -> str:
-    """Host names are case-insensitive; Docker Hub's aliases are all docker.io."""
-    host = host.lower()
-    return reference.DEFAULT_DOMAIN if host in DOCKER_HUB_ALIASES else host
 
 
 def canonical_path(host: str, path: str) -> str:

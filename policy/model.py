@@ -16,30 +16,33 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Generic, Literal, TypeVar, cast
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from mirrorgate.policy import matching, reference
-from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings, parse_duration
+from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings
 from mirrorgate.policy.quoting import quote
-from mirrorgate.policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Scheme, Source
+from mirrorgate.policy.rules import Mirror, MirrorRule
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
+    "AUDIT",
+    "ENFORCE",
+    "MODES",
     "CredentialGrant",
     "FieldError",
-    "Memo",
     "Mode",
     "OnCredentialError",
     "Policy",
     "PolicyError",
-    "load",
 ]
 
 Mode = Literal["enforce", "audit"]
 """How an admission treats a Pod: set by the namespace's mirrorgate.io/mode label (or the
 server's --audit-only), never by the policy."""
-MODES: tuple[Mode, ...] = ("enforce", "audit")
+ENFORCE: Mode = "enforce"
+AUDIT: Mode = "audit"
+MODES: tuple[Mode, ...] = (ENFORCE, AUDIT)
 OnCredentialError = Literal["skip", "deny"]
 ON_CREDENTIAL_ERROR: tuple[OnCredentialError, ...] = ("skip", "deny")
 
@@ -47,47 +50,8 @@ ON_CREDENTIAL_ERROR: tuple[OnCredentialError, ...] = ("skip", "deny")
 # rewriting them risks a cluster that cannot restart. Not configurable.
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
 
-# Memo bounds: entries, and an estimate of the bytes held (see Memo). A
-# stream of unique images, namespaces or Pod shapes empties a memo rather
-# than growing it; the workload's few hundred entries are back within one
-# admission each.
-MEMO_ENTRIES = 4096
-RESOLUTION_MEMO_BYTES = 8 << 20
-PLAN_MEMO_BYTES = 16 << 20
-DECISION_MEMO_BYTES = 1 << 20
-ENTRY_OVERHEAD = 200
 MAX_ERRORS = 1000
 """Problems a :class:`PolicyError` keeps; it counts the rest."""
-"""Bytes charged per memo entry beyond its strings: the dict slot, tuples, small objects."""
-
-# A credential becomes the Secret `mirrorgate-<name>` and the label value
-# `mirrorgate.io/credential: <name>`: a DNS label fits both.
-CREDENTIAL_NAME_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
-# Namespace globs: DNS-label characters plus the fnmatch wildcards.
-_NAMESPACE_GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}", re.ASCII)
-
-_TOP_LEVEL_KEYS = ("onCredentialError", "health", "mirrors", "exclude", "credentials")
-# Fields a policy once had: what to do instead.
-_REMOVED_KEYS = {
-    "mode": "the policy no longer sets the mode; remove this line. Each namespace's "
-    "mirrorgate.io/mode label (enforce or audit) decides, and the server's "
-    "--audit-only (the chart's mode: audit) makes the whole cluster report only",
-}
-_RULE_KEYS = ("source", "mirror", "credential", "onMirrorDown", "caFile", "insecureSkipVerify")
-# `mirror: http://host/path` declares a plain-HTTP mirror; `https://` is the
-# default spelled out. Only a rule's mirror takes a scheme.
-MIRROR_SCHEMES: tuple[Scheme, ...] = ("https", "http")
-_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_HEALTH_KEYS = ("interval", "timeout", "failureThreshold", "successThreshold")
-# Probing more often than this is load on the mirror without news; less often
-# than this leaves an outage unnoticed for too long to be worth the name.
-MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
-MAX_THRESHOLD = 100
-_EXCLUDE_KEYS = ("images", "namespaces")
-_GRANT_KEYS = ("namespaces", "registry", "provider")
-# A provider is named as in the kubelet's CredentialProviderConfig: a file
-# name in the plugin directory.
-_PROVIDER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -114,36 +78,6 @@ class PolicyError(ValueError):
         self.omitted = omitted
         more = [f"... and {omitted} more"] if omitted else []
         super().__init__("\n".join([*(str(e) for e in self.errors), *more]))
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-class Memo(dict[_K, _V], Generic[_K, _V]):
-    """A memo bounded by its number of entries and by the bytes they hold.
-
-    A plain dict for lookups (``get`` is the C method: this is on the
-    admission path); :meth:`remember` charges each entry an estimate of its
-    size, and empties the memo when either bound would be passed. An entry
-    costing more than a sixteenth of the byte bound is not kept at all: it
-    would evict everything else for one caller's benefit.
-    """
-
-    __slots__ = ("held", "max_bytes", "max_entries")
-
-    def __init__(self, *, max_entries: int, max_bytes: int) -> None:
-        super().__init__()
-        self.max_entries, self.max_bytes, self.held = max_entries, max_bytes, 0
-
-    def remember(self, key: _K, value: _V, cost: int) -> None:
-        if cost * 16 > self.max_bytes:
-            return
-        if len(self) >= self.max_entries or self.held + cost > self.max_bytes:
-            self.clear()
-            self.held = 0
-        self[key] = value
-        self.held += cost
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -189,32 +123,6 @@ class Policy:
     _excluded_image: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
     _excluded_namespace: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
     _grant_patterns: dict[str, re.Pattern[str] | None] = dataclasses.field(init=False, repr=False)
-    # Pods repeat the same few images; resolving each string once makes the
-    # steady-state cost a dictionary lookup. Bounded so that a stream of
-    # unique images cannot grow it without limit.
-    _resolutions: Memo[str, matching.Resolution] = dataclasses.field(
-        init=False,
-        repr=False,
-        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=RESOLUTION_MEMO_BYTES),
-    )
-    # Glob decisions per namespace, memoised likewise: a cluster has few.
-    _namespace_decisions: Memo[str, bool] = dataclasses.field(
-        init=False,
-        repr=False,
-        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES),
-    )
-    _grant_decisions: Memo[tuple[str, str], bool] = dataclasses.field(
-        init=False,
-        repr=False,
-        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=DECISION_MEMO_BYTES),
-    )
-    plans: Memo[Hashable, Any] = dataclasses.field(
-        init=False,
-        repr=False,
-        compare=False,
-        default_factory=lambda: Memo(max_entries=MEMO_ENTRIES, max_bytes=PLAN_MEMO_BYTES),
-    )
-    """Plans by Pod shape, kept by :func:`policy.planner.plan` for this policy's lifetime."""
 
     def __post_init__(self) -> None:
         derived = {
@@ -231,23 +139,19 @@ class Policy:
             object.__setattr__(self, name, value)  # frozen: set once, here
 
     def resolve(self, image: str) -> matching.Resolution:
-        """What this policy does with ``image``, namespace aside (memoised)."""
-        found = self._resolutions.get(image)
-        if found is None:
-            if len(image) > reference.REFERENCE_LENGTH_MAX:
-                # Cannot be valid: answered without parsing or memoising it.
-                return matching.Resolution(
-                    image=image,
-                    outcome="invalid",
-                    error=f"{len(image)} characters is longer than any valid reference "
-                    f"(at most {reference.REFERENCE_LENGTH_MAX})",
-                )
-            found = self._resolve(image)
-            # The image, the rewritten image and the parsed parts: three copies.
-            self._resolutions.remember(image, found, 3 * len(image) + 3 * ENTRY_OVERHEAD)
-        return found
+        """What this policy does with ``image``, namespace aside.
 
-    def _resolve(self, image: str) -> matching.Resolution:
+        Pure, and the same answer every time: a caller may keep it (the
+        webhook's admission cache does).
+        """
+        if len(image) > reference.REFERENCE_LENGTH_MAX:
+            # Cannot be valid: answered without parsing it.
+            return matching.Resolution(
+                image=image,
+                outcome="invalid",
+                error=f"{len(image)} characters is longer than any valid reference "
+                f"(at most {reference.REFERENCE_LENGTH_MAX})",
+            )
         try:
             ref = reference.parse_normalized(image)
         except reference.InvalidReferenceError as error:
@@ -296,22 +200,13 @@ class Policy:
         )
 
     def is_namespace_excluded(self, namespace: str) -> bool:
-        found = self._namespace_decisions.get(namespace)
-        if found is None:
-            pattern = self._excluded_namespace
-            found = pattern is not None and pattern.fullmatch(namespace) is not None
-            self._namespace_decisions.remember(namespace, found, len(namespace) + ENTRY_OVERHEAD)
-        return found
+        pattern = self._excluded_namespace
+        return pattern is not None and pattern.fullmatch(namespace) is not None
 
     def is_granted(self, credential: str, namespace: str) -> bool:
         """Whether ``namespace`` may receive ``credential``."""
-        key = (credential, namespace)
-        found = self._grant_decisions.get(key)
-        if found is None:
-            pattern = self._grant_patterns.get(credential)
-            found = pattern is not None and pattern.fullmatch(namespace) is not None
-            self._grant_decisions.remember(key, found, len(namespace) + ENTRY_OVERHEAD)
-        return found
+        pattern = self._grant_patterns.get(credential)
+        return pattern is not None and pattern.fullmatch(namespace) is not None
 
     def not_granted(self, rule: MirrorRule, namespace: str) -> str | None:
         """Why ``rule``'s mirror is off limits in ``namespace``, or None when it is not.
@@ -334,530 +229,3 @@ def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:
     # fnmatch.translate gives `(?s:...)\Z`; joined they form one alternation
     # that the regex engine scans once.
     return re.compile("|".join(fnmatch.translate(g) for g in globs))
-
-
-def _quote(value: object) -> str:
-    return quote(value, json_style=True)
-
-
-class _Collector:
-    """Gathers :class:`FieldError`s so that one load reports every problem."""
-
-    def __init__(self) -> None:
-        self.errors: list[FieldError] = []
-        self.omitted = 0
-
-    def add(self, path: str, message: str) -> None:
-        if len(self.errors) < MAX_ERRORS:
-            self.errors.append(FieldError(path, message))
-        else:
-            self.omitted += 1
-
-    def mapping(
-        self,
-        value: object,
-        path: str,
-        allowed: Sequence[str] | None,
-        removed: Mapping[str, str] | None = None,
-    ) -> Mapping[str, object]:
-        """``value`` as a mapping; ``allowed`` lists its fields (None: any keys);
-        ``removed`` says what to do instead of a field that no longer exists."""
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            self.add(path, f"must be a mapping, got {_type_name(value)}")
-            return {}
-        for key in value:
-            where = f"{path}.{key}" if path else str(key)
-            if removed is not None and key in removed:
-                self.add(where, removed[key])
-            elif allowed is not None and key not in allowed:
-                self.add(where, f"unknown field (expected one of: {', '.join(allowed)})")
-        return cast("Mapping[str, object]", value)
-
-    def sequence(self, value: object, path: str) -> Sequence[object]:
-        if value is None:
-            return ()
-        if isinstance(value, str) or not isinstance(value, Sequence):
-            self.add(path, f"must be a list, got {_type_name(value)}")
-            return ()
-        return value
-
-    def string_list(self, value: object, path: str) -> tuple[str, ...]:
-        items: list[str] = []
-        for i, item in enumerate(self.sequence(value, path)):
-            if isinstance(item, str) and item:
-                items.append(item)
-            else:
-                self.add(f"{path}[{i}]", f"must be a non-empty string, got {_quote(item)}")
-        return tuple(items)
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    return {
-        dict: "a mapping",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-    }.get(type(value), type(value).__name__)
-
-
-_PORT_RE = re.compile(r":([0-9]+)\Z")
-
-
-def registry_host_problem(value: str) -> str | None:
-    """Why ``value`` does not start with a registry ``host[:port]``, or None when it does.
-
-    ``value`` may go on with ``/path``; only the host is judged here.
-    """
-    if "://" in value:
-        return (
-            "write it without a scheme such as https:// (only mirrors[].mirror takes "
-            "one: http:// for a plain-HTTP mirror)"
-        )
-    host = value.partition("/")[0]
-    if host.lower() != host:
-        return "it has upper-case letters (registry hosts are written in lower case)"
-    if not reference.is_valid_domain(host):
-        return "the host must be letters, digits, '-' and '.', then an optional :port"
-    # The test the runtime applies to the first path component: without a
-    # dot, a colon or "localhost" it would be a Docker Hub namespace.
-    if host != reference.LOCALHOST and not any(c in host for c in ".:"):
-        return "without a '.', a ':port' or localhost it would be read as a Docker Hub name"
-    # The grammar allows any digits; a connection needs a TCP port.
-    port = _PORT_RE.search(host)
-    if port is not None and not 1 <= int(port[1]) <= 65535:
-        return f"port {port[1]} is outside 1-65535"
-    return None
-
-
-def mirror_problem(value: str) -> str | None:
-    """Why ``value`` is not a mirror ``host[:port][/path]``, or None when it is one.
-
-    One statement for policy files and ``mirrorgate credentials add --registry``.
-    """
-    problem = registry_host_problem(value)
-    if problem is not None:
-        return f"{_quote(value)} is not a valid registry host: {problem}"
-    host, _, repo = value.rstrip("/").partition("/")
-    if repo and reference.split_name(f"{host}/{repo}") != (host, repo):
-        return f"{_quote(value)} has an invalid repository path {_quote(repo)}"
-    if host in matching.DOCKER_HUB_ALIASES:
-        return f"{_quote(value)} is Docker Hub itself, not a mirror"
-    return None
-
-
-def _parse_source(value: object, path: str, errors: _Collector) -> Source | None:
-    if not isinstance(value, str) or not value:
-        errors.add(path, f"must be a registry host or host/path, got {_quote(value)}")
-        return None
-    if value.startswith("*."):
-        suffix = value[2:]
-        if (
-            "/" in suffix
-            or ":" in suffix
-            or "*" in suffix
-            or registry_host_problem(suffix) is not None
-        ):
-            errors.add(
-                path,
-                f"{_quote(value)} is not a valid wildcard host "
-                "(write *.example.com: whole hosts only, no port, no path)",
-            )
-            return None
-        return Source(host=suffix, path="", wildcard=True)
-    problem = registry_host_problem(value)
-    if problem is not None:
-        errors.add(path, f"{_quote(value)} is not a valid registry host: {problem}")
-        return None
-    host, _, repo = value.rstrip("/").partition("/")
-    if repo and (reference.split_name(f"{host}/{repo}") != (host, repo)):
-        errors.add(path, f"{_quote(value)} has an invalid repository path {_quote(repo)}")
-        return None
-    return Source(host=matching.canonical_host(host), path=repo, wildcard=False)
-
-
-def _parse_mirror(value: object, path: str, errors: _Collector) -> Mirror | None:
-    if not isinstance(value, str) or not value:
-        errors.add(path, f"must be host[:port][/path], got {_quote(value)}")
-        return None
-    problem = mirror_problem(value)
-    if problem is not None:
-        errors.add(path, problem)
-        return None
-    host, _, repo = value.rstrip("/").partition("/")
-    return Mirror(host=host, path=repo)
-
-
-def _parse_rule_mirror(
-    value: object, path: str, errors: _Collector
-) -> tuple[Mirror | None, Scheme]:
-    """A rule's ``[http://|https://]host[:port][/path]``: the mirror and how to reach it.
-
-    ``https://`` is the default spelled out and means the same as no scheme;
-    ``http://`` is a plain-HTTP mirror. Any other scheme is refused, saying so.
-    """
-    scheme: Scheme = "https"
-    if isinstance(value, str) and (found := _SCHEME_RE.match(value)):
-        written = found.group(1)
-        if written not in MIRROR_SCHEMES:
-            errors.add(
-                path,
-                f"{_quote(value)}: {_quote(written + '://')} is not a mirror "
-                "scheme (write http:// for a plain-HTTP mirror, https:// or no "
-                "scheme for HTTPS)",
-            )
-            return None, scheme
-        scheme = cast("Scheme", written)
-        value = value[found.end() :]
-    return _parse_mirror(value, path, errors), scheme
-
-
-def _parse_credential_name(value: object, path: str, errors: _Collector) -> str | None:
-    if isinstance(value, str) and CREDENTIAL_NAME_RE.fullmatch(value):
-        return value
-    errors.add(
-        path,
-        f"{_quote(value)} is not a valid credential name "
-        "(lower-case letters, digits and '-', at most 63 characters)",
-    )
-    return None
-
-
-def _parse_namespace_globs(value: object, path: str, errors: _Collector) -> tuple[str, ...]:
-    globs = errors.string_list(value, path)
-    for i, glob in enumerate(globs):
-        if not _NAMESPACE_GLOB_RE.fullmatch(glob):
-            errors.add(f"{path}[{i}]", f"{_quote(glob)} is not a namespace name or glob")
-    return globs
-
-
-def _parse_image_globs(value: object, path: str, errors: _Collector) -> tuple[str, ...]:
-    globs = errors.string_list(value, path)
-    for i, glob in enumerate(globs):
-        if any(c.isspace() for c in glob):
-            errors.add(f"{path}[{i}]", f"{_quote(glob)} contains white space")
-    return globs
-
-
-def _parse_health(value: object, errors: _Collector) -> HealthSettings:
-    """The ``health`` block, defaults filled in; durations are strings like ``10s``."""
-    block = errors.mapping(value, "health", _HEALTH_KEYS)
-    seconds: dict[str, float] = {}
-    for key in ("interval", "timeout"):
-        default = getattr(DEFAULT_HEALTH_SETTINGS, key)
-        raw = block.get(key)
-        parsed = parse_duration(raw) if isinstance(raw, str) else None
-        if raw is not None and parsed is None:
-            errors.add(
-                f"health.{key}",
-                f"{_quote(raw)} is not a duration (write it like 10s, 500ms or 1m30s)",
-            )
-        seconds[key] = default if parsed is None else parsed
-    interval, timeout = seconds["interval"], seconds["timeout"]
-    interval_ok = MIN_INTERVAL <= interval <= MAX_INTERVAL
-    if not interval_ok:
-        errors.add(
-            "health.interval",
-            f"{_quote(block.get('interval'))} is outside {MIN_INTERVAL:g}s to {MAX_INTERVAL:g}s",
-        )
-    if timeout <= 0:
-        errors.add("health.timeout", f"{_quote(block.get('timeout'))} must be more than 0s")
-    elif interval_ok and timeout > interval:
-        # Probes of one round would still be running when the next one starts.
-        errors.add(
-            "health.timeout",
-            f"{_quote(block.get('timeout', '2s'))} is longer than health.interval ({interval:g}s)",
-        )
-    thresholds: dict[str, int] = {}
-    for key, field in (
-        ("failureThreshold", "failure_threshold"),
-        ("successThreshold", "success_threshold"),
-    ):
-        raw = block.get(key, getattr(DEFAULT_HEALTH_SETTINGS, field))
-        if type(raw) is not int or not 1 <= raw <= MAX_THRESHOLD:
-            errors.add(
-                f"health.{key}", f"{_quote(raw)} is not a whole number from 1 to {MAX_THRESHOLD}"
-            )
-            raw = getattr(DEFAULT_HEALTH_SETTINGS, field)
-        thresholds[field] = raw
-    return HealthSettings(interval=interval, timeout=timeout, **thresholds)
-
-
-def _check_mirror_transports(rules: Sequence[MirrorRule], errors: _Collector) -> None:
-    """Mirrors are probed (and exported) per host, so the rules on one host must reach
-    it alike: the same scheme, the same CA, the same verification."""
-    first: dict[str, MirrorRule] = {}
-    for rule in rules:
-        other = first.setdefault(rule.mirror.host, rule)
-        for key, mine, theirs in (
-            ("mirror", rule.scheme + "://", other.scheme + "://"),
-            ("caFile", rule.ca_file, other.ca_file),
-            ("insecureSkipVerify", rule.skip_verify, other.skip_verify),
-        ):
-            if mine != theirs:
-                errors.add(
-                    f"{rule.label}.{key}",
-                    f"{_quote(mine)} differs from {other.label}.{key} "
-                    f"({_quote(theirs)}) on the same mirror host "
-                    f"{_quote(rule.mirror.host)}",
-                )
-
-
-def _transport_problems(
-    rule: Mapping[str, object], where: str, scheme: Scheme, errors: _Collector
-) -> tuple[str | None, bool]:
-    """A rule's ``caFile`` and ``insecureSkipVerify``, checked against its scheme."""
-    ca_file = rule.get("caFile")
-    if ca_file is not None and (not isinstance(ca_file, str) or not ca_file):
-        errors.add(f"{where}.caFile", f"must be the path of a PEM CA bundle, got {_quote(ca_file)}")
-        ca_file = None
-    skip = rule.get("insecureSkipVerify", False)
-    if not isinstance(skip, bool):
-        errors.add(f"{where}.insecureSkipVerify", f"must be true or false, got {_quote(skip)}")
-        skip = False
-    if scheme == "http":
-        for key, given in (("caFile", ca_file is not None), ("insecureSkipVerify", skip)):
-            if given:
-                errors.add(f"{where}.{key}", "has no use on a plain-HTTP (http://) mirror")
-    elif skip and ca_file is not None:
-        errors.add(
-            f"{where}.insecureSkipVerify",
-            "and caFile contradict each other: verify with the CA, or do not verify",
-        )
-    return ca_file, skip
-
-
-def _warnings(
-    rules: Sequence[MirrorRule], grants: Mapping[str, CredentialGrant]
-) -> tuple[FieldError, ...]:
-    """What a valid policy allows that is unsafe or rarely meant: ``policy check`` and the
-    policy's admission warn of it, once per rule or grant.
-
-    A ``"*"`` grant hands the credential to anyone who can create a Pod in any
-    opted-in namespace (docs/security.md).
-    """
-    found: list[FieldError] = []
-    for rule in rules:
-        if rule.skip_verify:
-            found.append(
-                FieldError(
-                    f"{rule.label}.insecureSkipVerify",
-                    f"TLS certificates of {_quote(rule.mirror.host)} are not verified: anyone "
-                    "on the network path can serve images (and read credentials) in its name",
-                )
-            )
-        if rule.scheme == "http" and rule.credential is not None:
-            found.append(
-                FieldError(
-                    f"{rule.label}.mirror",
-                    f"{_quote(rule.mirror_url)} is plain HTTP but needs credential "
-                    f"{_quote(rule.credential)}: the login would cross the network in clear",
-                )
-            )
-    found.extend(
-        FieldError(
-            f"credentials.{name}.namespaces",
-            '"*" grants this credential to every opted-in namespace: anyone who can '
-            "create a Pod in one can pull with it; name the namespaces or globs that "
-            "need it",
-        )
-        for name, grant in grants.items()
-        if "*" in grant.namespaces
-    )
-    return tuple(found)
-
-
-def _check_nested_mirrors(rules: Sequence[MirrorRule], errors: _Collector) -> None:
-    """A mirror under another mirror's prefix makes images of two rules collide.
-
-    ``m.example/hub`` and ``m.example/hub/library`` would both hold
-    ``m.example/hub/library/nginx``, and on re-admission the image would be
-    credited to the wrong rule and its credential. One dictionary probe per
-    path component, so this stays linear in the number of rules.
-    """
-    by_prefix = {(r.mirror.host, r.mirror.path): r for r in rules}
-    for rule in rules:
-        path = rule.mirror.path
-        parents = [path[:i] for i in range(len(path)) if path[i] == "/"]
-        for parent in ([""] if path else []) + parents:
-            outer = by_prefix.get((rule.mirror.host, parent))
-            if outer is not None:
-                errors.add(
-                    f"{rule.label}.mirror",
-                    f"{_quote(str(rule.mirror))} lies under {_quote(str(outer.mirror))}, "
-                    f"the mirror of {outer.label}; mirror paths must not nest",
-                )
-                break
-
-
-def load(document: object) -> Policy:
-    """Validate a decoded policy document and build the :class:`Policy`.
-
-    Raises :class:`PolicyError` listing every problem, each with its path.
-    """
-    errors = _Collector()
-    top = errors.mapping(document, "", _TOP_LEVEL_KEYS, _REMOVED_KEYS)
-    if document is None:
-        errors.add("", "the policy is empty")
-
-    on_error = top.get("onCredentialError", "skip")
-    if on_error not in ON_CREDENTIAL_ERROR:
-        errors.add(
-            "onCredentialError",
-            f"{_quote(on_error)} is not one of: {', '.join(ON_CREDENTIAL_ERROR)}",
-        )
-
-    grants: dict[str, CredentialGrant] = {}
-    seen_registries: dict[Mirror, str] = {}
-    grants_doc = errors.mapping(top.get("credentials"), "credentials", None)
-    for name, grant_doc in grants_doc.items():
-        where = f"credentials.{name}"
-        if _parse_credential_name(name, where, errors) is None:
-            continue
-        grant = errors.mapping(grant_doc, where, _GRANT_KEYS)
-        if "namespaces" not in grant:
-            errors.add(
-                f"{where}.namespaces",
-                "is required: the namespaces (names or globs) whose Pods may use this credential",
-            )
-        namespaces = _parse_namespace_globs(grant.get("namespaces"), f"{where}.namespaces", errors)
-        if grant.get("namespaces") == []:
-            errors.add(f"{where}.namespaces", "is empty: the credential would reach no namespace")
-        registry = (
-            _parse_mirror(grant["registry"], f"{where}.registry", errors)
-            if grant.get("registry") is not None
-            else None
-        )
-        if registry is not None and registry in seen_registries:
-            # The kubelet keeps one login per key: the second would silently win.
-            errors.add(
-                f"{where}.registry",
-                f"{_quote(str(registry))} is already the registry of "
-                f"credentials.{seen_registries[registry]}; give each credential its own "
-                "host or path",
-            )
-        elif registry is not None:
-            seen_registries[registry] = name
-        provider = grant.get("provider")
-        if provider is not None and not (
-            isinstance(provider, str) and _PROVIDER_NAME_RE.fullmatch(provider)
-        ):
-            errors.add(
-                f"{where}.provider",
-                f"{_quote(provider)} is not a valid provider name "
-                "(a file name in --credential-provider-bin-dir)",
-            )
-            provider = None
-        grants[name] = CredentialGrant(
-            name=name, namespaces=namespaces, registry=registry, provider=provider
-        )
-
-    rules: list[MirrorRule] = []
-    seen_sources: dict[Source, int] = {}
-    seen_mirrors: dict[Mirror, int] = {}
-    for i, rule_doc in enumerate(errors.sequence(top.get("mirrors"), "mirrors")):
-        where = f"mirrors[{i}]"
-        if not isinstance(rule_doc, Mapping):
-            errors.add(
-                where, f"must be a mapping with source and mirror, got {_type_name(rule_doc)}"
-            )
-            continue
-        rule = errors.mapping(rule_doc, where, _RULE_KEYS)
-        for required in ("source", "mirror"):
-            if required not in rule:
-                errors.add(f"{where}.{required}", "is required")
-        source = (
-            _parse_source(rule.get("source"), f"{where}.source", errors)
-            if "source" in rule
-            else None
-        )
-        mirror, scheme = (
-            _parse_rule_mirror(rule.get("mirror"), f"{where}.mirror", errors)
-            if "mirror" in rule
-            else (None, "https")
-        )
-        credential = None
-        if rule.get("credential") is not None:
-            credential = _parse_credential_name(rule["credential"], f"{where}.credential", errors)
-            if credential is not None and credential not in grants:
-                errors.add(
-                    f"{where}.credential",
-                    f"{_quote(credential)} is not granted to any "
-                    f"namespace: add credentials.{credential}.namespaces",
-                )
-            elif (
-                credential is not None
-                and mirror is not None
-                and not grants[credential].covers(mirror)
-            ):
-                errors.add(
-                    f"{where}.credential",
-                    f"credential {_quote(credential)} is for "
-                    f"{_quote(str(grants[credential].registry))}, which does not cover "
-                    f"the mirror {_quote(str(mirror))}: the kubelet would not send it",
-                )
-        on_down = rule.get("onMirrorDown", "fallback")
-        if on_down not in ON_MIRROR_DOWN:
-            errors.add(
-                f"{where}.onMirrorDown",
-                f"{_quote(on_down)} is not one of: {', '.join(ON_MIRROR_DOWN)}",
-            )
-        ca_file, skip_verify = _transport_problems(rule, where, scheme, errors)
-        if source is not None and source in seen_sources:
-            written = rule["source"]
-            same = "" if written == str(source) else f" (as {_quote(str(source))})"
-            errors.add(
-                f"{where}.source",
-                f"{_quote(written)}{same} is already the source of mirrors[{seen_sources[source]}]",
-            )
-        if mirror is not None and mirror in seen_mirrors:
-            # Two sources under one mirror path collide (ghcr.io/org/app and
-            # quay.io/org/app would become the same image).
-            errors.add(
-                f"{where}.mirror",
-                f"{_quote(str(mirror))} is already the mirror of "
-                f"mirrors[{seen_mirrors[mirror]}]; give each source its own mirror path",
-            )
-        if source is None or mirror is None:
-            continue
-        seen_sources[source] = i
-        seen_mirrors[mirror] = i
-        rules.append(
-            MirrorRule(
-                index=i,
-                source=source,
-                mirror=mirror,
-                credential=credential,
-                on_mirror_down=cast("OnMirrorDown", on_down),
-                ca_file=ca_file,
-                scheme=scheme,
-                skip_verify=skip_verify,
-            )
-        )
-
-    _check_nested_mirrors(rules, errors)
-    _check_mirror_transports(rules, errors)
-    health = _parse_health(top.get("health"), errors)
-
-    exclude = errors.mapping(top.get("exclude"), "exclude", _EXCLUDE_KEYS)
-    exclude_images = _parse_image_globs(exclude.get("images"), "exclude.images", errors)
-    exclude_namespaces = _parse_namespace_globs(
-        exclude.get("namespaces"), "exclude.namespaces", errors
-    )
-
-    if errors.errors:
-        raise PolicyError(errors.errors, errors.omitted)
-    return Policy(
-        rules=tuple(rules),
-        exclude_images=exclude_images,
-        exclude_namespaces=exclude_namespaces,
-        grants=grants,
-        on_credential_error=cast("OnCredentialError", on_error),
-        health=health,
-        warnings=_warnings(rules, grants),
-    )

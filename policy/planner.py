@@ -12,22 +12,39 @@ output back to us, and an image under a mirror prefix is therefore final.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Collection, Mapping
-from typing import Literal, NamedTuple, cast
+from collections.abc import Callable, Collection, Mapping
+from typing import NamedTuple
 
-from mirrorgate.policy import reference
 from mirrorgate.policy.decision import (
     MIRROR_POD_ANNOTATION,
     SKIP_LABEL,
-    Outcome,
+    ImageOutcome,
     decide_image,
     exempt_pod,
 )
 from mirrorgate.policy.health import HEALTHY, Health
-from mirrorgate.policy.model import ENTRY_OVERHEAD, Policy
+from mirrorgate.policy.matching import Resolution
+from mirrorgate.policy.model import Policy
+from mirrorgate.policy.plans import (
+    ORIGINAL_IMAGES_ANNOTATION,
+    PULL_SECRET_PREFIX,
+    ImageRewrite,
+    RewritePlan,
+    audit_mode_line,
+    credential_warning,
+    pull_secret_name,
+)
 from mirrorgate.policy.quoting import quote
+from mirrorgate.policy.sites import (
+    CONTAINER_FIELDS,
+    ContainerField,
+    ImageSite,
+    as_mapping,
+    container_lists,
+    find_image_sites,
+    spec_sites,
+)
 
 __all__ = [
     "CONTAINER_FIELDS",
@@ -39,191 +56,13 @@ __all__ = [
     "ImageRewrite",
     "ImageSite",
     "RewritePlan",
+    "ShapeKey",
     "audit_mode_line",
     "find_image_sites",
     "plan",
     "pull_secret_name",
+    "shape_key",
 ]
-
-ContainerField = Literal["containers", "initContainers", "ephemeralContainers"]
-CONTAINER_FIELDS: tuple[ContainerField, ...] = (
-    "containers",
-    "initContainers",
-    "ephemeralContainers",
-)
-
-ORIGINAL_IMAGES_ANNOTATION = "mirrorgate.io/original-images"
-PULL_SECRET_PREFIX = "mirrorgate-"  # noqa: S105 - a name prefix, not a secret
-# Container names are DNS labels (RFC 1123); admission sees a Pod before the
-# API server validates it, so a longer one can still arrive here.
-CONTAINER_NAME_LENGTH_MAX = 63
-
-
-def pull_secret_name(credential: str) -> str:
-    """The generated Secret that carries ``credential`` in a namespace."""
-    return PULL_SECRET_PREFIX + credential
-
-
-@dataclasses.dataclass(slots=True)
-class ImageSite:
-    """One container's image in a Pod (treat it as immutable).
-
-    Not frozen: a Pod of 20 containers makes 20 of these per admission, and a
-    frozen dataclass pays an object.__setattr__ call per field.
-    """
-
-    field: ContainerField
-    index: int
-    name: str
-    image: str
-    unique: bool = True
-    """No other container of the same list has this name."""
-
-    @property
-    def key(self) -> str:
-        """The container's key in the original-images annotation.
-
-        ``containers/<name>``; when the name appears more than once in its
-        list (a Pod the API server refuses later, but which admission sees
-        first), every such container is ``containers[<index>]/<name>``, so
-        that each original is kept. Names are DNS labels, so neither form
-        can be mistaken for the other.
-        """
-        if self.unique:
-            return f"{self.field}/{self.name}"
-        return f"{self.field}[{self.index}]/{self.name}"
-
-    @property
-    def shown(self) -> str:
-        """The key for messages: a name beyond any valid one is quoted as a bounded prefix."""
-        if len(self.name) <= CONTAINER_NAME_LENGTH_MAX:
-            return self.key
-        return f"{self.field}/{quote(self.name)}"
-
-    @property
-    def pointer(self) -> str:
-        """JSON Pointer to the image; container names never need escaping here."""
-        return f"/spec/{self.field}/{self.index}/image"
-
-
-class ImageRewrite(NamedTuple):
-    """A planned rewrite (a NamedTuple: cheap to build on the admission path)."""
-
-    site: ImageSite
-    new_image: str
-    rule_label: str
-    """The rule that decided it, as ``mirrors[N]``."""
-    health: str = "up"
-    """``up``, or the health problem its rule's ``onMirrorDown: keep`` rewrote it through."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, weakref_slot=True)
-class RewritePlan:
-    """Everything admission should change on one Pod, and why."""
-
-    rewrites: tuple[ImageRewrite, ...] = ()
-    pull_secrets: tuple[str, ...] = ()
-    """Secret names to append to ``spec.imagePullSecrets`` (not yet there)."""
-    credentials: tuple[str, ...] = ()
-    """Credentials whose pull secret must exist in the namespace for this plan."""
-    original_images: Mapping[str, str] | None = None
-    """The annotation's new content (to be written as a JSON object); None leaves it as is."""
-    warnings: tuple[str, ...] = ()
-    skipped: str | None = None
-    """Why the whole Pod was left alone, if it was."""
-    outcomes: Mapping[str, Outcome] = dataclasses.field(default_factory=dict)
-    """Each image's outcome by site key (see :mod:`policy.decision`)."""
-    fallbacks: int = 0
-    """Images left as written because their mirror or credential is unhealthy."""
-
-
-def audit_mode_line(rewrite: ImageRewrite, *, health: bool = False) -> str:
-    """The one-line report of a rewrite that audit mode does not make.
-
-    ``health`` appends the mirror's health, where probes have established it.
-    """
-    line = (
-        f"mirrorgate audit: {rewrite.site.shown} would use {rewrite.new_image} "
-        f"(was {rewrite.site.image})"
-    )
-    return f"{line}; health: {rewrite.health}" if health else line
-
-
-def _mapping(value: object) -> Mapping[str, object]:
-    # Decoded JSON is always a dict; the exact-type test skips the ABC machinery.
-    if type(value) is dict or isinstance(value, Mapping):
-        return value
-    return {}
-
-
-def find_image_sites(
-    pod: Mapping[str, object],
-    *,
-    fields: Collection[ContainerField] = CONTAINER_FIELDS,
-) -> tuple[list[ImageSite], list[str]]:
-    """Every container image of ``pod`` in ``fields``, and warnings for malformed ones."""
-    return _sites(_mapping(pod.get("spec")), fields)
-
-
-def _sites(
-    spec: Mapping[str, object], fields: Collection[ContainerField]
-) -> tuple[list[ImageSite], list[str]]:
-    sites: list[ImageSite] = []
-    warnings: list[str] = []
-    every_field = fields is CONTAINER_FIELDS
-    for field in CONTAINER_FIELDS:
-        containers = spec.get(field)
-        if containers is None or not (every_field or field in fields):
-            continue
-        if not isinstance(containers, list):
-            warnings.append(f"spec.{field} is not a list; left as written")
-            continue
-        first = len(sites)
-        _find_sites(field, containers, sites, warnings)
-        if len(sites) - first > 1:
-            _mark_repeated_names(sites[first:])
-    return sites, warnings
-
-
-def _mark_repeated_names(sites: list[ImageSite]) -> None:
-    names = [site.name for site in sites]
-    if len(set(names)) == len(names):
-        return
-    seen: dict[str, int] = {}
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-    for site in sites:
-        site.unique = seen[site.name] == 1
-
-
-def _find_sites(
-    field: ContainerField, containers: list[object], sites: list[ImageSite], warnings: list[str]
-) -> None:
-    for index, container in enumerate(containers):
-        # Exact-type tests first: decoded JSON is dicts and strs, and this
-        # loop runs for every container of every Pod.
-        if type(container) is dict:
-            name, image = container.get("name"), container.get("image")
-            if type(name) is str and name and type(image) is str:
-                sites.append(ImageSite(field, index, name, image))
-                continue
-        if not isinstance(container, Mapping):
-            warnings.append(f"spec.{field}[{index}] is not a mapping; left as written")
-            continue
-        name, image = container.get("name"), container.get("image")
-        if not isinstance(name, str) or not name:
-            warnings.append(f"spec.{field}[{index}] has no name; left as written")
-        elif image is None:
-            continue  # the API server reports a missing image itself
-        elif not isinstance(image, str):
-            where = (
-                f"{field}/{name}"
-                if len(name) <= CONTAINER_NAME_LENGTH_MAX
-                else f"{field}/{quote(name)}"
-            )
-            warnings.append(f"{where}: image is not a string; left as written")
-        else:
-            sites.append(ImageSite(field, index, name, image))
 
 
 def _existing_originals(annotations: Mapping[str, object]) -> dict[str, str] | None:
@@ -255,47 +94,39 @@ def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
     }
 
 
-def _refusal(
-    credential: str,
-    *,
-    unavailable: Mapping[str, str],
-    attached: set[str],
-    can_add_pull_secrets: bool,
-) -> str | None:
-    """Why a granted credential's images must stay as written in this admission, or None."""
+def _refusal(credential: str, *, attached: set[str], can_add_pull_secrets: bool) -> str | None:
+    """Why a granted credential's images must stay as written in this operation, or None."""
     secret = pull_secret_name(credential)
-    if credential in unavailable:
-        return f"pull secret {secret!r} is unavailable: {unavailable[credential]}"
     if secret not in attached and not can_add_pull_secrets:
         return f"the Pod's imagePullSecrets cannot gain {secret!r} in this operation"
     return None
 
 
-ShapeKey = tuple[object, ...]
-# What _shape puts in its key, position by position.
-_KeyParts = tuple[
-    str,
-    "Health | None",
-    "str | None",
-    bool,
-    "str | None",
-    "tuple[str | None, ...] | None",
-    "tuple[tuple[str, str], ...] | None",
-    "tuple[tuple[str, str], ...] | None",
-    "tuple[tuple[str, str], ...] | None",
-]
+class ShapeKey(NamedTuple):
+    """What a CREATE plan reads of a Pod, its namespace and the health (:func:`shape_key`)."""
+
+    namespace: str
+    health: Health | None
+    skip: str | None
+    static: bool
+    originals: str | None
+    pull_secrets: tuple[str | None, ...] | None
+    has_annotations: bool
+    containers: tuple[tuple[str, str], ...] | None
+    init_containers: tuple[tuple[str, str], ...] | None
+    ephemeral_containers: tuple[tuple[str, str], ...] | None
 
 
-def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKey | None:
-    """Everything a CREATE plan depends on, as a hashable key; None for unusual Pods.
+def shape_key(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKey | None:
+    """Everything a CREATE plan (and its patch) depends on, as a hashable key; None for
+    unusual Pods.
 
-    The replicas of a workload differ in name and uid but not in this: their
-    plans are computed once and then looked up. The key has one position per
-    input, and each container list is a tuple of ``(name, image)`` pairs of
-    its own, so two Pods share a key only when they are equal in everything
-    the plan reads: no name or image can shift into another field's place.
-    Anything not plain JSON of the expected shape returns None and is planned
-    in full.
+    The replicas of a workload differ in name and uid but not in this, so a
+    caller may keep one plan per key. The key has one position per input, and
+    each container list is a tuple of ``(name, image)`` pairs of its own, so
+    two Pods share a key only when they are equal in everything the plan and
+    its patch read: no name or image can shift into another field's place.
+    Anything not plain JSON of the expected shape returns None (plan it in full).
     """
     metadata = pod.get("metadata")
     spec = pod.get("spec")
@@ -304,6 +135,7 @@ def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKe
     labels, annotations = metadata.get("labels"), metadata.get("annotations")
     if labels is None:
         labels = {}
+    has_annotations = annotations is not None
     if annotations is None:
         annotations = {}
     if type(labels) is not dict or type(annotations) is not dict:
@@ -318,8 +150,7 @@ def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKe
     if not all(v is None or type(v) is str for v in (skip, originals, *(secrets or ()))):
         return None
     lists: list[tuple[tuple[str, str], ...] | None] = []
-    for field in CONTAINER_FIELDS:
-        containers = spec.get(field)
+    for _, containers in container_lists(spec):
         if containers is None:
             lists.append(None)
             continue
@@ -335,131 +166,55 @@ def _shape(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKe
             pairs.append((name, image))
         lists.append(tuple(pairs))
     # The health is the probes' last conclusion, one value until they change it.
-    return (
+    return ShapeKey(
         namespace,
         health or None,
         skip,
         MIRROR_POD_ANNOTATION in annotations,
         originals,
         secrets,
+        has_annotations,
         *lists,
     )
-
-
-def _memo_cost(key: ShapeKey, found: RewritePlan) -> int | None:
-    """The bytes a plan memo entry holds, or None when the Pod cannot be valid.
-
-    Computed only for a new shape. A name longer than a DNS label or an image
-    longer than any reference cannot be valid: such Pods are planned, never
-    kept. The plan's sites and originals share the key's strings; its
-    warnings quote bounded prefixes. What callers derive from a shared plan
-    and keep beside it while it lives (the webhook's encoded patch and audit
-    lines: a plan is weakly referenceable for that) quotes each name and
-    image a few times over, and the originals once more: charged here as
-    four more copies of each name and image, and one of the originals.
-    """
-    namespace, _, _, _, originals, secrets, *lists = cast("_KeyParts", key)
-    size = len(namespace) + 2 * len(originals or "") + ENTRY_OVERHEAD
-    size += sum(len(s or "") for s in secrets or ())
-    for pairs in lists:
-        for name, image in pairs or ():
-            if len(name) > CONTAINER_NAME_LENGTH_MAX or len(image) > reference.REFERENCE_LENGTH_MAX:
-                return None
-            size += 5 * (len(name) + len(image)) + ENTRY_OVERHEAD
-    return size + sum(map(len, found.warnings))
 
 
 def plan(
     pod: Mapping[str, object],
     *,
     namespace: str,
-    policy: Policy,
+    mirror_policy: Policy,
     fields: Collection[ContainerField] = CONTAINER_FIELDS,
     frozen: Collection[str] = frozenset(),
     can_add_pull_secrets: bool = True,
     can_annotate: bool = True,
-    unavailable: Mapping[str, str] | None = None,
     health: Health = HEALTHY,
+    resolve: Callable[[str], Resolution] | None = None,
 ) -> RewritePlan:
-    """Plan the rewrites for ``pod`` in ``namespace``.
+    """Plan the rewrites for ``pod`` in ``namespace``: a pure function of its arguments.
 
     ``fields`` limits the container lists considered and ``frozen`` names
     site keys that must not change (an ephemeral-container update may only add
     containers); ``can_add_pull_secrets`` and ``can_annotate`` are false where
     the API server ignores changes to ``imagePullSecrets`` and to metadata
-    (then ``original_images`` stays None). ``unavailable`` maps credentials
-    whose pull secret could not be ensured to the reason: their images stay
-    as written, because a Pod must never point at a mirror it cannot
-    authenticate to. ``health`` holds the mirrors that are down and the
-    credentials that cannot log in: images under their rules stay as written
-    with a warning naming the mirror (``onMirrorDown: fallback``) or are
-    rewritten anyway (``keep``).
+    (then ``original_images`` stays None). ``health`` holds the mirrors that
+    are down and the credentials that cannot log in: images under their rules
+    stay as written with a warning naming the mirror (``onMirrorDown:
+    fallback``) or are rewritten anyway (``keep``). A pull secret that could
+    not be made is the caller's to apply afterwards (:meth:`RewritePlan.without`).
 
-    The result is shared between Pods of the same shape under the same health:
-    treat it, and its ``original_images``, as read-only.
+    ``resolve`` answers :meth:`Policy.resolve` for ``mirror_policy``; a caller
+    that keeps resolutions passes its own (the webhook's admission cache).
     """
-    if (
-        fields is CONTAINER_FIELDS
-        and not frozen
-        and can_add_pull_secrets
-        and can_annotate
-        and not unavailable
-    ):
-        key = _shape(pod, namespace, health)
-        if key is not None:
-            found: RewritePlan | None = policy.plans.get(key)
-            if found is None:
-                found = _plan(
-                    pod,
-                    namespace=namespace,
-                    policy=policy,
-                    fields=fields,
-                    frozen=frozen,
-                    can_add_pull_secrets=True,
-                    can_annotate=True,
-                    unavailable=None,
-                    health=health,
-                )
-                cost = _memo_cost(key, found)
-                if cost is not None:
-                    policy.plans.remember(key, found, cost)
-            return found
-    return _plan(
-        pod,
-        namespace=namespace,
-        policy=policy,
-        fields=fields,
-        frozen=frozen,
-        can_add_pull_secrets=can_add_pull_secrets,
-        can_annotate=can_annotate,
-        unavailable=unavailable,
-        health=health,
-    )
-
-
-def _plan(
-    pod: Mapping[str, object],
-    *,
-    namespace: str,
-    policy: Policy,
-    fields: Collection[ContainerField],
-    frozen: Collection[str],
-    can_add_pull_secrets: bool,
-    can_annotate: bool,
-    unavailable: Mapping[str, str] | None,
-    health: Health = HEALTHY,
-) -> RewritePlan:
-    """The plan itself, computed in full (see :func:`plan`)."""
-    metadata = _mapping(pod.get("metadata"))
-    annotations = _mapping(metadata.get("annotations"))
-    spec = _mapping(pod.get("spec"))
+    metadata = as_mapping(pod.get("metadata"))
+    annotations = as_mapping(metadata.get("annotations"))
+    spec = as_mapping(pod.get("spec"))
     exemption = exempt_pod(
         namespace=namespace,
-        labels=_mapping(metadata.get("labels")),
+        labels=as_mapping(metadata.get("labels")),
         annotations=annotations,
-        policy=policy,
+        mirror_policy=mirror_policy,
     )
-    sites, warnings = _sites(spec, fields)
+    sites, warnings = spec_sites(spec, fields)
     if exemption is not None:
         return RewritePlan(
             skipped=exemption.reason,
@@ -480,19 +235,22 @@ def _plan(
     if attached is None:
         warnings.append("spec.imagePullSecrets is not a list; pull secrets cannot be attached")
         attached, can_add_pull_secrets = set(), False
-    unavailable = unavailable or {}
+    resolve = resolve or mirror_policy.resolve
 
     rewrites: list[ImageRewrite] = []
-    outcomes: dict[str, Outcome] = {}
+    outcomes: dict[str, ImageOutcome] = {}
     refusals: dict[str, str | None] = {}
     needed: set[str] = set()
+    credential_sites: list[tuple[ImageSite, str]] = []
     new_originals: dict[str, str] = {}
     fallbacks = 0
     for site in sites:
         key = site.key
         if frozen and key in frozen:
             continue
-        decision = decide_image(site.image, namespace=namespace, policy=policy)
+        decision = decide_image(
+            resolve(site.image), namespace=namespace, mirror_policy=mirror_policy
+        )
         outcomes[key] = decision.outcome
         if decision.warning is not None:
             warnings.append(f"{site.shown}: {decision.warning}")
@@ -508,20 +266,16 @@ def _plan(
             # Decided once per credential: a Pod's images mostly share one.
             if credential not in refusals:
                 refusals[credential] = _refusal(
-                    credential,
-                    unavailable=unavailable,
-                    attached=attached,
-                    can_add_pull_secrets=can_add_pull_secrets,
+                    credential, attached=attached, can_add_pull_secrets=can_add_pull_secrets
                 )
             reason = refusals[credential]
             if reason is not None:
                 outcomes[key] = "credential-unavailable"
-                what = (
-                    "is on a mirror but"
-                    if decision.outcome == "already-mirrored"
-                    else "left as written:"
+                warnings.append(
+                    credential_warning(
+                        site, reason, mirrored=decision.outcome == "already-mirrored"
+                    )
                 )
-                warnings.append(f"{site.shown}: image {quote(site.image)} {what} {reason}")
                 continue
         status = "up"
         if health and decision.outcome == "rewrite":
@@ -542,6 +296,7 @@ def _plan(
                 status = problem
         if credential is not None:
             needed.add(credential)
+            credential_sites.append((site, credential))
         if decision.outcome == "already-mirrored":
             continue
         new_image = decision.resolution.new_image
@@ -561,4 +316,6 @@ def _plan(
         warnings=tuple(warnings),
         outcomes=outcomes,
         fallbacks=fallbacks,
+        credential_sites=tuple(credential_sites),
+        recorded=frozenset(new_originals),
     )

@@ -19,7 +19,7 @@ import yaml
 from bench import figures, results
 from mirrorgate import policy
 from mirrorgate.certs import CertificateAuthority
-from mirrorgate.policy import model
+from mirrorgate.policy import loader
 from mirrorgate.webhook import cli
 from tests.webhook.serving import client_context, serve
 
@@ -49,11 +49,11 @@ def reference_rows() -> dict[str, tuple[str, str]]:
 def test_the_reference_lists_exactly_the_fields_the_loader_accepts() -> None:
     """No field missing, none invented: the table against the loader's own field lists."""
     expected = {
-        *model._TOP_LEVEL_KEYS,
-        *(f"mirrors[].{key}" for key in model._RULE_KEYS),
-        *(f"exclude.{key}" for key in model._EXCLUDE_KEYS),
-        *(f"health.{key}" for key in model._HEALTH_KEYS),
-        *(f"credentials.<name>.{key}" for key in model._GRANT_KEYS),
+        *loader._TOP_LEVEL_KEYS,
+        *(f"mirrors[].{key}" for key in loader._RULE_KEYS),
+        *(f"exclude.{key}" for key in loader._EXCLUDE_KEYS),
+        *(f"health.{key}" for key in loader._HEALTH_KEYS),
+        *(f"credentials.<name>.{key}" for key in loader._GRANT_KEYS),
     }
     assert set(reference_rows()) == expected
 
@@ -120,7 +120,7 @@ def test_every_reference_example_loads(example: str) -> None:
 def test_the_reference_lists_every_outcome() -> None:
     """The outcome table names every outcome admission and explain give."""
     table = REFERENCE.split("## What admission decides", 1)[1]
-    assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == set(policy.OUTCOMES)
+    assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == set(policy.IMAGE_OUTCOMES)
 
 
 def test_the_reference_error_example_is_the_loaders() -> None:

@@ -1,34 +1,37 @@
 """The admission decision for one review: plan, make sure pull secrets exist, answer.
 
 This is the only orchestration on the request path. It does no network I/O
-in steady state: the policy is in memory, image resolutions are memoised,
-and the pull-secret check is a cache lookup; the API is called only when a
-generated Secret is missing or stale.
+in steady state: the policy is in memory, the plans of the Pod shapes seen
+are kept (:mod:`webhook.admissioncache`), and the pull-secret check is a
+lookup in memory; the API is called only when a generated Secret is missing
+or stale. Planning is final: what the cluster answers is applied to the plan
+(:meth:`policy.RewritePlan.without`), never planned again.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, NamedTuple, Protocol, cast
+from typing import Any, Literal, NamedTuple, Protocol
 
 import orjson
 
 from mirrorgate import policy
+from mirrorgate.dnsnames import DNS_LABEL_RE
 from mirrorgate.webhook import patch, review
+from mirrorgate.webhook.admissioncache import AdmissionCache, Admitted, AuditReport
 
-__all__ = ["Decision", "PullSecrets", "Target", "admit", "screen"]
+__all__ = ["Decision", "PullSecrets", "Target", "admit", "for_planning", "screen"]
 
-Outcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
+ReviewOutcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
 EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
 # A namespace name is a DNS label (RFC 1123). The API server sends only
 # names of namespaces that exist; anything else is not a review from it.
-NAMESPACE_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+NAMESPACE_RE = DNS_LABEL_RE
 POD_NAME_LOG_LIMIT = 253
 MAX_CONTAINERS = 1000
 """Containers of one Pod (all lists) that admission plans: the default of `serve
---max-containers`. Planning costs about 15 µs per container on the event loop that every
-admission shares; a Pod with more is admitted as written, with a warning saying why."""
+--max-containers`. Planning costs in proportion to the containers, on the event loop that
+every admission shares; a Pod with more is admitted as written, with a warning saying why."""
 
 
 class PullSecrets(Protocol):
@@ -51,7 +54,7 @@ class Decision(NamedTuple):
 
     body: review.AdmissionReview
     mode: policy.Mode
-    outcome: Outcome
+    outcome: ReviewOutcome
     namespace: str = ""
     name: str = ""
     rewrites: int = 0
@@ -91,36 +94,26 @@ def _audit_log_annotations(plan: policy.RewritePlan, *, health: bool = False) ->
     }
 
 
-def _audit_mode_report(plan: policy.RewritePlan) -> tuple[tuple[str, ...], dict[str, str]]:
-    """Audit mode's warnings and audit annotations for ``plan``, kept in :func:`patch.derived`.
-
-    A plan shared by the Pods of one shape (:func:`policy.plan`) reports the
-    same for each: made once, then copied into each response.
-    """
-    kept = patch.derived(plan)
-    found = kept.get("audit-mode")
-    if found is None:
-        found = kept["audit-mode"] = (
-            (*plan.warnings, *(policy.audit_mode_line(r, health=True) for r in plan.rewrites)),
-            _audit_log_annotations(plan, health=True),
-        )
-    return cast("tuple[tuple[str, ...], dict[str, str]]", found)
+def _audit_mode_report(plan: policy.RewritePlan) -> AuditReport:
+    """Audit mode's warnings and audit annotations for ``plan``."""
+    return (
+        (*plan.warnings, *(policy.audit_mode_line(r, health=True) for r in plan.rewrites)),
+        _audit_log_annotations(plan, health=True),
+    )
 
 
-def _plan(
+def _planned(
     request: review.AdmissionRequest,
     obj: dict[str, Any],
     *,
     namespace: str,
-    rules: policy.Policy,
+    mirror_policy: policy.Policy,
     ephemeral: bool,
     health: policy.Health,
-    unavailable: Mapping[str, str] | None = None,
-) -> policy.RewritePlan:
+    cache: AdmissionCache,
+) -> Admitted:
     if not ephemeral:
-        return policy.plan(
-            obj, namespace=namespace, policy=rules, unavailable=unavailable, health=health
-        )
+        return cache.admitted(obj, namespace=namespace, mirror_policy=mirror_policy, health=health)
     # An ephemeral-container update may only add containers, and the API
     # server ignores any other change, imagePullSecrets and annotations
     # included: the record of an original goes to the user as a warning and
@@ -131,16 +124,18 @@ def _plan(
         if isinstance(old, dict)
         else set()
     )
-    return policy.plan(
-        obj,
-        namespace=namespace,
-        policy=rules,
-        fields=EPHEMERAL,
-        frozen=frozen,
-        can_add_pull_secrets=False,
-        can_annotate=False,
-        unavailable=unavailable,
-        health=health,
+    return Admitted(
+        policy.plan(
+            obj,
+            namespace=namespace,
+            mirror_policy=mirror_policy,
+            fields=EPHEMERAL,
+            frozen=frozen,
+            can_add_pull_secrets=False,
+            can_annotate=False,
+            health=health,
+            resolve=cache.resolver(mirror_policy),
+        )
     )
 
 
@@ -148,20 +143,25 @@ def _container_count(
     request: review.AdmissionRequest, obj: dict[str, Any], *, ephemeral: bool
 ) -> int:
     """The containers planning would walk: every list, or an update's ephemeral ones (old too)."""
-    pods = [obj]
+    if not ephemeral:
+        return policy.container_count(obj.get("spec"))
     old = request.get("oldObject")
-    if ephemeral and type(old) is dict:
-        pods.append(old)
-    count = 0
-    for pod in pods:
-        spec = pod.get("spec")
-        if type(spec) is not dict:
-            continue
-        for field in EPHEMERAL if ephemeral else policy.CONTAINER_FIELDS:
-            containers = spec.get(field)
-            if type(containers) is list:
-                count += len(containers)
-    return count
+    count = policy.container_count(obj.get("spec"), EPHEMERAL)
+    return count + (policy.container_count(old.get("spec"), EPHEMERAL) if type(old) is dict else 0)
+
+
+_REQUEST_KEYS = ("uid", "kind", "operation", "subResource", "namespace", "dryRun")
+
+
+def for_planning(rev: review.Review) -> review.Review:
+    """``rev`` reduced to what :func:`admit` and the endpoint read of it: the same
+    decision, from a review small enough to hand from a worker process to the loop."""
+    whole: Mapping[str, object] = rev.request
+    request = {key: whole[key] for key in _REQUEST_KEYS if key in whole}
+    for key in ("object", "oldObject"):
+        if key in whole:
+            request[key] = policy.planning_view(whole[key])
+    return review.Review(rev.api_version, request)  # type: ignore[arg-type]
 
 
 class Target(NamedTuple):
@@ -217,17 +217,20 @@ def screen(
 async def admit(
     rev: review.Review,
     *,
-    rules: policy.Policy,
+    mirror_policy: policy.Policy,
     mode: policy.Mode,
     secrets: PullSecrets,
     health: policy.Health = policy.HEALTHY,
     max_containers: int = MAX_CONTAINERS,
+    cache: AdmissionCache | None = None,
 ) -> Decision:
     """Decide on one review. Raises :class:`review.BadReview` for malformed requests only.
 
     ``health`` is the probes' last conclusion, passed in: deciding never waits
     for the network. A Pod of more than ``max_containers`` containers is not
-    planned: it is admitted as written, with a warning that says so.
+    planned: it is admitted as written, with a warning that says so. ``cache``
+    keeps plans between calls (the server's one :class:`AdmissionCache`);
+    without it each review is planned afresh.
     """
     screened = screen(rev, mode=mode, max_containers=max_containers)
     if isinstance(screened, Decision):
@@ -235,7 +238,16 @@ async def admit(
     request = rev.request
     obj, namespace, name, ephemeral = screened
 
-    plan = _plan(request, obj, namespace=namespace, rules=rules, ephemeral=ephemeral, health=health)
+    admitted = _planned(
+        request,
+        obj,
+        namespace=namespace,
+        mirror_policy=mirror_policy,
+        ephemeral=ephemeral,
+        health=health,
+        cache=AdmissionCache() if cache is None else cache,
+    )
+    plan = admitted.plan
     if plan.skipped is not None:
         return Decision(
             review.allowed(rev, warnings=plan.warnings),
@@ -248,8 +260,8 @@ async def admit(
             plan=plan,
         )
 
-    if mode == "audit":
-        lines, annotations = _audit_mode_report(plan)
+    if mode == policy.AUDIT:
+        lines, annotations = admitted.audit_report(lambda: _audit_mode_report(plan))
         return Decision(
             review.allowed(rev, warnings=lines, audit_annotations=annotations),
             mode,
@@ -266,7 +278,7 @@ async def admit(
         stale = secrets.missing(namespace, plan.credentials)
         failures = await secrets.ensure(namespace, stale) if stale else {}
         if failures:
-            if rules.on_credential_error == "deny":
+            if mirror_policy.on_credential_error == "deny":
                 reasons = "; ".join(
                     f"pull secret {policy.pull_secret_name(c)!r}: {why}"
                     for c, why in sorted(failures.items())
@@ -285,15 +297,8 @@ async def admit(
                     plan=plan,
                 )
             before = len(plan.rewrites)
-            plan = _plan(
-                request,
-                obj,
-                namespace=namespace,
-                rules=rules,
-                ephemeral=ephemeral,
-                health=health,
-                unavailable=failures,
-            )
+            plan = plan.without(failures)
+            admitted = Admitted(plan)
             unrewritten = before - len(plan.rewrites)
 
     warnings = plan.warnings
@@ -302,7 +307,7 @@ async def admit(
             f"mirrorgate: {r.site.shown} uses {r.new_image} (was {r.site.image})"
             for r in plan.rewrites
         )
-    encoded = patch.encoded_patch(obj, plan)
+    encoded = admitted.patch(lambda: patch.encoded_patch(obj, plan))
     # The rewrites are in the patch itself, which the API server's audit log
     # records at RequestResponse level; audit annotations are for audit mode.
     return Decision(

@@ -5,23 +5,21 @@ server applies these few operations to the object it holds, so every field we
 do not know about survives untouched. Parents are created when absent,
 because ``add`` into a missing object fails the whole patch.
 
-The Pods of one shape share their plan (:func:`policy.plan`); what admission
-derives from a plan alone (the encoded patch, the audit report) is kept beside
-it by :func:`derived`, made once per shared plan.
+Pure: what is kept of a patch between requests, the admission cache keeps
+(:mod:`webhook.admissioncache`).
 """
 
 from __future__ import annotations
 
 import base64
-import weakref
-from collections.abc import Callable, Hashable, Mapping
-from typing import Any, Literal, TypedDict, TypeGuard, cast
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict, TypeGuard
 
 import orjson
 
 from mirrorgate import policy
 
-__all__ = ["Operation", "annotation_value", "build_patch", "derived", "encoded_patch", "escape"]
+__all__ = ["Operation", "annotation_value", "build_patch", "encoded_patch", "escape"]
 
 
 class Operation(TypedDict):
@@ -45,40 +43,6 @@ def annotation_value(originals: Mapping[str, str]) -> str:
 
 
 _ANNOTATION_POINTER = f"/metadata/annotations/{escape(policy.ORIGINAL_IMAGES_ANNOTATION)}"
-_NOT_YET = object()
-
-_Derived = dict[Hashable, object]
-_derived: dict[int, tuple[weakref.ref[policy.RewritePlan], _Derived]] = {}
-"""By the plan's identity: a weak reference to it (the check that the id is still its) and
-what was derived from it. The reference's callback drops the entry when the plan goes."""
-
-
-def _forget(key: int) -> Callable[[weakref.ref[policy.RewritePlan]], None]:
-    def forget(ref: weakref.ref[policy.RewritePlan]) -> None:
-        entry = _derived.get(key)
-        if entry is not None and entry[0] is ref:
-            del _derived[key]
-
-    return forget
-
-
-def derived(plan: policy.RewritePlan) -> _Derived:
-    """What the webhook computes from ``plan`` alone, by keys of its own, while the plan lives.
-
-    The plan is policy's frozen value, shared by the Pods of one shape for as
-    long as the policy's plan memo keeps it (which charges for what is kept
-    here): the encoded patches (by anchors, a tuple) and admission's audit
-    report (``"audit-mode"``) are made once for all of them. A plan no one shares
-    takes its entry with it when the request is done.
-    """
-    key = id(plan)
-    entry = _derived.get(key)
-    if entry is not None and entry[0]() is plan:
-        return entry[1]
-    values: _Derived = {}
-    _derived[key] = (weakref.ref(plan, _forget(key)), values)
-    return values
-
 
 # Where a patch attaches to a Pod, the only things it reads of the Pod
 # beyond the plan: does the annotations object exist (else its parent, or
@@ -141,19 +105,6 @@ def _operations(plan: policy.RewritePlan, anchors: Anchors) -> list[Operation]:
 
 
 def encoded_patch(pod: Mapping[str, Any], plan: policy.RewritePlan) -> str | None:
-    """:func:`build_patch` as an AdmissionResponse carries it (base64 of its JSON); None if empty.
-
-    Kept in :func:`derived`, by anchors: the Pods of one shape share their
-    plan (:func:`policy.plan`), and so, at equal anchors, their patch;
-    building and encoding it again for every replica cost more than the rest
-    of the planning.
-    """
-    anchors = _anchors(pod, plan)
-    kept = derived(plan)
-    found = kept.get(anchors, _NOT_YET)
-    if found is not _NOT_YET:
-        return cast("str | None", found)
-    operations = _operations(plan, anchors)
-    encoded = base64.b64encode(orjson.dumps(operations)).decode("ascii") if operations else None
-    kept[anchors] = encoded
-    return encoded
+    """:func:`build_patch` as an AdmissionResponse carries it (base64 of its JSON); or None."""
+    operations = build_patch(pod, plan)
+    return base64.b64encode(orjson.dumps(operations)).decode("ascii") if operations else None

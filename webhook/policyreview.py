@@ -25,9 +25,9 @@ POLICY_KEY = "policy.yaml"
 """The key of the ConfigMap's data that holds the policy (the file the server reads)."""
 MAX_REVIEWED_POLICY_BYTES = 128 * 1024
 """A policy judged at admission is at most this long (a policy file may be longer:
-:data:`webhook.policyfile.MAX_POLICY_BYTES`): a thousand rules take about 70 KiB,
-and reading this much takes some 35 ms of one core (/validate-policy answers whoever
-reaches the port: :mod:`webhook.edge.offload` judges long ones in its worker process)."""
+:data:`webhook.policyfile.MAX_POLICY_BYTES`): enough for a thousand rules, and
+bounded because /validate-policy answers whoever reaches the port
+(:mod:`webhook.edge.offload` judges long ones in its worker process)."""
 
 Judged = tuple[review.AdmissionReview, str | None]
 """The answer to a policy review, and who wrote the ConfigMap (for the log)."""

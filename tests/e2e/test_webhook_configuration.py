@@ -71,7 +71,7 @@ def test_reinvocation_converges_to_a_single_pass(
     written = api.sanitize_for_serialization(pod(installed))
     written["spec"]["containers"].append({"name": "injected", "image": SIDECAR_IMAGE})
     rules = policy.load(yaml.safe_load(e2e_policy(installed.registry)))
-    plan = policy.plan(written, namespace=namespace, policy=rules)
+    plan = policy.plan(written, namespace=namespace, mirror_policy=rules)
     single = jsonpatch.apply_patch(written, patch.build_patch(written, plan))
 
     assert [c["image"] for c in created["spec"]["containers"]] == [

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mirrorgate import policy
-from mirrorgate.policy.health import Health, HealthSettings, parse_duration
+from mirrorgate.policy.durations import parse_duration
+from mirrorgate.policy.health import Health, HealthSettings
+from mirrorgate.policy.loader import probe_duration
 from tests.policy import strategies
 
 HUB = "harbor.corp.example/dockerhub-proxy"
@@ -49,12 +51,35 @@ DURATIONS = [
 
 @pytest.mark.parametrize(("text", "seconds"), DURATIONS)
 def test_parse_duration(text: str, seconds: float | None) -> None:
+    """The health block's spellings, through the one grammar and the block's own range."""
+    assert probe_duration(text) == seconds
+
+
+# Go's grammar, shared with the credential-provider configuration, differs from
+# the health block's own: a sign is read (the health block refuses negatives).
+GO_DURATIONS = [
+    ("-1s", -1.0),
+    ("+1s", 1.0),
+    ("0", 0.0),
+    ("1.s", 1.0),
+    (".5s", 0.5),
+    ("1us", 1e-6),
+    ("١s", None),
+    ("１s", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [(t, s) for t, s in DURATIONS if t != "-1s"] + GO_DURATIONS
+)
+def test_the_one_duration_grammar(text: str, seconds: float | None) -> None:
     assert parse_duration(text) == seconds
 
 
 @given(st.integers(0, 10**6), st.sampled_from(["ms", "s", "m", "h"]))
 def test_duration_round_trip(number: int, unit: str) -> None:
     factor = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+    assert probe_duration(f"{number}{unit}") == pytest.approx(number * factor)
     assert parse_duration(f"{number}{unit}") == pytest.approx(number * factor)
 
 
@@ -235,9 +260,12 @@ PLANS = [
 def test_plan_with_health(
     health: Health, on_down: str, rewritten: list[str], fallbacks: int, warnings: list[str]
 ) -> None:
-    rules = _load(onMirrorDown=on_down)
+    mirror_policy = _load(onMirrorDown=on_down)
     result = policy.plan(
-        _pod("nginx", "quay.io/prometheus/x:1"), namespace="default", policy=rules, health=health
+        _pod("nginx", "quay.io/prometheus/x:1"),
+        namespace="default",
+        mirror_policy=mirror_policy,
+        health=health,
     )
     assert [r.site.key for r in result.rewrites] == rewritten
     assert result.fallbacks == fallbacks
@@ -250,39 +278,40 @@ def test_plan_with_health(
 
 def test_keep_records_the_problem_for_the_audit() -> None:
     result = policy.plan(
-        _pod("nginx"), namespace="default", policy=_load(onMirrorDown="keep"), health=DOWN
+        _pod("nginx"), namespace="default", mirror_policy=_load(onMirrorDown="keep"), health=DOWN
     )
     (rewrite,) = result.rewrites
     assert rewrite.health.startswith(
         "mirror harbor.corp.example/dockerhub-proxy of mirrors[0] is down"
     )
     assert policy.audit_mode_line(rewrite, health=True).endswith(f"; health: {rewrite.health}")
-    healthy = policy.plan(_pod("nginx"), namespace="default", policy=_load()).rewrites[0]
+    healthy = policy.plan(_pod("nginx"), namespace="default", mirror_policy=_load()).rewrites[0]
     assert policy.audit_mode_line(healthy, health=True).endswith("; health: up")
     assert "health" not in policy.audit_mode_line(healthy)
 
 
 def test_a_pod_already_on_the_mirror_is_left_alone_when_it_is_down() -> None:
     result = policy.plan(
-        _pod(f"{HUB}/library/nginx"), namespace="default", policy=_load(), health=DOWN
+        _pod(f"{HUB}/library/nginx"), namespace="default", mirror_policy=_load(), health=DOWN
     )
     assert (result.rewrites, result.fallbacks, result.warnings) == ((), 0, ())
 
 
+@settings(deadline=None)  # as the other scenario properties: the machine is shared
 @given(strategies.scenarios(), st.data())
 def test_fallback_leaves_every_unhealthy_image_as_written(
     scenario: tuple[dict[str, Any], str, policy.Policy], data: st.DataObject
 ) -> None:
     """Under fallback, no rewrite targets a down mirror; a healthy state changes nothing."""
-    pod, namespace, rules = scenario
-    hosts = sorted({r.mirror.host for r in rules.rules})
+    pod, namespace, mirror_policy = scenario
+    hosts = sorted({r.mirror.host for r in mirror_policy.rules})
     down = data.draw(st.sets(st.sampled_from(hosts)) if hosts else st.just(set()))
     health = Health(down=dict.fromkeys(down, "refused"))
     assert policy.plan(
-        pod, namespace=namespace, policy=rules, health=policy.HEALTHY
-    ) == policy.plan(pod, namespace=namespace, policy=rules)
-    result = policy.plan(pod, namespace=namespace, policy=rules, health=health)
-    healthy = policy.plan(pod, namespace=namespace, policy=rules)
+        pod, namespace=namespace, mirror_policy=mirror_policy, health=policy.HEALTHY
+    ) == policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy)
+    result = policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy, health=health)
+    healthy = policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy)
     for rewrite in result.rewrites:
         assert policy.parse_normalized(rewrite.new_image).domain not in down
     assert len(result.rewrites) + result.fallbacks == len(healthy.rewrites)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from mirrorgate import policy
-from mirrorgate.policy import model
+from mirrorgate.policy import loader, model
 from mirrorgate.policy.rules import Mirror, MirrorRule, Source
 
 ISSUE_EXAMPLE = """
@@ -215,9 +215,9 @@ INVALID = [
     pytest.param(
         "mode: audit", [("", "must be a mapping, got a string")], id="document-is-a-string"
     ),
-    pytest.param({"mode": "audit"}, [("mode", model._REMOVED_KEYS["mode"])], id="mode-removed"),
+    pytest.param({"mode": "audit"}, [("mode", loader._REMOVED_KEYS["mode"])], id="mode-removed"),
     pytest.param(
-        {"mode": "enforce"}, [("mode", model._REMOVED_KEYS["mode"])], id="mode-removed-enforce"
+        {"mode": "enforce"}, [("mode", loader._REMOVED_KEYS["mode"])], id="mode-removed-enforce"
     ),
     pytest.param(
         {"onCredentialError": "fail"},
@@ -535,7 +535,7 @@ def test_every_error_is_reported() -> None:
         "credentials": GRANT,
     }
     assert _errors(document) == [
-        ("mode", model._REMOVED_KEYS["mode"]),
+        ("mode", loader._REMOVED_KEYS["mode"]),
         ("colour", f"unknown field (expected one of: {TOP_FIELDS})"),
         ("mirrors[2].source", f'"Docker.io" {UPPER}'),
         (
@@ -557,7 +557,7 @@ def test_policy_error_message_lists_every_error() -> None:
     with pytest.raises(policy.PolicyError) as caught:
         policy.load({"mirrors": [_rule("Docker.io")], "mode": "x"})
     assert str(caught.value).splitlines() == [
-        f"mode: {model._REMOVED_KEYS['mode']}",
+        f"mode: {loader._REMOVED_KEYS['mode']}",
         f'mirrors[0].source: "Docker.io" {UPPER}',
     ]
     assert isinstance(caught.value, ValueError)

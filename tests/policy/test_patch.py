@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
-import weakref
 from typing import Any
 
 import jsonpatch
@@ -231,18 +229,3 @@ def test_encoded_patch_never_answers_for_another_plan() -> None:
                 "value": f"m.example/hub/library/nginx:{index}",
             }
         ]
-
-
-def test_what_is_derived_from_a_plan_is_kept_beside_it_and_goes_with_it() -> None:
-    """The webhook's memo, not the frozen plan, holds the patch; dropping the plan drops it."""
-    before = len(patch._derived)
-    plan = dataclasses.replace(PLAN)
-    kept = patch.derived(plan)
-    assert patch.derived(plan) is kept
-    encoded = patch.encoded_patch(_pod(), plan)
-    assert encoded in kept.values()
-    assert len(patch._derived) == before + 1
-    gone = weakref.ref(plan)
-    del plan
-    assert gone() is None  # nothing of the memo keeps a plan alive
-    assert len(patch._derived) == before

@@ -155,7 +155,7 @@ def test_plan(
     images: list[str], namespace: str, rewrites: dict[str, str], secrets: tuple[str, ...]
 ) -> None:
     """Images under a rule are rewritten and their granted credentials attached."""
-    result = policy.plan(_pod(*images), namespace=namespace, policy=POLICY)
+    result = policy.plan(_pod(*images), namespace=namespace, mirror_policy=POLICY)
     assert _rewrites(result) == rewrites
     assert result.pull_secrets == secrets
     assert result.credentials == tuple(s.removeprefix("mirrorgate-") for s in secrets)
@@ -168,7 +168,7 @@ def test_plan(
 @pytest.mark.parametrize("field", policy.CONTAINER_FIELDS)
 def test_every_container_kind(field: str) -> None:
     """containers, initContainers and ephemeralContainers are all rewritten."""
-    result = policy.plan(_pod("nginx", field=field), namespace="default", policy=POLICY)
+    result = policy.plan(_pod("nginx", field=field), namespace="default", mirror_policy=POLICY)
     assert _rewrites(result) == {f"{field}/c0": f"{HUB}/library/nginx"}
     assert [r.site.pointer for r in result.rewrites] == [f"/spec/{field}/0/image"]
 
@@ -196,7 +196,7 @@ def test_issue_pod_end_to_end() -> None:
         },
     }
     original = copy.deepcopy(pod)
-    result = policy.plan(pod, namespace="team-b", policy=POLICY)
+    result = policy.plan(pod, namespace="team-b", mirror_policy=POLICY)
     assert pod == original  # planning touches nothing
     after = _apply(pod, result)
     assert [c["image"] for c in after["spec"]["containers"]] == [
@@ -270,7 +270,7 @@ SKIPPED = [
 @pytest.mark.parametrize(("pod", "namespace", "reason"), SKIPPED)
 def test_skipped(pod: dict[str, Any], namespace: str, reason: str) -> None:
     """Excluded namespaces, the skip label and static-pod mirrors are never mutated."""
-    result = policy.plan(pod, namespace=namespace, policy=POLICY)
+    result = policy.plan(pod, namespace=namespace, mirror_policy=POLICY)
     assert dataclasses.replace(result, outcomes={}) == policy.RewritePlan(skipped=reason)
     outcome = "excluded" if reason.startswith("namespace") else "skipped"
     assert list(result.outcomes.values()) == [outcome]
@@ -288,7 +288,9 @@ def test_skipped(pod: dict[str, Any], namespace: str, reason: str) -> None:
 def test_skip_label_needs_the_string_true(value: object) -> None:
     """Only the label value "true" skips a Pod."""
     result = policy.plan(
-        _pod("nginx", labels={"mirrorgate.io/skip": value}), namespace="default", policy=POLICY
+        _pod("nginx", labels={"mirrorgate.io/skip": value}),
+        namespace="default",
+        mirror_policy=POLICY,
     )
     assert result.skipped is None
     assert len(result.rewrites) == 1
@@ -420,8 +422,15 @@ def test_credentials_and_parameters(
     secrets: tuple[str, ...],
     warnings: list[str],
 ) -> None:
-    """A credential that cannot be attached leaves its image as written, with a warning."""
-    result = policy.plan(_pod(*images), namespace=namespace, policy=POLICY, **kwargs)
+    """A credential that cannot be attached leaves its image as written, with a warning.
+
+    ``unavailable``: pull secrets the cluster could not make, applied to the plan
+    afterwards as admission does (:meth:`RewritePlan.without`).
+    """
+    kwargs = dict(kwargs)
+    unavailable = kwargs.pop("unavailable", {})
+    result = policy.plan(_pod(*images), namespace=namespace, mirror_policy=POLICY, **kwargs)
+    result = result.without(unavailable)
     assert _rewrites(result) == rewrites
     assert result.pull_secrets == secrets
     assert list(result.warnings) == warnings
@@ -430,7 +439,7 @@ def test_credentials_and_parameters(
 def test_can_add_pull_secrets_false_with_secret_present() -> None:
     """When the pull secret is already on the Pod, no new secret is needed to rewrite."""
     pod = _pod("nginx", imagePullSecrets=[{"name": HARBOR_SECRET}])
-    result = policy.plan(pod, namespace="default", policy=POLICY, can_add_pull_secrets=False)
+    result = policy.plan(pod, namespace="default", mirror_policy=POLICY, can_add_pull_secrets=False)
     assert _rewrites(result) == {"containers/c0": f"{HUB}/library/nginx"}
     assert (result.pull_secrets, result.credentials, result.warnings) == ((), ("harbor-pull",), ())
 
@@ -438,7 +447,7 @@ def test_can_add_pull_secrets_false_with_secret_present() -> None:
 def test_can_annotate_false_rewrites_without_recording() -> None:
     """Where metadata cannot change, images are still rewritten but no annotation is planned."""
     pod = _pod("nginx", "quay.io/x/y", imagePullSecrets=[{"name": HARBOR_SECRET}])
-    result = policy.plan(pod, namespace="default", policy=POLICY, can_annotate=False)
+    result = policy.plan(pod, namespace="default", mirror_policy=POLICY, can_annotate=False)
     assert _rewrites(result) == {"containers/c0": f"{HUB}/library/nginx"}
     assert result.original_images is None
     assert patch.build_patch(pod, result) == [
@@ -460,7 +469,7 @@ def test_can_annotate_false_rewrites_without_recording() -> None:
 def test_pull_secrets_deduplicated(existing: list[Any] | None, secrets: tuple[str, ...]) -> None:
     """Existing imagePullSecrets are kept, and a secret already there is not added again."""
     pod = _pod("nginx") if existing is None else _pod("nginx", imagePullSecrets=existing)
-    result = policy.plan(pod, namespace="default", policy=POLICY)
+    result = policy.plan(pod, namespace="default", mirror_policy=POLICY)
     assert result.pull_secrets == secrets
     after = _apply(pod, result)
     names = [s.get("name") for s in after["spec"]["imagePullSecrets"] if isinstance(s, dict)]
@@ -499,7 +508,7 @@ def test_original_images_annotation(
     if existing is not None:
         annotations[ANNOTATION] = existing
     pod = _pod(*images, annotations=annotations)
-    result = policy.plan(pod, namespace="default", policy=POLICY)
+    result = policy.plan(pod, namespace="default", mirror_policy=POLICY)
     if expected is None:
         assert result.original_images is None
     else:
@@ -575,7 +584,7 @@ MALFORMED = [
 @pytest.mark.parametrize(("pod", "warnings"), MALFORMED)
 def test_malformed_pods_warn(pod: dict[str, Any], warnings: list[str]) -> None:
     """A malformed Pod never raises: broken parts are left as written, with warnings."""
-    result = policy.plan(pod, namespace="default", policy=POLICY)
+    result = policy.plan(pod, namespace="default", mirror_policy=POLICY)
     assert list(result.warnings) == warnings
     assert result.rewrites == ()
     assert patch.build_patch(pod, result) == []
@@ -594,7 +603,7 @@ def test_malformed_pods_warn(pod: dict[str, Any], warnings: list[str]) -> None:
 def test_unreadable_annotation_skips_pod(value: object) -> None:
     """An original-images annotation that is not a JSON object of strings stops all rewrites."""
     pod = _pod("nginx", "Nginx", annotations={ANNOTATION: value})
-    result = policy.plan(pod, namespace="default", policy=POLICY)
+    result = policy.plan(pod, namespace="default", mirror_policy=POLICY)
     assert result.rewrites == ()
     assert result.skipped == "unreadable original-images annotation"
     assert result.warnings[-1] == (
@@ -610,7 +619,7 @@ def test_valid_containers_rewritten_beside_malformed_ones() -> None:
             "containers": [{"name": "a", "image": None}, "junk", {"name": "b", "image": "nginx"}]
         }
     }
-    result = policy.plan(pod, namespace="default", policy=POLICY)
+    result = policy.plan(pod, namespace="default", mirror_policy=POLICY)
     assert _rewrites(result) == {"containers/b": f"{HUB}/library/nginx"}
     assert result.warnings == ("spec.containers[1] is not a mapping; left as written",)
     after = _apply(pod, result)
@@ -626,9 +635,9 @@ def test_plan_is_idempotent_on_issue_example() -> None:
         "eu.gcr.io/p/app",
         f"ghcr.io/o/a@{SHA256}",
     )
-    first = policy.plan(pod, namespace="team-a", policy=POLICY)
+    first = policy.plan(pod, namespace="team-a", mirror_policy=POLICY)
     after = _apply(pod, first)
-    second = policy.plan(after, namespace="team-a", policy=POLICY)
+    second = policy.plan(after, namespace="team-a", mirror_policy=POLICY)
     assert (second.rewrites, second.pull_secrets, second.original_images) == ((), (), None)
     assert second.credentials == first.credentials
     assert patch.build_patch(after, second) == []
@@ -636,7 +645,7 @@ def test_plan_is_idempotent_on_issue_example() -> None:
 
 def test_pathless_mirror_rewrite_converges() -> None:
     """A source-prefix image with a path-less mirror is not rewritten twice."""
-    rules = policy.load(
+    mirror_policy = policy.load(
         {
             "mirrors": [
                 {"source": "quay.io/prometheus", "mirror": "mirror.corp.example"},
@@ -645,14 +654,14 @@ def test_pathless_mirror_rewrite_converges() -> None:
         }
     )
     pod = _pod("quay.io/prometheus:v1")
-    after = _apply(pod, policy.plan(pod, namespace="default", policy=rules))
-    second = policy.plan(after, namespace="default", policy=rules)
+    after = _apply(pod, policy.plan(pod, namespace="default", mirror_policy=mirror_policy))
+    second = policy.plan(after, namespace="default", mirror_policy=mirror_policy)
     assert second.rewrites == ()
 
 
 def test_audit_mode_line() -> None:
     """audit_mode_line reports the site, the new image and the original."""
-    result = policy.plan(_pod("nginx"), namespace="default", policy=POLICY)
+    result = policy.plan(_pod("nginx"), namespace="default", mirror_policy=POLICY)
     assert policy.audit_mode_line(result.rewrites[0]) == (
         f"mirrorgate audit: containers/c0 would use {HUB}/library/nginx (was nginx)"
     )
@@ -675,3 +684,40 @@ def test_find_image_sites() -> None:
         ("ephemeralContainers/d", "/spec/ephemeralContainers/0/image", "y"),
     ]
     assert warnings == []
+
+
+def test_without_leaves_only_the_failed_credentials_images_as_written() -> None:
+    """Planning is final: a pull secret that could not be made is applied to the plan."""
+    pod = _pod("nginx", "ghcr.io/team/app:1", f"{HUB}/library/redis:7")
+    planned = policy.plan(pod, namespace="team-a", mirror_policy=POLICY)
+    assert planned.credentials == ("harbor-pull", "team-only")
+    result = planned.without({"harbor-pull": "forbidden"})
+    assert _rewrites(result) == {"containers/c1": "mirror.corp.example/ghcr/team/app:1"}
+    assert (result.pull_secrets, result.credentials) == ((TEAM_SECRET,), ("team-only",))
+    assert result.original_images == {"containers/c1": "ghcr.io/team/app:1"}
+    assert result.recorded == {"containers/c1"}
+    assert dict(result.outcomes) == {
+        "containers/c0": "credential-unavailable",
+        "containers/c1": "rewrite",
+        "containers/c2": "credential-unavailable",
+    }
+    unavailable = "pull secret 'mirrorgate-harbor-pull' is unavailable: forbidden"
+    assert result.warnings[-2:] == (
+        f"containers/c0: image 'nginx' left as written: {unavailable}",
+        f"containers/c2: image '{HUB}/library/redis:7' is on a mirror but {unavailable}",
+    )
+    # The plan is a value: the one that callers share is unchanged.
+    assert planned == policy.plan(pod, namespace="team-a", mirror_policy=POLICY)
+    assert planned.without({}) is planned
+    assert planned.without({"other": "x"}) is planned
+
+
+def test_without_keeps_the_originals_already_recorded() -> None:
+    """Dropping every new record leaves the annotation as it is (None), not emptied."""
+    recorded = json.dumps({"containers/c9": "old:1"})
+    pod = _pod("nginx", annotations={ANNOTATION: recorded})
+    planned = policy.plan(pod, namespace="default", mirror_policy=POLICY)
+    assert planned.original_images == {"containers/c9": "old:1", "containers/c0": "nginx"}
+    result = planned.without({"harbor-pull": "down"})
+    assert (result.rewrites, result.original_images, result.recorded) == ((), None, frozenset())
+    assert patch.build_patch(pod, result) == []

@@ -10,8 +10,9 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 
 from mirrorgate import policy
-from mirrorgate.policy import planner, reference
+from mirrorgate.policy import reference
 from mirrorgate.webhook import patch
+from mirrorgate.webhook.admissioncache import AdmissionCache
 from tests.policy import strategies
 
 PROPERTY_SETTINGS = settings(
@@ -26,9 +27,9 @@ ALLOWED_PATHS = re.compile(
 
 
 def _admit(
-    pod: dict[str, Any], namespace: str, rules: policy.Policy
+    pod: dict[str, Any], namespace: str, mirror_policy: policy.Policy
 ) -> tuple[policy.RewritePlan, list[Any], dict[str, Any]]:
-    plan = policy.plan(pod, namespace=namespace, policy=rules)
+    plan = policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy)
     ops = patch.build_patch(pod, plan)
     return plan, ops, jsonpatch.apply_patch(pod, ops)
 
@@ -42,8 +43,8 @@ def _images(pod: dict[str, Any]) -> dict[str, object]:
     }
 
 
-def _rule(rules: policy.Policy, label: str) -> policy.MirrorRule:
-    (rule,) = [r for r in rules.rules if r.label == label]
+def _rule(mirror_policy: policy.Policy, label: str) -> policy.MirrorRule:
+    (rule,) = [r for r in mirror_policy.rules if r.label == label]
     return rule
 
 
@@ -51,9 +52,9 @@ def _rule(rules: policy.Policy, label: str) -> policy.MirrorRule:
 @given(strategies.scenarios())
 def test_admitting_twice_changes_nothing(scenario: Scenario) -> None:
     """Planning an admitted Pod again gives no rewrites, secrets or annotation, and no patch."""
-    pod, namespace, rules = scenario
-    first, _, admitted = _admit(pod, namespace, rules)
-    second = policy.plan(admitted, namespace=namespace, policy=rules)
+    pod, namespace, mirror_policy = scenario
+    first, _, admitted = _admit(pod, namespace, mirror_policy)
+    second = policy.plan(admitted, namespace=namespace, mirror_policy=mirror_policy)
     assert second.rewrites == ()
     assert second.pull_secrets == ()
     assert second.original_images is None
@@ -65,8 +66,8 @@ def test_admitting_twice_changes_nothing(scenario: Scenario) -> None:
 @given(strategies.scenarios())
 def test_tag_and_digest_never_dropped(scenario: Scenario) -> None:
     """Every rewritten image keeps the tag and digest of the original, and adds none."""
-    pod, namespace, rules = scenario
-    plan = policy.plan(pod, namespace=namespace, policy=rules)
+    pod, namespace, mirror_policy = scenario
+    plan = policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy)
     for rewrite in plan.rewrites:
         old = reference.parse_normalized(rewrite.site.image)
         new = reference.parse_normalized(rewrite.new_image)
@@ -78,24 +79,24 @@ def test_tag_and_digest_never_dropped(scenario: Scenario) -> None:
 @given(strategies.scenarios())
 def test_rewritten_images_sit_under_their_mirror(scenario: Scenario) -> None:
     """Every rewritten image parses, sits under its rule's mirror, and resolves as on-mirror."""
-    pod, namespace, rules = scenario
-    plan = policy.plan(pod, namespace=namespace, policy=rules)
+    pod, namespace, mirror_policy = scenario
+    plan = policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy)
     for rewrite in plan.rewrites:
-        rule = _rule(rules, rewrite.rule_label)
+        rule = _rule(mirror_policy, rewrite.rule_label)
         new = reference.parse_normalized(rewrite.new_image)
         assert rewrite.new_image == str(new)
         assert new.domain == rule.mirror.host
         # An image named exactly the source prefix lands on the mirror path itself.
         assert new.path == rule.mirror.path or new.path.startswith(f"{rule.mirror.path}/")
-        assert rules.resolve(rewrite.new_image).outcome in ("on-mirror", "excluded")
+        assert mirror_policy.resolve(rewrite.new_image).outcome in ("on-mirror", "excluded")
 
 
 @PROPERTY_SETTINGS
 @given(strategies.scenarios())
 def test_patch_touches_only_rewritten_images(scenario: Scenario) -> None:
     """Images not rewritten stay byte-identical, and the patch touches only the allowed paths."""
-    pod, namespace, rules = scenario
-    plan, ops, admitted = _admit(pod, namespace, rules)
+    pod, namespace, mirror_policy = scenario
+    plan, ops, admitted = _admit(pod, namespace, mirror_policy)
     for op in ops:
         assert ALLOWED_PATHS.fullmatch(op["path"]), op
     rewritten = {
@@ -116,8 +117,8 @@ def test_patch_touches_only_rewritten_images(scenario: Scenario) -> None:
 @given(strategies.scenarios())
 def test_annotation_holds_originals_of_rewritten(scenario: Scenario) -> None:
     """The annotation gains exactly the original strings of rewritten containers."""
-    pod, namespace, rules = scenario
-    plan, _, admitted = _admit(pod, namespace, rules)
+    pod, namespace, mirror_policy = scenario
+    plan, _, admitted = _admit(pod, namespace, mirror_policy)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     existing = json.loads(annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION, "{}"))
     new_annotations = (admitted.get("metadata") or {}).get("annotations") or {}
@@ -134,15 +135,15 @@ def test_annotation_holds_originals_of_rewritten(scenario: Scenario) -> None:
 @given(strategies.scenarios())
 def test_credentials_only_where_granted(scenario: Scenario) -> None:
     """Only credentials granted to the namespace are attached, and each at most once."""
-    pod, namespace, rules = scenario
-    plan, _, admitted = _admit(pod, namespace, rules)
+    pod, namespace, mirror_policy = scenario
+    plan, _, admitted = _admit(pod, namespace, mirror_policy)
     for credential in plan.credentials:
-        assert rules.is_granted(credential, namespace)
+        assert mirror_policy.is_granted(credential, namespace)
     names = [s["name"] for s in admitted.get("spec", {}).get("imagePullSecrets") or []]
     for secret in plan.pull_secrets:
         assert names.count(secret) == 1
     for rewrite in plan.rewrites:
-        needed = _rule(rules, rewrite.rule_label).credential
+        needed = _rule(mirror_policy, rewrite.rule_label).credential
         assert needed is None or policy.pull_secret_name(needed) in names
 
 
@@ -150,22 +151,20 @@ def test_credentials_only_where_granted(scenario: Scenario) -> None:
 @given(strategies.scenarios(), strategies.scenarios())
 def test_plans_shared_by_shape_equal_fresh_plans(first: Scenario, second: Scenario) -> None:
     """A plan looked up by Pod shape equals one computed in full, for every Pod."""
-    _, _, rules = first
+    _, _, mirror_policy = first
+    cache = AdmissionCache()
     for pod, namespace, _ in (first, second, first):
-        fresh = planner._plan(
-            pod,
-            namespace=namespace,
-            policy=rules,
-            fields=policy.CONTAINER_FIELDS,
-            frozen=frozenset(),
-            can_add_pull_secrets=True,
-            can_annotate=True,
-            unavailable=None,
-        )
-        assert policy.plan(pod, namespace=namespace, policy=rules) == fresh
+        fresh = policy.plan(pod, namespace=namespace, mirror_policy=mirror_policy)
+
+        def shared(pod: dict[str, Any], namespace: str = namespace) -> policy.RewritePlan:
+            return cache.admitted(
+                pod, namespace=namespace, mirror_policy=mirror_policy, health=policy.HEALTHY
+            ).plan
+
+        assert shared(pod) == fresh
         # The replica of a workload: another name and uid, the same shape.
         replica = json.loads(json.dumps(pod))
         if isinstance(replica.get("metadata"), dict):
             replica["metadata"]["name"] = "replica-x7k2p"
             replica["metadata"]["uid"] = "0000-replica"
-        assert policy.plan(replica, namespace=namespace, policy=rules) == fresh
+        assert shared(replica) == fresh

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
 
-from tests.webhook import policies
+from mirrorgate import policy
+from mirrorgate.webhook import admission
+from mirrorgate.webhook import review as review_
+from tests.webhook import policies, strategies
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.harness import Harness, make_harness
 from tests.webhook.reviews import (
@@ -476,3 +483,29 @@ def test_internal_error_admits_unchanged_with_a_warning(tmp_path: Path) -> None:
     assert "patch" not in response
     assert response["warnings"] == ["mirrorgate: internal error; the Pod was admitted unchanged"]
     assert 'mirrorgate_errors_total{endpoint="mutate",reason="internal"} 1.0' in metrics
+
+
+_PLANNING_POLICY = policy.load(yaml.safe_load(policies.POLICY))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=strategies.valid_reviews().map(orjson.dumps) | strategies.mutated_reviews())
+def test_a_review_reduced_for_planning_is_admitted_alike(body: bytes) -> None:
+    """What a worker hands back (admission.for_planning) decides as the whole review does."""
+    try:
+        rev = review_.decode(body)
+    except review_.BadReview:
+        return  # never handed to planning
+    assert _admitted(admission.for_planning(rev)) == _admitted(rev)
+
+
+def _admitted(rev: review_.Review) -> admission.Decision | str:
+    """The decision on ``rev``, or why it is a bad review."""
+    try:
+        return asyncio.run(
+            admission.admit(
+                rev, mirror_policy=_PLANNING_POLICY, mode="enforce", secrets=RecordingPullSecrets()
+            )
+        )
+    except review_.BadReview as error:
+        return str(error)

@@ -92,12 +92,19 @@ def test_large_reviews_are_screened_in_a_worker_process(screener: offload.Screen
     wide = orjson.dumps(padded(pod(*[PROM_IMAGE] * 2000), dry_run=True, uid="wide"))
     screened = asyncio.run(screener.screen(wide, mode="enforce", max_containers=1000))
     assert screened is not None
+    assert not isinstance(screened, review_.Review)
     uid, dry_run, decision = screened
     assert (uid, dry_run, decision.outcome) == ("wide", True, "skipped")
     assert decision.body["response"]["warnings"] == [too_wide(2000, 1000)]
 
-    narrow = orjson.dumps(padded(pod(PROM_IMAGE)))
-    assert asyncio.run(screener.screen(narrow, mode="enforce", max_containers=1000)) is None
+    # Handed back to be planned here: decoded once, in the worker, and reduced to
+    # what admission reads (the padding stays behind).
+    narrow = orjson.dumps(padded(pod(PROM_IMAGE), uid="narrow"))
+    handed = asyncio.run(screener.screen(narrow, mode="enforce", max_containers=1000))
+    assert isinstance(handed, review_.Review)
+    assert handed.uid == "narrow"
+    assert len(orjson.dumps(handed.request)) < len(narrow) // 100
+    assert handed == admission.for_planning(review_.decode(narrow))
 
     malformed = padded(pod(PROM_IMAGE), uid="bad", namespace="Not_A_Namespace")
     with pytest.raises(review_.BadReview) as caught:

@@ -86,11 +86,11 @@ def admit(
     obj = pod(image)
     obj["metadata"]["labels"] = labels
     body = review(obj, namespace=namespace)
-    rules = policyfile.read_policy(policy_path).policy
+    mirror_policy = policyfile.read_policy(policy_path).policy
     decision = asyncio.run(
         admission.admit(
             reviews.decode(orjson.dumps(body)),
-            rules=rules,
+            mirror_policy=mirror_policy,
             mode="enforce",
             secrets=RecordingPullSecrets(),
         )
@@ -123,7 +123,7 @@ def test_explain_agrees_with_admission(
 
 def test_the_table_covers_every_offline_outcome() -> None:
     """Every outcome explain can give has a case (the admission-only ones need a cluster)."""
-    assert {case[3] for case in CASES} == set(policy.OUTCOMES) - {
+    assert {case[3] for case in CASES} == set(policy.IMAGE_OUTCOMES) - {
         "credential-unavailable",
         "mirror-unhealthy",
     }
@@ -143,4 +143,4 @@ def test_explain_agrees_with_admission_property(
 ) -> None:
     """Any namespace, skip label and image: explain and admission agree."""
     labels = {} if skip is None else {"mirrorgate.io/skip": skip}
-    assert assert_agree(policy_path, namespace, labels, image) in policy.OUTCOMES
+    assert assert_agree(policy_path, namespace, labels, image) in policy.IMAGE_OUTCOMES

@@ -116,10 +116,10 @@ def test_huge_and_unique_images(fuzzed: Harness, length: int, unique: object, fi
     result = check(fuzzed, orjson.dumps(review(pod(image, field=field))))
     for warning in result.get("warnings", []):
         assert len(warning) < 2_000
-    rules = fuzzed.runtime.policy.policy
-    assert rules._resolutions.held <= rules._resolutions.max_bytes
-    assert rules.plans.held <= rules.plans.max_bytes
-    assert image not in rules._resolutions or length <= 780
+    cache = fuzzed.runtime.admission_cache
+    assert cache.held <= cache.max_bytes
+    assert len(cache) <= cache.max_entries
+    assert not cache.resolved(image) or length <= 780
 
 
 def test_a_real_request_still_works_after_the_storm(fuzzed: Harness) -> None:

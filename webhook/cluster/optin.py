@@ -13,14 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mirrorgate.policy import MODE_LABEL, Mode
-from mirrorgate.policy.model import MODES
+from mirrorgate.policy import ENFORCE, MODE_LABEL, MODES
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.cluster.informer import Informer
 
 __all__ = ["ENFORCE", "MODE_LABEL", "OPTED_IN_MODES", "NamespaceOptIn"]
 
-ENFORCE: Mode = "enforce"
 OPTED_IN_MODES = frozenset(MODES)
 _FIRST_POLL, _LONGEST_POLL = 0.001, 0.02
 

@@ -134,7 +134,9 @@ _V1_NAMES: dict[str, AuditOutcome] = {"no-rule": "unmatched", "already-mirrored"
 
 def judge(mirror_policy: policy.Policy, image: str, namespace: str) -> Verdict:
     """The audit outcome of ``image`` in ``namespace``: admission's own decision."""
-    decision = policy.decide_image(image, namespace=namespace, policy=mirror_policy)
+    decision = policy.decide_image(
+        mirror_policy.resolve(image), namespace=namespace, mirror_policy=mirror_policy
+    )
     outcome = _V1_NAMES.get(decision.outcome, cast("AuditOutcome", decision.outcome))
     rule = decision.resolution.rule
     label, credential = (rule.label, rule.credential) if rule is not None else (None, None)
@@ -180,7 +182,7 @@ class NamespaceReport:
                 namespace=self.name,
                 labels=metadata.get("labels") or {},
                 annotations=metadata.get("annotations") or {},
-                policy=mirror_policy,
+                mirror_policy=mirror_policy,
             )
             is not None
         ):

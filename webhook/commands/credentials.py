@@ -35,7 +35,8 @@ def store_key(args: argparse.Namespace) -> bytes:
 
 
 def run_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.policy.model import CREDENTIAL_NAME_RE, mirror_problem
+    from mirrorgate.policy.hosts import mirror_problem
+    from mirrorgate.policy.loader import CREDENTIAL_NAME_RE
     from mirrorgate.webhook.credentials import filestore
 
     if not CREDENTIAL_NAME_RE.fullmatch(args.name):

@@ -20,7 +20,6 @@ import jsonpatch
 import yaml
 
 from mirrorgate import policy
-from mirrorgate.policy import model
 from mirrorgate.webhook import patch, policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.credentials.store import Credential
@@ -40,9 +39,7 @@ __all__ = [
 ]
 
 DEFAULT_NAMESPACE = "default"
-ENFORCE: policy.Mode = "enforce"
-AUDIT: policy.Mode = "audit"
-MODES = model.MODES
+ENFORCE, AUDIT, MODES = policy.ENFORCE, policy.AUDIT, policy.MODES
 """The effective mode of a namespace: its mirrorgate.io/mode label, or audit for every
 namespace when the server runs --audit-only."""
 
@@ -164,7 +161,7 @@ def rewrite_documents(
             warnings.append(f"{prefix}no Pod template with a spec at {path}")
             continue
         pod_namespace = namespace or _metadata(document).get("namespace") or DEFAULT_NAMESPACE
-        plan = policy.plan(obj, namespace=str(pod_namespace), policy=mirror_policy)
+        plan = policy.plan(obj, namespace=str(pod_namespace), mirror_policy=mirror_policy)
         warnings.extend(prefix + w for w in plan.warnings)
         if mode == AUDIT:
             warnings.extend(prefix + policy.audit_mode_line(r) for r in plan.rewrites)
@@ -229,12 +226,14 @@ def explain_image(
         return explained
     explained["result"] = image
     exemption = policy.exempt_pod(
-        namespace=namespace, labels=labels or {}, annotations={}, policy=mirror_policy
+        namespace=namespace, labels=labels or {}, annotations={}, mirror_policy=mirror_policy
     )
     if exemption is not None:
         explained.update(outcome=exemption.outcome, reason=exemption.reason)
         return explained
-    decision = policy.decide_image(image, namespace=namespace, policy=mirror_policy)
+    decision = policy.decide_image(
+        mirror_policy.resolve(image), namespace=namespace, mirror_policy=mirror_policy
+    )
     explained.update(outcome=decision.outcome, reason=decision.reason, warning=decision.warning)
     rule = decision.resolution.rule
     if rule is not None:

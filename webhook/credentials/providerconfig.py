@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from mirrorgate import policy
+from mirrorgate.policy.durations import parse_duration
 from mirrorgate.webhook.policyfile import boundedyaml
 
 __all__ = [
@@ -51,47 +51,10 @@ _PROVIDER_KEYS = (
 )
 _MAX_BYTES = 1 << 20  # a config file is a few hundred bytes; refuse to parse anything huge
 
+
 # Go's time.ParseDuration: an optional sign, then one or more decimal numbers with units.
-_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-# Go durations are int64 nanoseconds: ParseDuration refuses anything longer
-# (about 292 years), and so does this, which also keeps every expiry a datetime.
-_DURATION_MAX = (2**63 - 1) / 1e9
-
-
 class ProviderConfigError(ValueError):
     """The configuration cannot be used; the message lists every problem with its field path."""
-
-
-def parse_duration(text: object) -> float | None:
-    """Seconds in a Go duration string (``"12h"``, ``"1h30m"``, ``"0"``); None if invalid.
-
-    Invalid includes what Go refuses as out of range: more than 2562047h.
-    """
-    if not isinstance(text, str) or not text:
-        return None
-    sign, body = (-1.0, text[1:]) if text.startswith("-") else (1.0, text.removeprefix("+"))
-    if body == "0":
-        return 0.0
-    position, total = 0, 0.0
-    while position < len(body):
-        part = _DURATION_PART.match(body, position)
-        if part is None:
-            return None
-        total += float(part.group(1)) * _DURATION_UNITS[part.group(2)]
-        position = part.end()
-    if not body or total > _DURATION_MAX:
-        return None
-    return sign * total
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from mirrorgate import policy
 from mirrorgate.policy import HEALTHY, Health
 from mirrorgate.webhook import admission, logs, policyreview, review
+from mirrorgate.webhook.admissioncache import AdmissionCache
 from mirrorgate.webhook.edge import offload
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
@@ -76,6 +77,8 @@ class Runtime:
     screener: offload.Screener | None = None
     """The worker that screens large reviews off the event loop; None: all on the loop."""
     on_policy_change: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    admission_cache: AdmissionCache = dataclasses.field(default_factory=AdmissionCache)
+    """What admission keeps between requests, for the policy in force."""
 
     @property
     def mode(self) -> str:
@@ -146,7 +149,7 @@ class AdmissionEndpoint:
         started = time.perf_counter()
         runtime, endpoint = self.runtime, self.endpoint
         loaded = runtime.policy
-        mode: policy.Mode = "audit" if self.forced_audit or runtime.audit_only else "enforce"
+        mode = policy.AUDIT if self.forced_audit or runtime.audit_only else policy.ENFORCE
         rev: review.Review | None = None
         try:
             body = await self._body(scope, receive)
@@ -159,19 +162,21 @@ class AdmissionEndpoint:
                 screened = await runtime.screener.screen(
                     body, mode=mode, max_containers=runtime.max_containers
                 )
-            if screened is not None:
-                uid, dry_run, decision = screened
-            else:
-                rev = review.decode(body)
+            if screened is None or isinstance(screened, review.Review):
+                # Decoded once: by the worker (which hands back what planning reads), or here.
+                rev = review.decode(body) if screened is None else screened
                 uid, dry_run = rev.uid, bool(rev.request.get("dryRun", False))
                 decision = await admission.admit(
                     rev,
-                    rules=loaded.policy,
+                    mirror_policy=loaded.policy,
                     mode=mode,
                     secrets=runtime.secrets,
                     health=runtime.health,
                     max_containers=runtime.max_containers,
+                    cache=runtime.admission_cache,
                 )
+            else:
+                uid, dry_run, decision = screened
         except review.BadReview as error:
             runtime.metrics.errors.labels(endpoint, "bad-request").inc()
             logger.warning(
@@ -234,11 +239,10 @@ REFUSAL_LOG_INTERVAL = 60.0
 class PolicyEndpoint(AdmissionEndpoint):
     """``POST /validate-policy``: writes of the policy ConfigMap (:mod:`webhook.policyreview`).
 
-    Reading a policy takes up to some 35 ms of a core, and holds the GIL
-    wherever it runs in the server: a review over
-    :data:`offload.LARGE_POLICY_REVIEW_BYTES` is judged in the worker process
-    (:mod:`webhook.edge.offload`), a smaller one (2 ms at most) on a thread,
-    one at a time. When the worker's queue is full the policy is refused
+    Reading a policy holds a core and the GIL wherever it runs in the
+    server: a review over :data:`offload.LARGE_POLICY_REVIEW_BYTES` is judged
+    in the worker process (:mod:`webhook.edge.offload`), a smaller one on a
+    thread, one at a time. When the worker's queue is full the policy is refused
     unjudged, saying so: the webhook fails closed, and the writer may retry.
     """
 

@@ -20,6 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from mirrorgate import policy
 from mirrorgate.webhook.admission import Decision
 from mirrorgate.webhook.version import VERSION
 
@@ -195,7 +196,7 @@ class Metrics:
         for endpoint in ENDPOINTS:
             for reason in ERROR_REASONS:
                 self.errors.labels(endpoint, reason)
-        self.counts.admissions[("mutate", "enforce", "denied")] = 0
+        self.counts.admissions[("mutate", policy.ENFORCE, "denied")] = 0
         for action in PULL_SECRET_ACTIONS:
             self.pull_secret_writes.labels(action)
         for result in ("loaded", "failed"):
@@ -206,14 +207,14 @@ class Metrics:
         key = (endpoint, decision.mode, decision.outcome)
         counts.admissions[key] = counts.admissions.get(key, 0) + 1
         if decision.rewrites:
-            if decision.mode == "audit":
+            if decision.mode == policy.AUDIT:
                 counts.would_rewrite += decision.rewrites
             else:
                 counts.rewritten += decision.rewrites
         counts.warnings += decision.warnings
         counts.unrewritten += decision.unrewritten
         plan = decision.plan
-        if plan is not None and plan.fallbacks and decision.mode == "enforce":
+        if plan is not None and plan.fallbacks and decision.mode == policy.ENFORCE:
             counts.fallbacks += plan.fallbacks
         buckets = counts.latency.get(endpoint)
         if buckets is None:

@@ -1,27 +1,28 @@
 """Large reviews screened in a worker process, so that their decoding never stalls the event loop.
 
-Every admission shares one event loop. Decoding a 3 MB review of 50,000
-containers holds it (and the GIL: a thread would not help) for 30–40 ms,
-and three clients sending such Pods back to back kept it busy for most of
-the time. A body over :data:`LARGE_REVIEW_BYTES` is therefore decoded and
+Every admission shares one event loop, and decoding a review holds it (and
+the GIL: a thread would not help) for as long as the review is large; the
+measured costs are in docs/development.md ("What the bounds cost"). A body
+over :data:`LARGE_REVIEW_BYTES` is therefore decoded and
 screened (:func:`webhook.admission.screen`, which needs no policy) in a
 worker process first:
 
 * a Pod too wide to plan, a review that is not about a Pod, or a malformed
   one is answered from the worker's verdict, without decoding on the loop;
-* any other large review comes back as "plan it", and the loop decodes and
-  plans it as usual: under ``--max-containers`` that costs a bounded few
-  tens of milliseconds, and such Pods are rare.
+* any other large review comes back as the part of it that admission reads
+  (:func:`webhook.admission.for_planning`: the containers' names and images,
+  a few labels and annotations), and the loop plans that: a review is
+  decoded once, wherever it is decoded.
 
-A large body whose commas could not separate that many containers (a 2.5 MB
-image, a huge annotation) skips the worker: it cannot be too wide, and
-decoding it twice would only cost (:func:`may_be_too_wide`).
+A large body whose commas could not separate that many containers (a huge
+image or annotation) skips the worker and is decoded on the loop: it
+cannot be too wide, and the round trip would only cost (:func:`may_be_too_wide`).
 
 Large policy reviews (/validate-policy, a body over
 :data:`LARGE_POLICY_REVIEW_BYTES`) are judged there too, whole
-(:func:`webhook.policyreview.judge_body`): reading a policy costs about a
-quarter of a millisecond per KiB of review, 33 ms for the largest accepted,
-and holds the GIL in a thread as much as on the loop. At most
+(:func:`webhook.policyreview.judge_body`): reading a policy costs in
+proportion to its size, and holds the GIL in a thread as much as on the
+loop. At most
 :data:`MAX_QUEUED_POLICY_REVIEWS` wait for the worker or are in it; past
 that :class:`Busy` is raised, and the endpoint refuses the policy unjudged.
 
@@ -55,25 +56,26 @@ __all__ = [
     "Screened",
     "Screener",
     "Unavailable",
+    "Verdict",
     "may_be_too_wide",
 ]
 
 _T = TypeVar("_T")
 
 LARGE_REVIEW_BYTES = 256 << 10
-"""Bodies larger than this are screened in the worker; an ordinary Pod's review is 2–20 KB."""
+"""Bodies larger than this are screened in the worker: many times an ordinary Pod's review."""
 
 LARGE_POLICY_REVIEW_BYTES = 8 << 10
-"""Policy reviews larger than this are judged in the worker: below it judging costs at most
-about 2 ms in the server (a valid policy of some 100 rules, or an alias-laden document
-refused at its bound), less than the round trip's share of a busy worker's queue."""
+"""Policy reviews larger than this are judged in the worker: below it, judging in the server
+costs less than the round trip's share of a busy worker's queue."""
 MAX_QUEUED_POLICY_REVIEWS = 4
-"""Policy reviews waiting for the worker or in it. The largest takes 33 ms there alone and
-some 100 ms on a busy machine (`make bench-abuse`): the last in the queue is answered well
-within the webhook's 5 s timeout."""
+"""Policy reviews waiting for the worker or in it: few enough that the last in the queue is
+answered well within the webhook's 5 s timeout (`make bench-abuse` measures it)."""
 
 Screened = tuple[str, bool, admission.Decision]
 """The review's uid and dryRun, and the decision, for what the worker could decide alone."""
+Verdict = Screened | review.Review
+"""What the worker hands back: its decision, or the review reduced for planning."""
 
 
 def may_be_too_wide(body: bytes, max_containers: int) -> bool:
@@ -82,17 +84,17 @@ def may_be_too_wide(body: bytes, max_containers: int) -> bool:
     A JSON list of n items has n - 1 commas, and a review has at most six
     container lists (three in the object, three in the old one); commas
     inside strings only make the answer yes more often. One pass of
-    ``bytes.count``: about a millisecond for 3 MB.
+    ``bytes.count``, far cheaper than decoding.
     """
     return body.count(b",") + 6 > max_containers
 
 
-def _screen(body: bytes, mode: policy.Mode, max_containers: int) -> Screened | None:
-    """In the worker: the decision when the policy is not needed, else None."""
+def _screen(body: bytes, mode: policy.Mode, max_containers: int) -> Verdict:
+    """In the worker: the decision when the policy is not needed, else the review to plan."""
     rev = review.decode(body)
     screened = admission.screen(rev, mode=mode, max_containers=max_containers)
     if isinstance(screened, admission.Target):
-        return None
+        return admission.for_planning(rev)
     return rev.uid, bool(rev.request.get("dryRun", False)), screened
 
 
@@ -161,8 +163,8 @@ class Screener:
 
     async def screen(
         self, body: bytes, *, mode: policy.Mode, max_containers: int
-    ) -> Screened | None:
-        """The worker's verdict on ``body``; None: decode and plan it here.
+    ) -> Verdict | None:
+        """The worker's verdict on ``body``; None: no worker could take it, decode it here.
 
         Raises :class:`review.BadReview` for a malformed review, as decoding here would.
         """
