@@ -16,7 +16,7 @@ WEBHOOK = Path(__file__).resolve().parents[2] / "webhook"
 # is not background work: each lives no longer than the request or probe it serves.
 ALLOWED = {
     ("mirrorhealth/probes.py", "threading.Timer"): "cuts one probe's connection at its deadline",
-    ("edge/connections.py", "create_task"): "one TLS handshake, within the header timeout",
+    ("edge/accept.py", "create_task"): "one TLS handshake, within the header timeout",
 }
 
 

@@ -1,0 +1,318 @@
+"""uvicorn's httptools protocol with the limits of a :class:`ConnectionTable`.
+
+:class:`LimitedHttpProtocol` is uvicorn's httptools protocol plus the
+header limits (HTTP 431), the milestones the table orders connections by,
+the count of request-body bytes held, a bound on the pipelined requests it
+parses ahead of an answer, and the answers its client does not read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+import httptools
+from uvicorn.config import Config
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from mirrorgate.webhook.edge.connections import ConnectionTable, State
+
+__all__ = ["LimitedHttpProtocol"]
+
+EARLY_BYTES_MAX = 1 << 20
+"""Bytes held for a connection between its handshake and its hand-over to uvicorn."""
+WRITE_HIGH_WATER = 64 * 1024
+"""Unsent answer bytes past which the TLS transport says a client is not reading (uvloop's
+default, 512 KiB, would let 1,024 connections hold half a gigabyte before anyone noticed)."""
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing a request the limits refuse."""
+
+
+class _Flow(FlowControl):
+    """uvicorn's flow control, which also holds the bytes received and not yet parsed, and
+    keeps reading paused while it does.
+
+    uvicorn resumes reading whenever an answer completes or the app asks for
+    the body; bytes that a connection may not parse yet (its pipelining bound
+    is reached) must first be parsed, or they would pile up behind the bound.
+    The bytes are kept here so that this needs no reference back to its
+    connection: with one, the two made a cycle, and every closed connection
+    (its TLS buffers with it) waited for the next full garbage collection.
+    After 1,000 idle connections closed, a flood of large reviews then found
+    none of their memory free to reuse, and the heap grew by 15 MB more.
+    """
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        super().__init__(transport)
+        self.held = b""
+        """Bytes received and not parsed: pipelined requests beyond the bound, for later."""
+
+    def resume_reading(self) -> None:
+        if not self.held:
+            super().resume_reading()
+
+
+class LimitedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits of a :class:`ConnectionTable`."""
+
+    flow: _Flow
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        table: ConnectionTable,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.table = table
+        self.state = State.NEW
+        self.since = self.loop.time()
+        """When the current state began (accept, first byte, end of head, end of answer)."""
+        self.raw: asyncio.Transport | None = None
+        """The TCP transport, until TLS replaces it as ``transport``."""
+        self.reading = State.NEW
+        """Where the parser is: NEW, HEAD, BODY, or IDLE between requests (``state`` is BUSY
+        instead while an answer is due)."""
+        self.head_bytes = 0
+        """Bytes of the current request head in earlier reads."""
+        self.began = False
+        """Whether the current request head began in the read being parsed."""
+        self.chunk = 0
+        """Bytes of the read being parsed."""
+        self.ahead = table.limits.max_pipelined + 1
+        """Requests parsed and unanswered at most: one being answered, the rest queued."""
+        self.answered = 0
+        """Requests answered on this connection (a keep-alive client's show more than one)."""
+        self.unsent = 0
+        """Answer bytes unsent when its client stopped reading (while the table holds it as
+        stalled)."""
+        self.buffered = 0
+        """Request-body bytes received and not yet answered."""
+        self.refusal: tuple[int, str] | None = None
+        self.early: list[bytes] = []
+        """Bytes TLS delivered between the end of the handshake and :meth:`connection_made`."""
+
+    # -- the table's view ---------------------------------------------------
+
+    def _enter(self, state: State) -> None:
+        self.state, self.since = state, self.loop.time()
+        try:  # noqa: SIM105 - contextlib.suppress costs more, three times per request
+            self.table.open.move_to_end(self)
+        except KeyError:
+            pass  # already dropped by the table
+
+    def close_for(self, reason: str) -> None:
+        """Drop the connection at once (no TLS close_notify): a timeout or an eviction."""
+        transport = self.transport or self.raw
+        if transport is not None:
+            transport.abort()
+        self.table.release(self, reason)
+
+    # -- parsing, with the limits --------------------------------------------
+
+    def pending_output(self) -> int:
+        """Answer bytes written and not yet sent, in the TLS and the TCP transport."""
+        raw = self.raw.get_write_buffer_size() if self.raw is not None else 0
+        return self.transport.get_write_buffer_size() + raw
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self.flow = _Flow(self.transport)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        early, self.early = self.early, []
+        for data in early:
+            self.data_received(data)
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport is None:
+            # The TLS protocol passes on a request as soon as its handshake
+            # is done, a loop iteration before start_tls returns its transport.
+            self.early.append(data)
+            if sum(map(len, self.early)) > EARLY_BYTES_MAX:
+                self.close_for("header-limit")
+            return
+        if self.flow.held:  # reading resumed by someone else: this waits its turn too
+            self.flow.held += data
+            self.flow.pause_reading()
+            return
+        self._feed(data)
+
+    def _room(self) -> int:
+        """Requests that may still be parsed: the bound, less those parsed and unanswered
+        (one being answered, the rest queued)."""
+        cycle = self.cycle
+        return self.ahead - len(self.pipeline) - (cycle is not None and not cycle.response_complete)
+
+    def _feed(self, data: bytes) -> None:
+        """Parse ``data`` as far as the pipelining bound allows; hold the rest, unread.
+
+        httptools parses all it is given, every pipelined request in it
+        included, and uvicorn queues each one. A request head holds at least
+        two line feeds (its request line and the empty line), so bytes with
+        fewer than twice the room cannot complete more heads than there is
+        room for: every read of a client that waits for its answers is
+        parsed whole. (Its line feeds are all in its head, at the start: one
+        ``rfind`` over the body and a count over the head decide it, where
+        a count of the whole read would cost five times an admission's
+        parsing on a 60 KB body.) Others are parsed a few lines at a time.
+        """
+        room = self._room()
+        last = data.rfind(b"\n")
+        if last < 0 or data.count(b"\n", 0, last) < 2 * room - 1:
+            self._parse(data)
+            return
+        start = 0
+        while room > 0:
+            stop = start - 1
+            for _ in range(2 * room - 1):
+                stop = data.find(b"\n", stop + 1)
+                if stop < 0:
+                    if start < len(data):
+                        self._parse(data[start:] if start else data)
+                    return
+            # At most ``room`` heads end up to and including this line feed.
+            if not self._parse(data[start : stop + 1]) or self.transport.is_closing():
+                return
+            start = stop + 1
+            room = self._room()
+        if start < len(data):
+            self.flow.held = data[start:]
+            self.flow.pause_reading()
+
+    def _parse(self, data: bytes) -> bool:
+        """Feed the parser; False if that closed the connection."""
+        self.chunk = len(data)
+        self.began = False
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # no upgrades here (WebSockets are off): answered as a plain request
+        except httptools.HttpParserError:
+            # Our refusals are raised from parser callbacks and arrive wrapped.
+            status, message = self.refusal or (400, "Invalid HTTP request received.")
+            self._reply_and_close(status, message)
+            return False
+        if self.reading is State.HEAD and not self.began:
+            # A head that goes on over reads: each read after its first is all
+            # head. Its first read may also hold earlier requests, so its part
+            # there is not known; it is counted from the next read on (or
+            # exactly, once complete).
+            self.head_bytes += self.chunk
+            if self.head_bytes > self.table.limits.max_header_bytes:
+                self._reply_and_close(
+                    431, f"request head exceeds the {self.table.limits.max_header_bytes}-byte limit"
+                )
+                return False
+        return True
+
+    def _reply_and_close(self, status: int, message: str) -> None:
+        payload = message.encode("ascii")
+        self.transport.write(
+            b"".join(
+                (
+                    STATUS_LINE[status],
+                    b"content-type: text/plain; charset=utf-8\r\n",
+                    b"content-length: ",
+                    str(len(payload)).encode("ascii"),
+                    b"\r\n",
+                    b"connection: close\r\n\r\n",
+                    payload,
+                )
+            )
+        )
+        self.transport.close()
+        self.table.release(self, "header-limit" if status == 431 else "bad-request")
+
+    def _refuse(self, status: int, message: str) -> None:
+        self.refusal = (status, message)
+        raise _Refused(message)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # A request began: the connection is no longer idle. (Not any byte:
+        # the parser skips a stray CRLF between requests, and the idle
+        # timer must keep running through it.)
+        self._unset_keepalive_if_required()
+        self.head_bytes, self.began, self.reading = 0, True, State.HEAD
+        if self.state is not State.BUSY:
+            self._enter(State.HEAD)
+
+    def on_headers_complete(self) -> None:
+        limits = self.table.limits
+        if len(self.headers) > limits.max_headers:
+            self._refuse(431, f"more than {limits.max_headers} header fields")
+        # Counted exactly only when the bytes read so far could hold a head
+        # over the limit (a head and its body usually arrive in one read).
+        if (
+            self.head_bytes + self.chunk > limits.max_header_bytes
+            and len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
+            > limits.max_header_bytes
+        ):
+            self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
+        self.reading = State.BODY
+        if self.state is not State.BUSY:
+            self._enter(State.BODY)
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        size = len(body)
+        self.buffered += size
+        self.table.buffered += size
+        super().on_body(body)
+        if self.table.buffered > self.table.limits.max_buffered_bytes:
+            self.table.relieve(self)
+
+    def on_message_complete(self) -> None:
+        self.reading = State.IDLE
+        self.state = State.BUSY  # no read deadline and no eviction while the client reads
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        self.answered += 1
+        self.table.unbuffer(self)
+        if not self.pipeline:
+            super().on_response_complete()
+            self._enter(self.reading)  # IDLE, or a pipelined request's head or body
+        else:
+            # The next queued request is not started here, as uvicorn would:
+            # it waits its turn behind clients that wait for their answers.
+            queued, pipeline = self.pipeline.pop(), self.pipeline
+            self.pipeline = collections.deque()  # nothing queued, as uvicorn sees it
+            super().on_response_complete()  # so it starts nothing, and arms the idle timer
+            self.pipeline = pipeline
+            self._unset_keepalive_if_required()
+            if not self.transport.is_closing():
+                self.table.defer(self, *queued)
+        if self.flow.held and not self.transport.is_closing():
+            held, self.flow.held = self.flow.held, b""
+            self._feed(held)
+            if not self.flow.held and not self.transport.is_closing():
+                self.flow.resume_reading()
+
+    # -- answers the client does not read -------------------------------------
+
+    def pause_writing(self) -> None:
+        """The TLS transport holds more than its high-water mark: the client is not reading."""
+        super().pause_writing()
+        self.table.stall(self)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.table.unstall(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is None:
+            # TLS reports a handshake that never completed (timed out, refused,
+            # or the client left) before start_tls returns to the acceptor.
+            self.table.release(self, "handshake-failed")
+            return
+        super().connection_lost(exc)
+        self.table.release(self, "closed")
