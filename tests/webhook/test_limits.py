@@ -23,7 +23,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import orjson
 import pytest
@@ -169,7 +169,7 @@ def on_loop(running: serving.Running, read: Callable[[ConnectionTable], _T]) -> 
 
 def protocols(table: ConnectionTable) -> list[LimitedHttpProtocol]:
     """The open connections (to be called on the loop, by :func:`on_loop`)."""
-    return list(table.open)
+    return [cast("LimitedHttpProtocol", connection) for connection in table.open]
 
 
 def open_connections(running: serving.Running) -> int:

@@ -26,17 +26,11 @@ import asyncio
 import collections
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-from uvicorn._types import ASGI3Application
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from typing import Protocol
 
 from mirrorgate.webhook.edge.limits import Limits
 
-if TYPE_CHECKING:
-    from mirrorgate.webhook.edge.protocol import LimitedHttpProtocol
-
-__all__ = ["ConnectionTable", "State"]
+__all__ = ["Clock", "Connection", "ConnectionTable", "RunningLoop", "State"]
 
 PIPELINED_PER_TURN = 4
 """Pipelined requests started per event-loop turn, across all connections (see
@@ -57,16 +51,74 @@ class State(enum.IntEnum):
     """Answered; waiting for the next request (uvicorn's keep-alive timer runs)."""
 
 
+class Clock(Protocol):
+    """The time and the timers the table runs on: an event loop, or a fake one in tests."""
+
+    def time(self) -> float: ...
+
+    def call_later(self, delay: float, callback: Callable[[], object], /) -> object: ...
+
+    def call_soon(self, callback: Callable[[], object], /) -> object: ...
+
+
+class RunningLoop:
+    """The :class:`Clock` of whichever event loop is running (the table is made before the
+    server's loop exists, and always used on it)."""
+
+    def time(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def call_later(self, delay: float, callback: Callable[[], object], /) -> object:
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+    def call_soon(self, callback: Callable[[], object], /) -> object:
+        return asyncio.get_running_loop().call_soon(callback)
+
+
+class Connection(Protocol):
+    """What the table knows of a connection: where it is, and how to close it."""
+
+    state: State
+    since: float
+    """When the current state began (accept, first byte, end of head, end of answer)."""
+    answered: int
+    """Requests answered on this connection (a keep-alive client's show more than one)."""
+    buffered: int
+    """Request-body bytes received and not yet answered."""
+    unsent: int
+    """Answer bytes unsent when its client stopped reading (while the table holds it as
+    stalled)."""
+
+    def queued(self) -> bool:
+        """Whether pipelined requests wait behind the one being answered (parsed or not)."""
+        ...
+
+    def pending_output(self) -> int:
+        """Answer bytes written and not yet sent."""
+        ...
+
+    def closing(self) -> bool: ...
+
+    def close_for(self, reason: str) -> None:
+        """Drop the connection at once, and :meth:`ConnectionTable.release` it."""
+        ...
+
+
 class ConnectionTable:
     """Every open connection, least recently active first, and the limits they live under."""
 
     def __init__(
-        self, limits: Limits, *, on_close: Callable[[str], None] = lambda reason: None
+        self,
+        limits: Limits,
+        *,
+        on_close: Callable[[str], None] = lambda reason: None,
+        clock: Clock | None = None,
     ) -> None:
         self.limits = limits
-        self.open: collections.OrderedDict[LimitedHttpProtocol, None] = collections.OrderedDict()
+        self.clock: Clock = clock or RunningLoop()
+        self.open: collections.OrderedDict[Connection, None] = collections.OrderedDict()
         self.buffered = 0
-        self.stalled: dict[LimitedHttpProtocol, float] = {}
+        self.stalled: dict[Connection, float] = {}
         """Connections whose client does not read its answer, by when it stopped (oldest
         first)."""
         self.unsent = 0
@@ -76,14 +128,14 @@ class ConnectionTable:
         self._sweep_every = min(
             1.0, limits.header_timeout / 4, limits.body_timeout / 4, limits.write_timeout / 4
         )
-        self._sweeper: asyncio.TimerHandle | None = None
-        self.deferred: collections.deque[
-            tuple[LimitedHttpProtocol, RequestResponseCycle, ASGI3Application]
-        ] = collections.deque()
+        self._sweeping = False
+        self.deferred: collections.deque[tuple[Connection, Callable[[], None]]] = (
+            collections.deque()
+        )
         """Pipelined requests waiting for their turn to start."""
-        self._dispatcher: asyncio.Handle | None = None
+        self._dispatching = False
 
-    def admit(self, connection: LimitedHttpProtocol) -> bool:
+    def admit(self, connection: Connection) -> bool:
         """Enter a new connection, closing one of the abuser's kind to make room."""
         if len(self.open) >= self.limits.max_connections:
             victim = self.victim(connection)
@@ -91,18 +143,34 @@ class ConnectionTable:
                 self.on_close("refused")
                 return False
             victim.close_for("evicted")
+        connection.since = self.clock.time()
         self.open[connection] = None
-        if self._sweeper is None:
-            self._sweeper = connection.loop.call_later(
-                self._sweep_every, self._sweep, connection.loop
-            )
+        if not self._sweeping:
+            self._sweeping = True
+            self.clock.call_later(self._sweep_every, self._sweep)
         return True
 
-    def unbuffer(self, connection: LimitedHttpProtocol) -> None:
+    def enter(self, connection: Connection, state: State) -> None:
+        """``connection`` reached a milestone: the most recently active now."""
+        connection.state, connection.since = state, self.clock.time()
+        try:  # noqa: SIM105 - contextlib.suppress costs more, three times per request
+            self.open.move_to_end(connection)
+        except KeyError:
+            pass  # already dropped by the table
+
+    def hold(self, connection: Connection, size: int) -> None:
+        """``size`` more request-body bytes held for ``connection``; over the body budget,
+        the longest-running body reads are closed (``connection``'s last)."""
+        connection.buffered += size
+        self.buffered += size
+        if self.buffered > self.limits.max_buffered_bytes:
+            self.relieve(connection)
+
+    def unbuffer(self, connection: Connection) -> None:
         self.buffered -= connection.buffered
         connection.buffered = 0
 
-    def stall(self, connection: LimitedHttpProtocol) -> None:
+    def stall(self, connection: Connection) -> None:
         """``connection``'s client stopped reading: its answer's time and bytes start to count.
 
         Its unsent bytes are taken now: uvicorn writes nothing more to a
@@ -112,16 +180,16 @@ class ConnectionTable:
             return
         connection.unsent = connection.pending_output()
         self.unsent += connection.unsent
-        self.stalled[connection] = connection.loop.time()
+        self.stalled[connection] = self.clock.time()
         while self.unsent > self.limits.max_unsent_bytes and self.stalled:
             next(iter(self.stalled)).close_for("output-budget")
 
-    def unstall(self, connection: LimitedHttpProtocol) -> None:
+    def unstall(self, connection: Connection) -> None:
         if self.stalled.pop(connection, None) is not None:
             self.unsent -= connection.unsent
             connection.unsent = 0
 
-    def release(self, connection: LimitedHttpProtocol, reason: str) -> None:
+    def release(self, connection: Connection, reason: str) -> None:
         """Forget a connection (again: a no-op); count why, unless the client closed it."""
         if connection not in self.open:
             return
@@ -131,7 +199,7 @@ class ConnectionTable:
         if reason != "closed":
             self.on_close(reason)
 
-    def victim(self, newcomer: LimitedHttpProtocol) -> LimitedHttpProtocol | None:
+    def victim(self, newcomer: Connection) -> Connection | None:
         """The connection a newcomer over the limit replaces: the abuser's kind first.
 
         In this order, each kind least recently active first: a client that
@@ -139,19 +207,19 @@ class ConnectionTable:
         handshake, head or body in progress (a client that never speaks, or
         speaks slowly); an idle connection that served one request; an idle
         keep-alive connection that served more. A connection whose answer is
-        being read, with nothing queued behind it, is never closed. Plain LRU
-        order let a flood of fresh connections push out the one keep-alive
-        client between two of its requests.
+        being read, with nothing queued behind it, is never closed: plain
+        LRU order would let a flood of fresh connections push out the one
+        keep-alive client between two of its requests.
         """
         for connection in self.stalled:
             if connection is not newcomer:
                 return connection
         # The first (least recently active) of each kind, best victim first.
-        first: list[LimitedHttpProtocol | None] = [None, None, None, None]
+        first: list[Connection | None] = [None, None, None, None]
         for connection in self.open:
             state = connection.state
             if state is State.BUSY:
-                kind = 0 if connection.pipeline or connection.flow.held else -1
+                kind = 0 if connection.queued() else -1
             elif state is not State.IDLE:
                 kind = 1
             else:
@@ -162,9 +230,7 @@ class ConnectionTable:
                     break
         return next((connection for connection in first if connection is not None), None)
 
-    def defer(
-        self, connection: LimitedHttpProtocol, cycle: RequestResponseCycle, app: ASGI3Application
-    ) -> None:
+    def defer(self, connection: Connection, start: Callable[[], None]) -> None:
         """Start a pipelined request in a later event-loop turn, a few per turn.
 
         Each connection answers its pipelined requests one after the other,
@@ -174,20 +240,21 @@ class ConnectionTable:
         :data:`PIPELINED_PER_TURN` requests' time from each turn; a client
         that waits for its answers never waits behind them.
         """
-        self.deferred.append((connection, cycle, app))
-        if self._dispatcher is None:
-            self._dispatcher = connection.loop.call_soon(self._dispatch, connection.loop)
+        self.deferred.append((connection, start))
+        if not self._dispatching:
+            self._dispatching = True
+            self.clock.call_soon(self._dispatch)
 
-    def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._dispatcher = None
+    def _dispatch(self) -> None:
         for _ in range(min(PIPELINED_PER_TURN, len(self.deferred))):
-            connection, cycle, app = self.deferred.popleft()
-            if not connection.transport.is_closing():
-                HttpToolsProtocol._start_asgi_task(connection, cycle, app)
-        if self.deferred:
-            self._dispatcher = loop.call_soon(self._dispatch, loop)
+            connection, start = self.deferred.popleft()
+            if not connection.closing():
+                start()
+        self._dispatching = bool(self.deferred)
+        if self._dispatching:
+            self.clock.call_soon(self._dispatch)
 
-    def relieve(self, reader: LimitedHttpProtocol) -> None:
+    def relieve(self, reader: Connection) -> None:
         """Over the body budget: close the longest-running body reads, ``reader``'s last."""
         while self.buffered > self.limits.max_buffered_bytes:
             oldest = next(
@@ -202,13 +269,13 @@ class ConnectionTable:
             if oldest is reader:
                 return
 
-    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Close connections whose head or body is late (every second or so)."""
-        self._sweeper = None
-        now = loop.time()
+    def _sweep(self) -> None:
+        """Close connections whose head or body is late, or whose answer waits unread too
+        long (every second or so, while any is open)."""
+        now = self.clock.time()
         limits = self.limits
         shortest = min(limits.header_timeout, limits.body_timeout)
-        late: list[tuple[LimitedHttpProtocol, str]] = []
+        late: list[tuple[Connection, str]] = []
         for connection in self.open:  # oldest milestone first
             waited = now - connection.since
             if waited <= shortest:
@@ -224,5 +291,6 @@ class ConnectionTable:
             late.append((connection, "write-timeout"))
         for connection, reason in late:
             connection.close_for(reason)
-        if self.open:
-            self._sweeper = loop.call_later(self._sweep_every, self._sweep, loop)
+        self._sweeping = bool(self.open)
+        if self._sweeping:
+            self.clock.call_later(self._sweep_every, self._sweep)

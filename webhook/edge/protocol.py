@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 from typing import Any
 
 import httptools
@@ -73,9 +74,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.table = table
+        # The table's view of this connection (documented on connections.Connection).
         self.state = State.NEW
-        self.since = self.loop.time()
-        """When the current state began (accept, first byte, end of head, end of answer)."""
+        self.since = 0.0
+        self.answered = 0
+        self.unsent = 0
+        self.buffered = 0
         self.raw: asyncio.Transport | None = None
         """The TCP transport, until TLS replaces it as ``transport``."""
         self.reading = State.NEW
@@ -89,25 +93,17 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """Bytes of the read being parsed."""
         self.ahead = table.limits.max_pipelined + 1
         """Requests parsed and unanswered at most: one being answered, the rest queued."""
-        self.answered = 0
-        """Requests answered on this connection (a keep-alive client's show more than one)."""
-        self.unsent = 0
-        """Answer bytes unsent when its client stopped reading (while the table holds it as
-        stalled)."""
-        self.buffered = 0
-        """Request-body bytes received and not yet answered."""
         self.refusal: tuple[int, str] | None = None
         self.early: list[bytes] = []
         """Bytes TLS delivered between the end of the handshake and :meth:`connection_made`."""
 
     # -- the table's view ---------------------------------------------------
 
-    def _enter(self, state: State) -> None:
-        self.state, self.since = state, self.loop.time()
-        try:  # noqa: SIM105 - contextlib.suppress costs more, three times per request
-            self.table.open.move_to_end(self)
-        except KeyError:
-            pass  # already dropped by the table
+    def queued(self) -> bool:
+        return bool(self.pipeline or self.flow.held)
+
+    def closing(self) -> bool:
+        return self.transport.is_closing()
 
     def close_for(self, reason: str) -> None:
         """Drop the connection at once (no TLS close_notify): a timeout or an eviction."""
@@ -243,7 +239,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         self.head_bytes, self.began, self.reading = 0, True, State.HEAD
         if self.state is not State.BUSY:
-            self._enter(State.HEAD)
+            self.table.enter(self, State.HEAD)
 
     def on_headers_complete(self) -> None:
         limits = self.table.limits
@@ -259,16 +255,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
         self.reading = State.BODY
         if self.state is not State.BUSY:
-            self._enter(State.BODY)
+            self.table.enter(self, State.BODY)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
-        size = len(body)
-        self.buffered += size
-        self.table.buffered += size
         super().on_body(body)
-        if self.table.buffered > self.table.limits.max_buffered_bytes:
-            self.table.relieve(self)
+        self.table.hold(self, len(body))
 
     def on_message_complete(self) -> None:
         self.reading = State.IDLE
@@ -280,7 +272,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.table.unbuffer(self)
         if not self.pipeline:
             super().on_response_complete()
-            self._enter(self.reading)  # IDLE, or a pipelined request's head or body
+            self.table.enter(self, self.reading)  # IDLE, or a pipelined request's head or body
         else:
             # The next queued request is not started here, as uvicorn would:
             # it waits its turn behind clients that wait for their answers.
@@ -290,7 +282,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self.pipeline = pipeline
             self._unset_keepalive_if_required()
             if not self.transport.is_closing():
-                self.table.defer(self, *queued)
+                self.table.defer(self, functools.partial(self._start_asgi_task, *queued))
         if self.flow.held and not self.transport.is_closing():
             held, self.flow.held = self.flow.held, b""
             self._feed(held)
