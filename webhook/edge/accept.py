@@ -17,6 +17,7 @@ from typing import Any, cast
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
+from mirrorgate.webhook.edge import hooks
 from mirrorgate.webhook.edge.connections import ConnectionTable
 from mirrorgate.webhook.edge.protocol import LimitedHttpProtocol
 from mirrorgate.webhook.policyfile import ConfigError
@@ -47,7 +48,7 @@ class TlsAcceptor(asyncio.Protocol):
         if not http.table.admit(http):
             raw.abort()
             return
-        upgrade = http.loop.start_tls(
+        upgrade = http.loop.start_tls(  # the protocol's loop: a private hook
             raw,
             http,
             self.context,
@@ -101,7 +102,13 @@ class TlsAcceptor(asyncio.Protocol):
 def protocol_factory(
     table: ConnectionTable, context: ssl.SSLContext
 ) -> Callable[..., asyncio.Protocol]:
-    """What uvicorn calls per accepted connection (its ``http_protocol_class``)."""
+    """What uvicorn calls per accepted connection (its ``http_protocol_class``).
+
+    Raises ConfigError, naming what is missing, if the installed uvicorn
+    lacks a private hook the edge uses (:func:`webhook.edge.hooks.check`):
+    serve makes this factory before it serves, so it refuses to start.
+    """
+    hooks.check()
 
     def accept(
         config: Config,

@@ -4,6 +4,10 @@
 header limits (HTTP 431), the milestones the table orders connections by,
 the count of request-body bytes held, a bound on the pipelined requests it
 parses ahead of an answer, and the answers its client does not read.
+
+It extends uvicorn's internals, no public API: each one it uses is marked
+"private hook" where it is used, and listed in :mod:`webhook.edge.hooks`,
+which the server checks before it serves.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from typing import Any
 
 import httptools
 from uvicorn.config import Config
+
+# uvicorn's internal modules: each name imported is a private hook.
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
@@ -72,7 +78,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         *,
         table: ConnectionTable,
     ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
+        super().__init__(config, server_state, app_state, _loop)  # private hook
         self.table = table
         # The table's view of this connection (documented on connections.Connection).
         self.state = State.NEW
@@ -100,7 +106,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     # -- the table's view ---------------------------------------------------
 
     def queued(self) -> bool:
-        return bool(self.pipeline or self.flow.held)
+        return bool(self.pipeline or self.flow.held)  # pipeline: private hook
 
     def closing(self) -> bool:
         return self.transport.is_closing()
@@ -121,7 +127,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
-        self.flow = _Flow(self.transport)
+        self.flow = _Flow(self.transport)  # replaces uvicorn's: flow, transport: private hook
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         early, self.early = self.early, []
         for data in early:
@@ -144,7 +150,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def _room(self) -> int:
         """Requests that may still be parsed: the bound, less those parsed and unanswered
         (one being answered, the rest queued)."""
-        cycle = self.cycle
+        cycle = self.cycle  # and its response_complete, and pipeline: private hook
         return self.ahead - len(self.pipeline) - (cycle is not None and not cycle.response_complete)
 
     def _feed(self, data: bytes) -> None:
@@ -188,7 +194,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.chunk = len(data)
         self.began = False
         try:
-            self.parser.feed_data(data)
+            self.parser.feed_data(data)  # private hook
         except httptools.HttpParserUpgrade:
             pass  # no upgrades here (WebSockets are off): answered as a plain request
         except httptools.HttpParserError:
@@ -214,7 +220,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.transport.write(
             b"".join(
                 (
-                    STATUS_LINE[status],
+                    STATUS_LINE[status],  # private hook
                     b"content-type: text/plain; charset=utf-8\r\n",
                     b"content-length: ",
                     str(len(payload)).encode("ascii"),
@@ -236,14 +242,14 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         # A request began: the connection is no longer idle. (Not any byte:
         # the parser skips a stray CRLF between requests, and the idle
         # timer must keep running through it.)
-        self._unset_keepalive_if_required()
+        self._unset_keepalive_if_required()  # private hook
         self.head_bytes, self.began, self.reading = 0, True, State.HEAD
         if self.state is not State.BUSY:
             self.table.enter(self, State.HEAD)
 
     def on_headers_complete(self) -> None:
         limits = self.table.limits
-        if len(self.headers) > limits.max_headers:
+        if len(self.headers) > limits.max_headers:  # headers, url: private hook
             self._refuse(431, f"more than {limits.max_headers} header fields")
         # Counted exactly only when the bytes read so far could hold a head
         # over the limit (a head and its body usually arrive in one read).
@@ -276,13 +282,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         else:
             # The next queued request is not started here, as uvicorn would:
             # it waits its turn behind clients that wait for their answers.
+            # The pipeline, its order and the keep-alive timer: private hook.
             queued, pipeline = self.pipeline.pop(), self.pipeline
             self.pipeline = collections.deque()  # nothing queued, as uvicorn sees it
             super().on_response_complete()  # so it starts nothing, and arms the idle timer
             self.pipeline = pipeline
             self._unset_keepalive_if_required()
             if not self.transport.is_closing():
-                self.table.defer(self, functools.partial(self._start_asgi_task, *queued))
+                start = functools.partial(self._start_asgi_task, *queued)  # private hook
+                self.table.defer(self, start)
         if self.flow.held and not self.transport.is_closing():
             held, self.flow.held = self.flow.held, b""
             self._feed(held)
