@@ -635,8 +635,8 @@ def test_a_closed_connection_is_freed_without_waiting_for_a_garbage_collection(
 
     A reference cycle through it (once: its flow control held the
     connection) kept every closed connection until the next full collection,
-    and a flood after 1,000 idle connections then grew the heap instead of
-    reusing theirs (+15 MB in ``make bench-abuse``).
+    and a flood after many idle connections then grew the heap instead of
+    reusing theirs (docs/development.md, "The HTTP edge").
     """
     before = on_loop(limited, lambda table: set(table.open))
     gc.disable()  # process-wide: nothing is freed here but by reference counting

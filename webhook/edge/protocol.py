@@ -32,8 +32,8 @@ __all__ = ["LimitedHttpProtocol"]
 EARLY_BYTES_MAX = 1 << 20
 """Bytes held for a connection between its handshake and its hand-over to uvicorn."""
 WRITE_HIGH_WATER = 64 * 1024
-"""Unsent answer bytes past which the TLS transport says a client is not reading (uvloop's
-default, 512 KiB, would let 1,024 connections hold half a gigabyte before anyone noticed)."""
+"""Unsent answer bytes past which the TLS transport says a client is not reading: small,
+because every connection up to the limit may hold this much before the table hears of it."""
 
 
 class _Refused(Exception):
@@ -49,9 +49,8 @@ class _Flow(FlowControl):
     is reached) must first be parsed, or they would pile up behind the bound.
     The bytes are kept here so that this needs no reference back to its
     connection: with one, the two made a cycle, and every closed connection
-    (its TLS buffers with it) waited for the next full garbage collection.
-    After 1,000 idle connections closed, a flood of large reviews then found
-    none of their memory free to reuse, and the heap grew by 15 MB more.
+    (its TLS buffers with it) waited for the next full garbage collection
+    instead of being freed when it closed.
     """
 
     def __init__(self, transport: asyncio.Transport) -> None:
@@ -162,9 +161,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         fewer than twice the room cannot complete more heads than there is
         room for: every read of a client that waits for its answers is
         parsed whole. (Its line feeds are all in its head, at the start: one
-        ``rfind`` over the body and a count over the head decide it, where
-        a count of the whole read would cost five times an admission's
-        parsing on a 60 KB body.) Others are parsed a few lines at a time.
+        ``rfind`` over the body and a count over the head decide it, so the
+        body's bytes are not counted.) Others are parsed a few lines at a time.
         """
         room = self._room()
         last = data.rfind(b"\n")
