@@ -29,7 +29,7 @@ import orjson
 import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
-from mirrorgate.webhook.edge.connections import ConnectionTable, State
+from mirrorgate.webhook.edge.connections import Connection, ConnectionTable, State
 from mirrorgate.webhook.edge.limits import Limits
 from mirrorgate.webhook.edge.protocol import LimitedHttpProtocol
 from tests.webhook import policies, serving
@@ -657,3 +657,72 @@ def test_a_closed_connection_is_freed_without_waiting_for_a_garbage_collection(
         )
     finally:
         gc.enable()
+
+
+def test_a_body_is_parsed_whole_however_many_line_feeds_it_holds(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
+    """Issue 29, 3: line feeds bound the request heads parsed at once, so only heads' count.
+
+    A pretty-printed review of 64 KB holds thousands of line feeds. Each
+    read of its body goes to the parser (and to the body budget) in one
+    piece, not in pieces of a few lines each; its line feeds are not
+    searched for heads. Counted: the pieces the table is told of.
+    """
+    obj = pod(PROM_IMAGE)
+    obj["metadata"]["annotations"] = {f"note-{i}": "x" * 8 for i in range(2000)}
+    body = orjson.dumps(review(obj), option=orjson.OPT_INDENT_2)
+    assert body.count(b"\n") > 2000
+    pieces: list[int] = []
+
+    def count(table: ConnectionTable) -> Callable[[], None]:
+        hold = table.hold
+
+        def counted(connection: Connection, size: int) -> None:
+            pieces.append(size)
+            hold(connection, size)
+
+        table.hold = counted  # type: ignore[method-assign]
+        return lambda: delattr(table, "hold")
+
+    restore = on_loop(limited, count)
+    try:
+        with tls(limited, context) as sock:
+            sock.sendall(
+                b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            head, answer = serving.read_response(sock)
+    finally:
+        on_loop(limited, lambda table: restore())
+    assert head.startswith(b"HTTP/1.1 200")
+    patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
+    assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
+    assert sum(pieces) == len(body)
+    # At most two pieces per read (the first holds the head), and a read holds at least
+    # one TLS record of up to 16 KiB.
+    assert len(pieces) <= 2 * (len(body) // (16 * 1024) + 1), f"{len(pieces)} pieces"
+
+
+def test_a_chunked_body_full_of_line_feeds_is_answered(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
+    """A chunked body's length is not known ahead: its line feeds are searched as a head's
+    would be, and the request is answered as any other."""
+    obj = pod(PROM_IMAGE)
+    obj["metadata"]["annotations"] = {f"note-{i}": "x" * 8 for i in range(500)}
+    body = orjson.dumps(review(obj), option=orjson.OPT_INDENT_2)
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(part), part)
+        for part in (body[i : i + 1000] for i in range(0, len(body), 1000))
+    )
+    with tls(limited, context) as sock:
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n" + GET
+        )
+        head, answer = serving.read_response(sock)
+        assert serving.read_response(sock)[0].startswith(b"HTTP/1.1 200")  # the GET after it
+    assert head.startswith(b"HTTP/1.1 200")
+    patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
+    assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED

@@ -94,6 +94,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """Bytes of the current request head in earlier reads."""
         self.began = False
         """Whether the current request head began in the read being parsed."""
+        self.remaining = 0
+        """Bytes of the current request's body still to come, if its length is known."""
         self.chunk = 0
         """Bytes of the read being parsed."""
         self.ahead = table.limits.max_pipelined + 1
@@ -159,33 +161,34 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         included, and uvicorn queues each one. A request head holds at least
         two line feeds (its request line and the empty line), so bytes with
         fewer than twice the room cannot complete more heads than there is
-        room for: every read of a client that waits for its answers is
-        parsed whole. (Its line feeds are all in its head, at the start: one
-        ``rfind`` over the body and a count over the head decide it, so the
-        body's bytes are not counted.) Others are parsed a few lines at a time.
+        room for: heads are parsed at most that many line feeds at a time,
+        and a read that holds fewer is parsed whole. The rest of a body of
+        known length holds no head: it is parsed whole, its line feeds not
+        searched (a chunked body's are, as if they were heads').
         """
-        room = self._room()
-        last = data.rfind(b"\n")
-        if last < 0 or data.count(b"\n", 0, last) < 2 * room - 1:
-            self._parse(data)
-            return
-        start = 0
-        while room > 0:
-            stop = start - 1
-            for _ in range(2 * room - 1):
-                stop = data.find(b"\n", stop + 1)
-                if stop < 0:
-                    if start < len(data):
-                        self._parse(data[start:] if start else data)
+        start, end = 0, len(data)
+        while start < end:
+            if self.reading is State.BODY and self.remaining > 0:
+                stop = min(end, start + self.remaining)
+            else:
+                room = self._room()
+                if room <= 0:
+                    self.flow.held = data[start:] if start else data
+                    self.flow.pause_reading()
                     return
-            # At most ``room`` heads end up to and including this line feed.
-            if not self._parse(data[start : stop + 1]) or self.transport.is_closing():
+                stop = start - 1
+                for _ in range(2 * room - 1):
+                    stop = data.find(b"\n", stop + 1)
+                    if stop < 0:
+                        stop = end - 1
+                        break
+                # At most ``room`` heads end up to and including this line feed.
+                stop += 1
+            if not self._parse(data if stop - start == end else data[start:stop]):
                 return
-            start = stop + 1
-            room = self._room()
-        if start < len(data):
-            self.flow.held = data[start:]
-            self.flow.pause_reading()
+            if self.transport.is_closing():
+                return
+            start = stop
 
     def _parse(self, data: bytes) -> bool:
         """Feed the parser; False if that closed the connection."""
@@ -258,16 +261,19 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         ):
             self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
         self.reading = State.BODY
+        self.remaining = _content_length(self.headers)
         if self.state is not State.BUSY:
             self.table.enter(self, State.BODY)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
+        if self.remaining:  # a length known (0 for a chunked body)
+            self.remaining -= len(body)
         self.table.hold(self, len(body))
 
     def on_message_complete(self) -> None:
-        self.reading = State.IDLE
+        self.reading, self.remaining = State.IDLE, 0
         self.state = State.BUSY  # no read deadline and no eviction while the client reads
         super().on_message_complete()
 
@@ -314,3 +320,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             return
         super().connection_lost(exc)
         self.table.release(self, "closed")
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The body length a head declares; 0 when it is chunked, or declares none or nonsense
+    (httptools refuses a head whose length is not a number or is given twice)."""
+    length = 0
+    for name, value in headers:
+        if name == b"transfer-encoding":
+            return 0
+        if name == b"content-length" and value.isdigit():
+            length = int(value)
+    return length
