@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install serve test test-fast test-e2e lint e2e-deps bench bench-abuse bench-policy bench-secrets bench-health bench-pods bench-profile image release lock clean
+.PHONY: install serve docs test test-fast test-e2e lint e2e-deps bench bench-abuse bench-policy bench-secrets bench-health bench-pods bench-profile image release lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ serve: install
 # kustomize; cached by version outside the work tree) and nothing else.
 e2e-deps:
 	bash tests/e2e/deps.sh
+
+# The tables in docs/ that are generated from the code (a test holds them equal).
+docs: install
+	$(PY) -m mirrorgate.webhook.commands.serve.flagtable --write docs/cli.md
 
 lint: install
 	$(VENV)/bin/ruff check .

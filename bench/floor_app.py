@@ -1,7 +1,7 @@
 """The floor for `make bench`: the least any Python admission webhook on this stack can do.
 
 A Starlette app under the same uvicorn and TLS settings as ``mirrorgate
-serve`` (webhook/commands/serve.py: the same ``uvicorn.Config`` options, uvloop, and
+serve`` (webhook/commands/serve/process.py: the same ``uvicorn.Config`` options, uvloop, and
 the very same TLS context, TLS >= 1.2 with the certificate-swapping SNI
 callback), but with uvicorn's own TLS server and none of mirrorgate's
 connection limits (webhook/edge/connections.py): their cost counts as
@@ -76,7 +76,7 @@ def create_app() -> Starlette:
 
 
 def uvicorn_config(app: Starlette, *, host: str, port: int, cert: str, key: str) -> uvicorn.Config:
-    """Mirrors webhook.commands.serve.uvicorn_config option for option; keep the two in step."""
+    """Mirrors webhook.commands.serve.process.uvicorn_config option for option: keep in step."""
     config = uvicorn.Config(
         app,
         host=host,

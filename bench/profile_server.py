@@ -41,7 +41,7 @@ from bench import floor_app, pods, server_bench
 from mirrorgate import certs, policy
 from mirrorgate.webhook import admission, logs, patch, review
 from mirrorgate.webhook.admission import Decision
-from mirrorgate.webhook.commands import serve
+from mirrorgate.webhook.commands.serve import settings, wiring
 
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[
@@ -108,14 +108,14 @@ def cpu_per_call(app: ASGIApp, bodies: list[bytes], count: int) -> float:
 
 
 @contextlib.contextmanager
-def mirrorgate_app(workdir: pathlib.Path) -> Iterator[serve.Server]:
+def mirrorgate_app(workdir: pathlib.Path) -> Iterator[wiring.Server]:
     ca = certs.CertificateAuthority.generate()
     serving = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
     (workdir / "tls.crt").write_bytes(serving.cert_pem)
     (workdir / "tls.key").write_bytes(serving.key_pem)
     (workdir / "policy.yaml").write_text(server_bench.POLICY)
-    yield serve.build(
-        serve.Settings(
+    yield wiring.build(
+        settings.Settings(
             policy=str(workdir / "policy.yaml"),
             tls_cert=str(workdir / "tls.crt"),
             tls_key=str(workdir / "tls.key"),
@@ -133,7 +133,7 @@ def run_to_end(coroutine: Coroutine[Any, Any, admission.Decision]) -> admission.
     raise AssertionError("admit suspended")
 
 
-def stage_costs(built: serve.Server, body: bytes) -> list[tuple[str, float]]:
+def stage_costs(built: wiring.Server, body: bytes) -> list[tuple[str, float]]:
     """CPU µs of each step of one admission, each timed alone in a hot loop.
 
     Hot loops flatter: caches stay warm that the server's interleaving of

@@ -3,7 +3,7 @@
 # then verified (release/verify.py); nothing is published from here.
 #
 #   DIST/mirrorgate-X.Y.Z.oci.tar    the image, one OCI archive (an index) for PLATFORMS
-#   DIST/mirrorgate-X.Y.Z.cdx.json   CycloneDX SBOM of the image's Python distributions
+#   DIST/mirrorgate-X.Y.Z.cdx.json   CycloneDX SBOM: the image's Python and Debian packages
 #   DIST/mirrorgate-X.Y.Z.tgz        the Helm chart, version and appVersion X.Y.Z
 #   DIST/SHA256SUMS                  of the three
 #
@@ -40,6 +40,9 @@ rm -f "$DIST"/mirrorgate-* "$DIST/SHA256SUMS"
 image="$DIST/mirrorgate-$version.oci.tar"
 
 # 1. The image, once per platform, into one manifest list, pushed as an OCI archive.
+# podman (and mmdebstrap), from Debian's packages where missing, as image/build.sh
+# installs them: the manifest list is podman's before any image is built.
+bash image/deps.sh
 list="localhost/mirrorgate-release:$version"
 bash image/podman.sh manifest rm "$list" >/dev/null 2>&1 || true
 bash image/podman.sh manifest create "$list" >/dev/null
@@ -58,12 +61,24 @@ bash image/podman.sh manifest push --quiet --all --format oci "$list" \
   "oci-archive:$image:mirrorgate:$version"
 bash image/podman.sh manifest rm "$list" >/dev/null
 
-# 2. The SBOM, from what the native image has installed, checked against the lock.
+# 2. The SBOM, from what the native image has installed: its Python distributions
+# (checked against the lock) and its dpkg database, with the os-release naming
+# the Debian release.
 listing="$("$PY" -c 'from release import sbom; print(sbom.LISTING)')"
-bash image/podman.sh run --rm --read-only --user 65532:65532 --network=none \
-  --ulimit nofile=4096:4096 --ulimit nproc=2048:2048 --entrypoint python3 \
-  "localhost/mirrorgate:$version-${native#linux/}" -c "$listing" \
-  | "$PY" -m release.sbom --version "$version" > "$DIST/mirrorgate-$version.cdx.json"
+dpkg_format="$("$PY" -c 'from release import dpkg; print(dpkg.FORMAT)')"
+in_image() {
+  local entrypoint="$1"; shift
+  bash image/podman.sh run --rm --read-only --user 65532:65532 --network=none \
+    --ulimit nofile=4096:4096 --ulimit nproc=2048:2048 --entrypoint "$entrypoint" \
+    "localhost/mirrorgate:$version-${native#linux/}" "$@"
+}
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+in_image dpkg-query -W -f "$dpkg_format" > "$work/dpkg"
+in_image cat /etc/os-release > "$work/os-release"
+in_image python3 -c "$listing" \
+  | "$PY" -m release.sbom --version "$version" --debian "$work/dpkg" \
+      --os-release "$work/os-release" > "$DIST/mirrorgate-$version.cdx.json"
 
 # 3. The chart, stamped. helm is the one the e2e suite tests the chart with.
 bash tests/controlplane/build.sh helm

@@ -3,12 +3,12 @@
 * ``SHA256SUMS`` lists exactly the other files, and each matches;
 * the OCI archive holds an image for every platform asked for, and each, run
   from the archive (a foreign one through qemu), runs as its architecture,
-  prints ``mirrorgate X.Y.Z`` for ``--version`` and holds exactly the locked
-  distributions;
+  prints ``mirrorgate X.Y.Z`` for ``--version``, holds exactly the locked
+  distributions and exactly the SBOM's Debian packages (of its own architecture);
 * the chart is stamped ``version`` and ``appVersion`` X.Y.Z and passes
   ``helm lint --strict``;
 * the SBOM is valid CycloneDX 1.5 (its JSON schema, strict) and lists exactly the
-  locked distributions of the image.
+  locked distributions of the image, and its Debian packages.
 
     python -m release.verify --dist DIST --version X.Y.Z --platforms "linux/amd64 ..." \\
         --helm HELM
@@ -33,9 +33,17 @@ import yaml
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from release import sbom
+from release import dpkg, sbom
 
-__all__ = ["ReleaseError", "check_chart", "check_image", "check_sbom", "check_sums", "main"]
+__all__ = [
+    "ReleaseError",
+    "check_chart",
+    "check_image",
+    "check_packages",
+    "check_sbom",
+    "check_sums",
+    "main",
+]
 
 SUMS = "SHA256SUMS"
 PODMAN = Path(__file__).resolve().parents[1] / "image" / "podman.sh"
@@ -75,7 +83,8 @@ def check_sums(dist: Path) -> str:
 
 
 def check_sbom(path: Path, version: str) -> str:
-    """The SBOM is CycloneDX of mirrorgate ``version`` with exactly the locked distributions."""
+    """The SBOM is CycloneDX of mirrorgate ``version`` with exactly the locked distributions,
+    and Debian packages."""
     text = path.read_text()
     invalid = JsonStrictValidator(SchemaVersion.V1_5).validate_str(text)
     if invalid is not None:
@@ -84,7 +93,7 @@ def check_sbom(path: Path, version: str) -> str:
         )
     try:
         document = json.loads(text)
-        sbom.check(document)
+        listed = sbom.check(document)
     except (ValueError, sbom.SbomError) as error:
         raise ReleaseError(f"{path.name}: {error}") from None
     subject = document.get("metadata", {}).get("component", {})
@@ -95,7 +104,8 @@ def check_sbom(path: Path, version: str) -> str:
         )
     return (
         f"{path.name}: CycloneDX {sbom.SPEC_VERSION}, exactly the "
-        f"{len(document['components'])} locked distributions"
+        f"{len(listed.python)} locked distributions and {len(listed.debian)} Debian packages "
+        f"of {listed.distro}"
     )
 
 
@@ -127,18 +137,26 @@ def check_chart(path: Path, version: str, helm: str) -> str:
 # manifest says (an amd64 image labelled arm64 would run natively here, unnoticed).
 MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
 PROBE = (
-    "import importlib.metadata as m, json, platform\n"
+    "import importlib.metadata as m, json, platform, subprocess\n"
     "print(json.dumps({'machine': platform.machine(), 'distributions': "
-    "{d.metadata['Name']: d.version for d in m.distributions()}}))"
+    "{d.metadata['Name']: d.version for d in m.distributions()}, 'debian': "
+    f"subprocess.run(['dpkg-query', '-W', '-f', {dpkg.FORMAT!r}], capture_output=True, "
+    "text=True, check=True).stdout}))"
 )
 
 
-def check_image(path: Path, version: str, platforms: Sequence[str]) -> str:
+def check_image(path: Path, version: str, platforms: Sequence[str], sbom_file: Path) -> str:
     """The archive's index has exactly ``platforms``; each image, pulled from the archive,
-    runs as its architecture, says ``version`` and holds exactly the locked distributions.
+    runs as its architecture, says ``version``, holds exactly the locked distributions and
+    exactly the Debian packages that the SBOM ``sbom_file`` lists (made from the native image:
+    each package of an architecture is that of the image run).
 
     A foreign architecture runs through qemu: release.sh runs this under image/emulation.sh.
     """
+    try:
+        packages = sbom.components_of(json.loads(sbom_file.read_text())).debian
+    except (ValueError, sbom.SbomError) as error:
+        raise ReleaseError(f"{path.name}: its Debian packages not checked: {error}") from None
     with tarfile.open(path) as archive:
         index = _json_member(archive, "index.json")
         [entry] = index["manifests"]  # the one list, as `podman manifest push` writes it
@@ -152,15 +170,17 @@ def check_image(path: Path, version: str, platforms: Sequence[str]) -> str:
         raise ReleaseError(f"{path.name}: holds images for {found}, not {sorted(platforms)}")
     ran = []
     for platform in found:
-        machine = _run_from_archive(path, platform, version)
+        machine = _run_from_archive(path, platform, version, packages)
         ran.append(f"{platform} ({machine})")
     return (
         f"{path.name}: {', '.join(ran)}: each runs, says mirrorgate {version} and holds "
-        "exactly the locked distributions"
+        "exactly the locked distributions and the SBOM's Debian packages"
     )
 
 
-def _run_from_archive(path: Path, platform: str, version: str) -> str:
+def _run_from_archive(
+    path: Path, platform: str, version: str, listed: Sequence[dpkg.DebianPackage]
+) -> str:
     # A store of its own: the image run is the archive's, never one already here.
     with tempfile.TemporaryDirectory(prefix="mirrorgate-release-check-") as work:
         store = ("--root", f"{work}/root", "--runroot", f"{work}/run")
@@ -187,15 +207,37 @@ def _run_from_archive(path: Path, platform: str, version: str) -> str:
         )
     try:
         probe = json.loads(probed.stdout)
-        sbom.bom(version, probe["distributions"])
-    except (ValueError, KeyError, TypeError, sbom.SbomError) as error:
+        sbom.locked_distributions(version, probe["distributions"])
+        found = dpkg.packages_of(probe["debian"])
+    except (ValueError, KeyError, TypeError, sbom.SbomError, dpkg.DpkgError) as error:
         raise ReleaseError(
             f"{path.name}: the {platform} image: {error} {probed.stderr.strip()}"
         ) from None
     machine = str(probe.get("machine"))
-    if machine != MACHINES.get(platform.removeprefix("linux/")):
+    architecture = platform.removeprefix("linux/")
+    if machine != MACHINES.get(architecture):
         raise ReleaseError(f"{path.name}: the {platform} image runs as {machine}")
+    check_packages(f"{path.name}: the {platform} image", found, listed, architecture)
     return machine
+
+
+def check_packages(
+    what: str,
+    found: Sequence[dpkg.DebianPackage],
+    listed: Sequence[dpkg.DebianPackage],
+    architecture: str,
+) -> None:
+    """``found`` are the SBOM's ``listed`` packages, those of an architecture as
+    ``architecture``'s (the SBOM is the native image's; ``all`` is every image's)."""
+    expected = {
+        p._replace(architecture=architecture) if p.architecture != "all" else p for p in listed
+    }
+    unlisted = sorted(set(found) - expected)
+    absent = sorted(expected - set(found))
+    if unlisted or absent:
+        named = [f"{p.name} {p.version} ({p.architecture}) is not in the SBOM" for p in unlisted]
+        named += [f"{p.name} {p.version} ({p.architecture}) is missing" for p in absent]
+        raise ReleaseError(f"{what} disagrees with the SBOM's Debian packages: " + "; ".join(named))
 
 
 def _json_member(archive: tarfile.TarFile, name: str) -> dict[str, Any]:
@@ -239,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = {role: args.dist / name for role, name in artifacts(args.version).items()}
     checks: list[Callable[[], str]] = [
         lambda: check_sums(args.dist),
-        lambda: check_image(files["image"], args.version, args.platforms.split()),
+        lambda: check_image(files["image"], args.version, args.platforms.split(), files["sbom"]),
         lambda: check_chart(files["chart"], args.version, args.helm),
         lambda: check_sbom(files["sbom"], args.version),
     ]

@@ -24,18 +24,19 @@ from mirrorgate.webhook.commands import (
     export,
     offline,
 )
+from mirrorgate.webhook.commands.serve import settings
 from mirrorgate.webhook.credentials.store import StoreError
-from mirrorgate.webhook.edge.limits import Limits
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 from mirrorgate.webhook.version import VERSION
 
 __all__ = ["build_parser", "main"]
 
 
 def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mirrorgate.webhook.commands import serve  # uvicorn and the app load only for this command
+    # uvicorn and the app load only for this command
+    from mirrorgate.webhook.commands.serve import process
 
-    return serve.run(args, out, err)
+    return process.run(args, out, err)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,17 +44,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def _port(text: str) -> int:
-    """A TCP port to listen on, 1-65535, or 0 for any free one (bind would raise, not say)."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is outside 1-65535 (0: any free port)")
-    return port
 
 
 def _mode_argument(parser: argparse.ArgumentParser) -> None:
@@ -85,137 +75,26 @@ def _group(
 
 
 def _store_arguments(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    parser: argparse.ArgumentParser,
     *,
-    flag: str = "--store",
     required: bool = False,
-    text: str = "the encrypted credential store file",
+    text: str | None = None,
 ) -> None:
-    # `credentials` and `policy check` say --store; `serve` uses --store for the kind of store.
-    parser.add_argument(flag, dest="store_file", required=required, metavar="FILE", help=text)
-    parser.add_argument(
-        "--key-file",
-        metavar="FILE",
-        help="file holding the store key (default: $MIRRORGATE_STORE_KEY)",
-    )
+    """The file store and its key: serve's ``--store-file`` and ``--key-file``, given as
+    ``--store FILE`` here (serve's ``--store`` names the kind of store)."""
+    settings.add_flag(parser, "store_file", flag="--store", required=required, text=text)
+    settings.add_flag(parser, "store_key_file", dest="key_file")
 
 
-def _source_arguments(
-    group: argparse._ArgumentGroup | argparse.ArgumentParser, *, stores: tuple[str, ...]
-) -> None:
-    """Where credentials come from: the same options for `serve` and `credentials check`."""
-    group.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig for the cluster (default: the in-cluster service "
-        "account when in a Pod, else standalone: no pull secrets)",
-    )
-    group.add_argument("--context", help="kubeconfig context")
-    group.add_argument(
-        "--namespace",
-        help="mirrorgate's own namespace (credential Secrets, "
-        "the Lease; default: the Pod's namespace, else 'mirrorgate')",
-    )
-    group.add_argument(
-        "--store",
-        choices=stores,
-        help="credential store (default: kubernetes with a cluster, file "
-        "with --store-file, else none)",
-    )
-    _store_arguments(group, flag="--store-file")
-    group.add_argument(
-        "--credential-provider-config",
-        metavar="FILE",
-        help="the kubelet's CredentialProviderConfig, for policy credentials with a provider",
-    )
-    group.add_argument(
-        "--credential-provider-bin-dir",
-        metavar="DIR",
-        help="where the credential-provider plugins are",
-    )
-    group.add_argument(
-        "--credential-provider-timeout",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="a plugin running longer is killed (default: %(default)s)",
-    )
-
-
-def _limit_arguments(group: argparse._ArgumentGroup) -> None:
-    defaults = Limits()
-    for flag, kind, metavar, text in (
-        (
-            "--max-connections",
-            int,
-            "N",
-            "open connections, TLS handshakes included; over "
-            "it, the least recently active connection not being answered is closed",
-        ),
-        ("--max-header-bytes", int, "BYTES", "request line and header fields (431 beyond)"),
-        ("--max-headers", int, "N", "header fields per request (431 beyond)"),
-        (
-            "--header-timeout",
-            float,
-            "SECONDS",
-            "from accept (TLS handshake included), or "
-            "from a request's first byte, to the end of its head",
-        ),
-        (
-            "--body-timeout",
-            float,
-            "SECONDS",
-            "from the end of a request's head to the end of its body",
-        ),
-        (
-            "--idle-timeout",
-            float,
-            "SECONDS",
-            "how long a keep-alive connection may wait for its next request",
-        ),
-        (
-            "--max-buffered-bytes",
-            int,
-            "BYTES",
-            "request-body bytes held at once across all "
-            "connections; over it, the longest-running body reads are closed",
-        ),
-        (
-            "--max-containers",
-            int,
-            "COUNT",
-            "containers of one Pod that admission "
-            "rewrites; a Pod with more is admitted as written, with a warning",
-        ),
-        (
-            "--write-timeout",
-            float,
-            "SECONDS",
-            "how long an answer may wait for a client that does not read it",
-        ),
-        (
-            "--max-unsent-bytes",
-            int,
-            "BYTES",
-            "answer bytes held at once across all "
-            "connections for clients that do not read them; over it, the connection that "
-            "stopped reading first is closed",
-        ),
-        (
-            "--max-pipelined",
-            int,
-            "N",
-            "requests of a connection read ahead of the one being answered; the rest waits unread",
-        ),
-    ):
-        dest = flag[2:].replace("-", "_")
-        group.add_argument(
-            flag,
-            type=kind,
-            default=getattr(defaults, dest),
-            metavar=metavar,
-            help=f"{text} (default: %(default)s)",
-        )
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where credentials come from, as serve's options say (`credentials check` resolves as
+    serve does); the context and key file under the names the credentials commands read."""
+    dests = {"kube_context": "context", "store_key_file": "key_file"}
+    for name in settings.SOURCE_FLAGS:
+        if name == "store":  # no store at all is serve's alone
+            settings.add_flag(parser, name, choices=("kubernetes", "file"))
+        else:
+            settings.add_flag(parser, name, dest=dests.get(name))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -311,103 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "/metrics over HTTPS. The policy and certificate files are reloaded when "
         "they change.",
     )
-    admission = serve.add_argument_group("admission")
-    admission.add_argument(
-        "--policy", required=True, metavar="FILE", help="the policy YAML, reloaded when it changes"
-    )
-    admission.add_argument(
-        "--audit-only",
-        action="store_true",
-        help="every endpoint only reports, whatever the namespace labels: "
-        "a cluster-wide report-only override (a safe first install)",
-    )
-    admission.add_argument(
-        "--host", default="127.0.0.1", help="listen address (default: %(default)s)"
-    )
-    admission.add_argument("--port", type=_port, default=8443, help="(default: %(default)s)")
-    admission.add_argument(
-        "--reload-interval",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="how often to check the policy, certificate and store files (default: %(default)s)",
-    )
-    admission.add_argument(
-        "--log-level", default="info", choices=("debug", "info", "warning", "error")
-    )
-    admission.add_argument(
-        "--no-health-probes",
-        dest="health_probes",
-        action="store_false",
-        help="do not probe mirrors and credential logins (every mirror "
-        "counts as up); the store is still checked against the policy",
-    )
-
-    tls = serve.add_argument_group(
-        "certificates", "either files (--tls-cert, --tls-key) or a Secret (--tls-secret)"
-    )
-    tls.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM)")
-    tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
-    tls.add_argument(
-        "--tls-secret",
-        metavar="NAME",
-        help="keep a CA and serving certificate in this Secret of mirrorgate's "
-        "namespace, created and renewed as needed",
-    )
-    tls.add_argument(
-        "--service",
-        default="mirrorgate",
-        metavar="NAME",
-        help="with --tls-secret: the Service the certificate is for (default: %(default)s)",
-    )
-    tls.add_argument(
-        "--webhook-config",
-        metavar="NAME",
-        help="with --tls-secret: keep this MutatingWebhookConfiguration's "
-        "caBundle in step with the CA",
-    )
-    tls.add_argument(
-        "--tls-name",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="with --tls-secret: an extra DNS name or IP for the serving certificate (repeatable)",
-    )
-    tls.add_argument(
-        "--tls-dir",
-        metavar="DIR",
-        help="with --tls-secret: where the serving files are written (default: a temporary folder)",
-    )
-    tls.add_argument(
-        "--cert-check-interval",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
-        help="with --tls-secret: how often the certificates are checked (default: %(default)s)",
-    )
-
-    cluster = serve.add_argument_group("cluster and credentials")
-    _source_arguments(cluster, stores=("kubernetes", "file", "none"))
-    cluster.add_argument(
-        "--credential-deadline",
-        type=float,
-        default=2.0,
-        metavar="SECONDS",
-        help="longest time admission spends making pull secrets (default: %(default)s)",
-    )
-    cluster.add_argument(
-        "--reconcile-interval",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="how often the leader re-asserts every generated pull secret, "
-        "bringing back deleted ones (default: %(default)s)",
-    )
-    _limit_arguments(
-        serve.add_argument_group(
-            "limits", "what any client may make the server hold (see docs/security.md)"
-        )
-    )
+    settings.add_flags(serve)
     serve.set_defaults(run=_serve)
 
     cred_commands = _group(
@@ -469,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     checking.add_argument(
         "--policy", metavar="FILE", help="the policy (a credential's provider and registry scope)"
     )
-    _source_arguments(checking, stores=("kubernetes", "file"))
+    _source_arguments(checking)
     checking.set_defaults(run=credentials.run_check)
     migrating = cred_commands.add_parser(
         "migrate",
@@ -528,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         "those no rule covers, those left alone for want of a credential grant, "
         "invalid references, and excluded images and namespaces. Needs only list "
         "on pods and namespaces. Exit 1 when --fail-on trips, 2 on errors. "
-        "The JSON schema is in webhook/commands/cluster_audit.py's docstring.",
+        "The JSON schema is in webhook/commands/audit_report.py's docstring.",
     )
     audit_command.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
     audit_command.add_argument(

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 
 from mirrorgate.webhook import review
-from mirrorgate.webhook.policyfile import ConfigError, parse_policy
+from mirrorgate.webhook.errors import ConfigError
+from mirrorgate.webhook.policyfile import parse_policy
 
 __all__ = ["POLICY_KEY", "POLICY_LABEL", "Judged", "judge", "judge_body", "refusal_kind"]
 

@@ -66,7 +66,7 @@ def test_a_huge_cache_duration_fails_its_credential_only(
             ProviderSource(providerconfig.load(config), issuer.bin_dir),
             client,
             store=store,
-            rules=lambda: rules,
+            mirror_policy=lambda: rules,
             is_leader=lambda: True,
             observe=lambda name, outcome, expires: outcomes.append((name, outcome)),
         )

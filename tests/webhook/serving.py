@@ -22,7 +22,7 @@ import uvicorn
 
 from mirrorgate.certs import KeyPair
 from mirrorgate.webhook import admission
-from mirrorgate.webhook.commands import serve as serve_command
+from mirrorgate.webhook.commands.serve import process, settings, wiring
 from mirrorgate.webhook.edge.limits import Limits
 
 TIMEOUT = 5.0
@@ -33,7 +33,7 @@ _T = TypeVar("_T")
 class Running:
     """A started server: its wiring, its port and the files it watches."""
 
-    server: serve_command.Server
+    server: wiring.Server
     uvicorn: uvicorn.Server
     port: int
     cert_file: Path
@@ -77,8 +77,8 @@ def serve(
     cert, key = write_pair(directory, pair)
     policy_file = directory / "policy.yaml"
     write_atomically(policy_file, policy.encode())
-    built = serve_command.build(
-        serve_command.Settings(
+    built = wiring.build(
+        settings.Settings(
             policy=str(policy_file),
             tls_cert=str(cert),
             tls_key=str(key),
@@ -90,7 +90,7 @@ def serve(
         ),
         secrets=secrets,
     )
-    instance = uvicorn.Server(serve_command.uvicorn_config(built))
+    instance = uvicorn.Server(process.uvicorn_config(built))
     failures: list[BaseException] = []
 
     def run() -> None:

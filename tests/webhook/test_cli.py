@@ -1,4 +1,5 @@
-"""`mirrorgate rewrite`, `explain`, `policy check`: outputs, exit codes and one-line errors."""
+"""`mirrorgate rewrite`, `explain`, `policy check`: outputs, exit codes and one-line errors;
+and serve's settings, each declared once (flags, Settings and the docs' table)."""
 
 from __future__ import annotations
 
@@ -765,3 +766,106 @@ def test_explain_label_must_be_key_value(mirrorgate: Any, policy_file: Path) -> 
     result = mirrorgate("explain", "--policy", str(policy_file), "-l", "skip", "nginx")
     assert result.code == 2
     assert result.err == "mirrorgate: error: --label 'skip': write KEY=VALUE\n"
+
+
+# --- serve's settings: declared once -----------------------------------------------------------
+
+# A value for every serve option other than its default: (argv, the Settings field and value).
+EVERY_SERVE_OPTION: list[tuple[list[str], str, Any]] = [
+    (["--audit-only"], "audit_only", True),
+    (["--host", "0.0.0.0"], "host", "0.0.0.0"),  # noqa: S104 (parsed, never bound)
+    (["--port", "9443"], "port", 9443),
+    (["--reload-interval", "0.5"], "reload_interval", 0.5),
+    (["--log-level", "debug"], "log_level", "debug"),
+    (["--no-health-probes"], "health_probes", False),
+    (["--tls-secret", "certs"], "tls_secret", "certs"),
+    (["--service", "gate"], "service", "gate"),
+    (["--webhook-config", "mwc"], "webhook_configuration", "mwc"),
+    (["--tls-name", "a.example", "--tls-name", "10.0.0.1"], "tls_names", ("a.example", "10.0.0.1")),
+    (["--tls-dir", "/run/tls"], "tls_dir", "/run/tls"),
+    (["--cert-check-interval", "60"], "cert_check_interval", 60.0),
+    (["--kubeconfig", "kc"], "kubeconfig", "kc"),
+    (["--context", "ctx"], "kube_context", "ctx"),
+    (["--namespace", "ns"], "namespace", "ns"),
+    (["--store", "file"], "store", "file"),
+    (["--store-file", "store.json"], "store_file", "store.json"),
+    (["--key-file", "key"], "store_key_file", "key"),
+    (["--credential-provider-config", "cp.yaml"], "credential_provider_config", "cp.yaml"),
+    (["--credential-provider-bin-dir", "bin"], "credential_provider_bin_dir", "bin"),
+    (["--credential-provider-timeout", "3"], "credential_provider_timeout", 3.0),
+    (["--credential-deadline", "1.5"], "credential_deadline", 1.5),
+    (["--reconcile-interval", "5"], "reconcile_interval", 5.0),
+]
+EVERY_LIMIT: dict[str, Any] = {
+    "max_connections": 7,
+    "max_header_bytes": 2048,
+    "max_headers": 9,
+    "header_timeout": 1.5,
+    "body_timeout": 2.5,
+    "idle_timeout": 3.5,
+    "max_buffered_bytes": 4096,
+    "max_containers": 11,
+    "write_timeout": 4.5,
+    "max_unsent_bytes": 8192,
+    "max_pipelined": 3,
+}
+
+
+def test_every_serve_option_lands_in_its_setting() -> None:
+    """Each flag sets its field and only it; the limits land in Settings.limits."""
+    from mirrorgate.webhook.commands.serve.settings import Settings
+    from mirrorgate.webhook.edge.limits import Limits
+
+    base = ["serve", "--policy", "p.yaml", "--tls-cert", "c", "--tls-key", "k"]
+    defaults = Settings.from_args(cli.build_parser().parse_args(base))
+    assert defaults == Settings(policy="p.yaml", tls_cert="c", tls_key="k")
+    covered = {"policy", "tls_cert", "tls_key", "limits"}
+    for argv, field, value in EVERY_SERVE_OPTION:
+        parsed = Settings.from_args(cli.build_parser().parse_args([*base, *argv]))
+        assert parsed == dataclasses.replace(defaults, **{field: value}), argv
+        covered.add(field)
+    assert covered == {f.name for f in dataclasses.fields(Settings)}, "a setting is not tested"
+    limits = [f"--{name.replace('_', '-')}={value}" for name, value in EVERY_LIMIT.items()]
+    parsed = Settings.from_args(cli.build_parser().parse_args([*base, *limits]))
+    assert parsed == dataclasses.replace(defaults, limits=Limits(**EVERY_LIMIT))
+    assert set(EVERY_LIMIT) == {f.name for f in dataclasses.fields(Limits)}
+
+
+def test_each_limit_has_its_help_and_the_defaults_are_the_limits() -> None:
+    from mirrorgate.webhook.commands.serve import settings
+    from mirrorgate.webhook.edge.limits import Limits
+
+    assert set(settings.LIMIT_FLAGS) == {f.name for f in dataclasses.fields(Limits)}
+    options = settings.options()
+    for name in settings.LIMIT_FLAGS:
+        assert options[name].default == getattr(Limits(), name)
+
+
+def test_credentials_check_takes_serves_source_options() -> None:
+    """The same flags, help and defaults as serve's, under the names `credentials` reads."""
+    parser = cli.build_parser()
+    args = parser.parse_args(
+        ["credentials", "check", "n", "--image", "i", "--context", "c", "--key-file", "k"]
+    )
+    assert (args.context, args.key_file, args.credential_provider_timeout) == ("c", "k", 10.0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["credentials", "check", "n", "--image", "i", "--store", "none"])
+
+
+def test_the_docs_table_of_serve_options_is_the_declarations() -> None:
+    """docs/cli.md's table is generated; `make docs` rewrites it after a change."""
+    from mirrorgate.webhook.commands.serve import flagtable
+
+    document = (REPOSITORY / "docs" / "cli.md").read_text()
+    assert flagtable.with_flag_table(document) == document, "run `make docs`"
+    table = flagtable.flag_table()
+    for argv, _, _ in EVERY_SERVE_OPTION:
+        assert f"`{argv[0]}" in table
+    assert "| `--max-pipelined N` | `8` |" in table
+
+
+def test_the_docs_table_is_refused_without_its_markers() -> None:
+    from mirrorgate.webhook.commands.serve import flagtable
+
+    with pytest.raises(ValueError, match="no generated serve options block"):
+        flagtable.with_flag_table("# no table here\n")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mirrorgate.certs import CertificateAuthority
-from mirrorgate.webhook import policyfile
-from mirrorgate.webhook.commands import serve
+from mirrorgate.webhook import errors
+from mirrorgate.webhook.commands.serve import settings, wiring
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.policyfile import boundedyaml
 from tests.commands import MIRRORGATE
@@ -259,7 +259,7 @@ def test_serve_refuses_a_provider_setup_it_cannot_run(
     )
     given = {"config": str(config), "other-config": str(other), "bin": str(issuer.bin_dir)}
     configs = [given[o] for o in options if o.endswith("config")]
-    settings = serve.Settings(
+    configured = settings.Settings(
         policy=str(_provider_policy(tmp_path)),
         tls_cert=str(tmp_path / "tls.crt"),
         tls_key=str(tmp_path / "tls.key"),
@@ -269,8 +269,8 @@ def test_serve_refuses_a_provider_setup_it_cannot_run(
         credential_provider_config=configs[0] if configs else None,
         credential_provider_bin_dir=given["bin"] if "bin" in options else None,
     )
-    with pytest.raises(policyfile.ConfigError) as raised:
-        serve.build(settings)
+    with pytest.raises(errors.ConfigError) as raised:
+        wiring.build(configured)
     assert str(raised.value) == message
 
 

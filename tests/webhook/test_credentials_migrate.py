@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import base64
 import re
+import secrets
 import shutil
 import stat
 import subprocess
 from pathlib import Path
 
+import orjson
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mirrorgate.webhook.credentials import filestore, migrate
 from mirrorgate.webhook.credentials.store import Credential, StoreError
@@ -179,3 +182,40 @@ def test_the_upgrading_guide_shows_what_the_cli_prints(tmp_path: Path) -> None:
     assert listed.stderr == refusal[1] + "\n"
     done = _cli("credentials", "migrate", *common, cwd=tmp_path)
     assert done.stderr == migrated[1] + "\n"
+
+
+@pytest.mark.parametrize(
+    "plaintext",
+    [
+        b"not json",
+        b"[]",
+        b'{"other": {}}',
+        b'{"credentials": []}',
+        b'{"credentials": {"x": {"registry": "r.example", "username": "u"}}}',
+    ],
+)
+def test_malformed_contents_under_a_good_key_are_named_and_migrate_nothing(
+    tmp_path: Path, plaintext: bytes
+) -> None:
+    """A v1 store decrypted to the wrong layout is refused by the check the v2 reader uses."""
+    key = secrets.token_bytes(32)
+    nonce = secrets.token_bytes(12)
+    sealed = AESGCM(key).encrypt(nonce, plaintext, migrate.V1_FORMAT.encode())
+    store = tmp_path / "store.json"
+    store.write_bytes(
+        orjson.dumps(
+            {
+                "format": migrate.V1_FORMAT,
+                "nonce": base64.b64encode(nonce).decode(),
+                "ciphertext": base64.b64encode(sealed).decode(),
+            }
+        )
+    )
+    with pytest.raises(StoreError) as refused:
+        migrate.migrate(str(store), key)
+    assert str(refused.value) == (
+        f"{store}: decrypted the v1 store, but its contents are malformed"
+    )
+    assert not Path(f"{store}.v1").exists()
+    with pytest.raises(ValueError, match="malformed"):
+        filestore.credentials_of(plaintext)

@@ -102,7 +102,7 @@ def test_the_source_and_the_rewritten_image_reach_the_mirror_the_same_way(
 
 
 def test_skip_verify_is_exported_only_when_the_policy_says_so() -> None:
-    rules = policy.load(
+    mirror_policy = policy.load(
         {
             "mirrors": [
                 {"source": "docker.io", "mirror": "m.example/hub", "insecureSkipVerify": True},
@@ -110,7 +110,7 @@ def test_skip_verify_is_exported_only_when_the_policy_says_so() -> None:
             ]
         }
     )
-    files = parsed(export.containerd(rules))
+    files = parsed(export.containerd(mirror_policy))
     assert files["docker.io"]["host"]["https://m.example/v2/hub"]["skip_verify"] is True
     assert files["m.example"]["host"]["https://m.example"]["skip_verify"] is True
     assert "skip_verify" not in files["ghcr.io"]["host"]["https://v.example/v2/ghcr"]
@@ -118,7 +118,7 @@ def test_skip_verify_is_exported_only_when_the_policy_says_so() -> None:
 
 
 def test_a_mirror_host_that_is_also_a_source_keeps_the_sources_file() -> None:
-    rules = policy.load(
+    mirror_policy = policy.load(
         {
             "mirrors": [
                 {"source": "docker.io", "mirror": "http://cache.example:5000/hub"},
@@ -126,7 +126,7 @@ def test_a_mirror_host_that_is_also_a_source_keeps_the_sources_file() -> None:
             ]
         }
     )
-    result = export.containerd(rules)
+    result = export.containerd(mirror_policy)
     assert sorted(result.files) == ["cache.example:5000/hosts.toml", "docker.io/hosts.toml"]
     assert tomllib.loads(result.files["cache.example:5000/hosts.toml"])["host"] == {
         "https://m.example/v2/cache": {"capabilities": ["pull", "resolve"], "override_path": True}
@@ -139,7 +139,7 @@ def test_a_mirror_host_that_is_also_a_source_keeps_the_sources_file() -> None:
 
 
 def test_cri_o_marks_plain_http_and_unverified_mirrors_insecure() -> None:
-    rules = policy.load(
+    mirror_policy = policy.load(
         {
             "mirrors": [
                 {"source": "docker.io", "mirror": "http://kind-registry:5000/hub"},
@@ -148,7 +148,7 @@ def test_cri_o_marks_plain_http_and_unverified_mirrors_insecure() -> None:
             ]
         }
     )
-    result = export.cri_o(rules)
+    result = export.cri_o(mirror_policy)
     registries = tomllib.loads(result.files["registries.conf"])["registry"]
     assert [
         (

@@ -27,7 +27,7 @@ from tests.webhook.harness import make_harness
 SETTINGS = policy.HealthSettings(
     interval=1.0, timeout=0.5, failure_threshold=3, success_threshold=2
 )
-RULES = policy.load(
+MIRROR_POLICY = policy.load(
     {
         "mirrors": [
             {
@@ -84,7 +84,7 @@ STORE_CASES = [
 @pytest.mark.parametrize(("store", "expected"), STORE_CASES)
 def test_credential_problems(store: dict[str, str], expected: dict[str, str]) -> None:
     credentials = {name: _credential(name, registry) for name, registry in store.items()}
-    assert monitor.credential_problems(RULES, credentials) == expected
+    assert monitor.credential_problems(MIRROR_POLICY, credentials) == expected
 
 
 # A result sequence (True = probe succeeded) and the state after each result.
@@ -141,7 +141,7 @@ def test_monitor_publishes_store_problems_without_probing() -> None:
     recorder = _Recorder()
     store = {"harbor-pull": _credential("harbor-pull", "harbor.corp.example")}
     watcher = monitor.HealthMonitor(
-        rules=lambda: RULES,
+        mirror_policy=lambda: MIRROR_POLICY,
         credentials=lambda: store,
         publish=recorder,
         metrics=metrics_,
@@ -165,7 +165,7 @@ def test_monitor_keeps_credential_verdicts_while_the_store_is_unreadable() -> No
     recorder = _Recorder()
     snapshot: dict[str, Any] = {"value": {}}
     watcher = monitor.HealthMonitor(
-        rules=lambda: RULES,
+        mirror_policy=lambda: MIRROR_POLICY,
         credentials=lambda: snapshot["value"],
         publish=recorder,
         metrics=metrics_,
@@ -312,7 +312,7 @@ def test_policy_check_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_unreadable_ca_file_counts_as_a_down_mirror(tmp_path: Path) -> None:
     """The probe cannot trust the mirror without its CA: down, with why, and no connection."""
-    rules = policy.load(
+    mirror_policy = policy.load(
         {
             "mirrors": [
                 {
@@ -326,7 +326,7 @@ def test_unreadable_ca_file_counts_as_a_down_mirror(tmp_path: Path) -> None:
     )
     metrics_ = Metrics()
     watcher = monitor.HealthMonitor(
-        rules=lambda: rules, credentials=None, publish=_Recorder(), metrics=metrics_
+        mirror_policy=lambda: mirror_policy, credentials=None, publish=_Recorder(), metrics=metrics_
     )
     watcher.probe_round()
     reason = f"cannot read caFile '{tmp_path / 'missing.crt'}': No such file or directory"

@@ -22,9 +22,9 @@ from uvicorn.protocols.http import httptools_impl
 from uvicorn.server import ServerState
 
 from mirrorgate.certs import KeyPair
-from mirrorgate.webhook.commands import serve
+from mirrorgate.webhook.commands.serve import process, settings, wiring
 from mirrorgate.webhook.edge import hooks
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 from tests.webhook import policies, serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,9 +187,11 @@ def test_the_server_refuses_to_start_without_a_hook(
     """Before it serves: serve makes the protocol factory as it builds uvicorn's config."""
     cert, key = serving.write_pair(tmp_path, serving_pair)
     (tmp_path / "policy.yaml").write_text(policies.POLICY)
-    built = serve.build(
-        serve.Settings(policy=str(tmp_path / "policy.yaml"), tls_cert=str(cert), tls_key=str(key))
+    built = wiring.build(
+        settings.Settings(
+            policy=str(tmp_path / "policy.yaml"), tls_cert=str(cert), tls_key=str(key)
+        )
     )
     monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "_unset_keepalive_if_required")
     with pytest.raises(ConfigError, match="_unset_keepalive_if_required is missing"):
-        serve.uvicorn_config(built)
+        process.uvicorn_config(built)

@@ -399,13 +399,13 @@ def test_a_client_hello_split_in_two_is_served(
 
 
 def test_limits_must_be_positive(tmp_path: Path, serving_pair: KeyPair) -> None:
-    from mirrorgate.webhook import policyfile
-    from mirrorgate.webhook.commands import serve
+    from mirrorgate.webhook import errors
+    from mirrorgate.webhook.commands.serve import process, settings, wiring
 
     cert, key = serving.write_pair(tmp_path, serving_pair)
     (tmp_path / "policy.yaml").write_text(policies.POLICY)
-    built = serve.build(
-        serve.Settings(
+    built = wiring.build(
+        settings.Settings(
             policy=str(tmp_path / "policy.yaml"),
             tls_cert=str(cert),
             tls_key=str(key),
@@ -413,10 +413,10 @@ def test_limits_must_be_positive(tmp_path: Path, serving_pair: KeyPair) -> None:
         )
     )
     with pytest.raises(
-        policyfile.ConfigError,
+        errors.ConfigError,
         match="--max-connections must be positive, got 0; --idle-timeout must be positive, got -1",
     ):
-        serve.uvicorn_config(built)
+        process.uvicorn_config(built)
 
 
 GET = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"

@@ -383,7 +383,7 @@ def test_the_monitor_probes_each_mirror_with_the_scheme_the_policy_gives_it(
         https_server(None, tmp_path / "plain", answer(200)) as plain,
         https_server(authority[0], tmp_path, answer(401)) as tls,
     ):
-        rules = policy.load(
+        mirror_policy = policy.load(
             {
                 "mirrors": [
                     {"source": "docker.io", "mirror": f"http://{plain}/hub"},
@@ -391,5 +391,5 @@ def test_the_monitor_probes_each_mirror_with_the_scheme_the_policy_gives_it(
                 ]
             }
         )
-        health = monitor.probe_mirrors(rules, [r.mirror.host for r in rules.rules])
+        health = monitor.probe_mirrors(mirror_policy, [r.mirror.host for r in mirror_policy.rules])
     assert health.down == {}

@@ -253,7 +253,7 @@ def test_match_images_as_the_kubelet_matches_them(pattern: str, image: str, matc
 def test_the_policy_is_checked_against_the_configuration() -> None:
     """Every provider named must be configured; every mirror using it must match it."""
     config = providerconfig.parse(_config(ECR), source="providers.yaml")
-    rules = policy.load(
+    mirror_policy = policy.load(
         {
             "mirrors": [
                 {
@@ -270,7 +270,7 @@ def test_the_policy_is_checked_against_the_configuration() -> None:
             },
         }
     )
-    assert providerconfig.policy_problems(config, rules, source="providers.yaml") == [
+    assert providerconfig.policy_problems(config, mirror_policy, source="providers.yaml") == [
         "mirrors[1].mirror: 'harbor.corp.example/quay' (credential 'ecr') does not match "
         "provider 'ecr-credential-provider''s matchImages (*.dkr.ecr.*.amazonaws.com, "
         "*.dkr.ecr.*.amazonaws.com.cn)",

@@ -27,7 +27,8 @@ from mirrorgate import policy
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
 from mirrorgate.webhook.credentials.fingerprints import Fingerprints
-from mirrorgate.webhook.credentials.pullsecrets import PullSecretProvisioner, Reconciler
+from mirrorgate.webhook.credentials.pullsecrets import PullSecretProvisioner
+from mirrorgate.webhook.credentials.reconciler import Reconciler
 from mirrorgate.webhook.credentials.records import Records
 from mirrorgate.webhook.credentials.store import Credential
 from tests.webhook.fakes import Behaviour, ScriptedKube, stored
@@ -270,7 +271,7 @@ def record_object(*, uid: str, created: str, fingerprint: str = "") -> dict[str,
 def reconciler(client: ScriptedKube, record: dict[str, Any]) -> Reconciler:
     made = provisioner(client)
     made.records.informer.items[("mirrorgate", record["metadata"]["name"])] = record
-    rules = policy.load(
+    mirror_policy = policy.load(
         {
             "mirrors": [
                 {"source": "docker.io", "mirror": "m.example/hub", "credential": CREDENTIAL.name}
@@ -278,7 +279,9 @@ def reconciler(client: ScriptedKube, record: dict[str, Any]) -> Reconciler:
             "credentials": {CREDENTIAL.name: {"namespaces": ["*"]}},
         }
     )
-    return Reconciler(made, made.client, rules=lambda: rules, is_leader=lambda: True)
+    return Reconciler(
+        made, made.client, mirror_policy=lambda: mirror_policy, is_leader=lambda: True
+    )
 
 
 def test_a_pass_reasserts_every_copy_each_interval_however_often_it_is_triggered() -> None:

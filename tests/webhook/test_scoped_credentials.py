@@ -7,7 +7,7 @@ import json
 import orjson
 
 from mirrorgate import policy
-from mirrorgate.webhook.commands import cluster_audit, offline
+from mirrorgate.webhook.commands import audit_report, audit_table, offline
 from mirrorgate.webhook.credentials.scoped import ScopedStore
 from mirrorgate.webhook.credentials.store import Credential
 from tests.webhook.test_pullsecrets import StaticStore
@@ -48,8 +48,8 @@ def test_a_scoped_credential_is_keyed_by_its_scope_and_others_keep_the_store_key
 
 
 def test_explain_names_the_credential_and_its_scope() -> None:
-    a = offline.explain_image("quay.io/a/app:1", rules=POLICY, namespace="shop")
-    b = offline.explain_image("quay.io/b/app:1", rules=POLICY, namespace="shop")
+    a = offline.explain_image("quay.io/a/app:1", mirror_policy=POLICY, namespace="shop")
+    b = offline.explain_image("quay.io/b/app:1", mirror_policy=POLICY, namespace="shop")
     assert (a["result"], a["credential"], a["credentialRegistry"]) == (
         f"{HOST}/team-a/app:1",
         "team-a",
@@ -64,8 +64,8 @@ def test_explain_names_the_credential_and_its_scope() -> None:
 
 
 def test_audit_table_shows_which_credential_each_rewrite_gets() -> None:
-    report = cluster_audit.Report(policy_path="p.yaml", scope=None, namespaces={}, fail_on=None)
-    ns = report.namespaces["shop"] = cluster_audit.NamespaceReport(
+    report = audit_report.Report(policy_path="p.yaml", scope=None, namespaces={}, fail_on=None)
+    ns = report.namespaces["shop"] = audit_report.NamespaceReport(
         name="shop", mode="audit", mode_label="audit", excluded=False
     )
     ns.add_pod(
@@ -81,7 +81,7 @@ def test_audit_table_shows_which_credential_each_rewrite_gets() -> None:
         },
         POLICY,
     )
-    table = cluster_audit.render_table(report)
+    table = audit_table.render_table(report)
     assert f"→ {HOST}/team-a/app:1\n{' ' * 26}with credential team-a\n" in table
     assert f"→ {HOST}/team-b/app:1\n{' ' * 26}with credential team-b\n" in table
     assert "nginx:1" in table

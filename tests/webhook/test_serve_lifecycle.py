@@ -1,4 +1,5 @@
-"""`mirrorgate serve` as a process: bind before "serving", a busy port, a graceful SIGTERM."""
+"""`mirrorgate serve` as a process: bind before "serving", a busy port, a graceful SIGTERM;
+and its composition root: each component made once, started in order, stopped in reverse."""
 
 from __future__ import annotations
 
@@ -9,17 +10,21 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
+from mirrorgate.webhook import background
+from mirrorgate.webhook.commands.serve import settings, wiring
+from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.version import VERSION
 from tests.commands import MIRRORGATE
 from tests.webhook import policies
 from tests.webhook.reviews import PROM_IMAGE, patch_ops, pod, review
 from tests.webhook.serving import client_context, write_atomically, write_pair
+from tests.webhook.testclient import TestClient
 
 TIMEOUT = 60
 
@@ -206,3 +211,74 @@ def test_the_policys_warnings_are_logged_once_per_load(
         process.send_signal(signal.SIGTERM)
         assert warned(lines_until("mirrorgate stopped")) == [], "a safe policy warns of nothing"
         assert process.wait(TIMEOUT) == 0
+
+
+# --- the composition root: every component made once, started in order -------------------------
+
+
+def _settings(directory: Path, pair: KeyPair, **overrides: Any) -> settings.Settings:
+    cert, key = write_pair(directory, pair)
+    policy = directory / "policy.yaml"
+    policy.write_text(policies.POLICY)
+    return settings.Settings(
+        policy=str(policy), tls_cert=str(cert), tls_key=str(key), health_probes=False, **overrides
+    )
+
+
+def test_standalone_components_are_made_once_in_dependency_order(
+    tmp_path: Path, serving_pair: KeyPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime is complete when built; the reloaders come after what they publish to."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    built = wiring.build(_settings(tmp_path, serving_pair))
+    assert built.components.names == [
+        "review-worker",
+        "mirror-health",
+        "policy-file",
+        "serving-certificate",
+        "log-flusher",
+    ]
+    assert isinstance(built.runtime.secrets, wiring.StandalonePullSecrets)
+    assert built.runtime.screener is not None
+    assert list(built.runtime.readiness) == []
+    assert len(built.runtime.advisories) == 1  # the health monitor's
+
+
+def test_a_file_store_is_a_component_with_a_readiness_check(
+    tmp_path: Path, serving_pair: KeyPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    key_file = tmp_path / "key"
+    key_file.write_text(filestore.generate_key())
+    key_file.chmod(0o600)
+    store_file = tmp_path / "store.json"
+    filestore.update_store(
+        str(store_file),
+        filestore.load_key(key_file=str(key_file), environ={}),
+        lambda contents: contents.credentials,
+        missing_ok=True,
+    )
+    built = wiring.build(
+        _settings(
+            tmp_path,
+            serving_pair,
+            store="file",
+            store_file=str(store_file),
+            store_key_file=str(key_file),
+        )
+    )
+    assert built.components.names[:2] == ["review-worker", "credential-store"]
+    assert list(built.runtime.readiness) == ["credential-store"]
+    assert built.runtime.readiness["credential-store"]() is None
+
+
+def test_the_lifespan_starts_the_components_and_stops_them(
+    tmp_path: Path, serving_pair: KeyPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started with the application, stopped with it: nothing is left to stop after."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    built = wiring.build(_settings(tmp_path, serving_pair))
+    with TestClient(built.application, base_url="https://testserver") as client:
+        assert client.get("/healthz").status_code == 200
+        assert built.components.stop().late == ()  # stops what the lifespan started...
+    assert built.components.stop() == background.Shutdown()  # ...and the lifespan finds none

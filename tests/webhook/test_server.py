@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
-from mirrorgate.webhook import policyfile
-from mirrorgate.webhook.commands import serve
+from mirrorgate.webhook import errors
+from mirrorgate.webhook.commands.serve import settings, wiring
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import (
@@ -161,10 +161,10 @@ def test_default_pull_secrets_are_standalone(
     cert, key = serving.write_pair(tmp_path, serving_pair)
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(policies.POLICY)
-    built = serve.build(
-        serve.Settings(policy=str(policy_file), tls_cert=str(cert), tls_key=str(key))
+    built = wiring.build(
+        settings.Settings(policy=str(policy_file), tls_cert=str(cert), tls_key=str(key))
     )
-    assert isinstance(built.runtime.secrets, serve.StandalonePullSecrets)
+    assert isinstance(built.runtime.secrets, wiring.StandalonePullSecrets)
     obj = pod(HUB_IMAGE, PROM_IMAGE)
     with TestClient(built.application, base_url="https://testserver") as client:
         answer = client.post("/mutate", json=review(obj)).json()["response"]
@@ -182,8 +182,8 @@ def test_audit_only_setting_turns_mutate_into_a_report(
     cert, key = serving.write_pair(tmp_path, serving_pair)
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(policies.POLICY)
-    built = serve.build(
-        serve.Settings(
+    built = wiring.build(
+        settings.Settings(
             policy=str(policy_file), tls_cert=str(cert), tls_key=str(key), audit_only=True
         ),
         secrets=RecordingPullSecrets(),
@@ -217,12 +217,12 @@ def test_unusable_certificate_files_fail_naming_the_file(
     (tmp_path / "other.key").write_bytes(other_ca.issue_serving(dns_names=["localhost"]).key_pem)
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(policies.POLICY)
-    settings = serve.Settings(
+    configured = settings.Settings(
         policy=str(policy_file),
         tls_cert=str(tmp_path / cert_name),
         tls_key=str(tmp_path / key_name),
     )
-    with pytest.raises(policyfile.ConfigError) as raised:
-        serve.build(settings, secrets=RecordingPullSecrets())
+    with pytest.raises(errors.ConfigError) as raised:
+        wiring.build(configured, secrets=RecordingPullSecrets())
     assert fragment in str(raised.value)
     assert cert_name in str(raised.value) or key_name in str(raised.value)

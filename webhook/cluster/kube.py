@@ -21,7 +21,7 @@ import kubernetes.config
 import orjson
 import urllib3
 
-from mirrorgate.webhook.policyfile import why_unreadable
+from mirrorgate.webhook.errors import why_unreadable
 
 __all__ = [
     "AlreadyExists",

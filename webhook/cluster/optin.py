@@ -62,7 +62,7 @@ class NamespaceOptIn:
         The API server calls the webhook once *its* cache shows the label; ours
         follows the same watch a moment later. Waiting reads memory only.
         """
-        pause = _FIRST_POLL  # the watch event is usually a millisecond or two away
+        pause = _FIRST_POLL  # the watch event is usually about to arrive: look soon, then back off
         while not self.enforced(namespace):
             if time.monotonic() + pause >= until:
                 return False

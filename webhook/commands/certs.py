@@ -8,7 +8,7 @@ import pathlib
 from typing import TextIO
 
 from mirrorgate.webhook.commands import EXIT_OK
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 
 __all__ = ["run_generate", "run_inject"]
 

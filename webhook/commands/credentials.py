@@ -12,7 +12,7 @@ from typing import TextIO
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.credentials.store import Credential
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 
 __all__ = [
     "run_add",
@@ -121,7 +121,7 @@ def run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate.webhook.cluster import kube
     from mirrorgate.webhook.commands import credentials_check, offline
 
-    rules = policyfile.read_policy(args.policy).policy if args.policy else None
+    mirror_policy = policyfile.read_policy(args.policy).policy if args.policy else None
     sources = credentials_check.Sources(
         store=args.store,
         store_file=args.store_file,
@@ -135,12 +135,14 @@ def run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         image = (
             args.image
-            if rules is None
-            else credentials_check.admitted_image(args.name, args.image, rules)
+            if mirror_policy is None
+            else credentials_check.admitted_image(args.name, args.image, mirror_policy)
         )
         if image != args.image:
             print(f"mirrorgate: {args.image} is admitted as {image}: checking that", file=err)
-        resolved = credentials_check.check(args.name, image, rules=rules, sources=sources)
+        resolved = credentials_check.check(
+            args.name, image, mirror_policy=mirror_policy, sources=sources
+        )
     except credentials_check.CheckFailed as error:
         print(f"mirrorgate: {error}", file=err)
         return EXIT_FINDINGS

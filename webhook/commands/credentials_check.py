@@ -87,13 +87,13 @@ def _from_store(name: str, sources: Sources) -> tuple[str, Credential]:
         raise CheckFailed(str(error)) from None
 
 
-def admitted_image(name: str, image: str, rules: policy.Policy) -> str:
+def admitted_image(name: str, image: str, mirror_policy: policy.Policy) -> str:
     """``image`` as admission would write it: a source image through its rule's mirror.
 
     An image already on a mirror, or that no rule rewrites, is checked as given.
     CheckFailed when the rule that rewrites it uses another credential than ``name``.
     """
-    found = rules.resolve(image)
+    found = mirror_policy.resolve(image)
     if found.outcome != "rewrite" or found.rule is None or found.new_image is None:
         return image
     if found.rule.credential != name:
@@ -106,10 +106,10 @@ def admitted_image(name: str, image: str, rules: policy.Policy) -> str:
 
 
 def check(
-    name: str, image: str, *, rules: policy.Policy | None, sources: Sources
+    name: str, image: str, *, mirror_policy: policy.Policy | None, sources: Sources
 ) -> dict[str, Any]:
     """Resolve ``name`` for ``image``; StoreError for configuration, CheckFailed for the source."""
-    grant = rules.grants.get(name) if rules is not None else None
+    grant = mirror_policy.grants.get(name) if mirror_policy is not None else None
     if grant is not None and grant.provider is not None:
         source, login = "provider", _from_provider(name, grant.provider, image, sources)
     else:

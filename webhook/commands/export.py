@@ -80,7 +80,7 @@ from mirrorgate import policy
 from mirrorgate.policy.reference import DEFAULT_DOMAIN
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 
 __all__ = ["CRI_O_DROP_IN", "Export", "containerd", "cri_o", "run_containerd", "run_cri_o"]
 
@@ -126,11 +126,13 @@ def _credential_notes(rules: Iterable[policy.MirrorRule], runtime: str) -> list[
 # --- containerd ------------------------------------------------------------
 
 
-def containerd(rules: policy.Policy) -> Export:
+def containerd(mirror_policy: policy.Policy) -> Export:
     """One ``<host>/hosts.toml`` per source registry with a whole-host rule."""
-    whole = {r.source.host: r for r in rules.rules if not r.source.wildcard and not r.source.path}
+    whole = {
+        r.source.host: r for r in mirror_policy.rules if not r.source.wildcard and not r.source.path
+    }
     warnings: list[str] = []
-    for rule in rules.rules:
+    for rule in mirror_policy.rules:
         if rule.source.wildcard:
             warnings.append(
                 f"{_describe(rule)}: not exported: containerd has one hosts.toml "
@@ -139,7 +141,7 @@ def containerd(rules: policy.Policy) -> Export:
         elif rule.source.path:
             warnings.append(_partial_warning(rule, whole.get(rule.source.host)))
     files = {f"{host}/hosts.toml": _hosts_toml(rule) for host, rule in sorted(whole.items())}
-    mirror_files, mirror_warnings = _mirror_hosts(rules, whole)
+    mirror_files, mirror_warnings = _mirror_hosts(mirror_policy, whole)
     files.update(sorted(mirror_files.items()))
     warnings += mirror_warnings
     notes = _credential_notes(
@@ -193,7 +195,9 @@ def _transport_lines(rule: policy.MirrorRule) -> list[str]:
     return lines
 
 
-def _mirror_hosts(rules: policy.Policy, sources: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+def _mirror_hosts(
+    mirror_policy: policy.Policy, sources: Iterable[str]
+) -> tuple[dict[str, str], list[str]]:
     """A hosts.toml for each mirror host reached other than by verified HTTPS.
 
     Rewritten images name the mirror host itself; without this file containerd
@@ -203,7 +207,7 @@ def _mirror_hosts(rules: policy.Policy, sources: Iterable[str]) -> tuple[dict[st
     taken = set(sources)
     files: dict[str, str] = {}
     warnings: list[str] = []
-    for rule in rules.rules:
+    for rule in mirror_policy.rules:
         host = rule.mirror.host
         if not _special_transport(rule) or f"{host}/hosts.toml" in files:
             continue
@@ -266,11 +270,11 @@ def _hosts_toml(rule: policy.MirrorRule) -> str:
 CRI_O_DROP_IN = "/etc/containers/registries.conf.d/50-mirrorgate.conf"
 
 
-def cri_o(rules: policy.Policy) -> Export:
+def cri_o(mirror_policy: policy.Policy) -> Export:
     """A registries.conf v2 drop-in with one ``[[registry]]`` per expressible rule."""
     warnings: list[str] = []
     blocks: list[str] = []
-    for rule in rules.rules:
+    for rule in mirror_policy.rules:
         if rule.source.wildcard:
             warnings.append(
                 f"{_describe(rule)}: not exported: a registries.conf mirror replaces the whole "
@@ -279,7 +283,7 @@ def cri_o(rules: policy.Policy) -> Export:
             )
             continue
         blocks.append(_registry_block(rule))
-    insecure_hosts = {r.mirror.host: r for r in rules.rules if _insecure(r)}
+    insecure_hosts = {r.mirror.host: r for r in mirror_policy.rules if _insecure(r)}
     blocks += [_insecure_mirror_block(r) for r in insecure_hosts.values()]
     header = [
         "# containers-registries.conf(5) v2 drop-in for CRI-O, written by",
@@ -293,9 +297,10 @@ def cri_o(rules: policy.Policy) -> Export:
     ]
     text = "\n".join(header) + "\n" + "".join(f"\n{block}" for block in blocks)
     notes = _credential_notes(
-        (r for r in rules.rules if not r.source.wildcard), "registries.conf has no place for them"
+        (r for r in mirror_policy.rules if not r.source.wildcard),
+        "registries.conf has no place for them",
     )
-    cas = {r.mirror.host: r.ca_file for r in rules.rules if r.ca_file is not None}
+    cas = {r.mirror.host: r.ca_file for r in mirror_policy.rules if r.ca_file is not None}
     notes += [
         f"the mirror {host} is verified with {ca}: CRI-O reads it from "
         f"/etc/containers/certs.d/{host}/ca.crt (copy it there)"

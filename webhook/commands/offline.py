@@ -24,7 +24,8 @@ from mirrorgate.policy import model
 from mirrorgate.webhook import patch, policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
 from mirrorgate.webhook.credentials.store import Credential
-from mirrorgate.webhook.policyfile import ConfigError, boundedyaml
+from mirrorgate.webhook.errors import ConfigError
+from mirrorgate.webhook.policyfile import boundedyaml
 
 __all__ = [
     "TEMPLATE_PATHS",
@@ -134,7 +135,7 @@ def pod_of(document: dict[str, Any]) -> dict[str, Any] | None:
 def rewrite_documents(
     documents: Sequence[Any],
     *,
-    rules: policy.Policy,
+    mirror_policy: policy.Policy,
     namespace: str | None,
     mode: str = ENFORCE,
 ) -> tuple[list[Any], list[list[patch.Operation]], list[str]]:
@@ -163,7 +164,7 @@ def rewrite_documents(
             warnings.append(f"{prefix}no Pod template with a spec at {path}")
             continue
         pod_namespace = namespace or _metadata(document).get("namespace") or DEFAULT_NAMESPACE
-        plan = policy.plan(obj, namespace=str(pod_namespace), policy=rules)
+        plan = policy.plan(obj, namespace=str(pod_namespace), policy=mirror_policy)
         warnings.extend(prefix + w for w in plan.warnings)
         if mode == AUDIT:
             warnings.extend(prefix + policy.audit_mode_line(r) for r in plan.rewrites)
@@ -184,7 +185,7 @@ def rewrite_documents(
 def explain_image(
     image: str,
     *,
-    rules: policy.Policy | None,
+    mirror_policy: policy.Policy | None,
     namespace: str,
     labels: Mapping[str, str] | None = None,
     mode: str = ENFORCE,
@@ -224,16 +225,16 @@ def explain_image(
             "name": ref.name,
             "normalized": str(ref),
         }
-    if rules is None:
+    if mirror_policy is None:
         return explained
     explained["result"] = image
     exemption = policy.exempt_pod(
-        namespace=namespace, labels=labels or {}, annotations={}, policy=rules
+        namespace=namespace, labels=labels or {}, annotations={}, policy=mirror_policy
     )
     if exemption is not None:
         explained.update(outcome=exemption.outcome, reason=exemption.reason)
         return explained
-    decision = policy.decide_image(image, namespace=namespace, policy=rules)
+    decision = policy.decide_image(image, namespace=namespace, policy=mirror_policy)
     explained.update(outcome=decision.outcome, reason=decision.reason, warning=decision.warning)
     rule = decision.resolution.rule
     if rule is not None:
@@ -246,7 +247,7 @@ def explain_image(
             },
             credential=rule.credential,
         )
-        grant = rules.grants.get(rule.credential) if rule.credential is not None else None
+        grant = mirror_policy.grants.get(rule.credential) if rule.credential is not None else None
         if grant is not None and grant.registry is not None:
             # The key of the generated .dockerconfigjson; null: the store entry's own.
             explained["credentialRegistry"] = str(grant.registry)
@@ -310,11 +311,11 @@ def _read_documents(path: str, stdin: TextIO) -> tuple[list[Any], str]:
 
 
 def run_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    rules = policyfile.read_policy(args.policy).policy
+    mirror_policy = policyfile.read_policy(args.policy).policy
     documents, source = _read_documents(args.filename, sys.stdin)
     try:
         outputs, patches, warnings = rewrite_documents(
-            documents, rules=rules, namespace=args.namespace, mode=args.mode
+            documents, mirror_policy=mirror_policy, namespace=args.namespace, mode=args.mode
         )
     except NothingToRewrite as error:
         raise ConfigError(f"{source}: {error}") from None
@@ -369,10 +370,16 @@ def render_explain_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    rules = policyfile.read_policy(args.policy).policy if args.policy else None
+    mirror_policy = policyfile.read_policy(args.policy).policy if args.policy else None
     labels = dict(_label(text) for text in args.label)
     rows = [
-        explain_image(image, rules=rules, namespace=args.namespace, labels=labels, mode=args.mode)
+        explain_image(
+            image,
+            mirror_policy=mirror_policy,
+            namespace=args.namespace,
+            labels=labels,
+            mode=args.mode,
+        )
         for image in args.images
     ]
     if args.output == "table":
@@ -392,23 +399,24 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # Here an invalid policy is the finding, not a usage error.
         print(error, file=out)
         return EXIT_FINDINGS
-    rules = loaded.policy
+    mirror_policy = loaded.policy
     # The store (its key first) is read before anything is printed: a store that
     # cannot be read is a usage error (exit 2), never "valid" and then an error.
     stored = None if args.store_file is None else _read_store(args)
     print(
         f"{args.file}: valid (version {loaded.version}, "
-        f"{len(rules.rules)} mirror rule{'s' if len(rules.rules) != 1 else ''}, "
-        f"{len(rules.grants)} credential grant{'s' if len(rules.grants) != 1 else ''})",
+        f"{len(mirror_policy.rules)} mirror rule{'s' if len(mirror_policy.rules) != 1 else ''}, "
+        f"{len(mirror_policy.grants)} credential grant"
+        f"{'s' if len(mirror_policy.grants) != 1 else ''})",
         file=out,
     )
-    for warning in rules.warnings:  # valid, though rarely meant: said, not failed
+    for warning in mirror_policy.warnings:  # valid, though rarely meant: said, not failed
         print(f"  warning: {warning}", file=out)
     if stored is None:
         return EXIT_OK
     from mirrorgate.webhook.mirrorhealth import monitor
 
-    problems = monitor.credential_problems(rules, stored)
+    problems = monitor.credential_problems(mirror_policy, stored)
     for name, why in sorted(problems.items()):
         # The same words the server logs and lists in /readyz.
         print(f"  credential {name}: {why} ({args.store_file})", file=out)

@@ -5,7 +5,7 @@
 - :mod:`.filestore` and :mod:`.kubestore`: the encrypted file and the
   Kubernetes Secret sources;
 - :mod:`.pullsecrets`: the provisioner that makes a namespace's pull secret
-  before its Pod is admitted, and the leader's reconciler, with
-  :mod:`.records` (what mirrorgate made) and :mod:`.fingerprints` (whether it
-  is current).
+  before its Pod is admitted, and :mod:`.reconciler`, the leader's rotation,
+  healing and clean-up of those copies, with :mod:`.records` (what mirrorgate
+  made) and :mod:`.fingerprints` (whether it is current).
 """

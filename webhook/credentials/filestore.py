@@ -58,6 +58,7 @@ __all__ = [
     "KEY_ENV",
     "FileCredentialStore",
     "StoreContents",
+    "credentials_of",
     "generate_key",
     "load_key",
     "locked",
@@ -187,16 +188,27 @@ def _decode(path: str, raw: bytes, key: bytes) -> StoreContents:
     except (InvalidTag, ValueError):
         raise StoreError(f"{path}: cannot decrypt: wrong key, or the file is damaged") from None
     try:
+        credentials = credentials_of(plaintext)
+    except ValueError:
+        raise StoreError(f"{path}: decrypted, but the contents are malformed") from None
+    return StoreContents(credentials=credentials, store_id=store_id, generation=generation)
+
+
+def credentials_of(plaintext: bytes) -> dict[str, Credential]:
+    """The credentials of a decrypted store, v1 or v2 (they share it); ValueError if malformed.
+
+    ``{"credentials": {NAME: {"registry", "username", "password"}}}``.
+    """
+    try:
         entries = orjson.loads(plaintext)["credentials"]
-        credentials = {
+        return {
             name: Credential(
                 name=name, registry=e["registry"], username=e["username"], password=e["password"]
             )
             for name, e in entries.items()
         }
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise StoreError(f"{path}: decrypted, but the contents are malformed") from None
-    return StoreContents(credentials=credentials, store_id=store_id, generation=generation)
+        raise ValueError("malformed credential store contents") from None
 
 
 def read_store(path: str, key: bytes, *, missing_ok: bool = False) -> StoreContents:

@@ -102,14 +102,8 @@ def _decode_v1(path: str, raw: bytes, key: bytes) -> dict[str, Credential]:
             f"{path}: cannot decrypt the v1 store: wrong key, or the file is damaged"
         ) from None
     try:
-        entries = orjson.loads(plaintext)["credentials"]
-        return {
-            name: Credential(
-                name=name, registry=e["registry"], username=e["username"], password=e["password"]
-            )
-            for name, e in entries.items()
-        }
-    except (ValueError, KeyError, TypeError, AttributeError):
+        return filestore.credentials_of(plaintext)
+    except ValueError:
         raise StoreError(
             f"{path}: decrypted the v1 store, but its contents are malformed"
         ) from None

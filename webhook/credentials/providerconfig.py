@@ -311,7 +311,7 @@ def load(path: str | Path) -> CredentialProviderConfig:
 
 
 def policy_problems(
-    config: CredentialProviderConfig, rules: policy.Policy, *, source: str
+    config: CredentialProviderConfig, mirror_policy: policy.Policy, *, source: str
 ) -> list[str]:
     """What in the policy this configuration cannot serve, one line each with its field path.
 
@@ -320,14 +320,14 @@ def policy_problems(
     about an image under it.
     """
     problems = []
-    for name, grant in sorted(rules.grants.items()):
+    for name, grant in sorted(mirror_policy.grants.items()):
         if grant.provider is None:
             continue
         provider = config.providers.get(grant.provider)
         if provider is None:
             problems.append(f"credentials.{name}.provider: {grant.provider!r} is not in {source}")
             continue
-        for rule in rules.rules:
+        for rule in mirror_policy.rules:
             if rule.credential == name and not provider.matches(str(rule.mirror)):
                 problems.append(
                     f"{rule.label}.mirror: {str(rule.mirror)!r} (credential "

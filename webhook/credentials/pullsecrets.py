@@ -15,9 +15,8 @@ before the claim is someone else's and is never touched. Every update and
 delete carries the recorded uid as a precondition, so only the object
 mirrorgate created is ever changed.
 
-The :class:`Reconciler` keeps the copies in step with the store and the policy
-(rotation, clean-up) and re-asserts every copy periodically, which brings back
-a deleted one; it runs in one replica at a time, the Lease holder.
+The leader's rotation, healing and clean-up of the copies is
+:mod:`webhook.credentials.reconciler`.
 """
 
 from __future__ import annotations
@@ -32,16 +31,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mirrorgate import policy
-from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
-from mirrorgate.webhook.cluster.optin import ENFORCE, MODE_LABEL, OPTED_IN_MODES, NamespaceOptIn
+from mirrorgate.webhook.cluster.optin import ENFORCE, MODE_LABEL, NamespaceOptIn
 from mirrorgate.webhook.credentials.fingerprints import Fingerprints
 from mirrorgate.webhook.credentials.kubestore import MANAGED_BY_LABEL, secret_from_credential
 from mirrorgate.webhook.credentials.records import Record, Records
 from mirrorgate.webhook.credentials.store import Credential, CredentialStore
 from mirrorgate.webhook.logs import logger
 
-__all__ = ["CREDENTIAL_LABEL", "PullSecretProvisioner", "Reconciler"]
+__all__ = ["CREDENTIAL_LABEL", "PullSecretProvisioner"]
 
 CREDENTIAL_LABEL = "mirrorgate.io/credential"
 OPT_IN_GRACE = 1.0
@@ -50,8 +48,6 @@ ABANDONED_CLAIM = 60.0
 """Seconds after which a claim never completed is taken for one a crash abandoned."""
 RECONCILE_BUDGET = 15.0
 """Seconds one background write may take in all."""
-REASSERT_PER_SECOND = 20.0
-"""Pace of the periodic re-assertion: at most this many Secret writes a second."""
 _LOCK_STRIPES = 64
 _UNRECORDED_LIMIT = 1024
 _NAME_LIMIT = 63
@@ -116,12 +112,13 @@ def _foreign(namespace: str, secret: str) -> EnsureError:
     )
 
 
-def _age(record: Record) -> float:
+def is_abandoned(claim: Record) -> bool:
+    """Whether a claim is older than :data:`ABANDONED_CLAIM` (an unreadable date is new)."""
     try:
-        created = datetime.datetime.fromisoformat(record.created)
+        created = datetime.datetime.fromisoformat(claim.created)
     except ValueError:
-        return 0.0
-    return (datetime.datetime.now(datetime.UTC) - created).total_seconds()
+        return False
+    return (datetime.datetime.now(datetime.UTC) - created).total_seconds() > ABANDONED_CLAIM
 
 
 class PullSecretProvisioner:
@@ -292,7 +289,7 @@ class PullSecretProvisioner:
             record = self.records.fetch(namespace, secret, timeout=deadline.left())
             if record is None or record.uid:
                 return record
-            if _age(record) > ABANDONED_CLAIM:
+            if is_abandoned(record):
                 raise EnsureError(
                     f"an earlier attempt to create Secret {namespace}/{secret} "
                     "was interrupted; mirrorgate will retry it"
@@ -397,150 +394,3 @@ class PullSecretProvisioner:
                 return self._write(current, credential, self.fingerprints.of(credential), deadline)
             except kube.KubeError as error:
                 raise EnsureError(str(error)) from None
-
-
-class Reconciler(Loop):
-    """Rotation, healing and clean-up of every generated Secret, run by the Lease holder only."""
-
-    def __init__(
-        self,
-        provisioner: PullSecretProvisioner,
-        client: kube.Kube,
-        *,
-        rules: Callable[[], policy.Policy],
-        is_leader: Callable[[], bool],
-        interval: float = 30.0,
-    ) -> None:
-        super().__init__("reconciler")
-        self.provisioner = provisioner
-        self.client = client
-        self.rules = rules
-        self.is_leader = is_leader
-        self.interval = interval
-        """Seconds between passes; every periodic pass re-asserts every copy (the heal bound)."""
-        provisioner.store.subscribe(self.trigger)
-        provisioner.optin.subscribe(self.trigger)
-
-    def _ready(self) -> bool:
-        return (
-            self.is_leader()
-            and self.provisioner.optin.informer.synced.is_set()
-            and self.provisioner.records.informer.synced.is_set()
-        )
-
-    def _run(self) -> None:
-        # The re-assertion is due by the clock, not by a quiet interval: triggers (a
-        # provider's login refreshed every 15 s, namespaces coming and going) must not
-        # put it off for ever, or a deleted copy would never be healed.
-        due = time.monotonic() + self.interval
-        while not self.stopping:
-            self.sleep(max(0.0, due - time.monotonic()))
-            if self.stopping:
-                return
-            self.provisioner.record_unrecorded()  # this replica's own, leader or not
-            reassert = time.monotonic() >= due
-            if reassert:
-                due = time.monotonic() + self.interval
-            if not self._ready():
-                continue
-            try:
-                self.reconcile_once(reassert=reassert)
-            except Exception:
-                logger.exception("reconcile failed", extra={"fields": {}})
-
-    def _wanted(self, namespace: str, credential: str) -> str | None:
-        """None when the copy should exist, else why it should go."""
-        optin = self.provisioner.optin
-        if not optin.exists(namespace):
-            return "namespace is gone"
-        if optin.mode(namespace) not in OPTED_IN_MODES:
-            return f"namespace no longer has the {MODE_LABEL} label"
-        rules = self.rules()
-        if rules.is_namespace_excluded(namespace):
-            return "namespace is excluded by the policy"
-        if not rules.is_granted(credential, namespace):
-            return "the policy no longer grants the credential to the namespace"
-        if credential not in self.provisioner.store.snapshot():
-            return "the credential is no longer in the store"
-        return None
-
-    def _remove(self, record: Record, why: str) -> None:
-        records = self.provisioner.records
-        if why != "namespace is gone":  # deleting the namespace deletes its Secrets
-            with contextlib.suppress(kube.NotFound, kube.Conflict):  # gone, or not ours
-                self.client.delete(
-                    kube.secrets_path(record.namespace, record.secret), uid=record.uid
-                )
-            self.provisioner.count("deleted")
-            logger.info(
-                "pull secret removed",
-                extra={"fields": {"secret": f"{record.namespace}/{record.secret}", "reason": why}},
-            )
-        records.drop(record)
-
-    def reconcile_once(self, *, reassert: bool = False) -> dict[str, int]:
-        """Removals and rotations at once; with ``reassert``, then every copy written again.
-
-        The re-assertion is paced, so with many copies it is long: a rotation or
-        an opt-out that arrives meanwhile is handled first, not after it.
-        """
-        counts = {"updated": 0, "restored": 0, "deleted": 0, "failed": 0}
-        self._sweep(counts)
-        if not reassert:
-            return counts
-        for record in self.provisioner.records.all():
-            if self.stopping or not self.is_leader():
-                break
-            if self.take_trigger():
-                self._sweep(counts)
-            current = self.provisioner.records.get(record.namespace, record.secret)
-            if (
-                current is None
-                or not current.uid
-                or self._wanted(current.namespace, current.credential) is not None
-            ):
-                continue  # gone, claimed, or going: the sweeps deal with it
-            where = f"{current.namespace}/{current.secret}"
-            try:
-                if self.provisioner.reassert(current) == "created":
-                    counts["restored"] += 1
-                    logger.info("pull secret restored", extra={"fields": {"secret": where}})
-            except (kube.KubeError, EnsureError) as error:
-                self._failed(counts, where, error)
-            self.pause(1 / REASSERT_PER_SECOND)
-        return counts
-
-    def _sweep(self, counts: dict[str, int]) -> None:
-        """Abandoned claims, copies that should go, and copies that are stale."""
-        store = self.provisioner.store.snapshot()
-        fingerprints = self.provisioner.fingerprints
-        for record in self.provisioner.records.all():
-            if self.stopping or not self.is_leader():
-                return
-            where = f"{record.namespace}/{record.secret}"
-            try:
-                if not record.uid:
-                    if _age(record) > ABANDONED_CLAIM:
-                        self.provisioner.records.drop(record)
-                        logger.warning(
-                            "abandoned pull-secret claim dropped",
-                            extra={"fields": {"secret": where}},
-                        )
-                    continue
-                why = self._wanted(record.namespace, record.credential)
-                if why is not None:
-                    self._remove(record, why)
-                    counts["deleted"] += 1
-                elif record.fingerprint != fingerprints.of(store[record.credential]):
-                    self.provisioner.reassert(record)
-                    counts["updated"] += 1
-                    logger.info("pull secret rotated", extra={"fields": {"secret": where}})
-            except (kube.KubeError, EnsureError) as error:
-                self._failed(counts, where, error)
-
-    @staticmethod
-    def _failed(counts: dict[str, int], where: str, error: Exception) -> None:
-        counts["failed"] += 1
-        logger.warning(
-            "pull secret reconcile failed", extra={"fields": {"secret": where, "error": str(error)}}
-        )

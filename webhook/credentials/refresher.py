@@ -52,9 +52,9 @@ def renew_at(issued: datetime.datetime, expires: datetime.datetime) -> datetime.
     return issued + (expires - issued) * REFRESH_AT
 
 
-def probe_image(rules: policy.Policy, credential: str) -> str | None:
+def probe_image(mirror_policy: policy.Policy, credential: str) -> str | None:
     """The image a plugin is asked about for ``credential``: the first mirror that uses it."""
-    for rule in rules.rules:
+    for rule in mirror_policy.rules:
         if rule.credential == credential:
             return str(rule.mirror)
     return None
@@ -67,7 +67,7 @@ class ProviderRefresher(Loop):
         client: kube.Kube,
         *,
         store: KubernetesCredentialStore,
-        rules: Callable[[], policy.Policy],
+        mirror_policy: Callable[[], policy.Policy],
         is_leader: Callable[[], bool],
         observe: Observer | None = None,
         retry: float = 5.0,
@@ -77,7 +77,7 @@ class ProviderRefresher(Loop):
         self.source = source
         self.client = client
         self.store = store
-        self.rules = rules
+        self.mirror_policy = mirror_policy
         self.is_leader = is_leader
         self.observe = observe or (lambda credential, outcome, expires: None)
         self.retry = retry
@@ -115,10 +115,10 @@ class ProviderRefresher(Loop):
 
     def refresh_due(self) -> float:
         """Renew every provider login that is due; seconds until the next one is."""
-        rules, now = self.rules(), self.clock()
+        mirror_policy, now = self.mirror_policy(), self.clock()
         wait = self.retry * 12
-        for name, grant in rules.grants.items():
-            image = probe_image(rules, name)
+        for name, grant in mirror_policy.grants.items():
+            image = probe_image(mirror_policy, name)
             if grant.provider is None or image is None:
                 continue
             # What this replica last did decides while it leads; the published

@@ -20,7 +20,7 @@ from uvicorn.server import ServerState
 from mirrorgate.webhook.edge import hooks
 from mirrorgate.webhook.edge.connections import ConnectionTable
 from mirrorgate.webhook.edge.protocol import LimitedHttpProtocol
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 
 __all__ = ["TlsAcceptor", "protocol_factory", "raise_file_limit"]
 

@@ -19,7 +19,7 @@ import inspect
 from importlib import metadata
 from typing import Any, cast
 
-from mirrorgate.webhook.policyfile import ConfigError
+from mirrorgate.webhook.errors import ConfigError
 
 __all__ = ["HOOKS", "INSTANCE_ATTRIBUTES", "PINNED", "Hook", "check", "missing"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ssl
 
-from mirrorgate.webhook.policyfile import ConfigError, why_unreadable
+from mirrorgate.webhook.errors import ConfigError, why_unreadable
 
 __all__ = ["CertificateReloader", "server_context"]
 

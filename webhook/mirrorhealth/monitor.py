@@ -40,7 +40,7 @@ def _registry_host(registry: str) -> str:
 
 
 def credential_problems(
-    rules: policy.Policy, credentials: Mapping[str, Credential]
+    mirror_policy: policy.Policy, credentials: Mapping[str, Credential]
 ) -> dict[str, str]:
     """Policy credentials that cannot serve their rules, by name, with why.
 
@@ -49,7 +49,7 @@ def credential_problems(
     authenticate the kubelet to the mirror.
     """
     problems: dict[str, str] = {}
-    for rule in rules.rules:
+    for rule in mirror_policy.rules:
         name = rule.credential
         if name is None or name in problems:
             continue
@@ -86,16 +86,16 @@ class _Transport:
         )
 
 
-def probe_mirrors(rules: policy.Policy, hosts: Collection[str]) -> policy.Health:
+def probe_mirrors(mirror_policy: policy.Policy, hosts: Collection[str]) -> policy.Health:
     """One probe of each mirror host in ``hosts``, at once: for commands, not for the server."""
-    transports = {rule.mirror.host: _Transport.of(rule) for rule in rules.rules}
+    transports = {rule.mirror.host: _Transport.of(rule) for rule in mirror_policy.rules}
 
     def probe(host: str) -> probes.Answer:
         try:
             context = transports.get(host, _Transport()).context()
         except ValueError as error:
             return probes.Answer(False, str(error))
-        return probes.check_mirror(host, context=context, timeout=rules.health.timeout)
+        return probes.check_mirror(host, context=context, timeout=mirror_policy.health.timeout)
 
     with concurrent.futures.ThreadPoolExecutor(
         max_workers=max(1, min(MAX_PROBE_THREADS, len(hosts)))
@@ -141,10 +141,10 @@ class _Targets:
     """Each rule's mirror as written → its host (the gauge's label)."""
 
 
-def _targets(rules: policy.Policy, credentials: Mapping[str, Credential]) -> _Targets:
+def _targets(mirror_policy: policy.Policy, credentials: Mapping[str, Credential]) -> _Targets:
     hosts: dict[str, _Transport] = {}
     logins: dict[str, tuple[str, str]] = {}
-    for rule in rules.rules:
+    for rule in mirror_policy.rules:
         hosts.setdefault(rule.mirror.host, _Transport.of(rule))
         if rule.credential is not None and rule.credential not in logins:
             path = rule.mirror.path
@@ -152,14 +152,14 @@ def _targets(rules: policy.Policy, credentials: Mapping[str, Credential]) -> _Ta
                 rule.mirror.host,
                 f"{path}/mirrorgate-health" if path else "mirrorgate-health",
             )
-    misconfigured = credential_problems(rules, credentials)
+    misconfigured = credential_problems(mirror_policy, credentials)
     for name in misconfigured:
         logins.pop(name, None)
     return _Targets(
         hosts=hosts,
         logins=logins,
         misconfigured=misconfigured,
-        mirrors={str(r.mirror): r.mirror.host for r in rules.rules},
+        mirrors={str(r.mirror): r.mirror.host for r in mirror_policy.rules},
     )
 
 
@@ -175,7 +175,7 @@ class HealthMonitor(Loop):
     def __init__(
         self,
         *,
-        rules: Callable[[], policy.Policy],
+        mirror_policy: Callable[[], policy.Policy],
         credentials: Callable[[], Mapping[str, Credential] | None] | None,
         publish: Callable[[policy.Health], None],
         metrics: Metrics,
@@ -183,7 +183,7 @@ class HealthMonitor(Loop):
     ) -> None:
         # Stopping waits for the round in hand (at most two probe timeouts).
         super().__init__("mirrorgate-health", stop_timeout=30)
-        self._rules, self._credentials = rules, credentials
+        self._mirror_policy, self._credentials = mirror_policy, credentials
         self._publish, self._metrics, self._probe = publish, metrics, probe
         self._hosts: dict[str, _Track] = {}
         self._logins: dict[str, _Track] = {}
@@ -213,7 +213,7 @@ class HealthMonitor(Loop):
     def _run(self) -> None:
         while not self.stopping:
             started = time.monotonic()
-            settings = self._rules().health
+            settings = self._mirror_policy().health
             try:
                 self.probe_round()
             except Exception:  # a bug of ours must not end probing for the process's life
@@ -224,10 +224,10 @@ class HealthMonitor(Loop):
 
     def probe_round(self) -> None:
         """Probe every target once, then publish what changed (also callable directly)."""
-        rules = self._rules()
-        settings = rules.health
+        mirror_policy = self._mirror_policy()
+        settings = mirror_policy.health
         snapshot = self._credentials() if self._credentials is not None else None
-        targets = _targets(rules, snapshot or {})
+        targets = _targets(mirror_policy, snapshot or {})
         if snapshot is None:
             # No store (nothing to check), or one not readable yet (credentials
             # keep the state they had): no login, no verdict on the configuration.
@@ -297,7 +297,7 @@ class HealthMonitor(Loop):
     def _context(self, transport: _Transport) -> ssl.SSLContext | None:
         """A TLS context per transport (None: plain HTTP), made again when its CA file changes.
 
-        Loading a trust store costs milliseconds of CPU: not once per probe.
+        Loading a trust store parses every certificate in it: once per change, not per probe.
         The system store (or ``SSL_CERT_FILE``) is fixed for the process's life.
         """
         ca_file = transport.ca_file

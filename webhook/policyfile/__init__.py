@@ -7,38 +7,20 @@ import hashlib
 import pathlib
 
 from mirrorgate import policy
+from mirrorgate.webhook.errors import ConfigError
 from mirrorgate.webhook.policyfile import boundedyaml
 
 __all__ = [
     "MAX_POLICY_BYTES",
-    "ConfigError",
     "LoadedPolicy",
     "read_policy",
     "read_policy_bytes",
-    "why_unreadable",
 ]
 
 MAX_POLICY_BYTES = 1 << 20
 """A ConfigMap holds at most 1 MiB: a policy file larger than that was not mounted from one."""
 MAX_ERRORS_SHOWN = 50
 """Problems listed in one error; a policy with more gets a count of the rest."""
-
-
-class ConfigError(Exception):
-    """A file the operator gave us cannot be used; the message names it and says why."""
-
-
-def why_unreadable(path: str) -> str | None:
-    """None when ``path`` opens for reading, else why not: "no such file", or the
-    errno's own words (a directory that may not be searched is "Permission denied",
-    not a missing file, as ``os.path.exists`` would have it)."""
-    try:
-        with open(path, "rb"):
-            return None
-    except FileNotFoundError:
-        return "no such file"
-    except OSError as error:
-        return f"cannot read: {error.strerror}"
 
 
 @dataclasses.dataclass(frozen=True)
