@@ -39,7 +39,7 @@ ALLOWED = {
         "the probes of one round, at once: the monitor's pool lives and stops with the "
         "monitor (a Loop), and the commands' one-off probe pool with its `with` block"
     ),
-    ("edge/connections.py", "create_task"): "one TLS handshake, within the header timeout",
+    ("edge/accept.py", "create_task"): "one TLS handshake, within the header timeout",
     ("edge/offload.py", "ProcessPoolExecutor"): (
         "the review worker process: started and stopped by the Manager as a component"
     ),

@@ -11,8 +11,10 @@ pinned its connection for good, and enough of them locked everyone out.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import gc
 import socket
 import ssl
@@ -21,13 +23,15 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar, cast
 
 import orjson
 import pytest
 
 from mirrorgate.certs import CertificateAuthority, KeyPair
-from mirrorgate.webhook.edge.connections import State
+from mirrorgate.webhook.edge.connections import Connection, ConnectionTable, State
 from mirrorgate.webhook.edge.limits import Limits
+from mirrorgate.webhook.edge.protocol import LimitedHttpProtocol
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, pod, review
@@ -45,6 +49,7 @@ LIMITS = Limits(
 )
 GRACE = 5.0
 """Longest wait for the server to act on a limit (timeouts are swept a few times a second)."""
+_T = TypeVar("_T")
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +150,30 @@ def dropped(running: serving.Running) -> dict[str, float]:
     }
 
 
-def open_connections(running: serving.Running) -> int:
+def on_loop(running: serving.Running, read: Callable[[ConnectionTable], _T]) -> _T:
+    """``read(table)``, run on the server's event loop: the table and its connections change
+    there, and are read only there (never sampled from this thread while the loop runs)."""
     table = running.server.connections
     assert table is not None
-    return len(table.open)
+    result: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+    def call() -> None:
+        try:
+            result.set_result(read(table))
+        except BaseException as error:  # handed to the test thread, re-raised there
+            result.set_exception(error)
+
+    running.uvicorn.servers[0].get_loop().call_soon_threadsafe(call)
+    return result.result(GRACE)
+
+
+def protocols(table: ConnectionTable) -> list[LimitedHttpProtocol]:
+    """The open connections (to be called on the loop, by :func:`on_loop`)."""
+    return [cast("LimitedHttpProtocol", connection) for connection in table.open]
+
+
+def open_connections(running: serving.Running) -> int:
+    return on_loop(running, lambda table: len(table.open))
 
 
 def tls(running: serving.Running, context: ssl.SSLContext) -> ssl.SSLSocket:
@@ -332,9 +357,7 @@ def test_stalled_bodies_over_the_budget_make_room_for_a_new_request(
             lambda: dropped(patient).get("body-budget", 0) > before or None,
             what="the body budget to close a stalled reader",
         )
-        table = patient.server.connections
-        assert table is not None
-        assert table.buffered <= LIMITS.max_buffered_bytes
+        assert on_loop(patient, lambda table: table.buffered) <= LIMITS.max_buffered_bytes
     finally:
         for sock in stalled:
             sock.close()
@@ -419,28 +442,21 @@ def never_reading(
 
 
 def pinned_down(running: serving.Running, count: int) -> Callable[[], bool | None]:
-    """A probe: ``count`` connections open, each with an answer due, and none answered lately.
+    """A probe: ``count`` connections open, each with an answer due that its client does not
+    read.
 
     Answers flow until the kernel's and the server's buffers are full; then
-    the server waits on the clients.
+    the transport pauses writing (the table holds the connection as
+    stalled) and the server waits on the client.
     """
-    table = running.server.connections
-    assert table is not None
-    seen = [-1, time.monotonic()]
 
-    def probe() -> bool | None:
-        answered = running.uvicorn.server_state.total_requests
-        if answered != seen[0]:
-            seen[:] = [answered, time.monotonic()]
-            return None
-        states = [connection.state for connection in list(table.open)]
-        return (
-            len(states) == count
-            and all(state is State.BUSY for state in states)
-            and time.monotonic() - seen[1] > 0.3
-        ) or None
+    def pinned(table: ConnectionTable) -> bool:
+        return len(table.open) == count and all(
+            connection.state is State.BUSY and connection in table.stalled
+            for connection in table.open
+        )
 
-    return probe
+    return lambda: on_loop(running, pinned) or None
 
 
 def test_clients_that_never_read_cannot_lock_out_a_new_one(
@@ -464,10 +480,21 @@ def test_clients_that_never_read_cannot_lock_out_a_new_one(
 def test_a_client_that_never_reads_is_closed_at_the_write_timeout(
     limited: serving.Running, context: ssl.SSLContext
 ) -> None:
+    """Timed from when the server sees it stop reading: filling the buffers before that
+    takes as long as rendering the answers does on a loaded machine."""
     before = dropped(limited).get("write-timeout", 0)
+
+    def closed() -> bool:
+        return dropped(limited).get("write-timeout", 0) > before
+
     with never_reading(limited, context):
         serving.wait_for(
-            lambda: dropped(limited).get("write-timeout", 0) > before or None,
+            lambda: closed() or on_loop(limited, lambda table: bool(table.stalled)) or None,
+            what="the client to be seen not reading",
+            timeout=30,
+        )
+        serving.wait_for(
+            lambda: closed() or None,
             what="the write timeout to close the connection",
             timeout=GRACE,
         )
@@ -478,21 +505,38 @@ def test_unread_answers_over_the_output_budget_close_the_first_to_stop_reading(
     frugal: serving.Running, context: ssl.SSLContext
 ) -> None:
     before = dropped(frugal).get("output-budget", 0)
+
+    def stopped_reading(more_than: int) -> bool | None:
+        """Whether more than ``more_than`` clients were seen to stop reading (still held as
+        stalled, or closed for it)."""
+        stalled = on_loop(frugal, lambda table: len(table.stalled))
+        return stalled + dropped(frugal).get("output-budget", 0) - before > more_than or None
+
     with contextlib.ExitStack() as stack:
         pinned = []
-        for _ in range(8):  # each holds more than 64 KB unsent once its client stops reading
-            pinned.append(stack.enter_context(never_reading(frugal, context)))
-            time.sleep(0.1)
+        # Eight clients, each holding more than 64 KB unsent once it stops reading: the
+        # first seen to stop before the next six connect, the last once they all have.
+        for group in ([0], range(1, 7), [7]):
+            for _ in group:
+                pinned.append(stack.enter_context(never_reading(frugal, context)))
+            serving.wait_for(
+                functools.partial(stopped_reading, len(pinned) - 1),
+                what=f"{len(pinned)} clients to be seen not reading",
+                timeout=30,
+            )
         serving.wait_for(
             lambda: dropped(frugal).get("output-budget", 0) > before or None,
             what="the output budget to close a connection",
             timeout=30,
         )
-        table = frugal.server.connections
-        assert table is not None
-        assert table.unsent <= OUTPUT_BUDGET
+        assert on_loop(frugal, lambda table: table.unsent) <= OUTPUT_BUDGET
         # The first to stop reading went first; the last is still open.
-        ports = {connection.client[1] for connection in list(table.open) if connection.client}
+        ports = on_loop(
+            frugal,
+            lambda table: {
+                connection.client[1] for connection in protocols(table) if connection.client
+            },
+        )
         assert pinned[0].getsockname()[1] not in ports
         assert pinned[-1].getsockname()[1] in ports
         admission_works(frugal, context)
@@ -501,16 +545,18 @@ def test_unread_answers_over_the_output_budget_close_the_first_to_stop_reading(
 def test_pipelined_requests_are_parsed_only_a_few_ahead_of_the_answer(
     crowded: serving.Running, context: ssl.SSLContext
 ) -> None:
-    """1,000 pipelined requests, no answer read: at most max_pipelined wait parsed."""
-    table = crowded.server.connections
-    assert table is not None
+    """1,000 pipelined requests, no answer read: at most max_pipelined wait parsed.
+
+    Read once the server waits on the client: nothing is answered, and so
+    nothing leaves the queue, from then on; the bound is enforced as the
+    queue fills, so it is at its deepest then.
+    """
     with never_reading(crowded, context):
-        deepest = 0
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            deepest = max([deepest, *(len(c.pipeline) for c in list(table.open))])
-            time.sleep(0.01)
-    assert 0 < deepest <= LIMITS.max_pipelined
+        serving.wait_for(pinned_down(crowded, 1), what="the connection to be pinned")
+        (depth,) = on_loop(
+            crowded, lambda table: [len(connection.pipeline) for connection in protocols(table)]
+        )
+    assert 0 < depth <= LIMITS.max_pipelined
 
 
 def test_a_stray_crlf_does_not_keep_an_idle_connection_open(
@@ -600,23 +646,94 @@ def test_a_closed_connection_is_freed_without_waiting_for_a_garbage_collection(
 
     A reference cycle through it (once: its flow control held the
     connection) kept every closed connection until the next full collection,
-    and a flood after 1,000 idle connections then grew the heap instead of
-    reusing theirs (+15 MB in ``make bench-abuse``).
+    and a flood after many idle connections then grew the heap instead of
+    reusing theirs (docs/development.md, "The HTTP edge").
     """
-    table = limited.server.connections
-    assert table is not None
-    before = set(table.open)
+    before = on_loop(limited, lambda table: set(table.open))
     gc.disable()  # process-wide: nothing is freed here but by reference counting
     try:
         with tls(limited, context) as sock:
             sock.sendall(GET)
             assert serving.read_response(sock)[0].startswith(b"HTTP/1.1 200")
-            (connection,) = set(table.open) - before
-            freed = weakref.ref(connection)
-            del connection
-        deadline = time.monotonic() + GRACE
-        while freed() is not None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert freed() is None, "the closed connection is still held, by a cycle or a table"
+
+            def new(table: ConnectionTable) -> weakref.ref[object]:
+                (connection,) = set(table.open) - before
+                return weakref.ref(connection)  # no strong reference leaves the loop
+
+            freed = on_loop(limited, new)
+        serving.wait_for(
+            lambda: freed() is None or None,
+            what="the closed connection to be freed (held by a cycle or a table)",
+            timeout=GRACE,
+        )
     finally:
         gc.enable()
+
+
+def test_a_body_is_parsed_whole_however_many_line_feeds_it_holds(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
+    """Issue 29, 3: line feeds bound the request heads parsed at once, so only heads' count.
+
+    A pretty-printed review of 64 KB holds thousands of line feeds. Each
+    read of its body goes to the parser (and to the body budget) in one
+    piece, not in pieces of a few lines each; its line feeds are not
+    searched for heads. Counted: the pieces the table is told of.
+    """
+    obj = pod(PROM_IMAGE)
+    obj["metadata"]["annotations"] = {f"note-{i}": "x" * 8 for i in range(2000)}
+    body = orjson.dumps(review(obj), option=orjson.OPT_INDENT_2)
+    assert body.count(b"\n") > 2000
+    pieces: list[int] = []
+
+    def count(table: ConnectionTable) -> Callable[[], None]:
+        hold = table.hold
+
+        def counted(connection: Connection, size: int) -> None:
+            pieces.append(size)
+            hold(connection, size)
+
+        table.hold = counted  # type: ignore[method-assign]
+        return lambda: delattr(table, "hold")
+
+    restore = on_loop(limited, count)
+    try:
+        with tls(limited, context) as sock:
+            sock.sendall(
+                b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            head, answer = serving.read_response(sock)
+    finally:
+        on_loop(limited, lambda table: restore())
+    assert head.startswith(b"HTTP/1.1 200")
+    patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
+    assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
+    assert sum(pieces) == len(body)
+    # At most two pieces per read (the first holds the head), and a read holds at least
+    # one TLS record of up to 16 KiB.
+    assert len(pieces) <= 2 * (len(body) // (16 * 1024) + 1), f"{len(pieces)} pieces"
+
+
+def test_a_chunked_body_full_of_line_feeds_is_answered(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
+    """A chunked body's length is not known ahead: its line feeds are searched as a head's
+    would be, and the request is answered as any other."""
+    obj = pod(PROM_IMAGE)
+    obj["metadata"]["annotations"] = {f"note-{i}": "x" * 8 for i in range(500)}
+    body = orjson.dumps(review(obj), option=orjson.OPT_INDENT_2)
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(part), part)
+        for part in (body[i : i + 1000] for i in range(0, len(body), 1000))
+    )
+    with tls(limited, context) as sock:
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n" + GET
+        )
+        head, answer = serving.read_response(sock)
+        assert serving.read_response(sock)[0].startswith(b"HTTP/1.1 200")  # the GET after it
+    assert head.startswith(b"HTTP/1.1 200")
+    patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
+    assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED

@@ -1,8 +1,8 @@
 """The server's limits: what one client may make it hold, and for how long.
 
-Kept apart from :mod:`webhook.connections` (which enforces them inside
-uvicorn) so that the command line can show the defaults without loading
-the server.
+Kept apart from :mod:`webhook.edge.connections` and the modules around it
+(which enforce them inside uvicorn) so that the command line can show the
+defaults without loading the server.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class Limits:
     """What one client may make the server hold; the defaults are `mirrorgate serve`'s."""
 
     max_connections: int = 1024
-    """Open connections, TLS handshakes in progress included (about 50 KB each when idle)."""
+    """Open connections, TLS handshakes in progress included."""
     max_header_bytes: int = 32 * 1024
     """Request line plus header fields; the API server sends well under 1 KB."""
     max_headers: int = 100

@@ -13,7 +13,7 @@ from mirrorgate.webhook import errors, logs
 from mirrorgate.webhook.commands import EXIT_OK
 from mirrorgate.webhook.commands.serve.settings import Settings
 from mirrorgate.webhook.commands.serve.wiring import Server, build
-from mirrorgate.webhook.edge import app, connections
+from mirrorgate.webhook.edge import accept, app, connections
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.version import VERSION
 
@@ -53,7 +53,7 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
     # accept and upgraded to TLS (>= 1.2, hot-swapped certificates) by the
     # acceptor, within the header timeout.
     config.ssl = None
-    config.http_protocol_class = connections.protocol_factory(  # type: ignore[assignment]
+    config.http_protocol_class = accept.protocol_factory(  # type: ignore[assignment]
         table, server.certificates.base
     )
     return config
@@ -116,7 +116,7 @@ def serve(settings: Settings) -> None:
     signal.signal(signal.SIGTERM, _exit_quietly)
     server = build(settings)
     config = uvicorn_config(server)
-    connections.raise_file_limit(settings.limits.max_connections)
+    accept.raise_file_limit(settings.limits.max_connections)
     host, port = listener.getsockname()[:2]
     address = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     # run(), not asyncio.run(serve()): run() uses the loop the config names (uvloop).
