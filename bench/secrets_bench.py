@@ -67,10 +67,10 @@ from kubernetes import client as k8s
 from bench import pods, results, server_bench
 from bench.server_bench import HOST, Connection, Run, Server, http_request
 from mirrorgate import policy
-from tests.e2e import controlplane, dockerconfig
-from tests.e2e import mirrorgate as mg
-from tests.e2e.binaries import built_binary
-from tests.e2e.kube import create_namespace
+from tests.e2e.harness import controlplane, dockerconfig
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import built_binary
+from tests.e2e.harness.kube import create_namespace
 
 CREDENTIAL = "bench-mirror"
 SECRET = policy.pull_secret_name(CREDENTIAL)

@@ -38,16 +38,16 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 import pytest
 from kubernetes import client as k8s
 
-from tests.e2e import mirrorgate as mg
-from tests.e2e.binaries import MissingBinaryError, built_binary
-from tests.e2e.controlplane import ControlPlane, start_control_plane
-from tests.e2e.kube import create_namespace, namespace_name
-from tests.e2e.node import Node, start_node
-from tests.e2e.registry import RegistryStack, start_registry_stack
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import MissingBinaryError, built_binary
+from tests.e2e.harness.controlplane import ControlPlane, start_control_plane
+from tests.e2e.harness.kube import create_namespace, namespace_name
+from tests.e2e.harness.node import Node, start_node
+from tests.e2e.harness.registry import RegistryStack, start_registry_stack
 from tests.environment import skips_forbidden
 
 if TYPE_CHECKING:
-    from tests.e2e.incluster import Release
+    from tests.e2e.harness.incluster import Release
 
 MakeNamespace = Callable[..., str]
 _T = TypeVar("_T")
@@ -493,7 +493,7 @@ def node_installed(
 ) -> Iterator[Release]:
     """mirrorgate installed on the node cluster from its image by `helm install` of its chart
     (tests/e2e/incluster.py): the policy of `node_policy`, probes on, enforce."""
-    from tests.e2e.incluster import installed_release  # it imports this module's helpers
+    from tests.e2e.harness.incluster import installed_release  # it imports this module's helpers
 
     with installed_release(node_cluster, helm, tmp_path_factory.mktemp("node-release")) as found:
         yield found

@@ -21,8 +21,8 @@ import pytest
 from kubernetes import client as k8s
 
 from mirrorgate.webhook import cli
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.kube import create_namespace
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.kube import create_namespace
 
 pytestmark = pytest.mark.e2e
 

@@ -28,10 +28,10 @@ import pytest
 from kubernetes import client as k8s
 
 from tests.commands import MIRRORGATE
-from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import Installed
-from tests.e2e.dockerconfig import credentials_for
-from tests.e2e.fixtures_secrets import (
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.dockerconfig import credentials_for
+from tests.e2e.harness.fixtures_secrets import (
     entries_with,
     metric,
     metrics_text,
@@ -40,8 +40,8 @@ from tests.e2e.fixtures_secrets import (
     secret_config,
     wait_log,
 )
-from tests.e2e.procs import wait_until
-from tests.e2e.provider_setup import (
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.provider_setup import (
     REPOSITORY,
     TAG,
     TEAMS,
@@ -54,8 +54,8 @@ from tests.e2e.provider_setup import (
     source,
     wait_published,
 )
-from tests.e2e.registry import RegistryStack
-from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
+from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.registry_client import RegistryClient, RegistryHTTPError
 
 pytestmark = pytest.mark.e2e
 

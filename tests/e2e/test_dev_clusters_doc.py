@@ -21,9 +21,9 @@ from mirrorgate import policy
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import export
 from tests.commands import MIRRORGATE
-from tests.e2e import helm as h
-from tests.e2e import mirrorgate as mg
-from tests.e2e.binaries import built_binary
+from tests.e2e.harness import helm as h
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import built_binary
 
 DOC = (mg.REPO / "docs" / "dev-clusters.md").read_text()
 EXAMPLES = mg.REPO / "examples" / "kind"

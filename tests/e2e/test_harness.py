@@ -11,11 +11,11 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from tests.e2e import dockerconfig
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.kube import warning_messages
-from tests.e2e.registry import RegistryStack
-from tests.e2e.registry_client import RegistryHTTPError
+from tests.e2e.harness import dockerconfig
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.kube import warning_messages
+from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.registry_client import RegistryHTTPError
 
 pytestmark = pytest.mark.e2e
 

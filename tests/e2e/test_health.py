@@ -28,11 +28,11 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from mirrorgate.webhook import cli
-from tests.e2e import mirrorgate as mg
-from tests.e2e import nodepods
 from tests.e2e.conftest import CREDENTIAL as NODE_CREDENTIAL
 from tests.e2e.conftest import GRANTED_PREFIX, Installed, central_credential
-from tests.e2e.fixtures_secrets import (
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness import nodepods
+from tests.e2e.harness.fixtures_secrets import (
     MODE_LABEL,
     SUITE_LABEL,
     metric,
@@ -40,11 +40,11 @@ from tests.e2e.fixtures_secrets import (
     own_configuration,
     rewrite_policy,
 )
-from tests.e2e.incluster import Release, installed_policy
-from tests.e2e.kube import create_namespace, namespace_name, warning_messages
-from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
-from tests.e2e.procs import wait_until
-from tests.e2e.registry import RegistryStack, set_mirror_password, start_mirror, stop_mirror
+from tests.e2e.harness.incluster import Release, installed_policy
+from tests.e2e.harness.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.harness.nodepods import Workload, by_node, manifest_statuses, push_workload
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.registry import RegistryStack, set_mirror_password, start_mirror, stop_mirror
 
 pytestmark = pytest.mark.e2e
 

@@ -21,15 +21,22 @@ import pytest
 
 from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.mirrorhealth import probes
-from tests.e2e.health import DOWN_BOUND, LOGIN, PATIENCE, UP_BOUND, credential, health_policy
-from tests.e2e.procs import wait_until
-from tests.e2e.registry import (
+from tests.e2e.harness.health import (
+    DOWN_BOUND,
+    LOGIN,
+    PATIENCE,
+    UP_BOUND,
+    credential,
+    health_policy,
+)
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.registry import (
     RegistryStack,
     set_mirror_password,
     start_mirror,
     stop_mirror,
 )
-from tests.e2e.standalone import Standalone, start_standalone, write_store
+from tests.e2e.harness.standalone import Standalone, start_standalone, write_store
 
 pytestmark = pytest.mark.e2e
 

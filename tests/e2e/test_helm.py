@@ -25,10 +25,10 @@ from kubernetes.dynamic.resource import ResourceList
 
 from mirrorgate import certs, policy
 from mirrorgate.webhook.credentials import providerconfig
-from tests.e2e import helm as h
-from tests.e2e import mirrorgate as mg
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.kube import cert_manager_crds, create_namespace, namespace_name
+from tests.e2e.harness import helm as h
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.kube import cert_manager_crds, create_namespace, namespace_name
 from tests.webhook.reviews import patch_ops, pod, response_of, review
 
 pytestmark = pytest.mark.e2e

@@ -7,11 +7,11 @@ import base64
 import pytest
 from urllib3 import HTTPHeaderDict
 
-from tests.e2e import dockerconfig
-from tests.e2e.dockerconfig import Credentials, DockerConfigError
-from tests.e2e.kube import namespace_name, warning_messages
-from tests.e2e.oci import build_image, sha256_digest
-from tests.e2e.registry import parse_image
+from tests.e2e.harness import dockerconfig
+from tests.e2e.harness.dockerconfig import Credentials, DockerConfigError
+from tests.e2e.harness.kube import namespace_name, warning_messages
+from tests.e2e.harness.oci import build_image, sha256_digest
+from tests.e2e.harness.registry import parse_image
 
 
 def _auth(user: str, password: str) -> str:

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from tests.e2e.dockerconfig import Credentials
-from tests.e2e.registry import RegistryStack
-from tests.e2e.registry_client import RegistryClient
+from tests.e2e.harness.dockerconfig import Credentials
+from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.registry_client import RegistryClient
 from tests.image.podman import RUN_AS, build, push
 
 pytestmark = [pytest.mark.e2e, pytest.mark.image]

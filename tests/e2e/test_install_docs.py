@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e import mirrorgate as mg
+from tests.e2e.harness import mirrorgate as mg
 
 pytestmark = pytest.mark.e2e
 

@@ -20,9 +20,9 @@ import pytest
 from kubernetes import client as k8s
 
 from mirrorgate import policy
-from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import CREDENTIAL, RECONCILE_INTERVAL, Installed, MakeNamespace
-from tests.e2e.fixtures_secrets import (
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.fixtures_secrets import (
     MODE_LABEL,
     admission_review,
     as_dict,
@@ -35,7 +35,7 @@ from tests.e2e.fixtures_secrets import (
     read_secret,
     wait_log,
 )
-from tests.e2e.procs import wait_until
+from tests.e2e.harness.procs import wait_until
 
 pytestmark = pytest.mark.e2e
 

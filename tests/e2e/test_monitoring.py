@@ -29,10 +29,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from mirrorgate.certs import CertificateAuthority
-from tests.e2e.health import LOGIN, PATIENCE, credential, health_policy
-from tests.e2e.procs import wait_until
-from tests.e2e.registry import RegistryStack
-from tests.e2e.standalone import start_standalone, write_store
+from tests.e2e.harness.health import LOGIN, PATIENCE, credential, health_policy
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.standalone import start_standalone, write_store
 from tests.webhook import policies
 from tests.webhook.reviews import PROM_IMAGE, pod, review
 from tests.webhook.serving import client_context, serve

@@ -28,23 +28,23 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from tests.commands import MIRRORGATE
-from tests.e2e import nodepods
 from tests.e2e.conftest import (
     CREDENTIAL,
     GRANTED_PREFIX,
     central_credential,
     node_policy,
 )
-from tests.e2e.dockerconfig import Credentials
-from tests.e2e.fixtures_secrets import as_dict, read_secret
-from tests.e2e.incluster import Release
-from tests.e2e.kube import create_namespace, create_pod, namespace_name
-from tests.e2e.node import KUBELET_CLIENT_USER, NODE_NAME, NODE_USER, NODES_GROUP, Node
-from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
-from tests.e2e.procs import wait_until
-from tests.e2e.provider_setup import password_of
-from tests.e2e.registry import RegistryStack, htpasswd_line
-from tests.e2e.registry_client import RegistryClient, RegistryHTTPError
+from tests.e2e.harness import nodepods
+from tests.e2e.harness.dockerconfig import Credentials
+from tests.e2e.harness.fixtures_secrets import as_dict, read_secret
+from tests.e2e.harness.incluster import Release
+from tests.e2e.harness.kube import create_namespace, create_pod, namespace_name
+from tests.e2e.harness.node import KUBELET_CLIENT_USER, NODE_NAME, NODE_USER, NODES_GROUP, Node
+from tests.e2e.harness.nodepods import Workload, by_node, manifest_statuses, push_workload
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.provider_setup import password_of
+from tests.e2e.harness.registry import RegistryStack, htpasswd_line
+from tests.e2e.harness.registry_client import RegistryClient, RegistryHTTPError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 # Against mirrorgate installed from its image by its chart (tests/e2e/incluster.py).

@@ -18,14 +18,14 @@ import secrets
 import pytest
 from kubernetes import client as k8s
 
-from tests.e2e import mirrorgate as mg
-from tests.e2e import nodepods
 from tests.e2e.conftest import GRANTED_PREFIX
-from tests.e2e.fixtures_secrets import MODE_LABEL, read_secret
-from tests.e2e.incluster import PROVIDERS_REPOSITORY, Release
-from tests.e2e.kube import create_namespace, namespace_name
-from tests.e2e.nodepods import push_workload
-from tests.e2e.provider_setup import (
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness import nodepods
+from tests.e2e.harness.fixtures_secrets import MODE_LABEL, read_secret
+from tests.e2e.harness.incluster import PROVIDERS_REPOSITORY, Release
+from tests.e2e.harness.kube import create_namespace, namespace_name
+from tests.e2e.harness.nodepods import push_workload
+from tests.e2e.harness.provider_setup import (
     TEAMS,
     create_pod,
     password_of,

@@ -37,15 +37,15 @@ import pytest
 from kubernetes import client as k8s
 
 from tests.commands import MIRRORGATE
-from tests.e2e import mirrorgate as mg
-from tests.e2e import nodepods
-from tests.e2e.fixtures_secrets import MODE_LABEL, SUITE_LABEL, own_configuration
-from tests.e2e.kube import create_namespace, create_pod, namespace_name
-from tests.e2e.node import GATEWAY, Node
-from tests.e2e.nodepods import Workload, by_node, manifest_statuses, push_workload
-from tests.e2e.noderuntime import deprecated_registry_auth
-from tests.e2e.procs import wait_until
-from tests.e2e.registry import DevCache, start_dev_cache
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness import nodepods
+from tests.e2e.harness.fixtures_secrets import MODE_LABEL, SUITE_LABEL, own_configuration
+from tests.e2e.harness.kube import create_namespace, create_pod, namespace_name
+from tests.e2e.harness.node import GATEWAY, Node
+from tests.e2e.harness.nodepods import Workload, by_node, manifest_statuses, push_workload
+from tests.e2e.harness.noderuntime import deprecated_registry_auth
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.registry import DevCache, start_dev_cache
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 

@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from tests.e2e import nodepods
-from tests.e2e.kube import create_namespace
-from tests.e2e.node import start_node
-from tests.e2e.nodehost import (
+from tests.e2e.harness import nodepods
+from tests.e2e.harness.kube import create_namespace
+from tests.e2e.harness.node import start_node
+from tests.e2e.harness.nodehost import (
     JOURNAL_PATH,
     HostState,
     NodeLockError,
     machine_lock,
     recover_unfinished,
 )
-from tests.e2e.nodepods import push_workload
+from tests.e2e.harness.nodepods import push_workload
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.node_selftest]
 REPO = Path(__file__).resolve().parents[2]
@@ -67,7 +67,8 @@ def test_a_second_suite_waits_for_the_node_lock_then_says_who_holds_it() -> None
     waiter = [
         sys.executable,
         "-c",
-        "from tests.e2e.nodehost import machine_lock\nwith machine_lock(timeout=2):\n    pass\n",
+        "from tests.e2e.harness.nodehost import machine_lock\n"
+        "with machine_lock(timeout=2):\n    pass\n",
     ]
     with machine_lock():
         refused = subprocess.run(waiter, cwd=REPO, capture_output=True, text=True, timeout=60)

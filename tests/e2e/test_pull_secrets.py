@@ -29,7 +29,6 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from tests.commands import MIRRORGATE
-from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import (
     CREDENTIAL,
     DOCKERHUB_MIRROR,
@@ -38,7 +37,8 @@ from tests.e2e.conftest import (
     central_credential,
     e2e_policy,
 )
-from tests.e2e.fixtures_secrets import (
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.fixtures_secrets import (
     LEASE,
     MANAGED_BY,
     MODE_LABEL,
@@ -68,10 +68,10 @@ from tests.e2e.fixtures_secrets import (
     secret_config,
     wait_log,
 )
-from tests.e2e.kube import create_namespace, namespace_name, warning_messages
-from tests.e2e.procs import wait_until
-from tests.e2e.registry import RegistryStack
-from tests.e2e.registry_client import RegistryHTTPError
+from tests.e2e.harness.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.registry_client import RegistryHTTPError
 
 pytestmark = pytest.mark.e2e
 

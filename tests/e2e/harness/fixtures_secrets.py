@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 from kubernetes import client as k8s
 
-from tests.e2e import mirrorgate as mg
-from tests.e2e.procs import wait_until
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.procs import wait_until
 
 SUITE_LABEL = "e2e.mirrorgate.io/suite"
 MODE_LABEL = "mirrorgate.io/mode"

@@ -14,10 +14,10 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from tests.e2e import dockerconfig
-from tests.e2e.procs import wait_until
-from tests.e2e.registry import Access, RegistryStack
-from tests.e2e.testimages import push_upstream, workload_image
+from tests.e2e.harness import dockerconfig
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.registry import Access, RegistryStack
+from tests.e2e.harness.testimages import push_upstream, workload_image
 
 RUNNING_TIMEOUT = 120.0
 PULL_FAILED = frozenset({"ErrImagePull", "ImagePullBackOff"})

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.binaries import built_binary
+from tests.e2e.harness.binaries import built_binary
 
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 _VERSION_RE = re.compile(r"\bv?(\d+\.\d+\.\d+)\b")

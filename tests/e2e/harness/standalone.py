@@ -20,10 +20,10 @@ from mirrorgate import certs
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import Credential
 from tests.commands import MIRRORGATE
-from tests.e2e.procs import ManagedProcess, free_port, http_ok, wait_until
+from tests.e2e.harness.procs import ManagedProcess, free_port, http_ok, wait_until
 from tests.webhook import reviews, scrape
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from mirrorgate import certs
-from tests.e2e.procs import free_port
+from tests.e2e.harness.procs import free_port
 
 SIDECAR_IMAGE = "busybox:1.36"
 

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SH = REPO_ROOT / "tests" / "controlplane" / "build.sh"
 
 # Built from the Go module proxy by build.sh, which pins their versions.

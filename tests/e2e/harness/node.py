@@ -51,13 +51,13 @@ import httpx
 from kubernetes import client as k8s
 
 from mirrorgate.certs.authority import CertificateAuthority
-from tests.e2e.binaries import MissingBinaryError, built_binary
-from tests.e2e.controlplane import ControlPlane, start_control_plane
-from tests.e2e.nodehost import BRIDGE, HostState, machine_lock, recover_unfinished
-from tests.e2e.noderuntime import CNI_BIN_DIR, ContainerdRuntime, containerd_runtime
-from tests.e2e.procs import ManagedProcess, free_port, stop_all, wait_until
-from tests.e2e.registry import RegistryStack, start_registry_stack
-from tests.e2e.testimages import PAUSE_REPOSITORY, PAUSE_TAG, pause_image, push_upstream
+from tests.e2e.harness.binaries import MissingBinaryError, built_binary
+from tests.e2e.harness.controlplane import ControlPlane, start_control_plane
+from tests.e2e.harness.nodehost import BRIDGE, HostState, machine_lock, recover_unfinished
+from tests.e2e.harness.noderuntime import CNI_BIN_DIR, ContainerdRuntime, containerd_runtime
+from tests.e2e.harness.procs import ManagedProcess, free_port, stop_all, wait_until
+from tests.e2e.harness.registry import RegistryStack, start_registry_stack
+from tests.e2e.harness.testimages import PAUSE_REPOSITORY, PAUSE_TAG, pause_image, push_upstream
 
 NODE_NAME = "localhost"
 NODE_USER = f"system:node:{NODE_NAME}"

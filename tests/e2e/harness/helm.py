@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tests.e2e import mirrorgate as mg
+from tests.e2e.harness import mirrorgate as mg
 
 CHART = mg.REPO / "manifests" / "helm" / "mirrorgate"
 # The labels a chart adds for Helm's bookkeeping; everything else must match kustomize.

@@ -25,13 +25,13 @@ import bcrypt
 import httpx
 
 from mirrorgate.certs.authority import CertificateAuthority
-from tests.e2e import dockerconfig
-from tests.e2e.binaries import docker_registry
-from tests.e2e.dockerconfig import Credentials
-from tests.e2e.oci import OciImage, build_image
-from tests.e2e.procs import ManagedProcess, free_port, stop_all, wait_until
-from tests.e2e.registry_client import RegistryClient
-from tests.e2e.token_server import ISSUER, TokenServer, TokenSigner
+from tests.e2e.harness import dockerconfig
+from tests.e2e.harness.binaries import docker_registry
+from tests.e2e.harness.dockerconfig import Credentials
+from tests.e2e.harness.oci import OciImage, build_image
+from tests.e2e.harness.procs import ManagedProcess, free_port, stop_all, wait_until
+from tests.e2e.harness.registry_client import RegistryClient
+from tests.e2e.harness.token_server import ISSUER, TokenServer, TokenSigner
 
 REPOSITORY = "library/hello"
 TAG = "1.0"

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.dockerconfig import Credentials
-from tests.e2e.oci import OciImage, sha256_digest
+from tests.e2e.harness.dockerconfig import Credentials
+from tests.e2e.harness.oci import OciImage, sha256_digest
 
 MANIFEST_ACCEPT = ", ".join(
     [

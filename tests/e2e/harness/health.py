@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mirrorgate.webhook.credentials.store import Credential
-from tests.e2e.registry import RegistryStack
+from tests.e2e.harness.registry import RegistryStack
 
 INTERVAL, TIMEOUT, FAILURES, SUCCESSES = 0.3, 0.25, 2, 1
 DOWN_BOUND = FAILURES * INTERVAL + TIMEOUT

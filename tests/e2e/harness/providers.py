@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from mirrorgate.certs.authority import CertificateAuthority
-from tests.e2e import plugins
-from tests.e2e.token_server import Robot, TokenServer, TokenSigner
+from tests.e2e.harness import plugins
+from tests.e2e.harness.token_server import Robot, TokenServer, TokenSigner
 
 API_VERSION = "credentialprovider.kubelet.k8s.io/v1"
 

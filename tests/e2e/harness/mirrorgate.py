@@ -26,10 +26,10 @@ from kubernetes import utils as k8s_utils
 
 from mirrorgate import certs
 from tests.commands import MIRRORGATE
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.procs import ManagedProcess, free_port, http_ok, wait_until
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.procs import ManagedProcess, free_port, http_ok, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "mirrorgate"
 SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:mirrorgate"
 SERVICE_ACCOUNT_GROUPS: tuple[str, ...] = (

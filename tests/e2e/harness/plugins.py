@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.e2e.oci import OciImage, build_image
-from tests.e2e.testimages import go_binary
+from tests.e2e.harness.oci import OciImage, build_image
+from tests.e2e.harness.testimages import go_binary
 
 SOURCES = Path(__file__).resolve().parent / "plugins"
 PLUGIN = "test-credential-provider"

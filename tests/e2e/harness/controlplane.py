@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from kubernetes import client as k8s
 
 from mirrorgate.certs.authority import CertificateAuthority, KeyPair
-from tests.e2e.binaries import built_binary
-from tests.e2e.procs import ManagedProcess, free_port, stop_all, wait_until
+from tests.e2e.harness.binaries import built_binary
+from tests.e2e.harness.procs import ManagedProcess, free_port, stop_all, wait_until
 
 ETCD_READY_TIMEOUT = 30.0
 # A cold kube-apiserver runs ~40 post-start hooks (RBAC bootstrap, priority

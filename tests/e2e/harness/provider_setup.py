@@ -16,9 +16,9 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from tests.e2e import mirrorgate as mg
 from tests.e2e.conftest import DOCKERHUB_MIRROR, Installed
-from tests.e2e.fixtures_secrets import (
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.fixtures_secrets import (
     MODE_LABEL,
     SUITE_LABEL,
     as_dict,
@@ -27,10 +27,10 @@ from tests.e2e.fixtures_secrets import (
     read_secret,
     secret_config,
 )
-from tests.e2e.kube import create_namespace, namespace_name, warning_messages
-from tests.e2e.procs import wait_until
-from tests.e2e.providers import RobotIssuer, start_issuer
-from tests.e2e.registry import RegistryStack
+from tests.e2e.harness.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.providers import RobotIssuer, start_issuer
+from tests.e2e.harness.registry import RegistryStack
 
 TTL = 15
 """Seconds a minted robot password lives (and the responses' cacheDuration)."""

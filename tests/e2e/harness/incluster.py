@@ -39,20 +39,20 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from tests.e2e import helm as h
-from tests.e2e import mirrorgate as mg
-from tests.e2e import nodepods, plugins
 from tests.e2e.conftest import GRANTED_PREFIX, central_credential, node_policy
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.fixtures_secrets import log_entries, metric, policy_version
-from tests.e2e.kube import create_namespace
-from tests.e2e.node import GATEWAY, Node
-from tests.e2e.procs import wait_until
-from tests.e2e.provider_setup import TEAMS, TTL, source
-from tests.e2e.providers import RobotIssuer, start_issuer
-from tests.e2e.registry import RegistryStack
-from tests.e2e.relay import relay
-from tests.e2e.testimages import push_upstream
+from tests.e2e.harness import helm as h
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness import nodepods, plugins
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.fixtures_secrets import log_entries, metric, policy_version
+from tests.e2e.harness.kube import create_namespace
+from tests.e2e.harness.node import GATEWAY, Node
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.provider_setup import TEAMS, TTL, source
+from tests.e2e.harness.providers import RobotIssuer, start_issuer
+from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.relay import relay
+from tests.e2e.harness.testimages import push_upstream
 from tests.image.podman import build, push
 
 REPOSITORY = "mirrorgate/mirrorgate"

@@ -15,11 +15,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.e2e.binaries import BUILD_SH
-from tests.e2e.dockerconfig import Credentials
-from tests.e2e.oci import OciImage, build_image
-from tests.e2e.registry import RegistryStack
-from tests.e2e.registry_client import RegistryClient
+from tests.e2e.harness.binaries import BUILD_SH
+from tests.e2e.harness.dockerconfig import Credentials
+from tests.e2e.harness.oci import OciImage, build_image
+from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.registry_client import RegistryClient
 
 SOURCES = Path(__file__).resolve().parent / "images"
 PAUSE_REPOSITORY = "library/pause"
