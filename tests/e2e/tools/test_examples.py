@@ -12,7 +12,7 @@ from mirrorgate import policy
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom-policy"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom-policy"
 
 
 def test_custom_policy_overlay_replaces_the_policy(kustomize: Path) -> None:

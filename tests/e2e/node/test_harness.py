@@ -29,7 +29,7 @@ from tests.e2e.harness.nodehost import (
 from tests.e2e.harness.nodepods import push_workload
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.node_selftest]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_stopped_node_leaves_the_host_as_it_found_it(

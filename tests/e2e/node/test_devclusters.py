@@ -49,7 +49,7 @@ from tests.e2e.harness.registry import DevCache, start_dev_cache
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CACHE_FILLING = "Go-http-client"
 LOGIN = "dev-cache"
 # The bridge's own address, made by the node before anything else (node.py).

@@ -39,7 +39,7 @@ from tests.webhook.serving import client_context, serve
 
 pytestmark = pytest.mark.e2e
 
-OVERLAY = Path(__file__).resolve().parents[2] / "manifests" / "overlays" / "monitoring"
+OVERLAY = Path(__file__).resolve().parents[3] / "manifests" / "overlays" / "monitoring"
 # What a Prometheus Operator scrape of a mirrorgate Pod adds to every series.
 TARGET = {
     "job": "mirrorgate",

@@ -55,7 +55,7 @@ ENFORCE = {"mirrorgate.io/mode": "enforce"}
 AUDIT = {"mirrorgate.io/mode": "audit"}
 MIRROR_FILLING = "Go-http-client"
 ROTATION_LIMIT = 30.0
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def make_namespace(
