@@ -40,6 +40,7 @@ from tests.e2e.harness.fixtures_secrets import (
     own_configuration,
     rewrite_policy,
 )
+from tests.e2e.harness.health import DOWN_BOUND, HEALTH, PATIENCE, UP_BOUND
 from tests.e2e.harness.incluster import Release, installed_policy
 from tests.e2e.harness.kube import create_namespace, namespace_name, warning_messages
 from tests.e2e.harness.nodepods import Workload, by_node, manifest_statuses, push_workload
@@ -49,16 +50,11 @@ from tests.e2e.harness.registry import RegistryStack, set_mirror_password, start
 pytestmark = pytest.mark.e2e
 
 CREDENTIAL = "health-mirror"
-INTERVAL, TIMEOUT, FAILURES, SUCCESSES = 0.3, 0.25, 2, 1
-DOWN_BOUND = FAILURES * INTERVAL + TIMEOUT
-UP_BOUND = SUCCESSES * INTERVAL + TIMEOUT
-PATIENCE = 10 * DOWN_BOUND + 15  # generous: a shared machine, and the API server in the loop
 
 
 def _policy(stack: RegistryStack, on_mirror_down: str = "fallback") -> str:
     return (
-        f"health: {{interval: {int(INTERVAL * 1000)}ms, timeout: {int(TIMEOUT * 1000)}ms, "
-        f"failureThreshold: {FAILURES}, successThreshold: {SUCCESSES}}}\n"
+        f"{HEALTH}"
         f"mirrors:\n"
         f"  - source: {stack.upstream_host}\n"
         f"    mirror: {stack.host}\n"
