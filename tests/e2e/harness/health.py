@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+from kubernetes import client as k8s
+
 from mirrorgate.webhook.credentials.store import Credential
-from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.fixtures_secrets import metric, metrics_text
+from tests.e2e.harness.kube import warning_messages
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.registry import RegistryStack, stop_mirror
 
 INTERVAL, TIMEOUT, FAILURES, SUCCESSES = 0.3, 0.25, 2, 1
 DOWN_BOUND = FAILURES * INTERVAL + TIMEOUT
@@ -40,3 +49,54 @@ def credential(stack: RegistryStack, password: str | None = None) -> Credential:
         username=stack.username,
         password=stack.password if password is None else password,
     )
+
+
+class Scenario:
+    """This module's mirrorgate, its registration, and a namespace it serves."""
+
+    def __init__(
+        self, api: k8s.ApiClient, server: mg.Mirrorgate, stack: RegistryStack, namespace: str
+    ) -> None:
+        self.api, self.server, self.stack, self.namespace = api, server, stack, namespace
+
+    def create(
+        self, body: k8s.V1Pod | None = None, *, dry_run: bool = False
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Create `body`, by default a Pod of the upstream image (the policy's to rewrite)."""
+        body = body or k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(generate_name="health-"),
+            spec=k8s.V1PodSpec(
+                containers=[k8s.V1Container(name="app", image=self.stack.upstream_image)]
+            ),
+        )
+        created, _, headers = k8s.CoreV1Api(self.api).create_namespaced_pod_with_http_info(
+            self.namespace, body, dry_run="All" if dry_run else None
+        )
+        stored: dict[str, Any] = self.api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
+        return stored, warning_messages(headers)
+
+    def app_image(self) -> str:
+        return str(self.create(dry_run=True)[0]["spec"]["containers"][0]["image"])
+
+    def gauge(self, name: str, **labels: str) -> float:
+        return metric(metrics_text(self.server), name, **labels)
+
+    def wait_gauge(self, name: str, value: float, **labels: str) -> None:
+        def check() -> str | None:
+            found = self.gauge(name, **labels)
+            return None if found == value else f"{name}{labels} = {found}"
+
+        wait_until(
+            check,
+            timeout=PATIENCE,
+            what=f"{name} {value}",
+            interval=0.1,
+            alive=self.server.process.exited,
+        )
+
+
+def timed_stop(stack: RegistryStack) -> tuple[float, float]:
+    """Stop the mirror; returns when it began stopping (monotonic) and how long it took."""
+    began = time.monotonic()
+    stop_mirror(stack)
+    return began, time.monotonic() - began
