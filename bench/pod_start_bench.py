@@ -54,7 +54,6 @@ from kubernetes import watch
 
 from bench import results
 from bench.server_bench import percentile
-from tests.e2e.conftest import GRANTED_PREFIX
 from tests.e2e.harness import nodepods
 from tests.e2e.harness.binaries import built_binary
 from tests.e2e.harness.incluster import installed_release
@@ -62,6 +61,7 @@ from tests.e2e.harness.kube import create_namespace
 from tests.e2e.harness.node import start_node
 from tests.e2e.harness.nodepods import Workload, push_workload
 from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.suite import GRANTED_PREFIX
 
 SERIES = ("baseline", "mirrorgate", "baseline again")
 CASES = ("cached", "first pull")

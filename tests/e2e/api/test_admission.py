@@ -11,8 +11,8 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from mirrorgate.webhook import admission
-from tests.e2e.conftest import CREDENTIAL, DOCKERHUB_MIRROR, Installed, MakeNamespace, pod
 from tests.e2e.harness.kube import create_pod, warning_messages
+from tests.e2e.harness.suite import CREDENTIAL, DOCKERHUB_MIRROR, Installed, MakeNamespace, pod
 
 pytestmark = pytest.mark.e2e
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import pytest
 from kubernetes import client as k8s
 
-from tests.e2e.conftest import Installed, MakeNamespace, pod
 from tests.e2e.harness import apiload
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.suite import Installed, MakeNamespace, pod
 
 pytestmark = pytest.mark.e2e
 

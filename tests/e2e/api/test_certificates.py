@@ -19,10 +19,10 @@ from kubernetes import client as k8s
 
 from mirrorgate import certs
 from tests.commands import MIRRORGATE
-from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy, pod
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.kube import create_pod
 from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.suite import Installed, MakeNamespace, e2e_policy, pod
 
 pytestmark = pytest.mark.e2e
 

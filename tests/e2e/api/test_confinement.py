@@ -22,12 +22,12 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
-from tests.e2e.conftest import Installed, MakeNamespace
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.fixtures_secrets import MANAGED_BY, MODE_LABEL, read_secret
 from tests.e2e.harness.kube import create_namespace
 from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.suite import Installed, MakeNamespace
 
 pytestmark = pytest.mark.e2e
 

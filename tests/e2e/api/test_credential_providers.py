@@ -28,7 +28,6 @@ import pytest
 from kubernetes import client as k8s
 
 from tests.commands import MIRRORGATE
-from tests.e2e.conftest import Installed
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.dockerconfig import credentials_for
 from tests.e2e.harness.fixtures_secrets import (
@@ -56,6 +55,7 @@ from tests.e2e.harness.provider_setup import (
 )
 from tests.e2e.harness.registry import RegistryStack
 from tests.e2e.harness.registry_client import RegistryClient, RegistryHTTPError
+from tests.e2e.harness.suite import Installed
 
 pytestmark = pytest.mark.e2e
 

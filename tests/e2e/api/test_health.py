@@ -28,7 +28,6 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from mirrorgate.webhook import cli
-from tests.e2e.conftest import Installed, central_credential
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import (
     MODE_LABEL,
@@ -40,6 +39,7 @@ from tests.e2e.harness.health import DOWN_BOUND, HEALTH, PATIENCE, UP_BOUND, Sce
 from tests.e2e.harness.kube import create_namespace, namespace_name
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.registry import RegistryStack, set_mirror_password, start_mirror, stop_mirror
+from tests.e2e.harness.suite import Installed, central_credential
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,6 @@ import pytest
 from kubernetes import client as k8s
 
 from mirrorgate import policy
-from tests.e2e.conftest import CREDENTIAL, RECONCILE_INTERVAL, Installed, MakeNamespace
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import (
     MODE_LABEL,
@@ -36,6 +35,7 @@ from tests.e2e.harness.fixtures_secrets import (
     wait_log,
 )
 from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.suite import CREDENTIAL, RECONCILE_INTERVAL, Installed, MakeNamespace
 
 pytestmark = pytest.mark.e2e
 

@@ -18,9 +18,9 @@ import pytest
 from kubernetes import client as k8s
 
 from tests.commands import MIRRORGATE
-from tests.e2e.conftest import Installed, e2e_policy
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.kube import warning_messages
+from tests.e2e.harness.suite import Installed, e2e_policy
 from tests.webhook import policies
 
 pytestmark = pytest.mark.e2e

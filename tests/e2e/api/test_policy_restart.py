@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from tests.e2e.conftest import Installed, e2e_policy
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import write_atomically
 from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.suite import Installed, e2e_policy
 from tests.webhook import policies
 
 pytestmark = pytest.mark.e2e

@@ -20,10 +20,10 @@ from mirrorgate.webhook.credentials import providerconfig
 from mirrorgate.webhook.credentials.kubestore import KubernetesCredentialStore
 from mirrorgate.webhook.credentials.provider import ProviderSource
 from mirrorgate.webhook.credentials.refresher import PROVIDER_LABEL, ProviderRefresher
-from tests.e2e.conftest import MakeNamespace
 from tests.e2e.harness import providers
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.providers import RobotIssuer
+from tests.e2e.harness.suite import MakeNamespace
 
 pytestmark = pytest.mark.e2e
 issuer = providers.issuer  # the fixture

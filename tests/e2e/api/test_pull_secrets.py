@@ -29,14 +29,6 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from tests.commands import MIRRORGATE
-from tests.e2e.conftest import (
-    CREDENTIAL,
-    DOCKERHUB_MIRROR,
-    Installed,
-    MakeNamespace,
-    central_credential,
-    e2e_policy,
-)
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import (
     LEASE,
@@ -72,6 +64,14 @@ from tests.e2e.harness.kube import create_namespace, namespace_name, warning_mes
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.registry import RegistryStack
 from tests.e2e.harness.registry_client import RegistryHTTPError
+from tests.e2e.harness.suite import (
+    CREDENTIAL,
+    DOCKERHUB_MIRROR,
+    Installed,
+    MakeNamespace,
+    central_credential,
+    e2e_policy,
+)
 
 pytestmark = pytest.mark.e2e
 

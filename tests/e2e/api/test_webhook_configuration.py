@@ -16,11 +16,11 @@ from kubernetes import dynamic
 
 from mirrorgate import policy
 from mirrorgate.webhook import patch
-from tests.e2e.conftest import Installed, MakeNamespace, e2e_policy, pod
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.injector import SIDECAR_IMAGE, running_injector
 from tests.e2e.harness.kube import cert_manager_crds, create_pod
 from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.suite import Installed, MakeNamespace, e2e_policy, pod
 
 pytestmark = pytest.mark.e2e
 

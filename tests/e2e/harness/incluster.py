@@ -39,7 +39,6 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from tests.e2e.conftest import GRANTED_PREFIX, central_credential, node_policy
 from tests.e2e.harness import helm as h
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness import nodepods, plugins
@@ -52,6 +51,7 @@ from tests.e2e.harness.provider_setup import TEAMS, TTL, source
 from tests.e2e.harness.providers import RobotIssuer, start_issuer
 from tests.e2e.harness.registry import RegistryStack
 from tests.e2e.harness.relay import relay
+from tests.e2e.harness.suite import GRANTED_PREFIX, central_credential, node_policy
 from tests.e2e.harness.testimages import push_upstream
 from tests.image.podman import build, push
 

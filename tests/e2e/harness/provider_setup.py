@@ -16,7 +16,6 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from tests.e2e.conftest import DOCKERHUB_MIRROR, Installed
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import (
     MODE_LABEL,
@@ -31,6 +30,7 @@ from tests.e2e.harness.kube import create_namespace, namespace_name, warning_mes
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.providers import RobotIssuer, start_issuer
 from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.suite import DOCKERHUB_MIRROR, Installed
 
 TTL = 15
 """Seconds a minted robot password lives (and the responses' cacheDuration)."""

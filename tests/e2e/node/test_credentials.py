@@ -18,7 +18,6 @@ import secrets
 import pytest
 from kubernetes import client as k8s
 
-from tests.e2e.conftest import GRANTED_PREFIX
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness import nodepods
 from tests.e2e.harness.fixtures_secrets import MODE_LABEL, read_secret
@@ -33,6 +32,7 @@ from tests.e2e.harness.provider_setup import (
     source,
     wait_published,
 )
+from tests.e2e.harness.suite import GRANTED_PREFIX
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.installed, pytest.mark.image]
 

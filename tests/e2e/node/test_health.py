@@ -16,8 +16,6 @@ import pytest
 from kubernetes import client as k8s
 
 from mirrorgate import policy
-from tests.e2e.conftest import CREDENTIAL as NODE_CREDENTIAL
-from tests.e2e.conftest import GRANTED_PREFIX
 from tests.e2e.harness import nodepods
 from tests.e2e.harness.fixtures_secrets import MODE_LABEL
 from tests.e2e.harness.health import PATIENCE, Scenario, timed_stop
@@ -25,6 +23,8 @@ from tests.e2e.harness.incluster import Release, installed_policy
 from tests.e2e.harness.kube import create_namespace, namespace_name
 from tests.e2e.harness.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.harness.registry import set_mirror_password, start_mirror, stop_mirror
+from tests.e2e.harness.suite import CREDENTIAL as NODE_CREDENTIAL
+from tests.e2e.harness.suite import GRANTED_PREFIX
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,6 @@ from kubernetes import client as k8s
 from kubernetes import dynamic
 
 from mirrorgate import policy
-from tests.e2e.conftest import CREDENTIAL, GRANTED_PREFIX, node_policy
 from tests.e2e.harness import apiload, nodepods
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import log_entries, read_secret
@@ -47,6 +46,7 @@ from tests.e2e.harness.incluster import (
 from tests.e2e.harness.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.harness.node import GATEWAY, Node
 from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.suite import CREDENTIAL, GRANTED_PREFIX, node_policy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.image, pytest.mark.installed]
 

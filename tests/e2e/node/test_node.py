@@ -28,12 +28,6 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from tests.commands import MIRRORGATE
-from tests.e2e.conftest import (
-    CREDENTIAL,
-    GRANTED_PREFIX,
-    central_credential,
-    node_policy,
-)
 from tests.e2e.harness import nodepods
 from tests.e2e.harness.dockerconfig import Credentials
 from tests.e2e.harness.fixtures_secrets import as_dict, read_secret
@@ -45,6 +39,12 @@ from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.provider_setup import password_of
 from tests.e2e.harness.registry import RegistryStack, htpasswd_line
 from tests.e2e.harness.registry_client import RegistryClient, RegistryHTTPError
+from tests.e2e.harness.suite import (
+    CREDENTIAL,
+    GRANTED_PREFIX,
+    central_credential,
+    node_policy,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 # Against mirrorgate installed from its image by its chart (tests/e2e/incluster.py).
