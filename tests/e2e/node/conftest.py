@@ -11,15 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.e2e.harness.components import FIGURES, TIMINGS, running
+from tests.e2e.harness.incluster import Release, installed_release
 from tests.e2e.harness.node import Node, start_node
-
-if TYPE_CHECKING:
-    from tests.e2e.harness.incluster import Release
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +49,5 @@ def node_installed(
 ) -> Iterator[Release]:
     """mirrorgate installed on the node cluster from its image by `helm install` of its chart
     (tests/e2e/incluster.py): the policy of `node_policy`, probes on, enforce."""
-    from tests.e2e.harness.incluster import installed_release  # it imports this module's helpers
-
     with installed_release(node_cluster, helm, tmp_path_factory.mktemp("node-release")) as found:
         yield found
