@@ -1,11 +1,11 @@
 """Pod start on a real node: creation to Running, with and without mirrorgate.
 
 Everything runs for this benchmark alone and is stopped at the end: the node
-cluster of the e2e suite (``tests.e2e.node``: etcd, kube-apiserver,
+cluster of the e2e suite (``tests.e2e.harness.node``: etcd, kube-apiserver,
 controller-manager, scheduler, kubelet, containerd, and its registries, a
 token-auth upstream and an htpasswd mirror, on its bridge; under the
 machine-wide node lock) and mirrorgate installed in it from its image by
-`helm install` of its chart (``tests.e2e.incluster``), as the e2e suite runs
+`helm install` of its chart (``tests.e2e.harness.incluster``), as the e2e suite runs
 them.
 
 Both series pull the same images through the same authenticated mirror:

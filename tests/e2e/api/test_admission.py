@@ -202,7 +202,7 @@ def test_generated_secret_is_a_dockerconfigjson_for_the_mirror(
     """The generated Secret's shape: one `auths` entry for the mirror, labelled as ours.
 
     That the real kubelet picks it for the rewritten image and the mirror
-    accepts it is shown on the node (tests/e2e/test_node.py, scenario 2).
+    accepts it is shown on the node (tests/e2e/node/test_node.py, scenario 2).
     """
     registry = installed.registry
     with installed.control_plane.api_client() as api:

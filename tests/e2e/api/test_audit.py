@@ -78,7 +78,7 @@ def mirrorgate(*argv: str | Path, err: io.StringIO | None = None) -> Result:
     out, err = io.StringIO(), err if err is not None else io.StringIO()
     if argv[:1] == ("audit",):
         # These policies name mirrors that do not exist, and tests reach nothing
-        # beyond loopback: no health probes (tests/e2e/test_health.py has them).
+        # beyond loopback: no health probes (tests/e2e/api/test_health.py has them).
         argv = (*argv, "--no-health")
     try:
         code: int | str | None = cli.main([str(a) for a in argv], out=out, err=err)

@@ -6,7 +6,7 @@ a registry stack of its own (``own_registry``), so stopping that mirror and
 changing its password disturbs no other test.
 
 The Pods are created for real, not as dry runs. The same scenarios run
-again on the node cluster (``node``-marked tests, tests/e2e/node.py): there a
+again on the node cluster (tests/e2e/node/test_health.py): there a
 real kubelet and containerd pull each Pod's image, so "left as written"
 means the Pod pulls from the upstream and runs, and "rewritten" means it
 pulls through the mirror, or, with ``keep`` and the mirror down, fails to.

@@ -1,6 +1,6 @@
 """Read credentials out of a `.dockerconfigjson` the way kubelet does, but stricter.
 
-Where a real kubelet can pull, it is the judge instead (tests/e2e/test_node.py:
+Where a real kubelet can pull, it is the judge instead (tests/e2e/node/test_node.py:
 the kubelet picks the generated Secret for the rewritten image). This
 re-implementation stays only where no node is involved: the registry
 harness's self-tests (test_harness.py) and the file credential store's

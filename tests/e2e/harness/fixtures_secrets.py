@@ -1,4 +1,4 @@
-"""Helpers for the generated-pull-secret e2e tests (tests/e2e/test_pull_secrets.py).
+"""Helpers for the generated-pull-secret e2e tests (tests/e2e/api/test_pull_secrets.py).
 
 Everything here talks to real components: a TCP relay that really cuts the
 link to the API server, webhook configurations of our own, crafted

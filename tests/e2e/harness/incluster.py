@@ -57,7 +57,7 @@ from tests.image.podman import build, push
 
 REPOSITORY = "mirrorgate/mirrorgate"
 TAG = "in-cluster"
-# A name the API server's serving certificate carries (tests/e2e/controlplane.py).
+# A name the API server's serving certificate carries (tests/e2e/harness/controlplane.py).
 API_NAME = "kubernetes.default.svc"
 ROLLOUT_TIMEOUT = 180.0
 # The kubelet's sync (5 s, node.py), the atomic swap of the volume, the replicas' reload.

@@ -4,7 +4,7 @@ One object knows the binaries (containerd, ctr and the runc shim, side by
 side in one cached directory), the version they report, and the
 configuration format that version reads (config ``version = 3``: the CRI
 plugin split into ``io.containerd.cri.v1.images`` and ``…runtime``; 2.4 reads
-it and would write its own newest, 4). The node (tests/e2e/node.py) asks it
+it and would write its own newest, 4). The node (tests/e2e/harness/node.py) asks it
 for the config file and the environment to start containerd with; the e2e
 figures print its version (``node runtime: containerd vX.Y.Z``).
 

@@ -1,7 +1,7 @@
 """A mirrorgate of its own with two project robots' provider plugins, on the real API.
 
-Shared by test_credential_providers (the API server) and test_node_credentials
-(the node); see test_credential_providers for the scenario.
+Shared by api/test_credential_providers (the API server) and node/test_credentials
+(the node); see api/test_credential_providers for the scenario.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 No public registry is reachable, so the Pod sandbox (pause) image and every
 workload image are built here and pushed to the loopback upstream. The Go
-programs live in `tests/e2e/images/<name>/main.go`; each is compiled once per
+programs live in `tests/e2e/harness/images/<name>/main.go`; each is compiled once per
 source and Go version (CGO off, so statically linked) and cached next to the
 control-plane binaries, like build.sh caches those.
 """

@@ -48,6 +48,6 @@ def node_installed(
     node_cluster: Node, helm: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Release]:
     """mirrorgate installed on the node cluster from its image by `helm install` of its chart
-    (tests/e2e/incluster.py): the policy of `node_policy`, probes on, enforce."""
+    (tests/e2e/harness/incluster.py): the policy of `node_policy`, probes on, enforce."""
     with installed_release(node_cluster, helm, tmp_path_factory.mktemp("node-release")) as found:
         yield found

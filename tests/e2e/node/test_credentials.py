@@ -4,7 +4,7 @@ The node cluster's registry has two robots, each allowed to pull only its own
 project; their 15-second logins come from the real Go plugin, which reaches
 the installed replicas as users deliver plugins: an image of theirs, copied
 into the replicas' plugin directory by the chart's credentialProviders
-initContainer (tests/e2e/incluster.py). One Pod
+initContainer (tests/e2e/harness/incluster.py). One Pod
 runs an image of each project: the real kubelet sends each pull the login of
 the most specific key, and containerd pulls with it. A new Pod after each
 refresh runs again with the new logins, and one robot's login does not pull

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.e2e
 # On the node cluster: the same contract, with the kubelet and containerd pulling, against
 # mirrorgate installed by its chart (`node_installed`): two replicas, each probing the
 # node's own mirror (its private CA given through mirrorCA) on its own, so a state is
-# waited for on both before a Pod depends on it. Its policy (tests/e2e/incluster.py)
+# waited for on both before a Pod depends on it. Its policy (tests/e2e/harness/incluster.py)
 # sends the upstream to the mirror with onMirrorDown: fallback; `keep` is set by
 # `helm upgrade` for its scenario.
 

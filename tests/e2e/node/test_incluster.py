@@ -1,7 +1,7 @@
 """mirrorgate in the cluster from its own image, on the real node (issue #12, item 2;
 issue #20, items 1 and 4).
 
-The session's release (`node_installed`, tests/e2e/incluster.py) is the chart
+The session's release (`node_installed`, tests/e2e/harness/incluster.py) is the chart
 installed as docs/install.md tells users; the other node scenarios run against
 it too. Here: what the release is made of, the same Deployment scenario through
 the other way users install (a kustomization of one's own on
@@ -374,7 +374,7 @@ def test_deployment_pulls_through_the_mirror_via_in_cluster_mirrorgate(
 # Availability under load (issue #12, item 3; issue #20, item 4): 16 concurrent
 # creators keep 20 Pods/s while one replica is deleted and then a new image
 # version rolls both out, until every old replica has terminated; counted by
-# the API server (tests/e2e/apiload.py).
+# the API server (tests/e2e/harness/apiload.py).
 ROLLOUT_TAG = "in-cluster-rollout"
 # Stored, never scheduled: the load measures admission, not the node.
 HOLD = "mirrorgate.io/e2e-hold"

@@ -1,6 +1,6 @@
 """mirrorgate on a real node: the kubelet and containerd pull through the authenticated mirror.
 
-Scenarios of issue #11, each on the node cluster (tests/e2e/node.py): a real
+Scenarios of issue #11, each on the node cluster (tests/e2e/harness/node.py): a real
 kubelet picks the pull secret for each image by the image's own host, and
 a real containerd pulls, so what the registries' access logs show is what a
 production node would do. `containerd` in a registry's log is the node;
@@ -47,7 +47,7 @@ from tests.e2e.harness.suite import (
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
-# Against mirrorgate installed from its image by its chart (tests/e2e/incluster.py).
+# Against mirrorgate installed from its image by its chart (tests/e2e/harness/incluster.py).
 INSTALLED, IMAGE = pytest.mark.installed, pytest.mark.image
 
 SECRET = policy.pull_secret_name(CREDENTIAL)

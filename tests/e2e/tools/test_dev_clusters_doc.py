@@ -3,7 +3,7 @@ examples/kind/, parsed; the kind patch is read by containerd 2 itself, the value
 rendered by the chart, and the policy exports the certs.d the doc shows.
 
 The exported hosts.toml files are read by a real containerd 2 pulling through a
-plain-HTTP cache in tests/e2e/test_node_devclusters.py.
+plain-HTTP cache in tests/e2e/node/test_devclusters.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 pulled back through the authenticated pull-through mirror, as a cluster would.
 
 The first half of running mirrorgate in the cluster from its own image; the
-in-cluster half needs the real node (tests/e2e/node.py)."""
+in-cluster half needs the real node (tests/e2e/harness/node.py)."""
 
 from __future__ import annotations
 
