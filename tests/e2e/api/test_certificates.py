@@ -20,6 +20,7 @@ from kubernetes import client as k8s
 from mirrorgate import certs
 from tests.commands import MIRRORGATE
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.kube import create_pod
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.suite import Installed, MakeNamespace, e2e_policy, pod
@@ -383,7 +384,7 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
                 capture_output=True,
                 text=True,
                 timeout=60,
-                cwd=mg.REPO,
+                cwd=REPO_ROOT,
                 check=False,
             )
             assert result.returncode == 0, result.stderr
@@ -406,7 +407,7 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
                 capture_output=True,
                 text=True,
                 timeout=60,
-                cwd=mg.REPO,
+                cwd=REPO_ROOT,
                 check=False,
             )
             assert refused.returncode == 2

@@ -23,6 +23,7 @@ from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.fixtures_secrets import MANAGED_BY, MODE_LABEL, read_secret
 from tests.e2e.harness.kube import create_namespace
@@ -279,7 +280,7 @@ def test_the_skip_label_policy_of_docs_security_keeps_tenants_from_the_skip_labe
 ) -> None:
     """docs/security.md's example, applied for real: a tenant's Pod with the skip label is
     refused, the same Pod without it and an administrator's with it are created."""
-    text = (mg.REPO / "docs" / "security.md").read_text()
+    text = (REPO_ROOT / "docs" / "security.md").read_text()
     (block,) = [
         b
         for b in re.findall(r"```yaml\n(.*?)```", text, re.S)

@@ -29,6 +29,7 @@ from kubernetes import client as k8s
 
 from tests.commands import MIRRORGATE
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.dockerconfig import credentials_for
 from tests.e2e.harness.fixtures_secrets import (
     entries_with,
@@ -263,7 +264,7 @@ def _check(setup: Setup, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=mg.REPO,
+        cwd=REPO_ROOT,
         check=False,
     )
 

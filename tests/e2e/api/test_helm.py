@@ -27,6 +27,7 @@ from mirrorgate import certs, policy
 from mirrorgate.webhook.credentials import providerconfig
 from tests.e2e.harness import helm as h
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.kube import cert_manager_crds, create_namespace, namespace_name
 from tests.webhook.reviews import patch_ops, pod, response_of, review
@@ -140,9 +141,9 @@ def test_chart_monitoring_follows_the_release_namespace_and_labels(helm: Path, h
 @pytest.mark.parametrize("name", MONITORING_FILES)
 def test_chart_monitoring_files_are_the_overlays(name: str) -> None:
     """Helm reads no file outside the chart: its copies must equal the overlay's, byte for byte."""
-    overlay = mg.REPO / "manifests" / "overlays" / "monitoring" / name
+    overlay = REPO_ROOT / "manifests" / "overlays" / "monitoring" / name
     assert (h.CHART / "files" / name).read_bytes() == overlay.read_bytes(), (
-        f"cp {overlay.relative_to(mg.REPO)} {h.CHART.relative_to(mg.REPO)}/files/"
+        f"cp {overlay.relative_to(REPO_ROOT)} {h.CHART.relative_to(REPO_ROOT)}/files/"
     )
 
 
@@ -460,7 +461,7 @@ def test_notes_lead_from_audit_to_enforce_without_a_trap(helm: Path, home: Path)
     assert "kubectl label namespace NAME mirrorgate.io/mode=enforce --overwrite" in enforce
 
 
-RECIPES = mg.REPO / "docs" / "credential-providers.md"
+RECIPES = REPO_ROOT / "docs" / "credential-providers.md"
 
 
 def _recipes() -> list[Any]:

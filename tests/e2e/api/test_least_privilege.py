@@ -21,6 +21,7 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import (
     MODE_LABEL,
     admission_review,
@@ -233,7 +234,7 @@ def test_manifests_grant_no_secret_read_and_cert_manager_no_webhook_access(kusto
 
 def test_every_rbac_rule_says_why() -> None:
     """In manifests/base/rbac.yaml, a comment precedes every rule."""
-    lines = (mg.REPO / "manifests" / "base" / "rbac.yaml").read_text().splitlines()
+    lines = (REPO_ROOT / "manifests" / "base" / "rbac.yaml").read_text().splitlines()
     uncommented = [
         n + 1
         for n, line in enumerate(lines)

@@ -30,6 +30,7 @@ from kubernetes import client as k8s
 from mirrorgate import policy
 from tests.commands import MIRRORGATE
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import (
     LEASE,
     MANAGED_BY,
@@ -1047,7 +1048,7 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=mg.REPO,
+        cwd=REPO_ROOT,
         check=False,
     )
 

@@ -17,6 +17,7 @@ from kubernetes import dynamic
 from mirrorgate import policy
 from mirrorgate.webhook import patch
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.injector import SIDECAR_IMAGE, running_injector
 from tests.e2e.harness.kube import cert_manager_crds, create_pod
 from tests.e2e.harness.procs import wait_until
@@ -176,7 +177,7 @@ def test_manifests_choose_ignore_and_say_why(installed: Installed) -> None:
         "audit.mirrorgate.io": "Ignore",
         "policy.mirrorgate.io": "Fail",
     }
-    source = (mg.REPO / "manifests" / "base" / "mutatingwebhookconfiguration.yaml").read_text()
+    source = (REPO_ROOT / "manifests" / "base" / "mutatingwebhookconfiguration.yaml").read_text()
     assert "failurePolicy: Ignore" in source
     assert "air-gapped" in source  # the documented reason to switch enforce to Fail
     assert "Fail is safe here: only this one object waits for mirrorgate" in source

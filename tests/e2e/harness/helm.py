@@ -10,8 +10,9 @@ from typing import Any
 import yaml
 
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 
-CHART = mg.REPO / "manifests" / "helm" / "mirrorgate"
+CHART = REPO_ROOT / "manifests" / "helm" / "mirrorgate"
 # The labels a chart adds for Helm's bookkeeping; everything else must match kustomize.
 HELM_LABELS = frozenset(
     {

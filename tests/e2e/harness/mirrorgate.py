@@ -26,10 +26,10 @@ from kubernetes import utils as k8s_utils
 
 from mirrorgate import certs
 from tests.commands import MIRRORGATE
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.procs import ManagedProcess, free_port, http_ok, wait_until
 
-REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "mirrorgate"
 SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:mirrorgate"
 SERVICE_ACCOUNT_GROUPS: tuple[str, ...] = (
@@ -50,7 +50,7 @@ leaves them out."""
 def render(kustomize: Path, directory: str) -> list[dict[str, Any]]:
     """`kustomize build manifests/<directory>` as a list of objects."""
     output = subprocess.run(
-        [str(kustomize), "build", str(REPO / "manifests" / directory)],
+        [str(kustomize), "build", str(REPO_ROOT / "manifests" / directory)],
         check=True,
         capture_output=True,
         text=True,
@@ -223,7 +223,7 @@ def start_mirrorgate(
         *args,
     ]
     process = ManagedProcess(
-        "mirrorgate", argv, workdir / "mirrorgate.log", env=env, cwd=REPO, redact=redact
+        "mirrorgate", argv, workdir / "mirrorgate.log", env=env, cwd=REPO_ROOT, redact=redact
     )
     own_ca = b"" if tls_secret else (workdir / "tls" / certs.CA_CERT).read_bytes()
     server = Mirrorgate(

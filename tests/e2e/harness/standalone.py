@@ -20,10 +20,9 @@ from mirrorgate import certs
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import Credential
 from tests.commands import MIRRORGATE
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.procs import ManagedProcess, free_port, http_ok, wait_until
 from tests.webhook import reviews, scrape
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @dataclasses.dataclass
@@ -137,7 +136,7 @@ def start_standalone(
     ]
     # The server's own environment only: SSL_CERT_FILE is what these tests vary.
     process = ManagedProcess(
-        "mirrorgate", argv, workdir / "mirrorgate.log", env=env, cwd=REPO, redact=redact
+        "mirrorgate", argv, workdir / "mirrorgate.log", env=env, cwd=REPO_ROOT, redact=redact
     )
     client = httpx.Client(
         base_url=f"https://127.0.0.1:{port}",

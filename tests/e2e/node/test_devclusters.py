@@ -39,6 +39,7 @@ from kubernetes import client as k8s
 from tests.commands import MIRRORGATE
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness import nodepods
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import MODE_LABEL, SUITE_LABEL, own_configuration
 from tests.e2e.harness.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.harness.node import GATEWAY, Node
@@ -49,7 +50,6 @@ from tests.e2e.harness.registry import DevCache, start_dev_cache
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
-REPO = Path(__file__).resolve().parents[3]
 CACHE_FILLING = "Go-http-client"
 LOGIN = "dev-cache"
 # The bridge's own address, made by the node before anything else (node.py).
@@ -79,7 +79,7 @@ class Dev:
                 "--out",
                 str(out),
             ],
-            cwd=REPO,
+            cwd=REPO_ROOT,
             capture_output=True,
             text=True,
             timeout=60,
@@ -127,7 +127,7 @@ def _docker_config(path: Path, cache: DevCache) -> Path:
 
 def _mirrorgate_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*MIRRORGATE, *args], cwd=REPO, capture_output=True, text=True, input=stdin, timeout=60
+        [*MIRRORGATE, *args], cwd=REPO_ROOT, capture_output=True, text=True, input=stdin, timeout=60
     )
 
 

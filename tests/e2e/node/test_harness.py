@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client as k8s
 
 from tests.e2e.harness import nodepods
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.kube import create_namespace
 from tests.e2e.harness.node import start_node
 from tests.e2e.harness.nodehost import (
@@ -29,7 +30,6 @@ from tests.e2e.harness.nodehost import (
 from tests.e2e.harness.nodepods import push_workload
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.node_selftest]
-REPO = Path(__file__).resolve().parents[3]
 
 
 def test_stopped_node_leaves_the_host_as_it_found_it(
@@ -71,13 +71,13 @@ def test_a_second_suite_waits_for_the_node_lock_then_says_who_holds_it() -> None
         "with machine_lock(timeout=2):\n    pass\n",
     ]
     with machine_lock():
-        refused = subprocess.run(waiter, cwd=REPO, capture_output=True, text=True, timeout=60)
+        refused = subprocess.run(waiter, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0
     assert "waiting for" in refused.stdout  # it said so while it waited
     assert f"another e2e node (pid {os.getpid()})" in refused.stderr
     assert "only one node may run per machine" in refused.stderr
     # Released: the next one gets it at once.
-    assert subprocess.run(waiter, cwd=REPO, timeout=60, capture_output=True).returncode == 0
+    assert subprocess.run(waiter, cwd=REPO_ROOT, timeout=60, capture_output=True).returncode == 0
 
 
 def test_a_node_killed_before_it_restored_the_host_is_undone_by_the_next(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from kubernetes import dynamic
 from mirrorgate import policy
 from tests.e2e.harness import apiload, nodepods
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import log_entries, read_secret
 from tests.e2e.harness.incluster import (
     API_NAME,
@@ -53,7 +54,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.image, pytest.mark.
 
 def _kustomization(workdir: Path, node: Node, relay_port: int) -> Path:
     """The user's kustomization (docs/install.md), plus the API route this machine needs."""
-    (workdir / "mirrorgate").symlink_to(mg.REPO)
+    (workdir / "mirrorgate").symlink_to(REPO_ROOT)
     mine = workdir / "mine"
     mine.mkdir()
     (mine / "policy.yaml").write_text(node_policy(node.registry))

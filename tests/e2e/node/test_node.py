@@ -29,6 +29,7 @@ from kubernetes import client as k8s
 from mirrorgate import policy
 from tests.commands import MIRRORGATE
 from tests.e2e.harness import nodepods
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.dockerconfig import Credentials
 from tests.e2e.harness.fixtures_secrets import as_dict, read_secret
 from tests.e2e.harness.incluster import Release
@@ -55,7 +56,6 @@ ENFORCE = {"mirrorgate.io/mode": "enforce"}
 AUDIT = {"mirrorgate.io/mode": "audit"}
 MIRROR_FILLING = "Go-http-client"
 ROTATION_LIMIT = 30.0
-REPO = Path(__file__).resolve().parents[3]
 
 
 def make_namespace(
@@ -84,7 +84,7 @@ def exported_hosts_toml(node: Node, tmp_path: Path) -> Iterator[str]:
     subprocess.run(
         [*MIRRORGATE, "export", "containerd", "--policy", str(policy_file), "--out", str(out)],
         check=True,
-        cwd=REPO,
+        cwd=REPO_ROOT,
         capture_output=True,
         timeout=60,
     )

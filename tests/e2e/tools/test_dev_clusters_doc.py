@@ -23,10 +23,10 @@ from mirrorgate.webhook.commands import export
 from tests.commands import MIRRORGATE
 from tests.e2e.harness import helm as h
 from tests.e2e.harness import mirrorgate as mg
-from tests.e2e.harness.binaries import built_binary
+from tests.e2e.harness.binaries import REPO_ROOT, built_binary
 
-DOC = (mg.REPO / "docs" / "dev-clusters.md").read_text()
-EXAMPLES = mg.REPO / "examples" / "kind"
+DOC = (REPO_ROOT / "docs" / "dev-clusters.md").read_text()
+EXAMPLES = REPO_ROOT / "examples" / "kind"
 CERTS_D = "/etc/containerd/certs.d"
 
 
@@ -48,7 +48,7 @@ def test_every_file_the_doc_shows_is_the_example_file() -> None:
     shown = _shown_files()
     assert sorted(shown) == sorted(f"examples/kind/{p.name}" for p in EXAMPLES.iterdir())
     for path, text in shown.items():
-        assert text == (mg.REPO / path).read_text(), path
+        assert text == (REPO_ROOT / path).read_text(), path
 
 
 def _meaning(rules: policy.Policy) -> tuple[object, ...]:
@@ -83,7 +83,7 @@ def test_the_export_writes_what_the_doc_says(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=mg.REPO,
+        cwd=REPO_ROOT,
     )
     assert done.returncode == 0, done.stderr
     wrote = [
@@ -170,6 +170,6 @@ def test_the_chart_renders_the_values(helm: Path, tmp_path: Path) -> None:
     # of the example left (its nulls removed what the kind policy does not have).
     rendered = policy.load(yaml.safe_load(config_map["data"]["policy.yaml"]))
     assert _meaning(rendered) == _meaning(policyfile.read_policy(EXAMPLES / "policy.yaml").policy)
-    version = re.search(r'^version = "(.*)"', (mg.REPO / "pyproject.toml").read_text(), re.M)
+    version = re.search(r'^version = "(.*)"', (REPO_ROOT / "pyproject.toml").read_text(), re.M)
     assert version is not None
     assert f"localhost/mirrorgate:{version.group(1)}" in DOC

@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from mirrorgate import policy
+from tests.e2e.harness.binaries import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom-policy"
+EXAMPLE = REPO_ROOT / "examples" / "custom-policy"
 
 
 def test_custom_policy_overlay_replaces_the_policy(kustomize: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +21,7 @@ PAGES = ("README.md", "docs/install.md")
 def _shown_kustomization(page: str) -> str:
     (block,) = [
         b
-        for b in re.findall(r"```yaml\n(.*?)```", (mg.REPO / page).read_text(), re.DOTALL)
+        for b in re.findall(r"```yaml\n(.*?)```", (REPO_ROOT / page).read_text(), re.DOTALL)
         if "kind: Kustomization" in b
     ]
     return str(block)
@@ -30,7 +30,7 @@ def _shown_kustomization(page: str) -> str:
 @pytest.mark.parametrize("page", PAGES)
 def test_the_shown_kustomization_sets_the_image(page: str, kustomize: Path, tmp_path: Path) -> None:
     """The block verbatim, in a directory beside a checkout named `mirrorgate`."""
-    (tmp_path / "mirrorgate").symlink_to(mg.REPO)
+    (tmp_path / "mirrorgate").symlink_to(REPO_ROOT)
     mine = tmp_path / "mine"
     mine.mkdir()
     text = _shown_kustomization(page)

@@ -29,6 +29,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from mirrorgate.certs import CertificateAuthority
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.health import LOGIN, PATIENCE, credential, health_policy
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.registry import RegistryStack
@@ -39,7 +40,7 @@ from tests.webhook.serving import client_context, serve
 
 pytestmark = pytest.mark.e2e
 
-OVERLAY = Path(__file__).resolve().parents[3] / "manifests" / "overlays" / "monitoring"
+OVERLAY = REPO_ROOT / "manifests" / "overlays" / "monitoring"
 # What a Prometheus Operator scrape of a mirrorgate Pod adds to every series.
 TARGET = {
     "job": "mirrorgate",

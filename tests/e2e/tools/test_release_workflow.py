@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e.harness.binaries import REPO_ROOT
+
 pytestmark = pytest.mark.e2e
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "release.yml"
 
 
