@@ -11,6 +11,7 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from mirrorgate.webhook import admission
+from tests.e2e.harness.fixtures_secrets import AUDIT_LABELS, ENFORCE_LABELS
 from tests.e2e.harness.kube import create_pod, warning_messages
 from tests.e2e.harness.suite import CREDENTIAL, DOCKERHUB_MIRROR, Installed, MakeNamespace, pod
 
@@ -36,7 +37,7 @@ def test_enforce_rewrites_and_provisions_before_admission(
     """An enforce namespace: images rewritten, originals kept, secret attached and present."""
     registry = installed.registry
     with installed.control_plane.api_client() as api:
-        namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
+        namespace = make_namespace(ENFORCE_LABELS)
         created, warnings = create_pod(api, namespace, pod(installed))
         # Read at once: the Secret must exist before the create call returned.
         assert secret_exists(api, namespace)
@@ -58,7 +59,7 @@ def test_audit_namespace_stores_pod_unchanged_and_warns(
 ) -> None:
     """An audit namespace: the Pod is stored as written; one warning per planned rewrite."""
     with installed.control_plane.api_client() as api:
-        namespace = make_namespace({"mirrorgate.io/mode": "audit"})
+        namespace = make_namespace(AUDIT_LABELS)
         created, warnings = create_pod(api, namespace, pod(installed))
         assert not secret_exists(api, namespace)
     assert [c["image"] for c in created["spec"]["containers"]] == [
@@ -101,9 +102,7 @@ def test_kube_system_is_untouched_even_when_labelled(installed: Installed) -> No
     """kube-system labelled for enforcement is still never mutated."""
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
-        core.patch_namespace(
-            "kube-system", {"metadata": {"labels": {"mirrorgate.io/mode": "enforce"}}}
-        )
+        core.patch_namespace("kube-system", {"metadata": {"labels": ENFORCE_LABELS}})
         try:
             with contextlib.suppress(k8s.ApiException):  # it may exist from an earlier test
                 core.create_namespaced_service_account(
@@ -123,7 +122,7 @@ def test_skip_label_opts_a_pod_out(installed: Installed, make_namespace: MakeNam
     """A Pod labelled mirrorgate.io/skip=true is not sent to the webhook at all."""
     body = pod(installed, labels={"mirrorgate.io/skip": "true"})
     with installed.control_plane.api_client() as api:
-        namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
+        namespace = make_namespace(ENFORCE_LABELS)
         created, _ = create_pod(api, namespace, body)
     assert created["spec"]["containers"][0]["image"] == installed.registry.upstream_image
 
@@ -133,7 +132,7 @@ def test_server_side_dry_run_rewrites_without_creating_secret(
 ) -> None:
     """dryRun=All: the returned Pod is rewritten, and no Secret was created."""
     with installed.control_plane.api_client() as api:
-        namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
+        namespace = make_namespace(ENFORCE_LABELS)
         created, _ = create_pod(api, namespace, pod(installed), dry_run=True)
         assert not secret_exists(api, namespace)
         with pytest.raises(k8s.ApiException) as missing:
@@ -150,7 +149,7 @@ def test_generate_name_pod_is_rewritten(
     body = pod(installed)
     body.metadata = k8s.V1ObjectMeta(generate_name="web-")
     with installed.control_plane.api_client() as api:
-        namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
+        namespace = make_namespace(ENFORCE_LABELS)
         created, _ = create_pod(api, namespace, body)
     assert created["metadata"]["name"].startswith("web-")
     assert created["spec"]["containers"][0]["image"] == installed.registry.mirror_image
@@ -166,7 +165,7 @@ def test_ephemeral_container_is_rewritten_and_recorded(
     annotation written at creation stays as it was.
     """
     with installed.control_plane.api_client() as api:
-        namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
+        namespace = make_namespace(ENFORCE_LABELS)
         created, _ = create_pod(api, namespace, pod(installed))
         core = k8s.CoreV1Api(api)
         patch = {
@@ -206,7 +205,7 @@ def test_generated_secret_is_a_dockerconfigjson_for_the_mirror(
     """
     registry = installed.registry
     with installed.control_plane.api_client() as api:
-        namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
+        namespace = make_namespace(ENFORCE_LABELS)
         create_pod(api, namespace, pod(installed))
         secret = k8s.CoreV1Api(api).read_namespaced_secret(SECRET, namespace)
     assert secret.type == "kubernetes.io/dockerconfigjson"
@@ -237,7 +236,7 @@ def test_a_pod_wider_than_max_containers_is_stored_as_written_saying_why(
         ),
     )
     with installed.control_plane.api_client() as api:
-        namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
+        namespace = make_namespace(ENFORCE_LABELS)
         created, warnings = create_pod(api, namespace, wide)
     assert {c["image"] for c in created["spec"]["containers"]} == {"busybox:1.36"}
     assert ANNOTATION not in (created["metadata"].get("annotations") or {})

@@ -22,6 +22,7 @@ from kubernetes import client as k8s
 
 from mirrorgate.webhook import cli
 from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.fixtures_secrets import AUDIT_LABELS, ENFORCE_LABELS
 from tests.e2e.harness.kube import create_namespace
 
 pytestmark = pytest.mark.e2e
@@ -152,9 +153,9 @@ def scenario(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
         ],
     }
     labels = {
-        made.a: {"mirrorgate.io/mode": "audit"},
-        made.c: {"mirrorgate.io/mode": "enforce"},
-        made.d: {"mirrorgate.io/mode": "audit"},
+        made.a: AUDIT_LABELS,
+        made.c: ENFORCE_LABELS,
+        made.d: AUDIT_LABELS,
     }
     with control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)

@@ -18,11 +18,10 @@ from kubernetes import client as k8s
 
 from tests.e2e.harness import apiload
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS
 from tests.e2e.harness.suite import Installed, MakeNamespace, pod
 
 pytestmark = pytest.mark.e2e
-
-ENFORCE = "enforce.mirrorgate.io"
 
 
 @dataclass(frozen=True)
@@ -48,13 +47,13 @@ def test_sixteen_creators_keep_20_pods_per_second_counted_by_the_api_server(
     at least 18/s achieved, nothing failed open or rejected by the API server's count,
     every Pod stored rewritten, and the API server's p99 within 100 ms."""
     plane = installed.control_plane
-    namespace = make_namespace({"mirrorgate.io/mode": "enforce"})
+    namespace = make_namespace(ENFORCE_LABELS)
     with plane.api_client() as api:
         before = apiload.api_server_samples(api)
         load = apiload.Load(plane.api_client, namespace, lambda name: _held(installed, name))
         load.run()
         after = apiload.api_server_samples(api)
-    counts = apiload.WebhookCounts.between(before, after, ENFORCE)
+    counts = apiload.WebhookCounts.between(before, after, mg.ENFORCE_WEBHOOK)
     failed = [o for o in load.outcomes if o.error is not None]
     unrewritten = [
         o for o in load.outcomes if o.error is None and o.image != installed.registry.mirror_image
@@ -81,10 +80,10 @@ def test_an_unreachable_webhook_is_counted_though_the_client_may_see_nothing(
     plane = installed.control_plane
     name = f"e2e-dead-{secrets.token_hex(3)}"
     configuration = copy.deepcopy(installed.configuration)
-    (enforce,) = [w for w in configuration["webhooks"] if w["name"] == ENFORCE]
+    (enforce,) = [w for w in configuration["webhooks"] if w["name"] == mg.ENFORCE_WEBHOOK]
     enforce["namespaceSelector"] = {"matchLabels": {"e2e.mirrorgate.io/failure": name}}
     configuration["webhooks"] = [enforce]
-    namespace = make_namespace({"e2e.mirrorgate.io/failure": name, "mirrorgate.io/mode": "enforce"})
+    namespace = make_namespace({"e2e.mirrorgate.io/failure": name, **ENFORCE_LABELS})
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
         dead = _Dead(
@@ -101,7 +100,7 @@ def test_an_unreachable_webhook_is_counted_though_the_client_may_see_nothing(
                 after = apiload.api_server_samples(api)
             finally:
                 mg.unregister(api, name)
-    counts = apiload.WebhookCounts.between(before, after, ENFORCE)
+    counts = apiload.WebhookCounts.between(before, after, mg.ENFORCE_WEBHOOK)
     created = [o for o in load.outcomes if o.error is None]
     assert len(load.outcomes) >= 30
     if policy == "Ignore":

@@ -21,6 +21,7 @@ from mirrorgate import certs
 from tests.commands import MIRRORGATE
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
+from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS
 from tests.e2e.harness.kube import create_pod
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.suite import Installed, MakeNamespace, e2e_policy, pod
@@ -226,7 +227,7 @@ def test_certificates_are_created_injected_and_heal(
             lifetime = leaf.not_valid_after - leaf.not_valid_before
             assert datetime.timedelta(days=89) < lifetime < datetime.timedelta(days=91)
 
-            namespace = make_namespace({label[0]: label[1], "mirrorgate.io/mode": "enforce"})
+            namespace = make_namespace({label[0]: label[1], **ENFORCE_LABELS})
             with _Admissions(installed, api, namespace) as admissions:
                 # 1. An expired serving certificate from the same CA.
                 authority = certs.CertificateAuthority.load(cert_pem=ca, key_pem=stored["ca.key"])
@@ -312,7 +313,7 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
                 timeout=15,
                 what="caBundle injected",
             )
-            namespace = make_namespace({label[0]: label[1], "mirrorgate.io/mode": "enforce"})
+            namespace = make_namespace({label[0]: label[1], **ENFORCE_LABELS})
             with _Admissions(installed, api, namespace) as admissions:
                 admissions.wait_for(3, "admissions before the replace")
                 assert admissions.failures == []

@@ -25,7 +25,7 @@ from kubernetes import utils as k8s_utils
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.fixtures_secrets import MANAGED_BY, MODE_LABEL, read_secret
+from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS, MANAGED_BY, read_secret
 from tests.e2e.harness.kube import create_namespace
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.suite import Installed, MakeNamespace
@@ -116,7 +116,7 @@ def test_service_account_writes_only_labelled_mirrorgate_pull_secrets(
     Secret mirrorgate did not make into one of its own are refused; a generated pull secret
     (the control) is created, updated and deleted."""
     plane = installed.control_plane
-    namespace = make_namespace({MODE_LABEL: "enforce"})
+    namespace = make_namespace(ENFORCE_LABELS)
     wait_in_force(plane, namespace)
     own = {MANAGED_BY: "mirrorgate"}
     foreign = f"mirrorgate-{secrets.token_hex(3)}"

@@ -29,6 +29,7 @@ from tests.e2e.harness import helm as h
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS
 from tests.e2e.harness.kube import cert_manager_crds, create_namespace, namespace_name
 from tests.webhook.reviews import patch_ops, pod, response_of, review
 
@@ -347,7 +348,7 @@ def test_every_value_lints_and_reaches_the_objects(
     ]
     (configuration,) = [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
     webhooks = {w["name"]: w for w in configuration["webhooks"]}
-    enforce, audit = webhooks["enforce.mirrorgate.io"], webhooks["audit.mirrorgate.io"]
+    enforce, audit = webhooks[mg.ENFORCE_WEBHOOK], webhooks[mg.AUDIT_WEBHOOK]
     assert (enforce["timeoutSeconds"], enforce["failurePolicy"]) == (3, "Fail")
     assert (audit["timeoutSeconds"], audit["failurePolicy"]) == (3, "Ignore")
     assert enforce["clientConfig"]["service"]["name"] == "platform-gate"
@@ -617,9 +618,7 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
     kubeconfig = own_control_plane.kubeconfig
     with own_control_plane.api_client() as api:
         # The example policy grants its credential to `shop` and `team-*`.
-        shop = create_namespace(
-            api, f"team-{namespace_name('helm-shop')}", {"mirrorgate.io/mode": "enforce"}
-        )
+        shop = create_namespace(api, f"team-{namespace_name('helm-shop')}", ENFORCE_LABELS)
         before = _everything(api)
 
         h.run(

@@ -23,6 +23,8 @@ from mirrorgate import policy
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import (
+    AUDIT_LABELS,
+    ENFORCE_LABELS,
     MODE_LABEL,
     admission_review,
     as_dict,
@@ -41,7 +43,6 @@ from tests.e2e.harness.suite import CREDENTIAL, RECONCILE_INTERVAL, Installed, M
 pytestmark = pytest.mark.e2e
 
 SECRET = policy.pull_secret_name(CREDENTIAL)
-ENFORCE = {MODE_LABEL: "enforce"}
 HEAL_BOUND = 2 * RECONCILE_INTERVAL + 10.0
 """A deleted copy is back within one reconcile interval plus the pass (at 20 copies a
 second); twice the interval and 10 s of slack for this shared machine."""
@@ -82,7 +83,7 @@ def test_service_account_cannot_read_secrets_in_another_namespace(
 ) -> None:
     """SubjectAccessReview: no get, list, watch or patch of Secrets outside its namespace."""
     with installed.control_plane.api_client() as api:
-        other = make_namespace(ENFORCE)
+        other = make_namespace(ENFORCE_LABELS)
         # Every verb that returns a Secret's data: patch and deletecollection answer with
         # the objects, so they are reads too.
         reads = {
@@ -106,7 +107,7 @@ def test_forged_review_for_a_namespace_not_opted_in_creates_nothing(
     with installed.control_plane.api_client() as api:
         targets = {
             "unlabelled": make_namespace(),
-            "audit": make_namespace({MODE_LABEL: "audit"}),
+            "audit": make_namespace(AUDIT_LABELS),
             "unknown": f"e2e-never-created-{secrets.token_hex(3)}",
         }
         answers: dict[str, dict[str, Any]] = {}
@@ -146,7 +147,7 @@ def test_records_hold_the_uid_and_a_keyed_fingerprint_only(
     """The record of a copy: its uid and an HMAC, no credential and no unkeyed hash."""
     registry = installed.registry
     with installed.control_plane.api_client() as api:
-        namespace = make_namespace(ENFORCE)
+        namespace = make_namespace(ENFORCE_LABELS)
         k8s.CoreV1Api(api).create_namespaced_pod(
             namespace, pod_dict("web", registry.upstream_image)
         )  # type: ignore[arg-type]
@@ -176,7 +177,7 @@ def test_deleted_copy_is_healed_within_the_bound(
     registry = installed.registry
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
-        namespace = make_namespace(ENFORCE)
+        namespace = make_namespace(ENFORCE_LABELS)
         core.create_namespaced_pod(namespace, pod_dict("web", registry.upstream_image))  # type: ignore[arg-type]
         before = read_secret(api, namespace, SECRET)
         assert before is not None

@@ -32,6 +32,7 @@ from tests.commands import MIRRORGATE
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import (
+    ENFORCE_LABELS,
     LEASE,
     MANAGED_BY,
     MODE_LABEL,
@@ -83,7 +84,6 @@ GONE_SOURCE = "gone.e2e.example"
 GONE_MIRROR = "gone-mirror.e2e.example/proxy"
 GONE_IMAGE = f"{GONE_SOURCE}/team/app:1"
 NGINX = "docker.io/library/nginx:1.27"
-ENFORCE = {MODE_LABEL: "enforce"}
 CONVERGE = 30.0
 """Rotation and clean-up must reach every copy within this many seconds."""
 
@@ -261,7 +261,7 @@ def wait_namespaces_cached(
     as ``answered`` says (a server that may not make Secrets answers with the
     reason, which differs once the namespace's label is in its cache).
     """
-    later = make_namespace(ENFORCE)
+    later = make_namespace(ENFORCE_LABELS)
     want = {"op": "add", "path": "/spec/imagePullSecrets", "value": [{"name": SECRET}]}
 
     def provisioned() -> str | None:
@@ -313,7 +313,7 @@ def test_foreign_secret_of_that_name_is_left_alone(
     }
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
-        namespace = make_namespace(ENFORCE)
+        namespace = make_namespace(ENFORCE_LABELS)
         before = as_dict(
             api,
             core.create_namespaced_secret(
@@ -369,7 +369,7 @@ def test_rotation_reaches_every_copy_within_30s(
     evidence.secret(registry.username, new_password)
     with installed.control_plane.api_client() as api:
         session_is_leader(api, installed)
-        namespaces = [make_namespace(ENFORCE) for _ in range(3)]
+        namespaces = [make_namespace(ENFORCE_LABELS) for _ in range(3)]
         for namespace in namespaces:
             create_pod(api, registry, evidence, namespace, upstream_pod(registry))
         assert expect_copies(api, namespaces, SECRET, registry.password)() is None
@@ -417,7 +417,7 @@ def test_opt_out_deletes_copy_and_keeps_other_secrets(
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
         session_is_leader(api, installed)
-        namespace = make_namespace(ENFORCE)
+        namespace = make_namespace(ENFORCE_LABELS)
         create_pod(api, registry, evidence, namespace, upstream_pod(registry))
         assert read_secret(api, namespace, SECRET) is not None
         others = {
@@ -475,8 +475,8 @@ def test_grant_revoked_by_policy_reload_deletes_copy(
     with installed.control_plane.api_client() as api:
         session_is_leader(api, installed)
         # Not e2e-*: the reloaded grant no longer covers it.
-        outside = create_namespace(api, f"mg-{namespace_name('revoked')}", ENFORCE)
-        inside = make_namespace(ENFORCE)
+        outside = create_namespace(api, f"mg-{namespace_name('revoked')}", ENFORCE_LABELS)
+        inside = make_namespace(ENFORCE_LABELS)
         for namespace in (outside, inside):
             create_pod(api, registry, evidence, namespace, upstream_pod(registry))
             assert read_secret(api, namespace, SECRET) is not None
@@ -538,7 +538,7 @@ def test_central_credential_deleted_removes_its_copies(
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
         session_is_leader(api, installed)
-        namespaces = [make_namespace(ENFORCE) for _ in range(2)]
+        namespaces = [make_namespace(ENFORCE_LABELS) for _ in range(2)]
         try:
             rewrite_policy(installed.server, with_gone)
             # For the host of its mirror: one for another host would count as broken.
@@ -695,7 +695,7 @@ def test_rbac_forbidden_create_skips_then_denies(
             )
             suite = register_own(api, installed, server)
             configuration = f"mirrorgate-e2e-{suite}"
-            namespace = make_namespace({SUITE_LABEL: suite, **ENFORCE})
+            namespace = make_namespace({SUITE_LABEL: suite, **ENFORCE_LABELS})
             wait_webhook_active(api, namespace)
             # Until the server's cache holds the label: before that it answers
             # "not labelled", which is not what this test is about.
@@ -793,7 +793,7 @@ def test_api_hang_and_refusal_answer_within_the_deadline(
             )
             suite = register_own(api, installed, server)
             configuration = f"mirrorgate-e2e-{suite}"
-            namespace = make_namespace({SUITE_LABEL: suite, **ENFORCE})
+            namespace = make_namespace({SUITE_LABEL: suite, **ENFORCE_LABELS})
             wait_webhook_active(api, namespace)
             wait_namespaces_cached(server, registry, make_namespace)
 
@@ -875,7 +875,7 @@ def test_two_replicas_race_to_exactly_one_secret(
         )
         for name in ("replica-a", "replica-b")
     ]
-    namespace = make_namespace(ENFORCE)
+    namespace = make_namespace(ENFORCE_LABELS)
     per_replica = 20
     barrier = threading.Barrier(per_replica * len(replicas))
 
@@ -1114,7 +1114,7 @@ def test_file_store_secret_pulls_and_wrong_password_gets_401(
         return decoded_patch(body["response"])
 
     with plane.api_client() as api:
-        good_namespace = make_namespace(ENFORCE)
+        good_namespace = make_namespace(ENFORCE_LABELS)
         operations = admit(good_namespace, "web")
         assert {
             "op": "add",
@@ -1127,7 +1127,7 @@ def test_file_store_secret_pulls_and_wrong_password_gets_401(
         assert registry.pull(registry.mirror_image, secret_config(good)) == registry.digest
 
         add(wrong)  # the server watches the store file and reloads it
-        bad_namespace = make_namespace(ENFORCE)
+        bad_namespace = make_namespace(ENFORCE_LABELS)
         attempts = iter(range(1000))
         seen: list[dict[str, Any]] = []
 

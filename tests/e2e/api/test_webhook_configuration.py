@@ -18,6 +18,7 @@ from mirrorgate import policy
 from mirrorgate.webhook import patch
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
+from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS
 from tests.e2e.harness.injector import SIDECAR_IMAGE, running_injector
 from tests.e2e.harness.kube import cert_manager_crds, create_pod
 from tests.e2e.harness.procs import wait_until
@@ -61,9 +62,7 @@ def test_reinvocation_converges_to_a_single_pass(
         admission = k8s.AdmissionregistrationV1Api(api)
         admission.create_mutating_webhook_configuration(injector)  # type: ignore[arg-type]
         try:
-            namespace = make_namespace(
-                {"mirrorgate.io/mode": "enforce", "e2e.mirrorgate.io/inject": "yes"}
-            )
+            namespace = make_namespace({**ENFORCE_LABELS, "e2e.mirrorgate.io/inject": "yes"})
             created, _ = create_pod(api, namespace, pod(installed))
         finally:
             admission.delete_mutating_webhook_configuration("zz-e2e-injector")
@@ -147,9 +146,7 @@ def test_stopped_webhook_follows_failure_policy(
             failure_policy=failure_policy,
         )
         try:
-            namespace = make_namespace(
-                {"e2e.mirrorgate.io/failure": label, "mirrorgate.io/mode": "enforce"}
-            )
+            namespace = make_namespace({"e2e.mirrorgate.io/failure": label, **ENFORCE_LABELS})
             running, _ = create_pod(api, namespace, pod(installed, name="while-up"))
             assert running["spec"]["containers"][0]["image"] == installed.registry.mirror_image
             server.stop()
@@ -173,8 +170,8 @@ def test_manifests_choose_ignore_and_say_why(installed: Installed) -> None:
     """The shipped failurePolicy is Ignore for both Pod webhooks, with its reason written down;
     Fail only for the policy ConfigMap's validator, which no Pod waits for."""
     assert {w["name"]: w["failurePolicy"] for w in installed.configuration["webhooks"]} == {
-        "enforce.mirrorgate.io": "Ignore",
-        "audit.mirrorgate.io": "Ignore",
+        mg.ENFORCE_WEBHOOK: "Ignore",
+        mg.AUDIT_WEBHOOK: "Ignore",
         "policy.mirrorgate.io": "Fail",
     }
     source = (REPO_ROOT / "manifests" / "base" / "mutatingwebhookconfiguration.yaml").read_text()

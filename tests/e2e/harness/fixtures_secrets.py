@@ -29,6 +29,9 @@ from tests.e2e.harness.procs import wait_until
 
 SUITE_LABEL = "e2e.mirrorgate.io/suite"
 MODE_LABEL = "mirrorgate.io/mode"
+# A namespace's labels for each mode (the label mirrorgate itself reads).
+ENFORCE_LABELS = {MODE_LABEL: "enforce"}
+AUDIT_LABELS = {MODE_LABEL: "audit"}
 MANAGED_BY = "app.kubernetes.io/managed-by"
 LEASE = "mirrorgate-reconciler"
 

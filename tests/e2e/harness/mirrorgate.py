@@ -31,6 +31,9 @@ from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.procs import ManagedProcess, free_port, http_ok, wait_until
 
 NAMESPACE = "mirrorgate"
+# The names of the two webhooks of manifests/base (and of the chart).
+ENFORCE_WEBHOOK = "enforce.mirrorgate.io"
+AUDIT_WEBHOOK = "audit.mirrorgate.io"
 SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:mirrorgate"
 SERVICE_ACCOUNT_GROUPS: tuple[str, ...] = (
     "system:serviceaccounts",

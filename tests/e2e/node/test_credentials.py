@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness import nodepods
-from tests.e2e.harness.fixtures_secrets import MODE_LABEL, read_secret
+from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS, read_secret
 from tests.e2e.harness.incluster import PROVIDERS_REPOSITORY, Release
 from tests.e2e.harness.kube import create_namespace, namespace_name
 from tests.e2e.harness.nodepods import push_workload
@@ -57,7 +57,7 @@ def test_the_kubelet_pulls_each_project_with_its_own_robot_across_refreshes(
             f"{up}/{PROVIDERS_REPOSITORY}:1",
         )
         namespace = create_namespace(
-            api, f"{GRANTED_PREFIX}{namespace_name('providers')}", {MODE_LABEL: "enforce"}
+            api, f"{GRANTED_PREFIX}{namespace_name('providers')}", ENFORCE_LABELS
         )
         for round_ in range(2):
             workloads = {t: push_workload(registry, f"{t}/hello", f"r{round_}") for t in TEAMS}

@@ -17,7 +17,7 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from tests.e2e.harness import nodepods
-from tests.e2e.harness.fixtures_secrets import MODE_LABEL
+from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS
 from tests.e2e.harness.health import PATIENCE, Scenario, timed_stop
 from tests.e2e.harness.incluster import Release, installed_policy
 from tests.e2e.harness.kube import create_namespace, namespace_name
@@ -63,7 +63,7 @@ class NodeScenario(Scenario):
 def node_scenario(node_installed: Release) -> Iterator[NodeScenario]:
     with node_installed.control_plane.api_client() as api:
         namespace = create_namespace(
-            api, f"{GRANTED_PREFIX}{namespace_name('health')}", {MODE_LABEL: "enforce"}
+            api, f"{GRANTED_PREFIX}{namespace_name('health')}", ENFORCE_LABELS
         )
         # The user's own Secret for the upstream: what a Pod left as written pulls with.
         nodepods.upstream_pull_secret(api, namespace, node_installed.registry)

@@ -30,7 +30,7 @@ from mirrorgate import policy
 from tests.e2e.harness import apiload, nodepods
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
-from tests.e2e.harness.fixtures_secrets import log_entries, read_secret
+from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS, log_entries, read_secret
 from tests.e2e.harness.incluster import (
     API_NAME,
     MIRROR_CA,
@@ -168,9 +168,7 @@ def _held_load(
     api: k8s.ApiClient, node: Node, hint: str, image: str, *, minimum_s: float
 ) -> apiload.Load:
     """16 creators at 20/s of Pods of ``image``, held, in a new opted-in, granted namespace."""
-    namespace = create_namespace(
-        api, f"{GRANTED_PREFIX}{namespace_name(hint)}", {"mirrorgate.io/mode": "enforce"}
-    )
+    namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name(hint)}", ENFORCE_LABELS)
     return apiload.Load(
         node.control_plane.api_client,
         namespace,
@@ -221,7 +219,7 @@ def _deployment_scenario(node: Node) -> None:
         namespace = create_namespace(
             api,
             f"{GRANTED_PREFIX}{namespace_name('in-cluster')}",
-            {"mirrorgate.io/mode": "enforce"},
+            ENFORCE_LABELS,
         )
         pods, logs = nodepods.run_deployment(api, namespace, workload)
         answered = _admission_logged(api, namespace)
@@ -303,7 +301,7 @@ def test_leader_election_and_reconciliation_run_in_the_cluster(node_installed: R
             or []
         )
         namespace = create_namespace(
-            api, f"{GRANTED_PREFIX}{namespace_name('reconcile')}", {"mirrorgate.io/mode": "enforce"}
+            api, f"{GRANTED_PREFIX}{namespace_name('reconcile')}", ENFORCE_LABELS
         )
         workload = nodepods.push_workload(registry, "node/reconcile")
         create_pod(api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)]))
@@ -474,7 +472,7 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_under_load(
             if p.spec
         ]
         k8s.CoreV1Api(api).delete_namespace(namespace)
-    counts = apiload.WebhookCounts.between(before, after, "enforce.mirrorgate.io")
+    counts = apiload.WebhookCounts.between(before, after, mg.ENFORCE_WEBHOOK)
     unrewritten = sum(1 for found in stored if found != mirrored)
     e2e_figures["caBundle restored on the node after a replace"] = (
         f"in {gap:.2f} s; {len(load.outcomes)} Pods created around it at "
@@ -539,7 +537,7 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
             if p.metadata and p.spec
         }
         k8s.CoreV1Api(api).delete_namespace(namespace)
-    counts = apiload.WebhookCounts.between(before, after, "enforce.mirrorgate.io")
+    counts = apiload.WebhookCounts.between(before, after, mg.ENFORCE_WEBHOOK)
     failed = [o for o in load.outcomes if o.error is not None]
     unrewritten = sorted(name for name, found in stored.items() if found != mirrored)
     e2e_figures["availability"] = (

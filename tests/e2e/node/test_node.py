@@ -31,7 +31,7 @@ from tests.commands import MIRRORGATE
 from tests.e2e.harness import nodepods
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.dockerconfig import Credentials
-from tests.e2e.harness.fixtures_secrets import as_dict, read_secret
+from tests.e2e.harness.fixtures_secrets import AUDIT_LABELS, ENFORCE_LABELS, as_dict, read_secret
 from tests.e2e.harness.incluster import Release
 from tests.e2e.harness.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.harness.node import KUBELET_CLIENT_USER, NODE_NAME, NODE_USER, NODES_GROUP, Node
@@ -52,8 +52,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node]
 INSTALLED, IMAGE = pytest.mark.installed, pytest.mark.image
 
 SECRET = policy.pull_secret_name(CREDENTIAL)
-ENFORCE = {"mirrorgate.io/mode": "enforce"}
-AUDIT = {"mirrorgate.io/mode": "audit"}
 MIRROR_FILLING = "Go-http-client"
 ROTATION_LIMIT = 30.0
 
@@ -302,7 +300,7 @@ def test_2_enforce_deployment_pulls_through_the_mirror(node_installed: Release) 
     registry = node_installed.registry
     workload = push_workload(registry, "node/deployment")
     with node_installed.control_plane.api_client() as api:
-        namespace = make_namespace(api, "deployment", ENFORCE, granted=True)
+        namespace = make_namespace(api, "deployment", ENFORCE_LABELS, granted=True)
         pods, logs = nodepods.run_deployment(api, namespace, workload)
         template = api.sanitize_for_serialization(
             k8s.AppsV1Api(api).read_namespaced_deployment("hello", namespace)
@@ -335,7 +333,7 @@ def test_3_init_and_ephemeral_containers_pull_through_the_mirror(node_installed:
         push_workload(registry, f"node/{kind}") for kind in ("init", "app", "debug")
     )
     with node_installed.control_plane.api_client() as api:
-        namespace = make_namespace(api, "containers", ENFORCE, granted=True)
+        namespace = make_namespace(api, "containers", ENFORCE_LABELS, granted=True)
         create_pod(
             api,
             namespace,
@@ -452,7 +450,7 @@ def test_4_rotated_mirror_password_reaches_new_pods_within_30s(node_installed: R
     workload = push_workload(registry, "node/rotation")
     new_password = f"rotated-{secrets.token_urlsafe(12)}"
     with node_installed.control_plane.api_client() as api:
-        namespace = make_namespace(api, "rotation", ENFORCE, granted=True)
+        namespace = make_namespace(api, "rotation", ENFORCE_LABELS, granted=True)
         with rotated(api, registry, new_password) as started:
             create_pod(
                 api, namespace, nodepods.pod("app", [nodepods.container("app", workload.image)])
@@ -497,7 +495,7 @@ def test_4_rotation_rewrites_the_copy_of_a_namespace_with_running_pods(
         return None if password_of(copy_in(api, namespace)) == new_password else "old password"
 
     with node_installed.control_plane.api_client() as api:
-        namespace = make_namespace(api, "rotation-existing", ENFORCE, granted=True)
+        namespace = make_namespace(api, "rotation-existing", ENFORCE_LABELS, granted=True)
         create_pod(api, namespace, nodepods.pod("a", [nodepods.container("app", running.image)]))
         nodepods.wait_running(api, namespace, "a")
         before = copy_in(api, namespace)
@@ -573,7 +571,7 @@ def test_5_audit_mode_runs_the_original_image_and_names_the_rewrite(
 ) -> None:
     """audit: the Pod runs from the upstream, untouched; the warning names the mirror image."""
     workload, _, warnings = runs_untouched_from_the_upstream(
-        node_installed, "node/audit", AUDIT, granted=True
+        node_installed, "node/audit", AUDIT_LABELS, granted=True
     )
     mirrored = mirror_image(node_installed.registry, workload)
     assert any(mirrored in w and workload.image in w for w in warnings), warnings
@@ -584,7 +582,7 @@ def test_5_audit_mode_runs_the_original_image_and_names_the_rewrite(
 def test_6_namespace_without_the_grant_pulls_from_the_upstream(node_installed: Release) -> None:
     """enforce, but not granted the credential: images stay as written, pulled upstream."""
     _, _, warnings = runs_untouched_from_the_upstream(
-        node_installed, "node/no-grant", ENFORCE, granted=False
+        node_installed, "node/no-grant", ENFORCE_LABELS, granted=False
     )
     assert any(CREDENTIAL in w for w in warnings), warnings
 
@@ -604,12 +602,12 @@ def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Relea
     workload = push_workload(registry, "node/ensure-pulled")
     image = mirror_image(registry, workload)
     with node_installed.control_plane.api_client() as api:
-        granted = make_namespace(api, "ensure-granted", ENFORCE, granted=True)
+        granted = make_namespace(api, "ensure-granted", ENFORCE_LABELS, granted=True)
         create_pod(api, granted, nodepods.pod("first", [nodepods.container("app", workload.image)]))
         nodepods.wait_running(api, granted, "first")
         before = len(by_node(registry.access_log("mirror"), workload))
 
-        other = make_namespace(api, "ensure-other", ENFORCE, granted=False)
+        other = make_namespace(api, "ensure-other", ENFORCE_LABELS, granted=False)
         stored, warnings = create_pod(
             api,
             other,
@@ -617,7 +615,7 @@ def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Relea
         )
         message = nodepods.wait_pull_failure(api, other, "reuse", "app")
 
-        second = make_namespace(api, "ensure-granted-2", ENFORCE, granted=True)
+        second = make_namespace(api, "ensure-granted-2", ENFORCE_LABELS, granted=True)
         create_pod(api, second, nodepods.pod("again", [nodepods.container("app", workload.image)]))
         nodepods.wait_running(api, second, "again")
     assert stored["spec"]["containers"][0]["image"] == image
