@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client as k8s
 
+from tests.e2e.harness.procs import wait_until
 from tests.webhook import scrape
 
 FAIL_OPEN = "apiserver_admission_webhook_fail_open_count"
@@ -132,6 +133,21 @@ class Load:
         finally:
             stop.set()
             runner.join()
+
+    def wait_created(self, count: int, *, timeout: float = 60) -> None:
+        """Wait until ``count`` Pods have been asked for: the load is under way."""
+
+        def check() -> str | None:
+            with self._lock:  # the creators append under it
+                created = len(self.outcomes)
+            return None if created >= count else f"{created} created"
+
+        wait_until(
+            check,
+            timeout=timeout,
+            what=f"{count} Pods of the load created",
+            interval=0.05,
+        )
 
     def run(self) -> None:
         """Create until done; returns when every creator has stopped."""

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import ssl
 import subprocess
 import time
@@ -53,7 +52,13 @@ from kubernetes import client as k8s
 from mirrorgate.certs.authority import CertificateAuthority
 from tests.e2e.harness.binaries import MissingBinaryError, built_binary
 from tests.e2e.harness.controlplane import ControlPlane, start_control_plane
-from tests.e2e.harness.nodehost import BRIDGE, HostState, machine_lock, recover_unfinished
+from tests.e2e.harness.nodehost import (
+    BRIDGE,
+    HostState,
+    kill_and_reap,
+    machine_lock,
+    recover_unfinished,
+)
 from tests.e2e.harness.noderuntime import CNI_BIN_DIR, ContainerdRuntime, containerd_runtime
 from tests.e2e.harness.procs import ManagedProcess, free_port, stop_all, wait_until
 from tests.e2e.harness.registry import RegistryStack, start_registry_stack
@@ -340,20 +345,7 @@ def _kill_leftover_processes(socket: Path) -> None:
     for procs in Path("/sys/fs/cgroup").glob("*/kubepods/**/cgroup.procs"):
         with contextlib.suppress(OSError):
             pids.update(int(line) for line in procs.read_text().split())
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while pids and time.monotonic() < deadline:
-        pids = {pid for pid in pids if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"}
-        time.sleep(0.1)
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
+    kill_and_reap(pids)
 
 
 def _healthz(url: str) -> str | None:

@@ -30,7 +30,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,17 +154,14 @@ def recover_unfinished() -> list[str]:
 def _kill_processes_naming(workdir: Path) -> list[int]:
     """SIGKILL every process whose command line names ``workdir``; their PIDs."""
     marker = str(workdir).encode()
-    killed = []
+    naming = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
             if marker in (entry / "cmdline").read_bytes():
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
-    if killed:
-        time.sleep(1)  # let the kernel reap them before their mounts and links go
-    return killed
+                naming.append(int(entry.name))
+    return kill_and_reap(naming)  # reaped before their mounts and links go
 
 
 def _kill_processes_in(cgroups: list[Path]) -> list[int]:
@@ -175,12 +172,31 @@ def _kill_processes_in(cgroups: list[Path]) -> list[int]:
             with contextlib.suppress(OSError):
                 pids.update(int(p) for p in (Path(directory) / "cgroup.procs").read_text().split())
     pids.discard(os.getpid())
+    return kill_and_reap(pids)  # reaped before their cgroups go
+
+
+def kill_and_reap(pids: Iterable[int], *, timeout: float = 30) -> list[int]:
+    """SIGKILL ``pids`` and wait until each is gone or a zombie (by then the kernel has
+    released its files, mounts and cgroup); the PIDs signalled, sorted."""
+    killed: set[int] = set()
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    if pids:
-        time.sleep(1)  # reaped before their cgroups go
-    return sorted(pids)
+            killed.add(pid)
+    alive = set(killed)
+    deadline = time.monotonic() + timeout
+    while alive and time.monotonic() < deadline:
+        alive = {pid for pid in alive if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"}
+        if alive:
+            time.sleep(0.1)
+    return sorted(killed)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 def _run(*argv: str) -> str:

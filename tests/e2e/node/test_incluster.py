@@ -445,7 +445,7 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_under_load(
         namespace = load.namespace
         before = apiload.api_server_samples(api)
         with load.running():
-            time.sleep(2)
+            load.wait_created(40)  # two seconds' worth at 20/s before the replace
             admission = k8s.AdmissionregistrationV1Api(api)
             manifest = api.sanitize_for_serialization(
                 admission.read_mutating_webhook_configuration("mirrorgate")
@@ -500,7 +500,7 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
         namespace = load.namespace
         before = apiload.api_server_samples(api)
         with load.running():
-            time.sleep(5)
+            load.wait_created(100)  # five seconds' worth at 20/s before the first disruption
             (victim, *_) = replicas(api)
             assert victim.metadata is not None
             deleted = time.monotonic()
