@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 
 from mirrorgate import certs
 from tests.commands import MIRRORGATE
+from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS
@@ -40,40 +41,11 @@ def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: st
     for its own configuration, and nothing more.
     """
     rbac = k8s.RbacAuthorizationV1Api(api)
-    rbac.create_cluster_role_binding(
-        {  # type: ignore[arg-type]
-            "metadata": {"name": f"{user}-base"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "mirrorgate",
-            },
-            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
-        }
-    )
-    rbac.create_namespaced_role_binding(
-        mg.NAMESPACE,
-        {  # type: ignore[arg-type]
-            "metadata": {"name": f"{user}-own"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "mirrorgate",
-            },
-            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
-        },
-    )
-    rbac.create_namespaced_role_binding(
-        mg.NAMESPACE,
-        {  # type: ignore[arg-type]
-            "metadata": {"name": f"{user}-leader"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "mirrorgate-leader",
-            },
-            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
-        },
+    subject = kube.user_subject(user)
+    kube.bind(rbac, f"{user}-base", ("ClusterRole", "mirrorgate"), subject)
+    kube.bind(rbac, f"{user}-own", ("Role", "mirrorgate"), subject, namespace=mg.NAMESPACE)
+    kube.bind(
+        rbac, f"{user}-leader", ("Role", "mirrorgate-leader"), subject, namespace=mg.NAMESPACE
     )
     rbac.create_cluster_role(
         {  # type: ignore[arg-type]
@@ -88,17 +60,7 @@ def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: st
             ],
         }
     )
-    rbac.create_cluster_role_binding(
-        {  # type: ignore[arg-type]
-            "metadata": {"name": f"{user}-webhook"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": f"{user}-webhook",
-            },
-            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
-        }
-    )
+    kube.bind(rbac, f"{user}-webhook", ("ClusterRole", f"{user}-webhook"), subject)
 
 
 def _secret(api: k8s.ApiClient, name: str) -> dict[str, bytes] | None:

@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
+from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
@@ -305,20 +306,7 @@ def test_the_skip_label_policy_of_docs_security_keeps_tenants_from_the_skip_labe
                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
             },
         )
-        rbac.create_namespaced_role_binding(
-            namespace,
-            {  # type: ignore[arg-type]
-                "metadata": {"name": tenant},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": tenant,
-                },
-                "subjects": [
-                    {"kind": "User", "name": tenant, "apiGroup": "rbac.authorization.k8s.io"}
-                ],
-            },
-        )
+        kube.bind(rbac, tenant, ("Role", tenant), kube.user_subject(tenant), namespace=namespace)
         for obj in objects:
             k8s_utils.create_from_dict(admin, obj)  # type: ignore[no-untyped-call]
         try:

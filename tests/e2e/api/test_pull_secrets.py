@@ -29,6 +29,7 @@ from kubernetes import client as k8s
 
 from mirrorgate import policy
 from tests.commands import MIRRORGATE
+from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import (
@@ -648,7 +649,7 @@ def test_rbac_forbidden_create_skips_then_denies(
     user = f"e2e-nocreate-{secrets.token_hex(3)}"
     role = f"e2e-namespaces-{secrets.token_hex(3)}"
     skip_policy = "onCredentialError: skip\n" + e2e_policy(registry)
-    subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+    subject = kube.user_subject(user)
     with plane.api_client() as api:
         rbac = k8s.RbacAuthorizationV1Api(api)
         # mirrorgate's own-namespace Role (store, records) and the Namespace
@@ -659,29 +660,9 @@ def test_rbac_forbidden_create_skips_then_denies(
             "metadata": {"name": role},
             "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}],
         }
-        binding: Any = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role,
-            },
-            "subjects": [subject],
-        }
-        own: Any = {
-            "metadata": {"name": role, "namespace": mg.NAMESPACE},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "mirrorgate",
-            },
-            "subjects": [subject],
-        }
         rbac.create_cluster_role(cluster_role)
-        rbac.create_cluster_role_binding(binding)
-        rbac.create_namespaced_role_binding(mg.NAMESPACE, own)
+        kube.bind(rbac, role, ("ClusterRole", role), subject)
+        kube.bind(rbac, role, ("Role", "mirrorgate"), subject, namespace=mg.NAMESPACE)
         configuration = ""
         try:
             server = started(

@@ -107,3 +107,29 @@ def warning_messages(headers: Any) -> list[str]:
     for value in values:
         messages += [m.replace('\\"', '"').replace("\\\\", "\\") for m in _WARNING.findall(value)]
     return messages
+
+
+def bind(
+    rbac: k8s.RbacAuthorizationV1Api,
+    name: str,
+    role: tuple[str, str],
+    subject: dict[str, str],
+    *,
+    namespace: str | None = None,
+) -> None:
+    """Bind ``role`` (kind, name) to ``subject`` as ``name``: a RoleBinding in ``namespace``,
+    or a ClusterRoleBinding without one."""
+    body = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role[0], "name": role[1]},
+        "subjects": [subject],
+    }
+    if namespace is None:
+        rbac.create_cluster_role_binding(body)  # type: ignore[arg-type]
+    else:
+        rbac.create_namespaced_role_binding(namespace, body)  # type: ignore[arg-type]
+
+
+def user_subject(name: str) -> dict[str, str]:
+    """The RBAC subject of the user ``name`` (as a client certificate's CN names it)."""
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}

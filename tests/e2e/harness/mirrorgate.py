@@ -26,6 +26,7 @@ from kubernetes import utils as k8s_utils
 
 from mirrorgate import certs
 from tests.commands import MIRRORGATE
+from tests.e2e.harness import kube
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.procs import ManagedProcess, free_port, http_ok, wait_until
@@ -82,17 +83,7 @@ def installed_in(api: k8s.ApiClient, namespace: str) -> tuple[str, tuple[str, st
     ValidatingAdmissionPolicy confines it there as it confines the session's."""
     rbac = k8s.RbacAuthorizationV1Api(api)
     subject = {"kind": "ServiceAccount", "name": "mirrorgate", "namespace": namespace}
-    rbac.create_cluster_role_binding(
-        {  # type: ignore[arg-type]
-            "metadata": {"name": f"mirrorgate-{namespace}"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "mirrorgate",
-            },
-            "subjects": [subject],
-        }
-    )
+    kube.bind(rbac, f"mirrorgate-{namespace}", ("ClusterRole", "mirrorgate"), subject)
     for name in ("mirrorgate", "mirrorgate-leader"):
         role = copy.deepcopy(rbac.read_namespaced_role(name, NAMESPACE))
         rbac.create_namespaced_role(
@@ -104,14 +95,7 @@ def installed_in(api: k8s.ApiClient, namespace: str) -> tuple[str, tuple[str, st
                 ),
             },
         )
-        rbac.create_namespaced_role_binding(
-            namespace,
-            {  # type: ignore[arg-type]
-                "metadata": {"name": name},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                "subjects": [subject],
-            },
-        )
+        kube.bind(rbac, name, ("Role", name), subject, namespace=namespace)
     return service_account(namespace)
 
 

@@ -50,6 +50,7 @@ import httpx
 from kubernetes import client as k8s
 
 from mirrorgate.certs.authority import CertificateAuthority
+from tests.e2e.harness import kube
 from tests.e2e.harness.binaries import MissingBinaryError, built_binary
 from tests.e2e.harness.controlplane import ControlPlane, start_control_plane
 from tests.e2e.harness.nodehost import (
@@ -530,22 +531,11 @@ def _start_node_control_plane(workdir: Path) -> ControlPlane:
 def _authorise_kubelet_client(api: k8s.ApiClient) -> None:
     """The API server's identity at the kubelet may use the kubelet's API (logs, exec,
     port-forward, proxy), as the bootstrap ClusterRole `system:kubelet-api-admin` says."""
-    k8s.RbacAuthorizationV1Api(api).create_cluster_role_binding(
-        {  # type: ignore[arg-type]
-            "metadata": {"name": "kube-apiserver-kubelet-api-admin"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "system:kubelet-api-admin",
-            },
-            "subjects": [
-                {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "User",
-                    "name": KUBELET_CLIENT_USER,
-                }
-            ],
-        }
+    kube.bind(
+        k8s.RbacAuthorizationV1Api(api),
+        "kube-apiserver-kubelet-api-admin",
+        ("ClusterRole", "system:kubelet-api-admin"),
+        kube.user_subject(KUBELET_CLIENT_USER),
     )
 
 
