@@ -26,6 +26,7 @@ from kubernetes.dynamic.resource import ResourceList
 from mirrorgate import certs, policy
 from mirrorgate.webhook.credentials import providerconfig
 from tests.e2e.harness import helm as h
+from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
@@ -566,19 +567,10 @@ def test_render_is_accepted_by_server_side_dry_run(
     with own_control_plane.api_client() as api:
         cert_manager_crds(api)
         namespace = create_namespace(api, namespace_name("helm-dry-run"))
-        client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
-        for obj in h.template(
+        objects = h.template(
             helm, home, values, namespace=namespace, files=[every_value] if every else []
-        ):
-            resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            client.server_side_apply(  # type: ignore[no-untyped-call]
-                resource,
-                body=obj,
-                namespace=obj["metadata"].get("namespace"),
-                field_manager="mirrorgate-e2e",
-                force_conflicts=True,
-                dry_run="All",
-            )
+        )
+        kube.apply(api, objects, dry_run=True)
 
 
 def _get(

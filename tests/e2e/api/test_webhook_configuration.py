@@ -12,10 +12,10 @@ import jsonpatch
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes import dynamic
 
 from mirrorgate import policy
 from mirrorgate.webhook import patch
+from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS
@@ -199,21 +199,15 @@ def test_overlay_is_accepted_by_server_side_dry_run(
     with installed.control_plane.api_client() as api:
         if overlay.endswith("cert-manager"):
             cert_manager_crds(api)
-        client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
-        for obj in objects:
-            if obj["kind"] == "MutatingWebhookConfiguration":
-                # The session's own configuration holds this name with a URL
-                # instead of the Service; a fresh name keeps the two apart.
-                obj = {**obj, "metadata": {**obj["metadata"], "name": "mirrorgate-dry-run"}}
-            resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            client.server_side_apply(  # type: ignore[no-untyped-call]
-                resource,
-                body=obj,
-                namespace=obj["metadata"].get("namespace"),
-                field_manager="mirrorgate-e2e",
-                force_conflicts=True,
-                dry_run="All",
-            )
+        # The session's own configuration holds the name `mirrorgate` with a URL
+        # instead of the Service; a fresh name keeps the two apart.
+        renamed = [
+            {**obj, "metadata": {**obj["metadata"], "name": "mirrorgate-dry-run"}}
+            if obj["kind"] == "MutatingWebhookConfiguration"
+            else obj
+            for obj in objects
+        ]
+        kube.apply(api, renamed, dry_run=True)
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert ("--audit-only" in args) == overlay.endswith("audit")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes import dynamic
 
 # RFC 7234 warn-value as kube-apiserver sends it: `299 - "text"` (quotes escaped).
 _WARNING = re.compile(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"')
@@ -133,3 +134,25 @@ def bind(
 def user_subject(name: str) -> dict[str, str]:
     """The RBAC subject of the user ``name`` (as a client certificate's CN names it)."""
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}
+
+
+def apply(
+    api: k8s.ApiClient,
+    objects: Iterable[Mapping[str, Any]],
+    *,
+    field_manager: str = "mirrorgate-e2e",
+    dry_run: bool = False,
+) -> None:
+    """Server-side apply of each object, as `kubectl apply --server-side --force-conflicts`
+    does (with `--dry-run=server` when ``dry_run``)."""
+    client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
+    for obj in objects:
+        resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        client.server_side_apply(  # type: ignore[no-untyped-call]
+            resource,
+            body=obj,
+            namespace=obj["metadata"].get("namespace"),
+            field_manager=field_manager,
+            force_conflicts=True,
+            dry_run="All" if dry_run else None,
+        )

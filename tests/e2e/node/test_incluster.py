@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 from kubernetes import dynamic
 
 from mirrorgate import policy
-from tests.e2e.harness import apiload, nodepods
+from tests.e2e.harness import apiload, kube, nodepods
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS, log_entries, read_secret
@@ -130,16 +130,7 @@ def _kustomization(workdir: Path, node: Node, relay_port: int) -> Path:
 
 
 def _apply(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
-    client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
-    for obj in objects:
-        resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        client.server_side_apply(  # type: ignore[no-untyped-call]
-            resource,
-            body=obj,
-            namespace=obj["metadata"].get("namespace"),
-            field_manager="mirrorgate-incluster",
-            force_conflicts=True,
-        )
+    kube.apply(api, objects, field_manager="mirrorgate-incluster")
 
 
 def _remove(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
