@@ -25,11 +25,11 @@ from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
 from mirrorgate import certs
-from tests.commands import MIRRORGATE
 from tests.e2e.harness import kube
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.procs import ManagedProcess, free_port, http_ok, wait_until
+from tests.e2e.harness.procs import ManagedProcess, http_ok, wait_until
+from tests.e2e.harness.standalone import serve_argv
 
 NAMESPACE = "mirrorgate"
 # The names of the two webhooks of manifests/base (and of the chart).
@@ -170,38 +170,9 @@ def start_mirrorgate(
     Secret: readiness is then checked without verification, and the caller
     verifies against the CA from the Secret.
     """
-    workdir.mkdir(parents=True, exist_ok=True)
-    if tls_secret is None:
-        certs.generate_bundle(
-            service="mirrorgate",
-            namespace=NAMESPACE,
-            out=workdir / "tls",
-            dns=["localhost"],
-            ips=["127.0.0.1"],
-        )
-        tls_args = [
-            "--tls-cert",
-            str(workdir / "tls" / certs.TLS_CERT),
-            "--tls-key",
-            str(workdir / "tls" / certs.TLS_KEY),
-        ]
-    else:
-        tls_args = ["--tls-secret", tls_secret, "--tls-dir", str(workdir / "tls")]
-    policy_path = workdir / "policy.yaml"
-    policy_path.write_text(policy)
-    port = free_port()
+    serve, port, policy_path = serve_argv(workdir, policy, tls_secret=tls_secret)
     argv = [
-        *MIRRORGATE,
-        "serve",
-        "--policy",
-        str(policy_path),
-        *tls_args,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--reload-interval",
-        "0.2",
+        *serve,
         "--kubeconfig",
         str(kubeconfig or plane.kubeconfig_for(user, groups)),
         "--namespace",

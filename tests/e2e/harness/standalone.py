@@ -97,6 +97,51 @@ def write_store(directory: Path, credentials: Sequence[Credential]) -> list[str]
     return ["--store", "file", "--store-file", str(store), "--key-file", str(key_file)]
 
 
+def serve_argv(
+    workdir: Path, policy: str, *, tls_secret: str | None = None
+) -> tuple[list[str], int, Path]:
+    """`mirrorgate serve` on a free loopback port, reloading every 0.2 s, with ``policy``
+    written under ``workdir``: its argv, port and policy file.
+
+    Its certificates are generated under ``workdir``/tls, or with ``tls_secret`` it
+    manages its own there.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    if tls_secret is None:
+        certs.generate_bundle(
+            service="mirrorgate",
+            namespace="mirrorgate",
+            out=workdir / "tls",
+            dns=["localhost"],
+            ips=["127.0.0.1"],
+        )
+        tls_args = [
+            "--tls-cert",
+            str(workdir / "tls" / certs.TLS_CERT),
+            "--tls-key",
+            str(workdir / "tls" / certs.TLS_KEY),
+        ]
+    else:
+        tls_args = ["--tls-secret", tls_secret, "--tls-dir", str(workdir / "tls")]
+    policy_path = workdir / "policy.yaml"
+    policy_path.write_text(policy)
+    port = free_port()
+    argv = [
+        *MIRRORGATE,
+        "serve",
+        "--policy",
+        str(policy_path),
+        *tls_args,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--reload-interval",
+        "0.2",
+    ]
+    return argv, port, policy_path
+
+
 def start_standalone(
     workdir: Path,
     *,
@@ -106,34 +151,8 @@ def start_standalone(
     redact: Sequence[str] = (),
 ) -> Standalone:
     """`mirrorgate serve` with generated certificates on a free loopback port, until ready."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    certs.generate_bundle(
-        service="mirrorgate",
-        namespace="mirrorgate",
-        out=workdir / "tls",
-        dns=["localhost"],
-        ips=["127.0.0.1"],
-    )
-    policy_path = workdir / "policy.yaml"
-    policy_path.write_text(policy)
-    port = free_port()
-    argv = [
-        *MIRRORGATE,
-        "serve",
-        "--policy",
-        str(policy_path),
-        "--tls-cert",
-        str(workdir / "tls" / certs.TLS_CERT),
-        "--tls-key",
-        str(workdir / "tls" / certs.TLS_KEY),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--reload-interval",
-        "0.2",
-        *args,
-    ]
+    serve, port, policy_path = serve_argv(workdir, policy)
+    argv = [*serve, *args]
     # The server's own environment only: SSL_CERT_FILE is what these tests vary.
     process = ManagedProcess(
         "mirrorgate", argv, workdir / "mirrorgate.log", env=env, cwd=REPO_ROOT, redact=redact
