@@ -30,10 +30,9 @@ from mirrorgate import policy
 from mirrorgate.webhook import cli
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import (
-    MODE_LABEL,
-    SUITE_LABEL,
-    own_configuration,
+    register_for_suite,
     rewrite_policy,
+    suite_namespace,
 )
 from tests.e2e.harness.health import DOWN_BOUND, HEALTH, PATIENCE, UP_BOUND, Scenario, timed_stop
 from tests.e2e.harness.kube import create_namespace, namespace_name
@@ -75,20 +74,11 @@ def serving(installed: Installed, stack: RegistryStack, workdir: Path) -> Iterat
         )
         name = f"mirrorgate-e2e-{suite}"
         try:
-            mg.register(
-                api,
-                own_configuration(installed.configuration),
-                server,
-                name=name,
-                namespace_label=(SUITE_LABEL, suite),
-                failure_policy="Fail",
-            )
+            register_for_suite(api, installed.configuration, server, name=name, suite=suite)
             # Opted in (the server makes pull secrets only in enforce namespaces) and
             # ours by the suite label; the session's webhook also sees it, but its
             # policy covers none of this module's images.
-            namespace = create_namespace(
-                api, namespace_name("health"), {SUITE_LABEL: suite, MODE_LABEL: "enforce"}
-            )
+            namespace = suite_namespace(api, "health", suite)
             running = Scenario(api, server, stack, namespace)
             wait_until(
                 lambda: None if running.app_image() == stack.mirror_image else "not yet",

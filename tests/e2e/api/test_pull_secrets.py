@@ -55,10 +55,10 @@ from tests.e2e.harness.fixtures_secrets import (
     logs_flushed,
     metric,
     metrics_text,
-    own_configuration,
     pod_dict,
     post_review,
     read_secret,
+    register_for_suite,
     rewrite_policy,
     secret_config,
     wait_log,
@@ -217,13 +217,8 @@ def expect_gone(api: k8s.ApiClient, namespace: str, name: str) -> Callable[[], s
 def register_own(api: k8s.ApiClient, installed: Installed, server: mg.Mirrorgate) -> str:
     """Register ``server`` for namespaces labelled with a suite value of its own (Fail)."""
     suite = f"ps-{secrets.token_hex(4)}"
-    mg.register(
-        api,
-        own_configuration(installed.configuration),
-        server,
-        name=f"mirrorgate-e2e-{suite}",
-        namespace_label=(SUITE_LABEL, suite),
-        failure_policy="Fail",
+    register_for_suite(
+        api, installed.configuration, server, name=f"mirrorgate-e2e-{suite}", suite=suite
     )
     return suite
 

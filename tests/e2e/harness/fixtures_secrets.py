@@ -25,6 +25,7 @@ import httpx
 from kubernetes import client as k8s
 
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.kube import create_namespace, namespace_name
 from tests.e2e.harness.procs import wait_until
 
 SUITE_LABEL = "e2e.mirrorgate.io/suite"
@@ -430,3 +431,28 @@ class Evidence:
 
 def elapsed(since: float) -> float:
     return round(time.monotonic() - since, 3)
+
+
+def register_for_suite(
+    api: k8s.ApiClient,
+    configuration: Mapping[str, Any],
+    server: mg.Mirrorgate,
+    *,
+    name: str,
+    suite: str,
+) -> None:
+    """Register ``server`` as ``name``, with ``configuration``'s enforce webhook only
+    (failurePolicy Fail), for the namespaces labelled with ``suite``."""
+    mg.register(
+        api,
+        own_configuration(configuration),
+        server,
+        name=name,
+        namespace_label=(SUITE_LABEL, suite),
+        failure_policy="Fail",
+    )
+
+
+def suite_namespace(api: k8s.ApiClient, hint: str, suite: str) -> str:
+    """A new namespace of ``suite``, opted in to enforce: what its own server serves."""
+    return create_namespace(api, namespace_name(hint), {SUITE_LABEL: suite, **ENFORCE_LABELS})

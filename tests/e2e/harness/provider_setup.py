@@ -18,15 +18,14 @@ from kubernetes import client as k8s
 
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import (
-    MODE_LABEL,
-    SUITE_LABEL,
     as_dict,
-    own_configuration,
     pod_dict,
     read_secret,
+    register_for_suite,
     secret_config,
+    suite_namespace,
 )
-from tests.e2e.harness.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.harness.kube import create_namespace, warning_messages
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.providers import RobotIssuer, start_issuer
 from tests.e2e.harness.registry import RegistryStack
@@ -137,17 +136,10 @@ def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
             ],
         )
         try:
-            mg.register(
-                api,
-                own_configuration(installed.configuration),
-                server,
-                name=configuration,
-                namespace_label=(SUITE_LABEL, suite),
-                failure_policy="Fail",
+            register_for_suite(
+                api, installed.configuration, server, name=configuration, suite=suite
             )
-            namespace = create_namespace(
-                api, namespace_name("providers"), {SUITE_LABEL: suite, MODE_LABEL: "enforce"}
-            )
+            namespace = suite_namespace(api, "providers", suite)
             yield Setup(
                 installed=installed,
                 server=server,

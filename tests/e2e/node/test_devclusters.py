@@ -40,7 +40,10 @@ from tests.commands import MIRRORGATE
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness import nodepods
 from tests.e2e.harness.binaries import REPO_ROOT
-from tests.e2e.harness.fixtures_secrets import MODE_LABEL, SUITE_LABEL, own_configuration
+from tests.e2e.harness.fixtures_secrets import (
+    register_for_suite,
+    suite_namespace,
+)
 from tests.e2e.harness.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.harness.node import GATEWAY, Node
 from tests.e2e.harness.nodepods import Workload, by_node, manifest_statuses, push_workload
@@ -194,18 +197,10 @@ def dev(
             )
             stop.callback(server.stop)
             name = f"mirrorgate-e2e-{suite}"
-            mg.register(
-                api,
-                own_configuration(mg.webhook_configuration(kustomize)),
-                server,
-                name=name,
-                namespace_label=(SUITE_LABEL, suite),
-                failure_policy="Fail",
-            )
+            configuration = mg.webhook_configuration(kustomize)
+            register_for_suite(api, configuration, server, name=name, suite=suite)
             stop.callback(mg.unregister, api, name)
-            namespace = create_namespace(
-                api, namespace_name("dev"), {SUITE_LABEL: suite, MODE_LABEL: "enforce"}
-            )
+            namespace = suite_namespace(api, "dev", suite)
             yield Dev(
                 node=node,
                 plain=plain,
