@@ -74,8 +74,9 @@ def wait_in_force(plane: ControlPlane, namespace: str) -> None:
         with as_service_account(plane) as api:
             try:
                 k8s.CoreV1Api(api).create_namespaced_secret(
-                    namespace, secret(f"unlabelled-{secrets.token_hex(3)}")
-                )  # type: ignore[arg-type]
+                    namespace,
+                    secret(f"unlabelled-{secrets.token_hex(3)}"),  # type: ignore[arg-type]
+                )
             except k8s.ApiException as error:
                 return None if SECRETS_REFUSAL in str(error.body) else str(error.body)
         return "allowed"

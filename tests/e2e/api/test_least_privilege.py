@@ -20,6 +20,7 @@ import pytest
 from kubernetes import client as k8s
 
 from mirrorgate import policy
+from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.fixtures_secrets import (
@@ -148,9 +149,7 @@ def test_records_hold_the_uid_and_a_keyed_fingerprint_only(
     registry = installed.registry
     with installed.control_plane.api_client() as api:
         namespace = make_namespace(ENFORCE_LABELS)
-        k8s.CoreV1Api(api).create_namespaced_pod(
-            namespace, pod_dict("web", registry.upstream_image)
-        )  # type: ignore[arg-type]
+        kube.create_pod(api, namespace, pod_dict("web", registry.upstream_image))
         secret = read_secret(api, namespace, SECRET)
         record = record_of(api, namespace, SECRET)
     assert secret is not None

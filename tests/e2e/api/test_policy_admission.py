@@ -68,8 +68,9 @@ def test_an_invalid_policy_is_refused_with_policy_checks_errors_and_the_old_one_
     with installed.control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
         created, _, headers = core.create_namespaced_config_map_with_http_info(
-            mg.NAMESPACE, config_map(name, valid)
-        )  # type: ignore[arg-type]
+            mg.NAMESPACE,
+            config_map(name, valid),  # type: ignore[arg-type]
+        )
         assert created.metadata is not None
         version = created.metadata.resource_version
         refused: dict[str, k8s.ApiException] = {}

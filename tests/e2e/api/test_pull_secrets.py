@@ -63,7 +63,7 @@ from tests.e2e.harness.fixtures_secrets import (
     secret_config,
     wait_log,
 )
-from tests.e2e.harness.kube import create_namespace, namespace_name, warning_messages
+from tests.e2e.harness.kube import create_namespace, namespace_name
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.registry import RegistryStack
 from tests.e2e.harness.registry_client import RegistryHTTPError
@@ -154,12 +154,7 @@ def create_pod(
     dry_run: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """Create a Pod through the real API server; check the mirror invariant; keep evidence."""
-    # The generated client takes plain dicts at run time; its annotations say models.
-    created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(
-        namespace, dict(body), dry_run="All" if dry_run else None
-    )  # type: ignore[arg-type]
-    stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
-    warnings = warning_messages(headers)
+    stored, warnings = kube.create_pod(api, namespace, body, dry_run=dry_run)
     evidence.text(f"warnings for {namespace}/{stored['metadata']['name']}", warnings)
     evidence.text(
         f"annotations of {namespace}/{stored['metadata']['name']}",

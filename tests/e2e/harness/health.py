@@ -10,7 +10,7 @@ from kubernetes import client as k8s
 from mirrorgate.webhook.credentials.store import Credential
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import metric, metrics_text
-from tests.e2e.harness.kube import warning_messages
+from tests.e2e.harness.kube import create_pod
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.registry import RegistryStack, stop_mirror
 
@@ -69,11 +69,7 @@ class Scenario:
                 containers=[k8s.V1Container(name="app", image=self.stack.upstream_image)]
             ),
         )
-        created, _, headers = k8s.CoreV1Api(self.api).create_namespaced_pod_with_http_info(
-            self.namespace, body, dry_run="All" if dry_run else None
-        )
-        stored: dict[str, Any] = self.api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
-        return stored, warning_messages(headers)
+        return create_pod(self.api, self.namespace, body, dry_run=dry_run)
 
     def app_image(self) -> str:
         return str(self.create(dry_run=True)[0]["spec"]["containers"][0]["image"])

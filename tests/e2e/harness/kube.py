@@ -44,12 +44,17 @@ def create_namespace(api: k8s.ApiClient, name: str, labels: Mapping[str, str] | 
 
 
 def create_pod(
-    api: k8s.ApiClient, namespace: str, body: k8s.V1Pod, dry_run: bool = False
+    api: k8s.ApiClient,
+    namespace: str,
+    body: k8s.V1Pod | Mapping[str, Any],
+    dry_run: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Create a Pod; the stored object as a dict, and the client's warnings."""
+    """Create a Pod (a model or its JSON); the stored object as a dict, and the warnings."""
     core = k8s.CoreV1Api(api)
+    # The generated client takes plain dicts at run time; its annotations say models.
+    pod: Any = body if isinstance(body, k8s.V1Pod) else dict(body)
     created, _, headers = core.create_namespaced_pod_with_http_info(
-        namespace, body, dry_run="All" if dry_run else None
+        namespace, pod, dry_run="All" if dry_run else None
     )
     stored: dict[str, Any] = api.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
     return stored, warning_messages(headers)

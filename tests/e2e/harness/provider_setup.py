@@ -16,16 +16,16 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.fixtures_secrets import (
-    as_dict,
     pod_dict,
     read_secret,
     register_for_suite,
     secret_config,
     suite_namespace,
 )
-from tests.e2e.harness.kube import create_namespace, warning_messages
+from tests.e2e.harness.kube import create_namespace
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.providers import RobotIssuer, start_issuer
 from tests.e2e.harness.registry import RegistryStack
@@ -170,8 +170,7 @@ def create_pod(
 ) -> tuple[dict[str, Any], list[str]]:
     name = f"p-{secrets.token_hex(3)}"
     body = pod_dict(name, images[0], extra_images=images[1:])
-    created, _, headers = k8s.CoreV1Api(api).create_namespaced_pod_with_http_info(namespace, body)  # type: ignore[arg-type]
-    return as_dict(api, created), warning_messages(headers)
+    return kube.create_pod(api, namespace, body)
 
 
 def wait_published(
