@@ -88,6 +88,15 @@ def mirrorgate(*argv: str | Path, err: io.StringIO | None = None) -> Result:
     return Result(code=code, out=out.getvalue(), err=err.getvalue())
 
 
+def audit(
+    scenario: Scenario, kubeconfig: str | Path, *argv: str, err: io.StringIO | None = None
+) -> Result:
+    """`mirrorgate audit` of the scenario's policy against the cluster of ``kubeconfig``."""
+    return mirrorgate(
+        "audit", "--policy", scenario.policy, "--kubeconfig", kubeconfig, *argv, err=err
+    )
+
+
 def pod_body(
     name: str,
     images: Sequence[str],
@@ -188,11 +197,8 @@ def no_outcomes(**counts: int) -> dict[str, int]:
 
 
 def test_json_report_per_namespace(control_plane: ControlPlane, scenario: Scenario) -> None:
-    result = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    result = audit(
+        scenario,
         control_plane.kubeconfig,
         "-n",
         *scenario.names,
@@ -267,11 +273,8 @@ def test_json_report_per_namespace(control_plane: ControlPlane, scenario: Scenar
 def test_table_groups_images_and_fits_80_columns(
     control_plane: ControlPlane, scenario: Scenario
 ) -> None:
-    result = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    result = audit(
+        scenario,
         control_plane.kubeconfig,
         "-n",
         scenario.a,
@@ -313,22 +316,16 @@ def test_table_groups_images_and_fits_80_columns(
 def test_all_namespaces_reports_the_same_and_excludes_kube_system(
     control_plane: ControlPlane, scenario: Scenario
 ) -> None:
-    named = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    named = audit(
+        scenario,
         control_plane.kubeconfig,
         "-n",
         *scenario.names,
         "-o",
         "json",
     )
-    every = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    every = audit(
+        scenario,
         control_plane.kubeconfig,
         "-A",
         "-o",
@@ -366,11 +363,8 @@ def test_fail_on_exit_codes(
 ) -> None:
     namespace = getattr(scenario, which)
     extra = ["--fail-on", fail_on] if fail_on else []
-    table = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    table = audit(
+        scenario,
         control_plane.kubeconfig,
         "-n",
         namespace,
@@ -379,11 +373,8 @@ def test_fail_on_exit_codes(
     assert table.code == code, table.out + table.err
     if fail_on:
         assert table.out.rstrip().endswith(f"--fail-on {fail_on}: {'FAILED' if code else 'passed'}")
-    as_json = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    as_json = audit(
+        scenario,
         control_plane.kubeconfig,
         "-n",
         namespace,
@@ -402,11 +393,8 @@ def test_usage_and_config_errors_exit_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     kubeconfig = control_plane.kubeconfig
-    missing = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    missing = audit(
+        scenario,
         kubeconfig,
         "-n",
         "no-such-namespace-x",
@@ -421,11 +409,8 @@ def test_usage_and_config_errors_exit_2(
     both = mirrorgate("audit", "--policy", scenario.policy, "-A", "-n", "x")
     assert both.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
-    unreachable = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    unreachable = audit(
+        scenario,
         control_plane.kubeconfig_for(
             "e2e-admin-elsewhere", ("system:masters",), url="https://127.0.0.1:1"
         ),
@@ -442,7 +427,7 @@ def test_no_permission_names_the_verb_and_resource(
     control_plane: ControlPlane, scenario: Scenario
 ) -> None:
     nobody = control_plane.kubeconfig_for("e2e-nobody")
-    result = mirrorgate("audit", "--policy", scenario.policy, "--kubeconfig", nobody)
+    result = audit(scenario, nobody)
     assert result.code == 2
     assert result.out == ""
     assert result.err.startswith(
@@ -451,9 +436,7 @@ def test_no_permission_names_the_verb_and_resource(
     ), result.err
     assert len(result.err.splitlines()) == 1
 
-    named = mirrorgate(
-        "audit", "--policy", scenario.policy, "--kubeconfig", nobody, "-n", scenario.a
-    )
+    named = audit(scenario, nobody, "-n", scenario.a)
     assert named.code == 2
     warning, error = named.err.splitlines()
     assert warning.startswith(
@@ -493,11 +476,8 @@ def pod_reader(control_plane: ControlPlane, scenario: Scenario) -> Path:
 
 
 def test_list_pods_alone_is_enough_for_one_namespace(scenario: Scenario, pod_reader: Path) -> None:
-    result = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    result = audit(
+        scenario,
         pod_reader,
         "-n",
         scenario.a,
@@ -544,11 +524,8 @@ def test_audit_of_many_pods_takes_seconds(
 
     terminal = Terminal()
     started = time.perf_counter()
-    result = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    result = audit(
+        scenario,
         control_plane.kubeconfig,
         "-n",
         namespace,
@@ -568,11 +545,8 @@ def test_audit_of_many_pods_takes_seconds(
     assert "\rmirrorgate audit: listed 500 pods…" in result.err
     assert f"\rmirrorgate audit: listed {SCALE_PODS:,} pods…\r\x1b[K" in result.err
     # Not a terminal: no progress at all (scripts get clean stderr).
-    quiet = mirrorgate(
-        "audit",
-        "--policy",
-        scenario.policy,
-        "--kubeconfig",
+    quiet = audit(
+        scenario,
         control_plane.kubeconfig,
         "-n",
         namespace,
