@@ -329,50 +329,28 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
         webhook["namespaceSelector"] = {"matchLabels": {"e2e.mirrorgate.io/inject": name}}
     authority = certs.CertificateAuthority.generate(common_name="inject-ca")
     (tmp_path / "ca.crt").write_bytes(authority.cert_pem)
+
+    def inject(ca: Path) -> subprocess.CompletedProcess[str]:
+        command = ["certs", "inject", "--webhook-config", name, "--ca", str(ca)]
+        return subprocess.run(
+            [*MIRRORGATE, *command, "--kubeconfig", str(plane.kubeconfig)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO_ROOT,
+            check=False,
+        )
+
     with plane.api_client() as api:
         mg.register(api, configuration, installed.server, name=name)
         try:
-            result = subprocess.run(
-                [
-                    *MIRRORGATE,
-                    "certs",
-                    "inject",
-                    "--webhook-config",
-                    name,
-                    "--ca",
-                    str(tmp_path / "ca.crt"),
-                    "--kubeconfig",
-                    str(plane.kubeconfig),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                cwd=REPO_ROOT,
-                check=False,
-            )
+            result = inject(tmp_path / "ca.crt")
             assert result.returncode == 0, result.stderr
             assert f"set caBundle on {WEBHOOKS} webhooks" in result.stderr
             assert _ca_bundles(api, name) == [authority.cert_pem] * WEBHOOKS
             # A file that is not a PEM certificate is refused, naming it, and changes nothing.
             (tmp_path / "bad.crt").write_text("not a certificate")
-            refused = subprocess.run(
-                [
-                    *MIRRORGATE,
-                    "certs",
-                    "inject",
-                    "--webhook-config",
-                    name,
-                    "--ca",
-                    str(tmp_path / "bad.crt"),
-                    "--kubeconfig",
-                    str(plane.kubeconfig),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                cwd=REPO_ROOT,
-                check=False,
-            )
+            refused = inject(tmp_path / "bad.crt")
             assert refused.returncode == 2
             assert str(tmp_path / "bad.crt") in refused.stderr
             assert "Traceback" not in refused.stderr

@@ -212,7 +212,8 @@ def test_audit_command_shows_health_beside_each_planned_rewrite(
     )
     monkeypatch.setenv("SSL_CERT_FILE", str(stack.ca_path))  # the command's own trust store
 
-    def audit(*extra: str) -> dict[str, Any]:
+    def run(*extra: str) -> tuple[int, str]:
+        """`mirrorgate audit` of the namespace with the scenario's policy: code and output."""
         out = io.StringIO()
         code = cli.main(
             [
@@ -223,37 +224,26 @@ def test_audit_command_shows_health_beside_each_planned_rewrite(
                 str(installed.control_plane.kubeconfig),
                 "-n",
                 namespace,
-                "-o",
-                "json",
                 *extra,
             ],
             out=out,
             err=io.StringIO(),
         )
+        return code, out.getvalue()
+
+    def audit(*extra: str) -> dict[str, Any]:
+        code, out = run("-o", "json", *extra)
         assert code == 0
-        (report,) = json.loads(out.getvalue())["namespaces"]
+        (report,) = json.loads(out)["namespaces"]
         (image,) = report["images"]
         return dict(image)
 
     assert audit()["outcome"] == "rewrite"
     assert audit()["health"] == "up"
     assert audit("--no-health")["health"] is None
-    table = io.StringIO()
-    cli.main(
-        [
-            "audit",
-            "--policy",
-            str(scenario.server.policy_path),
-            "--kubeconfig",
-            str(installed.control_plane.kubeconfig),
-            "-n",
-            namespace,
-        ],
-        out=table,
-        err=io.StringIO(),
-    )
-    assert f"→ {stack.mirror_image}\n" in table.getvalue()
-    assert "(health: up)\n" in table.getvalue()
+    _, table = run()
+    assert f"→ {stack.mirror_image}\n" in table
+    assert "(health: up)\n" in table
     stop_mirror(stack)
     try:
         found = audit()
