@@ -57,8 +57,8 @@ def _uses_fixture(item: pytest.Item, fixtures: frozenset[str]) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `node` must imply `e2e` by then
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse e2e (node) fixtures without the `e2e` (`node`) marker, and the node's Helm
-    release without `installed` and `image`, so -m works.
+    """Refuse e2e (node) fixtures without the `e2e` (`node`) marker, the node's Helm
+    release without `installed` and `image`, so -m works, and a node test outside node/.
 
     `node` implies `e2e`: `-m e2e` runs the node tests too, `-m "not e2e"` none.
     """
@@ -86,6 +86,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"these tests use {marker} fixtures but lack @pytest.mark.{marker}: "
                 + ", ".join(unmarked)
             )
+    # The folders say what a test needs: node/ holds the node tests, and only it.
+    misplaced = [
+        item.nodeid
+        for item in items
+        if _HERE in item.path.parents
+        and (item.get_closest_marker("node") is not None) != (_HERE / "node" in item.path.parents)
+    ]
+    if misplaced:
+        raise pytest.UsageError(
+            "node-marked tests belong in tests/e2e/node/, and only they: " + ", ".join(misplaced)
+        )
 
 
 @pytest.fixture(scope="session")
