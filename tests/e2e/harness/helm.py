@@ -70,6 +70,15 @@ def template(
     return [doc for doc in yaml.safe_load_all(output) if doc]
 
 
+def refused(helm: Path, home: Path, values: Mapping[str, str]) -> str:
+    """What `helm template mirrorgate CHART --set ...` says on stderr, asserting it fails."""
+    done = run(
+        helm, "template", "mirrorgate", str(CHART), *set_args(values), home=home, check=False
+    )
+    assert done.returncode != 0, done.stdout
+    return done.stderr
+
+
 def without_helm_labels(objects: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The objects with Helm's own labels removed (and empty label maps dropped)."""
     stripped = []
