@@ -68,7 +68,7 @@ ISSUER = "https://token.actions.githubusercontent.com"
 WRITES = {"packages", "id-token", "attestations", "contents", "actions", "deployments"}
 
 
-def _workflow() -> dict[str, Any]:
+def _workflow() -> dict[Any, Any]:
     loaded = yaml.safe_load(WORKFLOW.read_text())
     assert isinstance(loaded, dict)
     return loaded
