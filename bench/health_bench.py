@@ -41,7 +41,7 @@ from bench.server_bench import (
     serving_files,
     start,
 )
-from tests.e2e.registry import RegistryStack, start_registry_stack
+from tests.e2e.harness.registry import RegistryStack, start_registry_stack
 
 INTERVAL = 1.0
 TARGET = 1.05

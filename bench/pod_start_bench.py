@@ -1,11 +1,11 @@
 """Pod start on a real node: creation to Running, with and without mirrorgate.
 
 Everything runs for this benchmark alone and is stopped at the end: the node
-cluster of the e2e suite (``tests.e2e.node``: etcd, kube-apiserver,
+cluster of the e2e suite (``tests.e2e.harness.node``: etcd, kube-apiserver,
 controller-manager, scheduler, kubelet, containerd, and its registries, a
 token-auth upstream and an htpasswd mirror, on its bridge; under the
 machine-wide node lock) and mirrorgate installed in it from its image by
-`helm install` of its chart (``tests.e2e.incluster``), as the e2e suite runs
+`helm install` of its chart (``tests.e2e.harness.incluster``), as the e2e suite runs
 them.
 
 Both series pull the same images through the same authenticated mirror:
@@ -54,14 +54,14 @@ from kubernetes import watch
 
 from bench import results
 from bench.server_bench import percentile
-from tests.e2e import nodepods
-from tests.e2e.binaries import built_binary
-from tests.e2e.conftest import GRANTED_PREFIX
-from tests.e2e.incluster import installed_release
-from tests.e2e.kube import create_namespace
-from tests.e2e.node import start_node
-from tests.e2e.nodepods import Workload, push_workload
-from tests.e2e.registry import RegistryStack
+from tests.e2e.harness import nodepods
+from tests.e2e.harness.binaries import built_binary
+from tests.e2e.harness.incluster import installed_release
+from tests.e2e.harness.kube import create_namespace
+from tests.e2e.harness.node import start_node
+from tests.e2e.harness.nodepods import Workload, push_workload
+from tests.e2e.harness.registry import RegistryStack
+from tests.e2e.harness.suite import GRANTED_PREFIX
 
 SERIES = ("baseline", "mirrorgate", "baseline again")
 CASES = ("cached", "first pull")

@@ -1,7 +1,7 @@
 """Admission with generated pull secrets, against a real etcd + kube-apiserver on loopback.
 
 Everything runs for this benchmark alone and is stopped at the end: etcd and
-kube-apiserver (``tests.e2e.controlplane``, with an audit log of every request
+kube-apiserver (``tests.e2e.harness.controlplane``, with an audit log of every request
 made by mirrorgate's ServiceAccount), ``mirrorgate serve`` as ``make bench``
 starts it plus ``--kubeconfig`` (a client certificate for
 ``system:serviceaccount:mirrorgate:mirrorgate``, so the RBAC of
@@ -67,10 +67,10 @@ from kubernetes import client as k8s
 from bench import pods, results, server_bench
 from bench.server_bench import HOST, Connection, Run, Server, http_request
 from mirrorgate import policy
-from tests.e2e import controlplane, dockerconfig
-from tests.e2e import mirrorgate as mg
-from tests.e2e.binaries import built_binary
-from tests.e2e.kube import create_namespace
+from tests.e2e.harness import controlplane, dockerconfig
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import built_binary
+from tests.e2e.harness.kube import create_namespace
 
 CREDENTIAL = "bench-mirror"
 SECRET = policy.pull_secret_name(CREDENTIAL)
@@ -219,7 +219,7 @@ def wait_ready(server: Server, context: ssl.SSLContext, timeout: float = 30.0) -
 
 @dataclasses.dataclass(frozen=True)
 class Endpoint:
-    """What :func:`tests.e2e.mirrorgate.register` reads of a server: where, and its CA."""
+    """What :func:`tests.e2e.harness.mirrorgate.register` reads of a server: where, and its CA."""
 
     url: str
     ca_pem: bytes

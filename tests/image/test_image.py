@@ -19,7 +19,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from release.lock import locked_in_image
-from tests.e2e.procs import free_port
+from tests.e2e.harness.procs import free_port
 from tests.image.podman import REPO_ROOT, RUN_AS, ULIMITS, build, podman, run
 from tests.webhook.reviews import patch_ops, pod, response_of, review
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from mirrorgate import certs
-from tests.e2e import helm as h
-from tests.e2e.binaries import built_binary
-from tests.e2e.testimages import go_binary
+from tests.e2e.harness import helm as h
+from tests.e2e.harness.binaries import built_binary
+from tests.e2e.harness.testimages import go_binary
 from tests.image.podman import RUN_AS, ULIMITS, podman
 from tests.webhook.test_probes import answer, https_server
 

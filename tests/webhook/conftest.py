@@ -13,7 +13,7 @@ import pytest
 from mirrorgate.certs import CertificateAuthority, KeyPair
 from mirrorgate.webhook import logs
 from mirrorgate.webhook.edge import offload
-from tests.e2e.providers import issuer  # noqa: F401 (the fixture, shared with e2e)
+from tests.e2e.harness.providers import issuer  # noqa: F401 (the fixture, shared with e2e)
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.harness import Harness, make_harness

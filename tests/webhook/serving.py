@@ -72,7 +72,7 @@ def serve(
     """Run ``webhook.commands.serve`` on a free loopback port until the block exits.
 
     Health probes are off: these policies name mirrors that do not exist, and
-    tests reach nothing beyond loopback (tests/e2e/test_health_serve.py probes).
+    tests reach nothing beyond loopback (tests/e2e/tools/test_health_serve.py probes).
     """
     cert, key = write_pair(directory, pair)
     policy_file = directory / "policy.yaml"

@@ -16,7 +16,7 @@ from mirrorgate.webhook.commands import offline
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import StoreError
 from tests.commands import MIRRORGATE
-from tests.e2e.procs import free_port
+from tests.e2e.harness.procs import free_port
 from tests.webhook import policies, serving
 from tests.webhook.reviews import HUB_IMAGE, HUB_MIRRORED, PROM_IMAGE, PROM_MIRRORED, pod
 from tests.webhook.test_credentials import _run

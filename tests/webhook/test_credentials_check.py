@@ -14,7 +14,7 @@ from mirrorgate.webhook.commands.serve import settings, wiring
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.policyfile import boundedyaml
 from tests.commands import MIRRORGATE
-from tests.e2e.providers import RobotIssuer
+from tests.e2e.harness.providers import RobotIssuer
 from tests.webhook import serving
 from tests.webhook.test_credentials import _run
 

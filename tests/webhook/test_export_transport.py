@@ -14,7 +14,7 @@ from mirrorgate.webhook.commands import export
 
 CA = "/etc/containerd/certs.d/cache.dev.example:5443/ca.crt"
 # A dev cluster's two caches: a plain-HTTP one, and an HTTPS one with a private CA
-# and a login (tests/e2e/test_node_devclusters.py runs the same shape on a node).
+# and a login (tests/e2e/node/test_devclusters.py runs the same shape on a node).
 DEV_POLICY = f"""
 mirrors:
   - source: docker.io

@@ -1,6 +1,6 @@
 """The probes' verdicts for each way a registry can answer, against real loopback TLS servers.
 
-A real docker-registry covers the ordinary answers in tests/e2e/test_health_serve.py;
+A real docker-registry covers the ordinary answers in tests/e2e/tools/test_health_serve.py;
 the faults it cannot be made to produce (a 5xx, a server that accepts and
 never answers, one that drips its answer, odd challenges and token answers)
 come from a small HTTPS server here, scripted per test.

@@ -20,7 +20,7 @@ import pytest
 from mirrorgate.webhook.credentials import providerconfig
 from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
 from mirrorgate.webhook.logs import JsonFormatter
-from tests.e2e.providers import RobotIssuer
+from tests.e2e.harness.providers import RobotIssuer
 
 IMAGE = "a.example/team-a/app:1"
 

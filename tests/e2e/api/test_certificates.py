@@ -1,0 +1,359 @@
+"""In-cluster certificates against the real API server: created, injected, and healing."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import secrets
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from kubernetes import client as k8s
+
+from mirrorgate import certs
+from tests.commands import MIRRORGATE
+from tests.e2e.harness import kube
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
+from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS
+from tests.e2e.harness.kube import create_pod
+from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.suite import Installed, MakeNamespace, e2e_policy, pod
+
+pytestmark = pytest.mark.e2e
+
+WEBHOOKS = 3
+"""In manifests/base's configuration: enforce, audit and the policy ConfigMap's validator."""
+
+
+def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: str) -> None:
+    """manifests/base's RBAC for `user`, its webhook-configuration rule on another name.
+
+    The base ClusterRole may touch only the configuration named `mirrorgate`,
+    which the session's server owns; this test's server gets the same rules
+    for its own configuration, and nothing more.
+    """
+    rbac = k8s.RbacAuthorizationV1Api(api)
+    subject = kube.user_subject(user)
+    kube.bind(rbac, f"{user}-base", ("ClusterRole", "mirrorgate"), subject)
+    kube.bind(rbac, f"{user}-own", ("Role", "mirrorgate"), subject, namespace=mg.NAMESPACE)
+    kube.bind(
+        rbac, f"{user}-leader", ("Role", "mirrorgate-leader"), subject, namespace=mg.NAMESPACE
+    )
+    rbac.create_cluster_role(
+        {  # type: ignore[arg-type]
+            "metadata": {"name": f"{user}-webhook"},
+            "rules": [
+                {
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": ["mutatingwebhookconfigurations"],
+                    "resourceNames": [webhook_configuration],
+                    "verbs": ["get", "list", "watch", "patch"],
+                }
+            ],
+        }
+    )
+    kube.bind(rbac, f"{user}-webhook", ("ClusterRole", f"{user}-webhook"), subject)
+
+
+def _secret(api: k8s.ApiClient, name: str) -> dict[str, bytes] | None:
+    try:
+        secret = k8s.CoreV1Api(api).read_namespaced_secret(name, mg.NAMESPACE)
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+
+
+def _ca_bundles(api: k8s.ApiClient, name: str) -> list[bytes]:
+    configuration = k8s.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(name)
+    return [base64.b64decode(w.client_config.ca_bundle or "") for w in configuration.webhooks or []]
+
+
+def _served_certificate(server: mg.Mirrorgate, ca_pem: bytes) -> bytes:
+    """The leaf a new TLS connection gets, verified against `ca_pem` (raises if it fails)."""
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    host, port = server.url.removeprefix("https://").split(":")
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return ssl.DER_cert_to_PEM_cert(der).encode()
+
+
+class _Admissions:
+    """Creates Pods in the background and records any that were not mutated or refused."""
+
+    def __init__(self, installed: Installed, api: k8s.ApiClient, namespace: str) -> None:
+        self.installed, self.api, self.namespace = installed, api, namespace
+        self.created = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            name = f"during-{self.created}"
+            try:
+                stored, _ = create_pod(self.api, self.namespace, pod(self.installed, name=name))
+                if stored["spec"]["containers"][0]["image"] != self.installed.registry.mirror_image:
+                    self.failures.append(f"{name}: not rewritten")
+            except k8s.ApiException as error:
+                self.failures.append(f"{name}: {error.status} {error.reason}")
+            self.created += 1
+            self._stop.wait(0.2)
+
+    def wait_for(self, more: int, what: str) -> None:
+        """Until ``more`` Pods beyond those created so far have been admitted."""
+        target = self.created + more
+        wait_until(
+            lambda: None if self.created >= target else "no admissions yet", timeout=15, what=what
+        )
+
+    def __enter__(self) -> _Admissions:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+class _OwnServer(NamedTuple):
+    server: mg.Mirrorgate
+    secret: str  # its --tls-secret
+    name: str  # its webhook configuration
+    label: tuple[str, str]  # the namespace label that configuration selects
+    configuration: dict[str, Any]  # to register, without caBundle
+
+
+def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
+    """A server of the test's own with the base's RBAC, keeping its own certificates and
+    webhook configuration (which selects only the test's namespaces)."""
+    plane = installed.control_plane
+    secret = f"e2e-tls-{secrets.token_hex(3)}"
+    name = f"e2e-selfcerts-{secrets.token_hex(3)}"
+    label = ("e2e.mirrorgate.io/selfcerts", name)
+    user = f"e2e-selfcerts-{secrets.token_hex(3)}"
+    with plane.api_client() as api:
+        _grant_base_rbac(api, user, webhook_configuration=name)
+    server = mg.start_mirrorgate(
+        tmp_path,
+        plane,
+        policy=e2e_policy(installed.registry),
+        tls_secret=secret,
+        user=user,
+        groups=(),
+        args=["--store", "kubernetes", "--webhook-config", name, "--tls-name", "127.0.0.1", *args],
+    )
+    configuration = copy.deepcopy(installed.configuration)
+    for webhook in configuration["webhooks"]:
+        webhook["namespaceSelector"] = {"matchLabels": {label[0]: label[1]}}
+    return _OwnServer(server, secret, name, label, configuration)
+
+
+def test_certificates_are_created_injected_and_heal(
+    installed: Installed, make_namespace: MakeNamespace, tmp_path: Path
+) -> None:
+    """No Secret at first; then an expired and a deleted one: admission never stops."""
+    plane = installed.control_plane
+    server, secret, name, label, configuration = _own_server(
+        installed, tmp_path, "--cert-check-interval", "0.5"
+    )
+    with plane.api_client() as api:
+        try:
+            # Registered with no caBundle: the server fills it in; Fail, so that
+            # a broken certificate shows.
+            mg.register(api, configuration, server, name=name, failure_policy="Fail")
+            stored = _secret(api, secret)
+            assert stored is not None
+            assert set(stored) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+            ca = stored["ca.crt"]
+            wait_until(
+                lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS else "not injected",
+                timeout=15,
+                what="caBundle injected",
+            )
+            assert _served_certificate(server, ca) == stored["tls.crt"]
+            leaf = certs.KeyPair(cert_pem=stored["tls.crt"], key_pem=stored["tls.key"])
+            lifetime = leaf.not_valid_after - leaf.not_valid_before
+            assert datetime.timedelta(days=89) < lifetime < datetime.timedelta(days=91)
+
+            namespace = make_namespace({label[0]: label[1], **ENFORCE_LABELS})
+            with _Admissions(installed, api, namespace) as admissions:
+                # 1. An expired serving certificate from the same CA.
+                authority = certs.CertificateAuthority.load(cert_pem=ca, key_pem=stored["ca.key"])
+                past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)
+                expired = authority.issue_serving(
+                    dns_names=certs.service_dns_names(service="mirrorgate", namespace=mg.NAMESPACE),
+                    ips=["127.0.0.1"],
+                    valid_for=datetime.timedelta(days=1),
+                    now=past,
+                )
+                body = k8s.CoreV1Api(api).read_namespaced_secret(secret, mg.NAMESPACE)
+                assert body.data is not None
+                body.data["tls.crt"] = base64.b64encode(expired.cert_pem).decode()
+                body.data["tls.key"] = base64.b64encode(expired.key_pem).decode()
+                k8s.CoreV1Api(api).replace_namespaced_secret(secret, mg.NAMESPACE, body)
+
+                def renewed() -> str | None:
+                    now = _secret(api, secret) or {}
+                    fresh = now.get("tls.crt") not in (expired.cert_pem, stored["tls.crt"])
+                    return None if fresh else "not renewed"
+
+                wait_until(renewed, timeout=15, what="expired certificate renewed")
+                healed = _secret(api, secret)
+                assert healed is not None
+                assert healed["ca.crt"] == ca  # the CA, and so caBundle, stays
+                wait_until(
+                    lambda: (
+                        None
+                        if _served_certificate(server, ca) == healed["tls.crt"]
+                        else "old certificate served"
+                    ),
+                    timeout=10,
+                    what="renewed cert served",
+                )
+
+                # 2. The Secret deleted: a new CA, and caBundle follows it.
+                k8s.CoreV1Api(api).delete_namespaced_secret(secret, mg.NAMESPACE)
+
+                def recreated() -> str | None:
+                    again = _secret(api, secret)
+                    return None if again and again["ca.crt"] != ca else "not recreated"
+
+                wait_until(recreated, timeout=15, what="deleted Secret recreated")
+                again = _secret(api, secret)
+                assert again is not None
+                wait_until(
+                    lambda: (
+                        None
+                        if _ca_bundles(api, name) == [again["ca.crt"]] * WEBHOOKS
+                        else "caBundle not updated"
+                    ),
+                    timeout=20,
+                    what="caBundle follows",
+                )
+                assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
+                admissions.wait_for(3, "a few more admissions on the new CA")
+            assert admissions.created >= 10
+            assert admissions.failures == []
+        finally:
+            mg.unregister(api, name)
+            server.stop()
+
+
+def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
+    installed: Installed, make_namespace: MakeNamespace, tmp_path: Path, e2e_figures: dict[str, str]
+) -> None:
+    """`kubectl replace` or `helm upgrade --force` stores the configuration as the
+    manifests write it, without caBundle: the API server then cannot verify
+    mirrorgate. The server checks its certificates every 300 s (the default
+    here) but watches its configuration, so caBundle is back within 10 s; the
+    Pods created meanwhile (failurePolicy Fail, so that the gap shows) are counted."""
+    plane = installed.control_plane
+    server, secret, name, label, configuration = _own_server(installed, tmp_path)
+    try:
+        with plane.api_client() as api:
+            admission = k8s.AdmissionregistrationV1Api(api)
+            mg.register(api, configuration, server, name=name, failure_policy="Fail")
+            stored = _secret(api, secret)
+            assert stored is not None
+            ca = stored["ca.crt"]
+            wait_until(
+                lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS else "not injected",
+                timeout=15,
+                what="caBundle injected",
+            )
+            namespace = make_namespace({label[0]: label[1], **ENFORCE_LABELS})
+            with _Admissions(installed, api, namespace) as admissions:
+                admissions.wait_for(3, "admissions before the replace")
+                assert admissions.failures == []
+                for round_ in range(2):  # the second time, the watch is an old one
+                    # The manifest as written (no caBundle), with the live
+                    # resourceVersion, as `kubectl replace` sends it.
+                    manifest = api.sanitize_for_serialization(
+                        admission.read_mutating_webhook_configuration(name)
+                    )
+                    manifest["metadata"] = {
+                        "name": name,
+                        "resourceVersion": manifest["metadata"]["resourceVersion"],
+                    }
+                    for webhook in manifest["webhooks"]:
+                        del webhook["clientConfig"]["caBundle"]
+                    before = admissions.created
+                    started = time.monotonic()
+                    stored_now = admission.replace_mutating_webhook_configuration(name, manifest)
+                    emptied = [w.client_config.ca_bundle for w in stored_now.webhooks or ()]
+                    assert emptied == [None] * WEBHOOKS
+                    wait_until(
+                        lambda: (
+                            None
+                            if _ca_bundles(api, name) == [ca] * WEBHOOKS
+                            else "caBundle still empty"
+                        ),
+                        timeout=10,
+                        what="caBundle restored after a replace",
+                    )
+                    gap = time.monotonic() - started
+                    during = admissions.created - before
+                    refused = len(admissions.failures)
+                    admissions.failures.clear()
+                    admissions.wait_for(3, "admissions after the restore")
+                    assert admissions.failures == [], admissions.failures
+                    e2e_figures[f"caBundle restored after a replace (round {round_ + 1})"] = (
+                        f"{gap:.2f} s, {during} Pods created meanwhile, {refused} refused"
+                    )
+    finally:
+        with plane.api_client() as api:
+            mg.unregister(api, name)
+        server.stop()
+
+
+def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path) -> None:
+    """`mirrorgate certs inject` puts the CA, base64-encoded once, on every webhook."""
+    plane = installed.control_plane
+    name = f"e2e-inject-{secrets.token_hex(3)}"
+    configuration = copy.deepcopy(installed.configuration)
+    for webhook in configuration["webhooks"]:
+        webhook["namespaceSelector"] = {"matchLabels": {"e2e.mirrorgate.io/inject": name}}
+    authority = certs.CertificateAuthority.generate(common_name="inject-ca")
+    (tmp_path / "ca.crt").write_bytes(authority.cert_pem)
+
+    def inject(ca: Path) -> subprocess.CompletedProcess[str]:
+        command = ["certs", "inject", "--webhook-config", name, "--ca", str(ca)]
+        return subprocess.run(
+            [*MIRRORGATE, *command, "--kubeconfig", str(plane.kubeconfig)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO_ROOT,
+            check=False,
+        )
+
+    with plane.api_client() as api:
+        mg.register(api, configuration, installed.server, name=name)
+        try:
+            result = inject(tmp_path / "ca.crt")
+            assert result.returncode == 0, result.stderr
+            assert f"set caBundle on {WEBHOOKS} webhooks" in result.stderr
+            assert _ca_bundles(api, name) == [authority.cert_pem] * WEBHOOKS
+            # A file that is not a PEM certificate is refused, naming it, and changes nothing.
+            (tmp_path / "bad.crt").write_text("not a certificate")
+            refused = inject(tmp_path / "bad.crt")
+            assert refused.returncode == 2
+            assert str(tmp_path / "bad.crt") in refused.stderr
+            assert "Traceback" not in refused.stderr
+            assert _ca_bundles(api, name) == [authority.cert_pem] * WEBHOOKS
+        finally:
+            mg.unregister(api, name)

@@ -1,0 +1,92 @@
+"""The Helm chart in the end-to-end suite: the pinned helm binary, run for real."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT
+
+CHART = REPO_ROOT / "manifests" / "helm" / "mirrorgate"
+# The labels a chart adds for Helm's bookkeeping; everything else must match kustomize.
+HELM_LABELS = frozenset(
+    {
+        "helm.sh/chart",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/version",
+    }
+)
+
+
+def run(
+    helm: Path, *args: str, home: Path, kubeconfig: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """helm with its cache, config and data under ``home`` (never the user's own)."""
+    env = {
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+    }
+    argv = [str(helm), *args]
+    if kubeconfig is not None:
+        argv += ["--kubeconfig", str(kubeconfig)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+    return done
+
+
+def set_args(values: Mapping[str, str]) -> list[str]:
+    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+
+
+def template(
+    helm: Path,
+    home: Path,
+    values: Mapping[str, str] | None = None,
+    namespace: str = mg.NAMESPACE,
+    files: Sequence[Path] = (),
+) -> list[dict[str, Any]]:
+    """`helm template mirrorgate CHART -n NAMESPACE -f FILE... --set ...` as a list of objects."""
+    output = run(
+        helm,
+        "template",
+        "mirrorgate",
+        str(CHART),
+        "--namespace",
+        namespace,
+        *[arg for file in files for arg in ("-f", str(file))],
+        *set_args(values or {}),
+        home=home,
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(output) if doc]
+
+
+def refused(helm: Path, home: Path, values: Mapping[str, str]) -> str:
+    """What `helm template mirrorgate CHART --set ...` says on stderr, asserting it fails."""
+    done = run(
+        helm, "template", "mirrorgate", str(CHART), *set_args(values), home=home, check=False
+    )
+    assert done.returncode != 0, done.stdout
+    return done.stderr
+
+
+def without_helm_labels(objects: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects with Helm's own labels removed (and empty label maps dropped)."""
+    stripped = []
+    for obj in objects:
+        metadata = dict(obj["metadata"])
+        labels = {k: v for k, v in metadata.get("labels", {}).items() if k not in HELM_LABELS}
+        metadata.pop("labels", None)
+        if labels:
+            metadata["labels"] = labels
+        stripped.append({**obj, "metadata": metadata})
+    return stripped

@@ -1,0 +1,278 @@
+"""mirrorgate itself in the end-to-end suite: the real server process, registered for real.
+
+The server runs as ``python -m mirrorgate.webhook.cli serve`` against the real API server
+with the identity of its ServiceAccount (a client certificate for
+``system:serviceaccount:mirrorgate:mirrorgate``), so the RBAC from
+``manifests/base`` is what it gets. The MutatingWebhookConfiguration is the
+one from ``manifests/base``, with only its Service reference swapped for the
+test URL and caBundle.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import dataclasses
+import ssl
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import yaml
+from kubernetes import client as k8s
+from kubernetes import utils as k8s_utils
+
+from mirrorgate import certs
+from tests.e2e.harness import kube
+from tests.e2e.harness.binaries import REPO_ROOT
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.procs import ManagedProcess, http_ok, wait_until
+from tests.e2e.harness.standalone import serve_argv
+
+NAMESPACE = "mirrorgate"
+# The names of the two webhooks of manifests/base (and of the chart).
+ENFORCE_WEBHOOK = "enforce.mirrorgate.io"
+AUDIT_WEBHOOK = "audit.mirrorgate.io"
+SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:mirrorgate"
+SERVICE_ACCOUNT_GROUPS: tuple[str, ...] = (
+    "system:serviceaccounts",
+    f"system:serviceaccounts:{NAMESPACE}",
+)
+CONFINEMENT_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+OWN_WEBHOOK_LABELS = (
+    "e2e.mirrorgate.io/suite",
+    "e2e.mirrorgate.io/failure",
+    "e2e.mirrorgate.io/selfcerts",
+)
+"""Namespaces a test serves with a webhook configuration of its own carry one of these
+(besides mirrorgate.io/mode, which mirrorgate itself checks); the session's configuration
+leaves them out."""
+
+
+def render(kustomize: Path, directory: str) -> list[dict[str, Any]]:
+    """`kustomize build manifests/<directory>` as a list of objects."""
+    output = subprocess.run(
+        [str(kustomize), "build", str(REPO_ROOT / "manifests" / directory)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(output) if doc]
+
+
+def webhook_configuration(kustomize: Path) -> dict[str, Any]:
+    (found,) = [d for d in render(kustomize, "base") if d["kind"] == "MutatingWebhookConfiguration"]
+    return found
+
+
+def service_account(namespace: str) -> tuple[str, tuple[str, str]]:
+    """The user and groups of the ServiceAccount ``mirrorgate`` in ``namespace``."""
+    return (
+        f"system:serviceaccount:{namespace}:mirrorgate",
+        ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
+    )
+
+
+def installed_in(api: k8s.ApiClient, namespace: str) -> tuple[str, tuple[str, str]]:
+    """manifests/base's RBAC for a mirrorgate installed in ``namespace`` (as a kustomize
+    namespace override would make it): its ClusterRole and its Roles, bound to the
+    ServiceAccount mirrorgate of ``namespace``; its user and groups. The base's
+    ValidatingAdmissionPolicy confines it there as it confines the session's."""
+    rbac = k8s.RbacAuthorizationV1Api(api)
+    subject = {"kind": "ServiceAccount", "name": "mirrorgate", "namespace": namespace}
+    kube.bind(rbac, f"mirrorgate-{namespace}", ("ClusterRole", "mirrorgate"), subject)
+    for name in ("mirrorgate", "mirrorgate-leader"):
+        role = copy.deepcopy(rbac.read_namespaced_role(name, NAMESPACE))
+        rbac.create_namespaced_role(
+            namespace,
+            {  # type: ignore[arg-type]
+                "metadata": {"name": name},
+                "rules": api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+                    role.rules
+                ),
+            },
+        )
+        kube.bind(rbac, name, ("Role", name), subject, namespace=namespace)
+    return service_account(namespace)
+
+
+def install_base(api: k8s.ApiClient, kustomize: Path) -> None:
+    """Namespace, ServiceAccount, RBAC and the ValidatingAdmissionPolicy confining its
+    writes, from manifests/base: what the server runs with."""
+    kinds = {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        *CONFINEMENT_KINDS,
+    }
+    for obj in render(kustomize, "base"):
+        if obj["kind"] in kinds:
+            try:
+                k8s_utils.create_from_dict(api, obj)  # type: ignore[no-untyped-call]
+            except k8s_utils.FailToCreateError as error:
+                if not all(e.status == 409 for e in error.api_exceptions):
+                    raise
+
+
+@dataclasses.dataclass
+class Mirrorgate:
+    """A running mirrorgate server."""
+
+    url: str
+    ca_pem: bytes
+    ca_path: Path
+    policy_path: Path
+    process: ManagedProcess
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def logs(self) -> str:
+        self.process.log_tail(1)  # flushes
+        return self.process.log_path.read_text(errors="replace")
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url,
+            verify=ssl.create_default_context(cafile=str(self.ca_path)),
+            timeout=10,
+        )
+
+
+def start_mirrorgate(
+    workdir: Path,
+    plane: ControlPlane,
+    *,
+    policy: str,
+    user: str = SERVICE_ACCOUNT_USER,
+    groups: Sequence[str] = SERVICE_ACCOUNT_GROUPS,
+    kubeconfig: Path | None = None,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    redact: Sequence[str] = (),
+    ready: bool = True,
+    tls_secret: str | None = None,
+    health_probes: bool = False,
+) -> Mirrorgate:
+    """Start `mirrorgate serve`; with `tls_secret`, it manages its own certificates.
+
+    Health probes are off unless asked for: the suite's policies name mirrors
+    that do not exist (mirror.e2e.example), and tests reach nothing beyond
+    loopback.
+
+    In that mode the CA is the server's own, unknown until it has written the
+    Secret: readiness is then checked without verification, and the caller
+    verifies against the CA from the Secret.
+    """
+    serve, port, policy_path = serve_argv(workdir, policy, tls_secret=tls_secret)
+    argv = [
+        *serve,
+        "--kubeconfig",
+        str(kubeconfig or plane.kubeconfig_for(user, groups)),
+        "--namespace",
+        NAMESPACE,
+        *([] if health_probes else ["--no-health-probes"]),
+        *args,
+    ]
+    process = ManagedProcess(
+        "mirrorgate", argv, workdir / "mirrorgate.log", env=env, cwd=REPO_ROOT, redact=redact
+    )
+    own_ca = b"" if tls_secret else (workdir / "tls" / certs.CA_CERT).read_bytes()
+    server = Mirrorgate(
+        url=f"https://127.0.0.1:{port}",
+        ca_pem=own_ca,
+        ca_path=workdir / "tls" / certs.CA_CERT,
+        policy_path=policy_path,
+        process=process,
+    )
+    if tls_secret is None:
+        context = ssl.create_default_context(cafile=str(server.ca_path))
+    else:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+
+    path = "/readyz" if ready else "/healthz"
+    try:
+        wait_until(
+            lambda: http_ok(lambda: httpx.get(f"{server.url}{path}", verify=context, timeout=2)),
+            timeout=30,
+            what="mirrorgate ready",
+            alive=process.exited,
+        )
+    except BaseException:
+        process.stop()
+        raise
+    return server
+
+
+class Endpoint(Protocol):
+    """What registering needs of a server: where it listens, and its CA."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def ca_pem(self) -> bytes: ...
+
+
+def register(
+    api: k8s.ApiClient,
+    configuration: Mapping[str, Any],
+    server: Endpoint,
+    *,
+    name: str = "mirrorgate",
+    namespace_label: tuple[str, str] | None = None,
+    excluded_labels: Sequence[str] = (),
+    failure_policy: str | None = None,
+) -> dict[str, Any]:
+    """Create (or replace) the webhook configuration pointing at ``server``.
+
+    Only the Service reference is swapped for the URL and caBundle; the
+    optional arguments exist for the failure-policy scenarios, which register
+    a second configuration of their own.
+    """
+    body = copy.deepcopy(dict(configuration))
+    body["metadata"] = {**body["metadata"], "name": name}
+    body["metadata"].pop("resourceVersion", None)
+    for webhook in body["webhooks"]:
+        path = webhook["clientConfig"]["service"]["path"]
+        webhook["clientConfig"] = {
+            "url": f"{server.url}{path}",
+            "caBundle": base64.b64encode(server.ca_pem).decode(),
+        }
+        expressions = webhook["namespaceSelector"].setdefault("matchExpressions", [])
+        if namespace_label is not None:
+            expressions.append(
+                {"key": namespace_label[0], "operator": "In", "values": [namespace_label[1]]}
+            )
+        expressions += [{"key": key, "operator": "DoesNotExist"} for key in excluded_labels]
+        if failure_policy is not None:
+            webhook["failurePolicy"] = failure_policy
+    admission = k8s.AdmissionregistrationV1Api(api)
+    # The generated client takes plain dicts at run time; its annotations say models.
+    try:
+        existing = admission.read_mutating_webhook_configuration(name)
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
+        admission.create_mutating_webhook_configuration(body)  # type: ignore[arg-type]
+    else:
+        assert existing.metadata is not None
+        body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+        admission.replace_mutating_webhook_configuration(name, body)  # type: ignore[arg-type]
+    return body
+
+
+def unregister(api: k8s.ApiClient, name: str) -> None:
+    try:
+        k8s.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(name)
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
