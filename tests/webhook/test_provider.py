@@ -14,11 +14,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import orjson
 import pytest
 
+from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.credentials import providerconfig
+from mirrorgate.webhook.credentials.kubestore import KubernetesCredentialStore
 from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
+from mirrorgate.webhook.credentials.refresher import ProviderRefresher
 from mirrorgate.webhook.logs import JsonFormatter
 from tests.e2e.harness.providers import RobotIssuer
 
@@ -343,3 +347,68 @@ def test_a_child_in_its_own_session_neither_delays_the_answer_nor_survives(
     finally:  # what a failure would leave behind
         if pid_file.exists() and _alive(int(pid_file.read_text())):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+# Each way an answer that echoed its password fails, as serve's leader meets it.
+_SERVER_FAILURES = [
+    pytest.param(["--exit-status", "3"], 30.0, id="exit-3"),
+    pytest.param(["--kind", "CredentialProviderRequest"], 30.0, id="wrong-kind"),
+    pytest.param(["--cache-duration", "0s"], 30.0, id="cache-duration-0"),
+    pytest.param(["--after", "flood"], 30.0, id="flood"),
+    pytest.param(["--after", "hang"], 1.0, id="hang"),
+    pytest.param(["--after", "garbage"], 30.0, id="bad-json"),
+    pytest.param(["--after", "deep"], 30.0, id="deep-json"),
+    pytest.param(["--decoys", "40", "--exit-status", "3"], 30.0, id="huge-auth"),
+    pytest.param(["--decoys", "40", "--after", "flood"], 30.0, id="huge-auth-flood"),
+]
+
+
+@pytest.mark.parametrize(("args", "timeout"), _SERVER_FAILURES)
+def test_the_servers_refresh_logs_no_form_of_an_echoed_password(
+    issuer: RobotIssuer,
+    tmp_path: Path,
+    logged: list[logging.LogRecord],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    timeout: float,
+) -> None:
+    """The refresher serve's leader runs: its every line, formatted as serve writes it, is clean."""
+    minted: list[str] = []
+    mint = issuer.server.passwords.mint
+
+    def recording(robot: str, ttl: int) -> str:
+        minted.append(mint(robot, ttl))
+        return minted[-1]
+
+    monkeypatch.setattr(issuer.server.passwords, "mint", recording)
+    source = _source(
+        issuer,
+        tmp_path,
+        args=["--echo-secret", "--password-suffix", _ESCAPED, *args],
+        timeout=timeout,
+    )
+    # Never started: a failed refresh reads the store's snapshot and writes nothing.
+    client = kube.Kube(kubernetes.client.ApiClient())
+    refresher = ProviderRefresher(
+        source,
+        client,
+        store=KubernetesCredentialStore(client, "mirrorgate"),
+        mirror_policy=lambda: pytest.fail("not asked"),
+        is_leader=lambda: True,
+    )
+    refresher.refresh("a", "test-provider", IMAGE)
+    [failed] = [r for r in logged if r.getMessage() == "credential refresh failed"]
+    assert getattr(failed, "fields", {})["reason"].startswith("plugin 'test-provider'")
+    [stderr] = said(logged)
+    assert stderr.startswith("debug: password [redacted]\ndebug: auth [redacted]\n")
+    [password] = [m + _ESCAPED for m in minted]
+    forms = {
+        "raw": password,
+        "log-escaped": orjson.dumps(password).decode()[1:-1],
+        "ascii-escaped": json.dumps(password)[1:-1],
+        "auth": base64.b64encode(f"robot-a:{password}".encode()).decode(),
+        "minted": minted[0],
+    }
+    for line in [JsonFormatter().format(record) for record in logged]:
+        for name, form in forms.items():
+            assert form not in line, f"the {name} form of the password is in {line!r}"
