@@ -13,6 +13,7 @@ output back to us, and an image under a mirror prefix is therefore final.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import NamedTuple
 
@@ -65,12 +66,28 @@ __all__ = [
 ]
 
 
+# A JSON string, unrolled so that the match is one linear pass.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
 def _existing_originals(annotations: Mapping[str, object]) -> dict[str, str] | None:
+    """The record of the originals; None when it is there but is not a flat object of strings.
+
+    The value is the client's: it is screened before it is decoded, in one
+    pass and without recursion, so that lists or objects nested thousands
+    deep are refused as what they are (not a record) instead of overflowing
+    the decoder's recursion. A record holds one object and no list.
+    """
     raw = annotations.get(ORIGINAL_IMAGES_ANNOTATION)
     if raw is None:
         return {}
+    if not isinstance(raw, str):
+        return None
+    outside_strings = _JSON_STRING.sub("", raw)
+    if "[" in outside_strings or outside_strings.count("{") > 1:
+        return None
     try:
-        value = json.loads(raw) if isinstance(raw, str) else None
+        value = json.loads(raw)
     except ValueError:
         return None
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
@@ -222,14 +239,11 @@ def plan(
         )
     originals = _existing_originals(annotations)
     if originals is None:
-        # Rewriting without a record of the originals would lose them.
-        return RewritePlan(
-            warnings=(
-                *warnings,
-                f"annotation {ORIGINAL_IMAGES_ANNOTATION} is not a JSON object "
-                "of strings; images left as written",
-            ),
-            skipped="unreadable original-images annotation",
+        # Treated as absent: the record is rebuilt from the images rewritten now.
+        originals = {}
+        warnings.append(
+            f"annotation {ORIGINAL_IMAGES_ANNOTATION} is not a JSON object of strings; "
+            "treated as absent and rebuilt from the images rewritten now"
         )
     attached = _existing_pull_secrets(spec)
     if attached is None:

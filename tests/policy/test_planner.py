@@ -9,6 +9,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mirrorgate import policy
 from mirrorgate.webhook import patch
@@ -590,6 +592,9 @@ def test_malformed_pods_warn(pod: dict[str, Any], warnings: list[str]) -> None:
     assert patch.build_patch(pod, result) == []
 
 
+DEEP = 2000
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -598,18 +603,25 @@ def test_malformed_pods_warn(pod: dict[str, Any], warnings: list[str]) -> None:
         pytest.param('{"containers/a": 1}', id="non-string-values"),
         pytest.param("", id="empty-string"),
         pytest.param(7, id="not-a-string"),
+        pytest.param("[" * DEEP + "]" * DEEP, id="lists-2000-deep"),
+        pytest.param('{"a":' * DEEP + '"x"' + "}" * DEEP, id="objects-2000-deep"),
+        pytest.param('{"containers/c0": "[{"}' + "[" * DEEP, id="deep-after-a-string"),
     ],
 )
-def test_unreadable_annotation_skips_pod(value: object) -> None:
-    """An original-images annotation that is not a JSON object of strings stops all rewrites."""
+def test_unreadable_annotation_is_treated_as_absent(value: object) -> None:
+    """An original-images annotation that is not a JSON object of strings (however deep) is
+    treated as absent, with a warning: the record is rebuilt from the images rewritten now."""
     pod = _pod("nginx", "Nginx", annotations={ANNOTATION: value})
     result = policy.plan(pod, namespace="default", mirror_policy=POLICY)
-    assert result.rewrites == ()
-    assert result.skipped == "unreadable original-images annotation"
-    assert result.warnings[-1] == (
-        f"annotation {ANNOTATION} is not a JSON object of strings; images left as written"
-    )
-    assert patch.build_patch(pod, result) == []
+    assert _rewrites(result) == {"containers/c0": f"{HUB}/library/nginx"}
+    assert result.skipped is None
+    assert result.original_images == {"containers/c0": "nginx"}
+    assert (
+        f"annotation {ANNOTATION} is not a JSON object of strings; "
+        "treated as absent and rebuilt from the images rewritten now"
+    ) in result.warnings
+    patched = jsonpatch.apply_patch(pod, patch.build_patch(pod, result))
+    assert json.loads(patched["metadata"]["annotations"][ANNOTATION]) == {"containers/c0": "nginx"}
 
 
 def test_valid_containers_rewritten_beside_malformed_ones() -> None:
@@ -721,3 +733,30 @@ def test_without_keeps_the_originals_already_recorded() -> None:
     result = planned.without({"harbor-pull": "down"})
     assert (result.rewrites, result.original_images, result.recorded) == ((), None, frozenset())
     assert patch.build_patch(pod, result) == []
+
+
+@given(
+    record=st.dictionaries(st.text(max_size=12), st.text(max_size=12), max_size=4),
+    ascii_only=st.booleans(),
+)
+def test_a_flat_record_of_strings_is_always_read_back(
+    record: dict[str, str], ascii_only: bool
+) -> None:
+    """The screen before decoding refuses nesting, never a record (brackets in its strings too)."""
+    record.pop("containers/c0", None)
+    value = json.dumps(record, ensure_ascii=ascii_only)
+    result = policy.plan(
+        _pod("nginx", annotations={ANNOTATION: value}), namespace="default", mirror_policy=POLICY
+    )
+    assert result.original_images == {**record, "containers/c0": "nginx"}
+    assert not any(ANNOTATION in warning for warning in result.warnings)
+
+
+@given(st.text(alphabet='[]{}":,\\ ax1', max_size=60))
+def test_any_annotation_text_is_planned_without_an_error(value: str) -> None:
+    """Whatever the client wrote there, the Pod is planned: the record or a warning."""
+    result = policy.plan(
+        _pod("nginx", annotations={ANNOTATION: value}), namespace="default", mirror_policy=POLICY
+    )
+    assert result.original_images is not None
+    assert result.original_images["containers/c0"] == "nginx"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -303,6 +304,32 @@ def test_malformed_pod_contents_are_allowed_with_a_warning(
     assert any(fragment in warning for warning in response["warnings"]), response["warnings"]
     image_ops = [op for op in patch_ops(response) if op["path"].endswith("/image")]
     assert all(op["value"] == PROM_MIRRORED for op in image_ops)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("[" * 2000 + "]" * 2000, id="lists-2000-deep"),
+        pytest.param('{"a":' * 2000 + '"x"' + "}" * 2000, id="objects-2000-deep"),
+    ],
+)
+def test_a_deep_original_images_annotation_is_treated_as_absent(
+    harness: Harness, value: str
+) -> None:
+    """No internal error: the Pod is rewritten as if it had no record, and told so."""
+    obj = annotated(value)
+    response = harness.mutate(review(obj, uid=UID))
+    assert response["uid"] == UID
+    assert response["allowed"] is True
+    assert (
+        "annotation mirrorgate.io/original-images is not a JSON object of strings; "
+        "treated as absent and rebuilt from the images rewritten now"
+    ) in response["warnings"]
+    patched = apply(obj, patch_ops(response))
+    assert [c["image"] for c in patched["spec"]["containers"]] == [PROM_MIRRORED]
+    assert json.loads(patched["metadata"]["annotations"]["mirrorgate.io/original-images"]) == {
+        "containers/c0": PROM_IMAGE
+    }
 
 
 def test_malformed_pull_secrets_still_rewrite_open_mirrors(harness: Harness) -> None:

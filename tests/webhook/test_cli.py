@@ -869,3 +869,32 @@ def test_the_docs_table_is_refused_without_its_markers() -> None:
 
     with pytest.raises(ValueError, match="no generated serve options block"):
         flagtable.with_flag_table("# no table here\n")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("[" * 2000 + "]" * 2000, id="lists-2000-deep"),
+        pytest.param('{"a":' * 2000 + '"x"' + "}" * 2000, id="objects-2000-deep"),
+    ],
+)
+def test_rewrite_of_a_deep_original_images_annotation_warns_once(
+    mirrorgate: Any, tmp_path: Path, policy_file: Path, value: str
+) -> None:
+    """No traceback: the annotation is treated as absent, as admission treats it, and said so."""
+    obj = pod(PROM_IMAGE)
+    obj["metadata"]["annotations"] = {"mirrorgate.io/original-images": value}
+    result = mirrorgate(
+        "rewrite", "--policy", str(policy_file), "-o", "json", "-f", str(write_yaml(tmp_path, obj))
+    )
+    assert result.code == 1  # a warning is a finding
+    assert "Traceback" not in result.err
+    assert result.err.splitlines() == [
+        "warning: Pod/web: annotation mirrorgate.io/original-images is not a JSON object of "
+        "strings; treated as absent and rebuilt from the images rewritten now"
+    ]
+    rewritten = json.loads(result.out)
+    assert [c["image"] for c in rewritten["spec"]["containers"]] == [PROM_MIRRORED]
+    assert json.loads(rewritten["metadata"]["annotations"]["mirrorgate.io/original-images"]) == {
+        "containers/c0": PROM_IMAGE
+    }

@@ -14,11 +14,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import orjson
 import pytest
 
+from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.credentials import providerconfig
+from mirrorgate.webhook.credentials.kubestore import KubernetesCredentialStore
 from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
+from mirrorgate.webhook.credentials.refresher import ProviderRefresher
 from mirrorgate.webhook.logs import JsonFormatter
 from tests.e2e.harness.providers import RobotIssuer
 
@@ -235,67 +239,22 @@ def test_echoed_secrets_are_redacted_from_the_logged_stderr(
         assert login.password not in record.getMessage() + repr(getattr(record, "fields", ""))
 
 
-# JSON escapes each of these, and not all in the same way: Go writes < and &
-# as \u003c and \u0026, a log line writes " and \ as \" and \\, ASCII JSON é as \u00e9.
-_ESCAPED = '"<&\\é'
-
-
-@pytest.mark.parametrize(
-    ("args", "timeout", "message"),
-    [
-        pytest.param(["--exit-status", "3"], 30.0, "failed with exit status 3", id="exit-3"),
-        pytest.param(
-            ["--kind", "CredentialProviderRequest"],
-            30.0,
-            "kind is 'CredentialProviderRequest', not CredentialProviderResponse",
-            id="wrong-kind",
-        ),
-        pytest.param(
-            ["--cache-duration", "0s"], 30.0, "the login has no lifetime", id="cache-duration-0"
-        ),
-        pytest.param(
-            ["--cache-duration", "-1h"],
-            30.0,
-            "cacheDuration '-1h' is not a duration",
-            id="cache-duration-negative",
-        ),
-        pytest.param(["--after", "flood"], 30.0, "wrote more than 1048576 bytes", id="too-much"),
-        pytest.param(["--after", "hang"], 1.0, "did not answer within 1 s", id="timeout"),
-        pytest.param(["--after", "garbage"], 30.0, "did not answer with JSON", id="bad-json"),
-    ],
-)
-def test_a_refused_answer_leaks_no_form_of_its_password(
-    issuer: RobotIssuer,
-    tmp_path: Path,
-    logged: list[logging.LogRecord],
-    monkeypatch: pytest.MonkeyPatch,
-    args: list[str],
-    timeout: float,
-    message: str,
-) -> None:
-    """The plugin echoes its password, then fails: no form of it in any line or reason."""
-    minted: list[str] = []
+@pytest.fixture
+def minted(issuer: RobotIssuer, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The passwords the issuer mints, as it mints them."""
+    passwords: list[str] = []
     mint = issuer.server.passwords.mint
 
     def recording(robot: str, ttl: int) -> str:
-        minted.append(mint(robot, ttl))
-        return minted[-1]
+        passwords.append(mint(robot, ttl))
+        return passwords[-1]
 
     monkeypatch.setattr(issuer.server.passwords, "mint", recording)
-    source = _source(
-        issuer,
-        tmp_path,
-        args=["--echo-secret", "--password-suffix", _ESCAPED, *args],
-        timeout=timeout,
-    )
-    with pytest.raises(ProviderError, match=re.escape(message)) as caught:
-        source.login("a", "test-provider", IMAGE)
-    [stderr] = said(logged)
-    # What was echoed is there, less the password in every form.
-    assert stderr.startswith(
-        'debug: password [redacted]\ndebug: auth [redacted]\ndebug: response {"apiVersion":'
-    )
-    assert '"password":"[redacted]"' in stderr
+    return passwords
+
+
+def _assert_no_form_of(minted: list[str], texts: list[str]) -> None:
+    """No form of the one password the plugin was given (suffixed) is in any of ``texts``."""
     [password] = [m + _ESCAPED for m in minted]
     forms = {
         "raw": password,
@@ -308,10 +267,101 @@ def test_a_refused_answer_leaks_no_form_of_its_password(
         "auth": base64.b64encode(f"robot-a:{password}".encode()).decode(),
         "minted": minted[0],
     }
-    lines = [JsonFormatter().format(record) for record in logged]
-    for text in [*lines, str(caught.value)]:
+    for text in texts:
         for name, form in forms.items():
             assert form not in text, f"the {name} form of the password is in {text!r}"
+
+
+# JSON escapes each of these, and not all in the same way: Go writes < and &
+# as \u003c and \u0026, a log line writes " and \ as \" and \\, ASCII JSON é as \u00e9.
+_ESCAPED = '"<&\\é'
+
+
+# Each way an answer that echoed its password fails, and the reason it fails with.
+_ECHOING_FAILURES = [
+    pytest.param(["--exit-status", "3"], 30.0, "failed with exit status 3", id="exit-3"),
+    pytest.param(
+        ["--kind", "CredentialProviderRequest"],
+        30.0,
+        "kind is 'CredentialProviderRequest', not CredentialProviderResponse",
+        id="wrong-kind",
+    ),
+    pytest.param(
+        ["--cache-duration", "0s"], 30.0, "the login has no lifetime", id="cache-duration-0"
+    ),
+    pytest.param(
+        ["--cache-duration", "-1h"],
+        30.0,
+        "cacheDuration '-1h' is not a duration",
+        id="cache-duration-negative",
+    ),
+    pytest.param(["--after", "flood"], 30.0, "wrote more than 1048576 bytes", id="too-much"),
+    pytest.param(["--after", "hang"], 1.0, "did not answer within 1 s", id="timeout"),
+    pytest.param(["--after", "garbage"], 30.0, "did not answer with JSON", id="bad-json"),
+    pytest.param(["--after", "deep"], 30.0, "did not answer with JSON", id="deep-json"),
+    pytest.param(
+        ["--decoys", "40", "--exit-status", "3"], 30.0, "failed with exit status 3", id="huge-auth"
+    ),
+    pytest.param(
+        ["--decoys", "40", "--after", "flood"],
+        30.0,
+        "wrote more than 1048576 bytes",
+        id="huge-auth-flood",
+    ),
+]
+
+
+def _refresh(source: ProviderSource, logged: list[logging.LogRecord]) -> str:
+    """One refresh by the refresher serve's leader runs; the reason it logged the failure with."""
+    # Never started: a failed refresh reads the store's (empty) snapshot and writes nothing.
+    client = kube.Kube(kubernetes.client.ApiClient())
+    refresher = ProviderRefresher(
+        source,
+        client,
+        store=KubernetesCredentialStore(client, "mirrorgate"),
+        mirror_policy=lambda: pytest.fail("not asked"),
+        is_leader=lambda: True,
+    )
+    refresher.refresh("a", "test-provider", IMAGE)
+    [failed] = [r for r in logged if r.getMessage() == "credential refresh failed"]
+    return str(getattr(failed, "fields", {})["reason"])
+
+
+@pytest.mark.parametrize("path", ["credentials-check", "serve"])
+@pytest.mark.parametrize(("args", "timeout", "message"), _ECHOING_FAILURES)
+def test_a_refused_answer_leaks_no_form_of_its_password(
+    issuer: RobotIssuer,
+    tmp_path: Path,
+    logged: list[logging.LogRecord],
+    minted: list[str],
+    args: list[str],
+    timeout: float,
+    message: str,
+    path: str,
+) -> None:
+    """The plugin echoes its password, then fails: no form of it in any line or reason,
+    whether `credentials check` asked (the reason is its message) or serve's refresher did
+    (the reason is in its warning; every line formatted as serve writes it)."""
+    source = _source(
+        issuer,
+        tmp_path,
+        args=["--echo-secret", "--password-suffix", _ESCAPED, *args],
+        timeout=timeout,
+    )
+    if path == "serve":
+        reason = _refresh(source, logged)
+        assert re.search(re.escape(message), reason), reason
+    else:
+        with pytest.raises(ProviderError, match=re.escape(message)) as caught:
+            source.login("a", "test-provider", IMAGE)
+        reason = str(caught.value)
+    [stderr] = said(logged)
+    # What was echoed is there, less the password in every form.
+    assert stderr.startswith(
+        'debug: password [redacted]\ndebug: auth [redacted]\ndebug: response {"apiVersion":'
+    )
+    assert '"password":"[redacted]"' in stderr
+    _assert_no_form_of(minted, [*map(JsonFormatter().format, logged), reason])
 
 
 def _alive(pid: int) -> bool:

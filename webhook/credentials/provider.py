@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import itertools
 import json
 import os
 import re
@@ -106,37 +105,59 @@ def _registry_of(image: str) -> str:
 # parsing: output refused for any reason (not JSON, cut at the limit, the
 # wrong kind, a failing exit status) holds its logins all the same.
 _LOGIN_FIELD = re.compile(rb'"(username|password)"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_FIELDS_LIMIT = 32
+_SHARED_USERS = 8
+"""Users tried with every password for the base64 form, besides its entry's own."""
 
 
 def candidate_secrets(output: bytes) -> set[str]:
     """Every form in which a line could show a password of this output.
 
-    The password, as the output wrote it (JSON-escaped its own way), JSON-escaped
-    as a log line escapes it (and with ASCII escapes), and base64 of
-    ``user:password`` for every user in the output (and none). The first
-    fields only: a run's output is at most 1 MiB, its logins are a handful.
+    Every password of the output (it is at most 1 MiB, and a plugin that hides
+    its real login behind many others must not get it logged), as the output
+    wrote it (JSON-escaped its own way), JSON-escaped as a log line escapes it
+    (and with ASCII escapes), and base64 of ``user:password`` with the users
+    of its neighbouring fields (its own entry's), the first few users of the
+    output, and none: linear in the output.
     """
-    users, passwords, found = {""}, set(), set()
-    for match in itertools.islice(_LOGIN_FIELD.finditer(output), _FIELDS_LIMIT):
+    fields: list[tuple[bytes, str, str]] = []
+    for match in _LOGIN_FIELD.finditer(output):
         raw = match.group(2)
         try:
             value = orjson.loads(b'"' + raw + b'"')
         except orjson.JSONDecodeError:
             value = raw.decode("utf-8", "replace")
-        if match.group(1) == b"username":
-            users.add(value)
-        else:
-            passwords.add(value)
-            found.add(raw.decode("utf-8", "replace"))
-    for password in passwords:
-        found.update((password, orjson.dumps(password).decode()[1:-1], json.dumps(password)[1:-1]))
+        fields.append((match.group(1), value, raw.decode("utf-8", "replace")))
+    shared = {""}
+    for kind, value, _ in fields:
+        if kind == b"username" and len(shared) <= _SHARED_USERS:
+            shared.add(value)
+    found: set[str] = set()
+    for at, (kind, password, raw) in enumerate(fields):
+        if kind != b"password":
+            continue
+        users = set(shared)
+        users.update(v for k, v, _ in fields[max(at - 1, 0) : at + 2] if k == b"username")
+        found.update((raw, password, orjson.dumps(password).decode()[1:-1]))
+        found.add(json.dumps(password)[1:-1])
         found.update(base64.b64encode(f"{user}:{password}".encode()).decode() for user in users)
     return found
 
 
+_GRAM = 4
+"""The shortest secret redacted, and the width of the grams that screen candidates."""
+
+
 def _redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
+    # A run can yield hundreds of thousands of candidates and the text is a few
+    # KiB: only a secret whose first and last grams are both in the text is
+    # searched for, so the cost follows the candidates, not candidates x text.
+    grams = {text[i : i + _GRAM] for i in range(len(text) - _GRAM + 1)}
+    present = {
+        s
+        for s in secrets
+        if len(s) >= _GRAM and s[:_GRAM] in grams and s[-_GRAM:] in grams and s in text
+    }
+    for secret in sorted(present, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text
 

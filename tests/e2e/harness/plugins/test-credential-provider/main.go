@@ -15,9 +15,10 @@
 // To check that nothing a plugin prints leaks from mirrorgate when its answer is
 // refused: --echo-secret writes the password, its base64 user:password and the
 // whole response to stderr; --password-suffix gives the password characters that
-// JSON escapes; --kind, --exit-status and --after (hang, flood or garbage, once
-// the response is written) make the answer fail in each way; --spawn-setsid
-// leaves a child in a session of its own holding the pipes.
+// JSON escapes; --kind, --exit-status and --after (hang, flood, garbage or deep, once
+// the response is written) make the answer fail in each way (deep: lists
+// nested 5,000 deep); --decoys writes that many other logins ahead of the real
+// one; --spawn-setsid leaves a child in a session of its own holding the pipes.
 package main
 
 import (
@@ -106,7 +107,8 @@ func main() {
 	suffix := flag.String("password-suffix", "", "appended to the minted password")
 	kind := flag.String("kind", "CredentialProviderResponse", "the response's kind")
 	exitStatus := flag.Int("exit-status", 0, "exit status after writing the response")
-	after := flag.String("after", "", "after writing the response: hang, flood or garbage")
+	after := flag.String("after", "", "after writing the response: hang, flood, garbage or deep")
+	decoys := flag.Int("decoys", 0, "auth entries, each with a password of its own, ahead of the real one")
 	spawnSetsid := flag.String("spawn-setsid", "", "start a child in its own session holding the pipes; its pid goes to this file")
 	flag.Parse()
 	if *faultFile != "" {
@@ -168,6 +170,11 @@ func main() {
 	out := response{APIVersion: *apiVersion, Kind: *kind,
 		CacheKeyType: *keyType, CacheDuration: *duration,
 		Auth: map[string]authConfig{key: {Username: os.Getenv("ROBOT"), Password: password}}}
+	for i := 0; i < *decoys; i++ {
+		// Digits sort before letters: encoding/json writes these ahead of the real entry.
+		out.Auth[fmt.Sprintf("%04d.decoy.example", i)] = authConfig{
+			Username: fmt.Sprintf("decoy-%d", i), Password: fmt.Sprintf("decoy-password-%d", i)}
+	}
 	var encoded bytes.Buffer
 	if err := json.NewEncoder(&encoded).Encode(out); err != nil {
 		fail("encoding the response: %v", err)
@@ -190,6 +197,8 @@ func main() {
 		}
 	case "garbage":
 		fmt.Print("}")
+	case "deep":
+		fmt.Print(strings.Repeat("[", 5000) + strings.Repeat("]", 5000))
 	}
 	os.Exit(*exitStatus)
 }
