@@ -58,7 +58,7 @@ class FairQueue:
             try:
                 yield
             finally:
-                self._release()
+                self._release(caller)
         finally:
             left = self._held[caller] - 1
             if left:
@@ -76,7 +76,7 @@ class FairQueue:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
-                self._release()  # handed the turn as it left: pass it on
+                self._release(caller)  # handed the turn as it left: pass it on
             else:
                 queue = self._waiting.get(caller)
                 if queue is not None and future in queue:
@@ -85,8 +85,12 @@ class FairQueue:
                         del self._waiting[caller]
             raise
 
-    def _release(self) -> None:
-        """Hand the turn to the first waiter of the next caller in rotation."""
+    def _release(self, holder: str) -> None:
+        """Hand the turn to the first waiter of the next caller in rotation, ``holder`` (who
+        had the turn) last."""
+        queue = self._waiting.pop(holder, None)
+        if queue is not None:
+            self._waiting[holder] = queue
         while self._waiting:
             caller = next(iter(self._waiting))
             queue = self._waiting.pop(caller)
