@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 
-def port(text: str) -> int:
+def tcp_port(text: str) -> int:
     """A TCP port to listen on, 1-65535, or 0 for any free one (bind would raise, not say)."""
     try:
         number = int(text)
@@ -99,13 +99,13 @@ class Settings:
     host: str = _admission("127.0.0.1", help="listen address (default: %(default)s)")
     port: int = _admission(
         8443,
-        parse=port,
+        parse=tcp_port,
         help="the admission port: /mutate, /audit, /validate-policy, /healthz and /readyz "
         "(default: %(default)s)",
     )
     metrics_port: int | None = _admission(
         None,
-        parse=port,
+        parse=tcp_port,
         metavar="PORT",
         help="serve /metrics and the detailed /readyz (its problems name mirrors and "
         "credentials) on this port instead, over TLS with the same certificate and no "
