@@ -103,6 +103,34 @@ def test_all_places_are_bounded_too() -> None:
     asyncio.run(main())
 
 
+def test_past_all_places_the_heaviest_caller_gives_up_its_newest_waiting_one() -> None:
+    async def main() -> None:
+        queue = FairQueue(per_caller=4, total=4, what="policy reviews")
+        gate = asyncio.Event()
+        served: list[str] = []
+
+        async def one(caller: str, name: str) -> None:
+            async with queue.turn(caller):
+                served.append(name)
+                await gate.wait()
+
+        flood = [asyncio.create_task(one("10.0.0.66", f"f{i}")) for i in range(4)]
+        await settle()
+        writer = asyncio.create_task(one("10.0.0.1", "w"))
+        await settle()
+        assert queue.places == 4
+        gate.set()
+        results = await asyncio.gather(*flood, writer, return_exceptions=True)
+        (evicted,) = [r for r in results if isinstance(r, Full)]
+        assert str(evicted) == (
+            "4 policy reviews are already waiting or being judged, 4 of them from 10.0.0.66"
+        )
+        assert results[3] is evicted  # the newest of the flood's waiting reviews
+        assert served == ["f0", "w", "f1", "f2"]
+
+    asyncio.run(main())
+
+
 def test_a_caller_who_leaves_gives_back_its_place_and_its_turn() -> None:
     async def main() -> None:
         queue = FairQueue(per_caller=1, total=32, what="reviews")

@@ -241,9 +241,10 @@ REFUSAL_LOG_INTERVAL = 60.0
 POLICY_REVIEWS_PER_CALLER = 4
 """Policy reviews one caller may have waiting or being judged (the API server sends one per
 write of the policy ConfigMap; four is the most a busy rollout was seen to overlap)."""
-MAX_POLICY_REVIEWS = 32
-"""Policy reviews waiting or being judged in all: the last is answered well within the
-webhook's timeout (`make bench-abuse`, "policy-queue flood", measures it)."""
+MAX_POLICY_REVIEWS = 8
+"""Policy reviews waiting or being judged in all: few enough that the last of them is
+answered within the webhook's 5 s timeout when each is the longest policy a review may
+carry (`python -m bench.policy_queue_bench` measures it)."""
 
 
 class PolicyEndpoint(AdmissionEndpoint):
