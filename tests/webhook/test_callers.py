@@ -85,6 +85,14 @@ def client_ca(tmp_path: Path, other_ca: CertificateAuthority) -> Path:
 
 
 @pytest.fixture
+def api_server(
+    ca: CertificateAuthority, other_ca: CertificateAuthority, tmp_path: Path
+) -> ssl.SSLContext:
+    """A caller holding a certificate from the client CA, as the API server does."""
+    return caller(other_ca, ca, tmp_path / "api-server")
+
+
+@pytest.fixture
 def guarded(tmp_path: Path, serving_pair: KeyPair, client_ca: Path) -> Iterator[serving.Running]:
     (tmp_path / "server").mkdir()
     with serving.serve(
@@ -99,12 +107,9 @@ def guarded(tmp_path: Path, serving_pair: KeyPair, client_ca: Path) -> Iterator[
 
 
 def test_a_caller_with_a_certificate_from_the_client_ca_is_served(
-    guarded: serving.Running,
-    ca: CertificateAuthority,
-    other_ca: CertificateAuthority,
-    tmp_path: Path,
+    guarded: serving.Running, api_server: ssl.SSLContext
 ) -> None:
-    assert mutate(guarded.url, caller(other_ca, ca, tmp_path)) == [HUB_MIRRORED]
+    assert mutate(guarded.url, api_server) == [HUB_MIRRORED]
 
 
 def test_a_caller_without_a_certificate_is_refused_at_the_handshake(
@@ -122,12 +127,11 @@ def test_a_caller_with_a_certificate_from_another_ca_is_refused_at_the_handshake
 def test_the_client_ca_is_reloaded_when_its_file_changes(
     guarded: serving.Running,
     client_ca: Path,
+    api_server: ssl.SSLContext,
     ca: CertificateAuthority,
-    other_ca: CertificateAuthority,
     tmp_path: Path,
 ) -> None:
     rotated = CertificateAuthority.generate(common_name="rotated webhook client CA")
-    old_caller = caller(other_ca, ca, tmp_path / "old")
     new_caller = caller(rotated, ca, tmp_path / "new")
     serving.write_atomically(client_ca, rotated.cert_pem)
 
@@ -138,15 +142,11 @@ def test_the_client_ca_is_reloaded_when_its_file_changes(
             return None
 
     serving.wait_for(new_served, what="a certificate from the rotated client CA accepted")
-    refused_at_handshake(guarded, old_caller)
+    refused_at_handshake(guarded, api_server)
 
 
 def test_a_bad_client_ca_reload_keeps_the_previous_one(
-    guarded: serving.Running,
-    client_ca: Path,
-    ca: CertificateAuthority,
-    other_ca: CertificateAuthority,
-    tmp_path: Path,
+    guarded: serving.Running, client_ca: Path, api_server: ssl.SSLContext
 ) -> None:
     def failed() -> float:
         return counted(guarded, "mirrorgate_certificate_reloads_total", result="failed")
@@ -157,7 +157,7 @@ def test_a_bad_client_ca_reload_keeps_the_previous_one(
         lambda: failed() > before or None,
         what="the refused reload counted",
     )
-    assert mutate(guarded.url, caller(other_ca, ca, tmp_path)) == [HUB_MIRRORED]
+    assert mutate(guarded.url, api_server) == [HUB_MIRRORED]
 
 
 @pytest.mark.parametrize(
@@ -208,14 +208,11 @@ def test_metrics_and_the_detailed_readyz_answer_on_the_metrics_port_without_a_cl
 
 
 def test_the_admission_port_keeps_a_minimal_readyz_and_no_metrics(
-    guarded: serving.Running,
-    ca: CertificateAuthority,
-    other_ca: CertificateAuthority,
-    tmp_path: Path,
+    guarded: serving.Running, api_server: ssl.SSLContext, ca: CertificateAuthority
 ) -> None:
     guarded.server.runtime.readiness["credential-store"] = lambda: "Secret mirrorgate/robot: gone"
     guarded.server.runtime.advisories.append(lambda: {"mirror harbor.example": "down"})
-    with httpx.Client(verify=caller(other_ca, ca, tmp_path), timeout=serving.TIMEOUT) as client:
+    with httpx.Client(verify=api_server, timeout=serving.TIMEOUT) as client:
         ready = client.get(f"{guarded.url}/readyz")
         assert client.get(f"{guarded.url}/healthz").text == "ok\n"
         assert client.get(f"{guarded.url}/metrics").status_code == 404

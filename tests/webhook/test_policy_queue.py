@@ -28,45 +28,47 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+class Holders:
+    """Reviews that hold the turn until the gate opens, and who was served, in order."""
+
+    def __init__(self, queue: FairQueue) -> None:
+        self.queue, self.gate, self.served = queue, asyncio.Event(), list[str]()
+
+    def start(self, caller: str, name: str | None = None) -> asyncio.Task[None]:
+        return asyncio.create_task(self._one(caller, name or caller))
+
+    async def _one(self, caller: str, name: str) -> None:
+        async with self.queue.turn(caller):
+            self.served.append(name)
+            await self.gate.wait()
+
+
 def test_turns_go_round_the_callers_not_in_arrival_order() -> None:
-    order: list[str] = []
-
-    async def main() -> None:
+    async def main() -> list[str]:
         queue = FairQueue(per_caller=4, total=32, what="reviews")
-        gate = asyncio.Event()
-
-        async def one(caller: str, name: str) -> None:
-            async with queue.turn(caller):
-                order.append(name)
-                await gate.wait()
-
-        tasks = [asyncio.create_task(one("flooder", f"f{i}")) for i in range(4)]
+        holders = Holders(queue)
+        tasks = [holders.start("flooder", f"f{i}") for i in range(4)]
         await settle()
-        tasks.append(asyncio.create_task(one("writer", "w")))
+        tasks.append(holders.start("writer", "w"))
         await settle()
-        for _ in range(5):
-            gate.set()
-            gate.clear()
+        for _ in range(5):  # one at a time
+            holders.gate.set()
+            holders.gate.clear()
             await settle()
-        gate.set()
+        holders.gate.set()
         await asyncio.gather(*tasks)
         assert queue.places == 0
+        return holders.served
 
-    asyncio.run(main())
     # f0 held the turn; the writer, who came last, goes right after it.
-    assert order == ["f0", "w", "f1", "f2", "f3"]
+    assert asyncio.run(main()) == ["f0", "w", "f1", "f2", "f3"]
 
 
 def test_a_caller_past_its_places_is_refused_at_once_and_others_are_not() -> None:
     async def main() -> None:
         queue = FairQueue(per_caller=2, total=32, what="policy reviews")
-        gate = asyncio.Event()
-
-        async def one(caller: str) -> None:
-            async with queue.turn(caller):
-                await gate.wait()
-
-        held = [asyncio.create_task(one("10.0.0.5")) for _ in range(2)]
+        holders = Holders(queue)
+        held = [holders.start("10.0.0.5") for _ in range(2)]
         await settle()
         with pytest.raises(Full) as refused:
             async with queue.turn("10.0.0.5"):
@@ -74,11 +76,11 @@ def test_a_caller_past_its_places_is_refused_at_once_and_others_are_not() -> Non
         assert str(refused.value) == (
             "2 policy reviews from 10.0.0.5 are already waiting or being judged"
         )
-        other = asyncio.create_task(one("10.0.0.6"))
+        held.append(holders.start("10.0.0.6"))
         await settle()
         assert queue.places == 3
-        gate.set()
-        await asyncio.gather(*held, other)
+        holders.gate.set()
+        await asyncio.gather(*held)
 
     asyncio.run(main())
 
@@ -86,18 +88,13 @@ def test_a_caller_past_its_places_is_refused_at_once_and_others_are_not() -> Non
 def test_all_places_are_bounded_too() -> None:
     async def main() -> None:
         queue = FairQueue(per_caller=1, total=3, what="policy reviews")
-        gate = asyncio.Event()
-
-        async def one(caller: str) -> None:
-            async with queue.turn(caller):
-                await gate.wait()
-
-        held = [asyncio.create_task(one(f"10.0.0.{i}")) for i in range(3)]
+        holders = Holders(queue)
+        held = [holders.start(f"10.0.0.{i}") for i in range(3)]
         await settle()
         with pytest.raises(Full, match=r"^3 policy reviews are already waiting or being judged$"):
             async with queue.turn("10.0.0.9"):
                 pass
-        gate.set()
+        holders.gate.set()
         await asyncio.gather(*held)
 
     asyncio.run(main())
@@ -106,27 +103,20 @@ def test_all_places_are_bounded_too() -> None:
 def test_past_all_places_the_heaviest_caller_gives_up_its_newest_waiting_one() -> None:
     async def main() -> None:
         queue = FairQueue(per_caller=4, total=4, what="policy reviews")
-        gate = asyncio.Event()
-        served: list[str] = []
-
-        async def one(caller: str, name: str) -> None:
-            async with queue.turn(caller):
-                served.append(name)
-                await gate.wait()
-
-        flood = [asyncio.create_task(one("10.0.0.66", f"f{i}")) for i in range(4)]
+        holders = Holders(queue)
+        tasks = [holders.start("10.0.0.66", f"f{i}") for i in range(4)]
         await settle()
-        writer = asyncio.create_task(one("10.0.0.1", "w"))
+        tasks.append(holders.start("10.0.0.1", "w"))
         await settle()
         assert queue.places == 4
-        gate.set()
-        results = await asyncio.gather(*flood, writer, return_exceptions=True)
+        holders.gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
         (evicted,) = [r for r in results if isinstance(r, Full)]
         assert str(evicted) == (
             "4 policy reviews are already waiting or being judged, 4 of them from 10.0.0.66"
         )
         assert results[3] is evicted  # the newest of the flood's waiting reviews
-        assert served == ["f0", "w", "f1", "f2"]
+        assert holders.served == ["f0", "w", "f1", "f2"]
 
     asyncio.run(main())
 
@@ -134,28 +124,20 @@ def test_past_all_places_the_heaviest_caller_gives_up_its_newest_waiting_one() -
 def test_a_caller_who_leaves_gives_back_its_place_and_its_turn() -> None:
     async def main() -> None:
         queue = FairQueue(per_caller=1, total=32, what="reviews")
-        gate = asyncio.Event()
-        served: list[str] = []
-
-        async def one(caller: str) -> None:
-            async with queue.turn(caller):
-                served.append(caller)
-                await gate.wait()
-
-        first = asyncio.create_task(one("a"))
+        holders = Holders(queue)
+        first = holders.start("a")
         await settle()
-        leaving = asyncio.create_task(one("b"))
-        last = asyncio.create_task(one("c"))
+        leaving, last = holders.start("b"), holders.start("c")
         await settle()
         leaving.cancel()
         await settle()
         assert queue.places == 2
-        gate.set()
+        holders.gate.set()
         await asyncio.gather(first, last)
-        assert served == ["a", "c"]
+        assert holders.served == ["a", "c"]
         # b's place is free again: b may queue once more.
         async with queue.turn("b"):
-            served.append("b")
+            pass
         assert queue.places == 0
 
     asyncio.run(main())
