@@ -202,7 +202,8 @@ def serve(settings: Settings) -> None:
     signal.signal(signal.SIGTERM, _exit_quietly)
     server = build(settings)
     instance = uvicorn_server(server, listener, metrics_listener)
-    accept.raise_file_limit(settings.limits.max_connections + MONITORING_CONNECTIONS)
+    monitored = 0 if metrics_listener is None else MONITORING_CONNECTIONS
+    accept.raise_file_limit(settings.limits.max_connections + monitored)
     # run(), not asyncio.run(serve()): run() uses the loop the config names (uvloop).
     instance.run(sockets=[listener])
 
