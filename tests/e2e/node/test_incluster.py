@@ -307,7 +307,13 @@ def test_a_pod_calling_mutate_without_the_api_servers_certificate_is_refused(
         assert body.spec is not None
         body.spec.restart_policy = "Never"
         create_pod(api, namespace, body)
-        output = nodepods.log(api, namespace, "caller", timeout=120).strip()
+
+        def finished() -> str | None:
+            phase = nodepods.read(api, namespace, "caller").get("status", {}).get("phase")
+            return None if phase in ("Succeeded", "Failed") else f"phase {phase}"
+
+        wait_until(finished, timeout=180, what="the caller Pod to finish", interval=0.5)
+        output = nodepods.log(api, namespace, "caller").strip()
     assert output.startswith("refused:"), output
     wait_until(
         lambda: (
