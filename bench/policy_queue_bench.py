@@ -35,7 +35,6 @@ from typing import Any
 import orjson
 
 from bench import results, server_bench
-from bench.abuse_bench import policy_review_body, serve_plainly, valid_rules
 from bench.server_bench import Connection, http_request, percentile
 
 __all__ = ["Flood", "main", "report", "run"]
@@ -73,19 +72,25 @@ def unjudged(status: int, answer: bytes) -> bool:
     return response.get("allowed") is False and "not judged" in message
 
 
+def _abuse() -> Any:
+    """bench.abuse_bench, imported when used: it may import this module at its top."""
+    from bench import abuse_bench
+
+    return abuse_bench
+
+
 def _flooder(port: int, cafile: str, source: str, seconds: float, answers: Any) -> None:
     """One flooding caller: its connections, in threads, back to back (a process of its own)."""
     import threading
 
-    policy, _ = valid_rules(FLOOD_POLICY_BYTES)
+    policy, _ = _abuse().valid_rules(FLOOD_POLICY_BYTES)
     context = ssl.create_default_context(cafile=cafile)
     found: list[tuple[float, bool]] = []
     end = time.monotonic() + seconds
 
     def one(k: int) -> None:
-        request = http_request(
-            "POST", "/validate-policy?timeout=5s", port, policy_review_body(policy, f"flood-{k}")
-        )
+        body = _abuse().policy_review_body(policy, f"flood-{k}")
+        request = http_request("POST", "/validate-policy?timeout=5s", port, body)
         connection = SourcedConnection(port, context, source)
         try:
             while time.monotonic() < end:
@@ -105,13 +110,14 @@ def _flooder(port: int, cafile: str, source: str, seconds: float, answers: Any) 
 
 def _updates(port: int, context: ssl.SSLContext, until: float) -> list[tuple[float, bool, str]]:
     """The legitimate caller's updates until ``until``: latency, refused unjudged, outcome."""
-    policy, _ = valid_rules(UPDATE_POLICY_BYTES)
+    abuse = _abuse()
+    policy, _ = abuse.valid_rules(UPDATE_POLICY_BYTES)
     connection = SourcedConnection(port, context, LEGITIMATE)
     found = []
     try:
         turn = 0
         while time.monotonic() < until:
-            body = policy_review_body(policy, f"update-{turn}")
+            body = abuse.policy_review_body(policy, f"update-{turn}")
             started = time.perf_counter()
             status, answer = connection.exchange(
                 http_request("POST", "/validate-policy?timeout=5s", port, body)
@@ -139,7 +145,7 @@ def run(seconds: float, executable: str | None = None, name: str = "this") -> Fl
     """The legitimate caller alone, then beside the flood, against ``executable``."""
     with tempfile.TemporaryDirectory(prefix="mirrorgate-policy-queue-") as tmp:
         workdir = pathlib.Path(tmp)
-        context, server = serve_plainly(workdir, executable)
+        context, server = _abuse().serve_plainly(workdir, executable)
         spawn = multiprocessing.get_context("spawn")
         answers = spawn.Queue()
         flooders = [
