@@ -27,11 +27,10 @@ from mirrorgate import policy
 from mirrorgate.policy import HEALTHY, Health
 from mirrorgate.webhook import admission, logs, policyreview, review
 from mirrorgate.webhook.admissioncache import AdmissionCache
-from mirrorgate.webhook.edge import fairqueue, offload
+from mirrorgate.webhook.edge import fairqueue, monitoring, offload
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyfile import LoadedPolicy
-from mirrorgate.webhook.version import VERSION
 
 __all__ = [
     "AUDIT_ONLY",
@@ -41,7 +40,6 @@ __all__ = [
     "REFUSAL_LOG_INTERVAL",
     "Runtime",
     "create_app",
-    "create_monitoring_app",
 ]
 
 AUDIT_ONLY = "audit-only"
@@ -91,10 +89,6 @@ class Runtime:
         self.metrics.set_policy(loaded.version, self.mode)
         for callback in self.on_policy_change:
             callback()
-
-
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
 def _content_type_ok(value: str) -> bool:
@@ -327,53 +321,6 @@ async def _send_json(send: Send, body: Any, status: int = 200) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def _ready(runtime: Runtime) -> dict[str, str]:
-    """Why this replica is not ready, by check; empty when it is."""
-    problems: dict[str, str] = {}
-    for name, check in runtime.readiness.items():
-        try:
-            why = check()
-        except Exception as error:  # a broken check means not ready, not a 500
-            why = f"check failed: {type(error).__name__}"
-        if why is not None:
-            problems[name] = why
-    return problems
-
-
-async def _liveness(request: Request) -> Response:
-    return Response("ok\n", media_type="text/plain")
-
-
-def _monitoring_routes(runtime: Runtime) -> list[Route]:
-    """/metrics and the detailed /readyz: what a replica knows of its mirrors and credentials."""
-
-    async def readiness(request: Request) -> Response:
-        problems = _ready(runtime)
-        ready = not problems
-        for advisory in runtime.advisories:
-            problems.update(advisory())
-        if runtime.policy_refused is not None:
-            # Not unready: the policy in force keeps serving, and so must this replica.
-            problems["policy"] = runtime.policy_refused
-        body = {
-            "ready": ready,
-            "version": VERSION,
-            "policy": runtime.policy.version,
-            "mode": runtime.mode,
-            "problems": problems,
-        }
-        return _json(body, status=200 if ready else 503)
-
-    async def metrics(request: Request) -> Response:
-        payload, content_type = runtime.metrics.render()
-        return Response(payload, media_type=content_type)
-
-    return [
-        Route("/readyz", readiness, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-    ]
-
-
 def create_app(runtime: Runtime, *, monitoring_apart: bool = False) -> Starlette:
     """The admission listener's application.
 
@@ -384,8 +331,8 @@ def create_app(runtime: Runtime, *, monitoring_apart: bool = False) -> Starlette
     """
 
     async def minimal_readiness(request: Request) -> Response:
-        ready = not _ready(runtime)
-        return _json({"ready": ready}, status=200 if ready else 503)
+        ready = not monitoring.not_ready(runtime)
+        return monitoring.json_response({"ready": ready}, status=200 if ready else 503)
 
     runtime.metrics.set_policy(runtime.policy.version, runtime.mode)
     endpoints = {
@@ -393,25 +340,18 @@ def create_app(runtime: Runtime, *, monitoring_apart: bool = False) -> Starlette
         "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True),
         "/validate-policy": PolicyEndpoint(runtime, endpoint="validate-policy"),
     }
-    monitoring = (
+    probes = (
         [Route("/readyz", minimal_readiness, methods=["GET"])]
         if monitoring_apart
-        else _monitoring_routes(runtime)
+        else monitoring.routes(runtime)
     )
     return _Application(
         endpoints,
         routes=[
             *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
-            Route("/healthz", _liveness, methods=["GET"]),
-            *monitoring,
+            Route("/healthz", monitoring.liveness, methods=["GET"]),
+            *probes,
         ],
-    )
-
-
-def create_monitoring_app(runtime: Runtime) -> Starlette:
-    """The metrics listener's application: /metrics, the detailed /readyz and /healthz."""
-    return Starlette(
-        routes=[Route("/healthz", _liveness, methods=["GET"]), *_monitoring_routes(runtime)]
     )
 
 

@@ -45,7 +45,7 @@ from mirrorgate.webhook.credentials import refresher as refresher_
 from mirrorgate.webhook.credentials import store as credentials
 from mirrorgate.webhook.credentials.reconciler import Reconciler
 from mirrorgate.webhook.credentials.records import Records
-from mirrorgate.webhook.edge import app, connections, filewatch, offload, tls
+from mirrorgate.webhook.edge import app, connections, filewatch, monitoring, offload, tls
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.errors import ConfigError
 from mirrorgate.webhook.logs import logger
@@ -379,7 +379,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         runtime=runtime,
         certificates=certificate.contexts,
         application=application,
-        monitoring=app.create_monitoring_app(runtime) if apart else None,
+        monitoring=monitoring.create_app(runtime) if apart else None,
         components=components,
     )
 
