@@ -233,8 +233,9 @@ REFUSAL_LOG_INTERVAL = 60.0
 
 
 POLICY_REVIEWS_PER_CALLER = 4
-"""Policy reviews one caller may have waiting or being judged (the API server sends one per
-write of the policy ConfigMap; four is the most a busy rollout was seen to overlap)."""
+"""Policy reviews one caller may have waiting or being judged: an API server has one in
+flight per write of the policy ConfigMap, and this is as many as the whole queue held
+before it was shared out by caller."""
 MAX_POLICY_REVIEWS = 8
 """Policy reviews waiting or being judged in all: few enough that the last of them is
 answered within the webhook's 5 s timeout when each is the longest policy a review may
