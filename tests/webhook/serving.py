@@ -36,6 +36,8 @@ class Running:
     server: wiring.Server
     uvicorn: uvicorn.Server
     port: int
+    metrics_port: int | None
+    """The metrics listener's, when the server has one."""
     cert_file: Path
     key_file: Path
     policy_file: Path
@@ -68,6 +70,8 @@ def serve(
     reload_interval: float = 0.1,
     secrets: admission.PullSecrets | None = None,
     limits: Limits | None = None,
+    client_ca: Path | None = None,
+    metrics: bool = False,
 ) -> Iterator[Running]:
     """Run ``webhook.commands.serve`` on a free loopback port until the block exits.
 
@@ -84,20 +88,24 @@ def serve(
             tls_key=str(key),
             host="127.0.0.1",
             port=0,
+            metrics_port=0 if metrics else None,
+            client_ca=None if client_ca is None else str(client_ca),
             reload_interval=reload_interval,
             limits=limits or Limits(),
             health_probes=False,
         ),
         secrets=secrets,
     )
-    instance = uvicorn.Server(process.uvicorn_config(built))
+    listener = process.listen("127.0.0.1", 0)
+    metrics_listener = process.listen("127.0.0.1", 0) if metrics else None
+    instance = process.uvicorn_server(built, listener, metrics_listener)
     failures: list[BaseException] = []
 
     def run() -> None:
         # Recorded, not raised: an exception escaping a thread is a pytest
         # warning, and warnings are errors here.
         try:
-            instance.run()
+            instance.run(sockets=[listener])
         except BaseException as error:  # SystemExit on a failed startup, too
             failures.append(error)
 
@@ -106,11 +114,12 @@ def serve(
     try:
         wait_for(lambda: instance.started or bool(failures) or None, what="server start")
         assert not failures, f"server did not start: {failures!r}"
-        port = instance.servers[0].sockets[0].getsockname()[1]
+        port = listener.getsockname()[1]
         yield Running(
             server=built,
             uvicorn=instance,
             port=port,
+            metrics_port=None if metrics_listener is None else metrics_listener.getsockname()[1],
             cert_file=cert,
             key_file=key,
             policy_file=policy_file,

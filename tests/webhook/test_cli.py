@@ -775,6 +775,8 @@ EVERY_SERVE_OPTION: list[tuple[list[str], str, Any]] = [
     (["--audit-only"], "audit_only", True),
     (["--host", "0.0.0.0"], "host", "0.0.0.0"),  # noqa: S104 (parsed, never bound)
     (["--port", "9443"], "port", 9443),
+    (["--metrics-port", "9444"], "metrics_port", 9444),
+    (["--client-ca", "/etc/webhook-ca.crt"], "client_ca", "/etc/webhook-ca.crt"),
     (["--reload-interval", "0.5"], "reload_interval", 0.5),
     (["--log-level", "debug"], "log_level", "debug"),
     (["--no-health-probes"], "health_probes", False),

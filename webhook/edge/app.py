@@ -1,4 +1,4 @@
-"""The HTTP application: admission endpoints, liveness, readiness and metrics.
+"""The HTTP applications: admission endpoints, liveness, readiness and metrics.
 
 ``/mutate`` enforces (unless the server runs ``--audit-only``), ``/audit``
 always only reports. One MutatingWebhookConfiguration holds a webhook for
@@ -10,6 +10,7 @@ and ``--audit-only`` a cluster-wide "report only" override.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
@@ -26,11 +27,10 @@ from mirrorgate import policy
 from mirrorgate.policy import HEALTHY, Health
 from mirrorgate.webhook import admission, logs, policyreview, review
 from mirrorgate.webhook.admissioncache import AdmissionCache
-from mirrorgate.webhook.edge import offload
+from mirrorgate.webhook.edge import fairqueue, monitoring, offload
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyfile import LoadedPolicy
-from mirrorgate.webhook.version import VERSION
 
 __all__ = [
     "AUDIT_ONLY",
@@ -89,10 +89,6 @@ class Runtime:
         self.metrics.set_policy(loaded.version, self.mode)
         for callback in self.on_policy_change:
             callback()
-
-
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
 def _content_type_ok(value: str) -> bool:
@@ -236,47 +232,64 @@ kind: anyone who reaches the port can cause some fifty a second."""
 REFUSAL_LOG_INTERVAL = 60.0
 
 
+POLICY_REVIEWS_PER_CALLER = 4
+"""Policy reviews one caller may have waiting or being judged: an API server has one in
+flight per write of the policy ConfigMap, and this is as many as the whole queue held
+before it was shared out by caller."""
+MAX_POLICY_REVIEWS = 8
+"""Policy reviews waiting or being judged in all: few enough that the last of them is
+answered within the webhook's 5 s timeout when each is the longest policy a review may
+carry (`python -m bench.policy_queue_bench` measures it)."""
+
+
 class PolicyEndpoint(AdmissionEndpoint):
     """``POST /validate-policy``: writes of the policy ConfigMap (:mod:`webhook.policyreview`).
 
     Reading a policy holds a core and the GIL wherever it runs in the
     server: a review over :data:`offload.LARGE_POLICY_REVIEW_BYTES` is judged
     in the worker process (:mod:`webhook.edge.offload`), a smaller one on a
-    thread, one at a time. When the worker's queue is full the policy is refused
-    unjudged, saying so: the webhook fails closed, and the writer may retry.
+    thread. One is judged at a time, the turns taken between callers
+    (:class:`~webhook.edge.fairqueue.FairQueue`, by peer address), so one
+    caller's flood cannot have another caller's review refused. Past
+    :data:`POLICY_REVIEWS_PER_CALLER` of a caller, or :data:`MAX_POLICY_REVIEWS`
+    in all, the policy is refused unjudged, saying so: the webhook fails
+    closed, and the writer may retry.
     """
 
     def __init__(self, runtime: Runtime, *, endpoint: str) -> None:
         super().__init__(runtime, endpoint=endpoint, forced_audit=False)
-        self._one_at_a_time = asyncio.Lock()
+        self.queue = fairqueue.FairQueue(
+            per_caller=POLICY_REVIEWS_PER_CALLER, total=MAX_POLICY_REVIEWS, what="policy reviews"
+        )
         self._refusals = logs.Sampled(
             "policy refused at admission", burst=REFUSALS_LOGGED, interval=REFUSAL_LOG_INTERVAL
         )
 
-    async def _judged(self, body: bytes) -> policyreview.Judged:
-        screener = self.runtime.screener
-        if len(body) > offload.LARGE_POLICY_REVIEW_BYTES and screener is not None:
-            try:
-                return await screener.judge_policy(body)
-            except offload.Busy:
-                rev = review.decode(body)
-                return review.denied(
-                    rev,
-                    (
-                        f"mirrorgate: {offload.MAX_QUEUED_POLICY_REVIEWS} policy reviews are "
-                        "already waiting to be judged; this policy was not judged, try again"
-                    ),
-                    code=429,
-                ), None
-            except offload.Unavailable:
-                pass
-        async with self._one_at_a_time:
-            return await asyncio.to_thread(policyreview.judge_body, body)
+    async def _judged(self, body: bytes, caller: str) -> policyreview.Judged:
+        try:
+            async with self.queue.turn(caller):
+                screener = self.runtime.screener
+                if len(body) > offload.LARGE_POLICY_REVIEW_BYTES and screener is not None:
+                    with contextlib.suppress(offload.Unavailable):
+                        return await screener.judge_policy(body)
+                return await asyncio.to_thread(policyreview.judge_body, body)
+        except (fairqueue.Full, offload.Busy) as error:
+            why = str(error) or (
+                f"{offload.MAX_QUEUED_POLICY_REVIEWS} policy reviews are already waiting to be "
+                "judged"
+            )
+            return review.denied(
+                review.decode(body),
+                f"mirrorgate: {why}; this policy was not judged, try again",
+                code=429,
+            ), None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
+        peer = scope.get("client")
         try:
-            answer, user = await self._judged(await self._body(scope, receive))
+            body = await self._body(scope, receive)
+            answer, user = await self._judged(body, str(peer[0]) if peer else "unknown")
         except review.BadReview as error:
             runtime.metrics.errors.labels(self.endpoint, "bad-request").inc()
             await _send_json(send, error.review(), status=400)
@@ -309,37 +322,18 @@ async def _send_json(send: Send, body: Any, status: int = 200) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def create_app(runtime: Runtime) -> Starlette:
-    async def liveness(request: Request) -> Response:
-        return Response("ok\n", media_type="text/plain")
+def create_app(runtime: Runtime, *, monitoring_apart: bool = False) -> Starlette:
+    """The admission listener's application.
 
-    async def readiness(request: Request) -> Response:
-        problems: dict[str, str] = {}
-        for name, check in runtime.readiness.items():
-            try:
-                why = check()
-            except Exception as error:  # a broken check means not ready, not a 500
-                why = f"check failed: {type(error).__name__}"
-            if why is not None:
-                problems[name] = why
-        ready = not problems
-        for advisory in runtime.advisories:
-            problems.update(advisory())
-        if runtime.policy_refused is not None:
-            # Not unready: the policy in force keeps serving, and so must this replica.
-            problems["policy"] = runtime.policy_refused
-        body = {
-            "ready": ready,
-            "version": VERSION,
-            "policy": runtime.policy.version,
-            "mode": runtime.mode,
-            "problems": problems,
-        }
-        return _json(body, status=200 if ready else 503)
+    ``monitoring_apart`` (``serve --metrics-port``): /metrics and the detailed
+    /readyz are :func:`create_monitoring_app`'s, and this /readyz says only whether
+    the replica is ready: whoever reaches the admission port learns no mirror
+    error and no credential name.
+    """
 
-    async def metrics(request: Request) -> Response:
-        payload, content_type = runtime.metrics.render()
-        return Response(payload, media_type=content_type)
+    async def minimal_readiness(request: Request) -> Response:
+        ready = not monitoring.not_ready(runtime)
+        return monitoring.json_response({"ready": ready}, status=200 if ready else 503)
 
     runtime.metrics.set_policy(runtime.policy.version, runtime.mode)
     endpoints = {
@@ -347,13 +341,17 @@ def create_app(runtime: Runtime) -> Starlette:
         "/audit": AdmissionEndpoint(runtime, endpoint="audit", forced_audit=True),
         "/validate-policy": PolicyEndpoint(runtime, endpoint="validate-policy"),
     }
+    probes = (
+        [Route("/readyz", minimal_readiness, methods=["GET"])]
+        if monitoring_apart
+        else monitoring.routes(runtime)
+    )
     return _Application(
         endpoints,
         routes=[
             *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
-            Route("/healthz", liveness, methods=["GET"]),
-            Route("/readyz", readiness, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
+            Route("/healthz", monitoring.liveness, methods=["GET"]),
+            *probes,
         ],
     )
 

@@ -233,6 +233,8 @@ EVERY_VALUE: dict[str, Any] = {
     "webhook": {"timeoutSeconds": 3, "failurePolicy": "Fail"},
     "image": {"pullPolicy": "Always"},
     "mirrorCA": {"secret": "mirror-ca", "key": "bundle.pem"},
+    "clientCA": {"configMap": "apiserver-webhook-ca", "key": "webhook-ca.pem"},
+    "networkPolicy": {"controlPlaneCIDRs": ["10.0.0.0/28", "fd00::/120"]},
     "credentialProviders": {
         "config": {
             "apiVersion": "kubelet.config.k8s.io/v1",
@@ -325,6 +327,8 @@ def test_every_value_lints_and_reaches_the_objects(
         "--reconcile-interval=60",
         "--credential-provider-config=/etc/mirrorgate-credential-providers/config.yaml",
         "--credential-provider-bin-dir=/var/lib/mirrorgate/credential-providers",
+        "--metrics-port=9443",
+        "--client-ca=/etc/mirrorgate-client-ca/webhook-ca.pem",
     ):
         assert arg in args, arg
     assert "--audit-only" not in args
@@ -344,6 +348,25 @@ def test_every_value_lints_and_reaches_the_objects(
         "secretName": "mirror-ca",
         "items": [{"key": "bundle.pem", "path": "bundle.pem"}],
     }
+    assert mounts["client-ca"] == "/etc/mirrorgate-client-ca"
+    assert volumes["client-ca"]["configMap"] == {
+        "name": "apiserver-webhook-ca",
+        "items": [{"key": "webhook-ca.pem", "path": "webhook-ca.pem"}],
+    }
+    # The probes use the metrics port: the kubelet presents no client certificate.
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "https": 8443,
+        "metrics": 9443,
+    }
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["port"] == "metrics", probe
+    (network,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    admission, monitoring = network["spec"]["ingress"]
+    assert admission == {
+        "ports": [{"port": "https", "protocol": "TCP"}],
+        "from": [{"ipBlock": {"cidr": "10.0.0.0/28"}}, {"ipBlock": {"cidr": "fd00::/120"}}],
+    }
+    assert monitoring == {"ports": [{"port": "metrics", "protocol": "TCP"}]}
     assert init["volumeMounts"] == [
         {"name": "credential-provider-bin", "mountPath": "/credential-providers"}
     ]

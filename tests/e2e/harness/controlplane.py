@@ -4,6 +4,11 @@ There is no controller-manager and no scheduler: Pods stay Pending, namespaces n
 finish deleting and ServiceAccounts are not created automatically. What is real is
 everything on the request path: authentication, RBAC, admission (including the
 ServiceAccount plugin and the webhook plugins) and storage.
+
+The API server presents a client certificate to every webhook that asks for one, as
+an AdmissionConfiguration makes it do on a real cluster (docs/install.md, "Only the API
+server calls mirrorgate"): issued by a CA of its own, :attr:`ControlPlane.webhook_client_ca`,
+which is what `serve --client-ca` is given.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class ControlPlane:
     ca_path: Path
     ca: CertificateAuthority = field(repr=False)
     workdir: Path
+    webhook_client_ca: Path
+    """The CA (PEM) of the client certificate the API server presents to webhooks."""
     processes: list[ManagedProcess] = field(default_factory=list, repr=False)
     timings: dict[str, float] = field(default_factory=dict)
     _clients: list[k8s.ApiClient] = field(default_factory=list, repr=False)
@@ -164,6 +171,46 @@ def _kubeconfig(url: str, ca_pem: bytes, admin: KeyPair, *, user: str = ADMIN_US
     return json.dumps(config, indent=2).encode()
 
 
+WEBHOOK_CLIENT_NAME = "kube-apiserver"
+"""The common name of the API server's webhook client certificate."""
+
+
+def _webhook_client(workdir: Path) -> tuple[Path, Path]:
+    """The API server's webhook client: its CA's file and the AdmissionConfiguration.
+
+    The kubeconfig's one user is ``*``: the certificate goes to every webhook that asks
+    for one (a host process on a loopback port, or the Service in the node suite), and a
+    webhook that asks for none gets none. A real cluster names the Service's host
+    (``mirrorgate.mirrorgate.svc``); ``*`` is the API server's fallback for any host.
+    """
+    directory = workdir / "admission"
+    directory.mkdir(parents=True, exist_ok=True)
+    authority = CertificateAuthority.generate(common_name="mirrorgate e2e webhook client CA")
+    pair = authority.issue_client(common_name=WEBHOOK_CLIENT_NAME, organizations=[])
+    cert = _write(directory / "webhook-client.crt", pair.cert_pem)
+    key = _write(directory / "webhook-client.key", pair.key_pem, private=True)
+    users = [{"name": "*", "user": {"client-certificate": str(cert), "client-key": str(key)}}]
+    kubeconfig = _write(
+        directory / "webhooks.kubeconfig",
+        json.dumps({"apiVersion": "v1", "kind": "Config", "users": users}).encode(),
+    )
+    webhook = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(kubeconfig),
+    }
+    admission = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [
+            {"name": plugin, "configuration": webhook}
+            for plugin in ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")
+        ],
+    }
+    config = _write(directory / "admission.yaml", json.dumps(admission).encode())
+    return _write(directory / "webhook-client-ca.crt", authority.cert_pem), config
+
+
 def start_control_plane(
     workdir: Path,
     *,
@@ -215,6 +262,7 @@ def start_control_plane(
     etcd_client, etcd_peer, apiserver_port = free_port(), free_port(), free_port()
     url = f"https://127.0.0.1:{apiserver_port}"
     kubeconfig = _write(workdir / "kubeconfig", _kubeconfig(url, ca.cert_pem, admin), private=True)
+    webhook_client_ca, admission_config = _webhook_client(workdir)
     plane = ControlPlane(
         url=url,
         kubeconfig=kubeconfig,
@@ -222,6 +270,7 @@ def start_control_plane(
         ca_path=ca_path,
         ca=ca,
         workdir=workdir,
+        webhook_client_ca=webhook_client_ca,
     )
     # The admin pair under the name api_client() would give it, so it is not reissued.
     admin_cert, admin_key = plane._client_key_pair(ADMIN_USER, ("system:masters",))
@@ -280,6 +329,7 @@ def start_control_plane(
                 f"--service-account-signing-key-file={sa_private}",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--profiling=false",
+                f"--admission-control-config-file={admission_config}",
                 *apiserver_args,
             ],
             workdir / "kube-apiserver.log",

@@ -63,6 +63,10 @@ ROLLOUT_TIMEOUT = 180.0
 # The kubelet's sync (5 s, node.py), the atomic swap of the volume, the replicas' reload.
 POLICY_RELOAD_TIMEOUT = 60.0
 MIRROR_CA = "mirror-ca"
+CLIENT_CA = "apiserver-webhook-ca"
+"""The ConfigMap holding the CA of the API server's webhook client certificate (clientCA)."""
+METRICS_PORT = 9443
+"""The replicas' metrics port: /metrics and the detailed /readyz."""
 """The ConfigMap holding the node registries' private CA, given to the chart as mirrorCA."""
 MIRROR_CA_FILE = "/etc/mirrorgate-ca/ca.crt"
 """Where the chart mounts it (the plugins' CA_FILE)."""
@@ -159,6 +163,9 @@ def helm_values(node: Node, relay_port: int, robots: Robots) -> dict[str, Any]:
         "imagePullSecrets": [nodepods.UPSTREAM_SECRET],
         "policy": installed_policy(node.registry),
         "mirrorCA": {"configMap": MIRROR_CA, "key": "ca.crt"},
+        # Only the API server's certificate opens the admission port (its
+        # AdmissionConfiguration presents one, tests/e2e/harness/controlplane.py).
+        "clientCA": {"configMap": CLIENT_CA, "key": "ca.crt"},
         "credentialProviders": _credential_providers(node.registry, robots),
         "logLevel": "info",
         "extraEnv": [
@@ -241,7 +248,7 @@ class Release:
             return [
                 str(
                     core.connect_get_namespaced_pod_proxy_with_path(
-                        f"https:{p.metadata.name}:8443", mg.NAMESPACE, "metrics"
+                        f"https:{p.metadata.name}:{METRICS_PORT}", mg.NAMESPACE, "metrics"
                     )
                 )
                 for p in replicas(api)
@@ -423,18 +430,19 @@ def push_image(registry: RegistryStack, tag: str, *, version: str | None = None)
     return image
 
 
-def _prepare_namespace(api: k8s.ApiClient, registry: RegistryStack) -> None:
+def _prepare_namespace(api: k8s.ApiClient, registry: RegistryStack, client_ca: Path) -> None:
     """What a user makes before `helm install`: the namespace, the central credential,
-    the pull secret for mirrorgate's own image, and the mirrors' CA bundle."""
+    the pull secret for mirrorgate's own image, the mirrors' CA bundle and the CA of
+    the API server's webhook client certificate."""
     create_namespace(api, mg.NAMESPACE)
     central_credential(api, registry)
     nodepods.upstream_pull_secret(api, mg.NAMESPACE, registry)
-    k8s.CoreV1Api(api).create_namespaced_config_map(
-        mg.NAMESPACE,
-        k8s.V1ConfigMap(
-            metadata=k8s.V1ObjectMeta(name=MIRROR_CA), data={"ca.crt": registry.ca_path.read_text()}
-        ),
-    )
+    core = k8s.CoreV1Api(api)
+    for name, path in ((MIRROR_CA, registry.ca_path), (CLIENT_CA, client_ca)):
+        data = {"ca.crt": path.read_text()}
+        core.create_namespaced_config_map(
+            mg.NAMESPACE, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=name), data=data)
+        )
 
 
 @contextlib.contextmanager
@@ -458,7 +466,7 @@ def installed_release(node: Node, helm: Path, workdir: Path) -> Iterator[Release
             robots=robots,
         )
         with plane.api_client() as api:
-            _prepare_namespace(api, registry)
+            _prepare_namespace(api, registry, plane.webhook_client_ca)
         try:
             release.install()
             yield release

@@ -28,7 +28,7 @@ from mirrorgate import certs
 from tests.e2e.harness import kube
 from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.procs import ManagedProcess, http_ok, wait_until
+from tests.e2e.harness.procs import ManagedProcess, free_port, http_ok, wait_until
 from tests.e2e.harness.standalone import serve_argv
 
 NAMESPACE = "mirrorgate"
@@ -129,6 +129,8 @@ class Mirrorgate:
     ca_path: Path
     policy_path: Path
     process: ManagedProcess
+    metrics_url: str | None = None
+    """The metrics listener's, when the server has one (``client_ca``)."""
 
     def stop(self) -> None:
         self.process.stop()
@@ -159,6 +161,7 @@ def start_mirrorgate(
     ready: bool = True,
     tls_secret: str | None = None,
     health_probes: bool = False,
+    client_ca: bool = False,
 ) -> Mirrorgate:
     """Start `mirrorgate serve`; with `tls_secret`, it manages its own certificates.
 
@@ -169,8 +172,19 @@ def start_mirrorgate(
     In that mode the CA is the server's own, unknown until it has written the
     Secret: readiness is then checked without verification, and the caller
     verifies against the CA from the Secret.
+
+    With ``client_ca`` the admission port accepts only the API server's webhook client
+    certificate (``--client-ca``), and readiness is read on the metrics port.
     """
     serve, port, policy_path = serve_argv(workdir, policy, tls_secret=tls_secret)
+    metrics_port = free_port() if client_ca else None
+    if metrics_port is not None:
+        serve += [
+            "--client-ca",
+            str(plane.webhook_client_ca),
+            "--metrics-port",
+            str(metrics_port),
+        ]
     argv = [
         *serve,
         "--kubeconfig",
@@ -190,6 +204,7 @@ def start_mirrorgate(
         ca_path=workdir / "tls" / certs.CA_CERT,
         policy_path=policy_path,
         process=process,
+        metrics_url=None if metrics_port is None else f"https://127.0.0.1:{metrics_port}",
     )
     if tls_secret is None:
         context = ssl.create_default_context(cafile=str(server.ca_path))
@@ -201,7 +216,11 @@ def start_mirrorgate(
     path = "/readyz" if ready else "/healthz"
     try:
         wait_until(
-            lambda: http_ok(lambda: httpx.get(f"{server.url}{path}", verify=context, timeout=2)),
+            lambda: http_ok(
+                lambda: httpx.get(
+                    f"{server.metrics_url or server.url}{path}", verify=context, timeout=2
+                )
+            ),
             timeout=30,
             what="mirrorgate ready",
             alive=process.exited,

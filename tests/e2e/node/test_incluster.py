@@ -257,6 +257,76 @@ def test_runs_from_its_image_as_installed(node_installed: Release) -> None:
         assert pod["status"]["phase"] == "Running"
 
 
+CALLER = """
+import socket, ssl, sys
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+request = (
+    b"POST /mutate HTTP/1.1\\r\\nHost: mirrorgate\\r\\nContent-Type: application/json\\r\\n"
+    b"Content-Length: 2\\r\\n\\r\\n{}"
+)
+try:
+    with socket.create_connection((sys.argv[1], 8443), timeout=10) as raw:
+        with context.wrap_socket(raw) as tls:
+            tls.sendall(request)
+            answer = tls.recv(64)
+    print(f"answered: {answer!r}" if answer else "refused: the connection was closed")
+except (OSError, ssl.SSLError) as error:
+    print(f"refused: {type(error).__name__}: {error}")
+"""
+"""A caller in a Pod: TLS to a replica's admission port, trusting anything, presenting no
+certificate, then a /mutate; prints what came back."""
+
+
+def test_a_pod_calling_mutate_without_the_api_servers_certificate_is_refused(
+    node_installed: Release,
+) -> None:
+    """The chart's clientCA is on (tests/e2e/harness/incluster.py): the API server presents
+    its webhook client certificate (every Pod the suite creates is rewritten through it),
+    and a Pod that reaches the replica's port gets no HTTP answer, only a refused handshake,
+    which the replica counts."""
+    registry = node_installed.registry
+    dropped = "mirrorgate_connections_dropped_total"
+    with node_installed.control_plane.api_client() as api:
+        namespace = create_namespace(api, namespace_name("caller"))  # not opted in
+        nodepods.upstream_pull_secret(api, namespace, registry)
+        (target, *_) = [p for p in replicas(api) if p.status and p.status.pod_ip]
+        assert target.status is not None
+        before = sum(node_installed.gauges(dropped, reason="handshake-failed"))
+        body = nodepods.pod(
+            "caller",
+            [
+                k8s.V1Container(
+                    name="caller",
+                    image=f"{registry.upstream_host}/{REPOSITORY}:{TAG}",
+                    command=["python3", "-c", CALLER, str(target.status.pod_ip)],
+                )
+            ],
+            pull_secrets=[nodepods.UPSTREAM_SECRET],
+        )
+        assert body.spec is not None
+        body.spec.restart_policy = "Never"
+        create_pod(api, namespace, body)
+
+        def finished() -> str | None:
+            phase = nodepods.read(api, namespace, "caller").get("status", {}).get("phase")
+            return None if phase in ("Succeeded", "Failed") else f"phase {phase}"
+
+        wait_until(finished, timeout=180, what="the caller Pod to finish", interval=0.5)
+        output = nodepods.log(api, namespace, "caller").strip()
+    assert output.startswith("refused:"), output
+    wait_until(
+        lambda: (
+            None
+            if sum(node_installed.gauges(dropped, reason="handshake-failed")) > before
+            else "not counted"
+        ),
+        timeout=30,
+        what="the refused handshake counted by the replica",
+        interval=0.5,
+    )
+
+
 def test_probes_the_node_mirror_through_the_private_ca_given_as_mirror_ca(
     node_installed: Release,
 ) -> None:

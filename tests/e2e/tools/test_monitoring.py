@@ -46,10 +46,10 @@ TARGET = {
     "job": "mirrorgate",
     "namespace": "mirrorgate",
     "service": "mirrorgate",
-    "endpoint": "https",
+    "endpoint": "metrics",
     "pod": "mirrorgate-6d9c7b5f4-x2x7q",
     "container": "mirrorgate",
-    "instance": "10.244.1.7:8443",
+    "instance": "10.244.1.7:9443",
 }
 METRIC_NAME = re.compile(r"\b(?:mirrorgate_[a-z_]+|up)\b")
 

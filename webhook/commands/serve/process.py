@@ -1,13 +1,17 @@
-"""The `mirrorgate serve` process: listen first, uvicorn with the edge's limits, exit on SIGTERM."""
+"""The `mirrorgate serve` process: listen first, uvicorn with the edge's limits on the admission
+listener (and the metrics listener, with --metrics-port), exit on SIGTERM."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import signal
 import socket
-from typing import NoReturn, TextIO
+from typing import Any, Literal, NoReturn, TextIO
 
 import uvicorn
+from starlette.applications import Starlette
 
 from mirrorgate.webhook import errors, logs
 from mirrorgate.webhook.commands import EXIT_OK
@@ -17,22 +21,33 @@ from mirrorgate.webhook.edge import accept, app, connections
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.version import VERSION
 
-__all__ = ["listen", "run", "serve", "uvicorn_config"]
+__all__ = [
+    "MONITORING_CONNECTIONS",
+    "listen",
+    "monitoring_config",
+    "run",
+    "serve",
+    "uvicorn_config",
+]
 
 
-def uvicorn_config(server: Server) -> uvicorn.Config:
-    """uvicorn on uvloop, with TLS and every limit applied by :mod:`webhook.connections`."""
+MONITORING_CONNECTIONS = 64
+"""Open connections of the metrics listener: Prometheus and the kubelet's probes need a few.
+A table of their own, so that neither listener's clients can close the other's."""
+
+
+def _config(
+    server: Server, application: Starlette, *, lifespan: Literal["on", "off"]
+) -> uvicorn.Config:
+    """uvicorn on uvloop for ``application``, TLS and limits left to the acceptor."""
     settings = server.settings
-    problems = settings.limits.problems()
-    if problems:
-        raise errors.ConfigError("; ".join(problems))
     config = uvicorn.Config(
-        server.application,
+        application,
         host=settings.host,
         port=settings.port,
         log_config=None,
         access_log=False,
-        lifespan="on",
+        lifespan=lifespan,
         # uvloop: an idle TLS connection costs a fraction of what it costs
         # under asyncio's own loop, which zero-fills a buffer per connection
         # (the figures: docs/development.md, Architecture).
@@ -43,18 +58,45 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
         timeout_keep_alive=settings.limits.idle_timeout,  # type: ignore[arg-type]
     )
     config.load()
+    # The server itself is plain TCP: each connection is counted from its
+    # accept and upgraded to TLS (>= 1.2, hot-swapped certificates) by the
+    # acceptor, within the header timeout.
+    config.ssl = None
+    return config
+
+
+def uvicorn_config(server: Server) -> uvicorn.Config:
+    """uvicorn on uvloop, with TLS and every limit applied by :mod:`webhook.connections`."""
+    settings = server.settings
+    problems = settings.limits.problems()
+    if problems:
+        raise errors.ConfigError("; ".join(problems))
+    config = _config(server, server.application, lifespan="on")
     metrics = server.runtime.metrics
     table = connections.ConnectionTable(
         settings.limits, on_close=lambda reason: metrics.connections_dropped.labels(reason).inc()
     )
     metrics.open_connections.set_function(lambda: len(table.open))
     server.connections = table
-    # The server itself is plain TCP: each connection is counted from its
-    # accept and upgraded to TLS (>= 1.2, hot-swapped certificates) by the
-    # acceptor, within the header timeout.
-    config.ssl = None
     config.http_protocol_class = accept.protocol_factory(  # type: ignore[assignment]
         table, server.certificates.base
+    )
+    return config
+
+
+def monitoring_config(server: Server) -> uvicorn.Config | None:
+    """The metrics listener's uvicorn config (--metrics-port), its connections a table
+    of their own; None without the flag."""
+    if server.monitoring is None:
+        return None
+    config = _config(server, server.monitoring, lifespan="off")
+    metrics = server.runtime.metrics
+    limits = dataclasses.replace(server.settings.limits, max_connections=MONITORING_CONNECTIONS)
+    table = connections.ConnectionTable(
+        limits, on_close=lambda reason: metrics.connections_dropped.labels(reason).inc()
+    )
+    config.http_protocol_class = accept.protocol_factory(  # type: ignore[assignment]
+        table, server.certificates.metrics_base
     )
     return config
 
@@ -77,21 +119,42 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn that says "serving" once it accepts connections, not before."""
+    """uvicorn that says "serving" once it accepts connections, not before, and serves the
+    metrics listener beside the admission one."""
 
-    def __init__(self, config: uvicorn.Config, *, runtime: app.Runtime, address: str) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        runtime: app.Runtime,
+        addresses: dict[str, str],
+        monitoring: tuple[socket.socket, uvicorn.Config] | None = None,
+    ) -> None:
         super().__init__(config)
-        self.runtime, self.address = runtime, address
+        self.runtime, self.addresses, self.monitoring = runtime, addresses, monitoring
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
+        if self.started and self.monitoring is not None:
+            listener, config = self.monitoring
+
+            def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> Any:
+                return config.http_protocol_class(  # type: ignore[call-arg]
+                    config=config, server_state=self.server_state, app_state={}, _loop=_loop
+                )
+
+            loop = asyncio.get_running_loop()
+            # Stopped with the admission listener: uvicorn closes every server in the list.
+            self.servers.append(
+                await loop.create_server(create_protocol, sock=listener, backlog=config.backlog)
+            )
         if self.started:
             loaded = self.runtime.policy
             logger.info(
                 "mirrorgate serving",
                 extra={
                     "fields": {
-                        "address": self.address,
+                        **self.addresses,
                         "version": VERSION,
                         "policy": loaded.version,
                         "mode": self.runtime.mode,
@@ -99,6 +162,11 @@ class _Uvicorn(uvicorn.Server):
                 },
             )
             logs.flush()
+
+
+def _https(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
 def _exit_quietly(signum: int, frame: object) -> NoReturn:
@@ -109,18 +177,35 @@ def _exit_quietly(signum: int, frame: object) -> NoReturn:
     raise SystemExit(0)
 
 
+def uvicorn_server(
+    server: Server, listener: socket.socket, metrics_listener: socket.socket | None = None
+) -> uvicorn.Server:
+    """The uvicorn server for ``server``: run it with ``run(sockets=[listener])``; it serves
+    the metrics listener too when the settings ask for one."""
+    config = uvicorn_config(server)
+    metrics_config = monitoring_config(server)
+    addresses = {"address": _https(listener)}
+    monitoring = None
+    if metrics_listener is not None and metrics_config is not None:
+        addresses["metrics_address"] = _https(metrics_listener)
+        monitoring = (metrics_listener, metrics_config)
+    return _Uvicorn(config, runtime=server.runtime, addresses=addresses, monitoring=monitoring)
+
+
 def serve(settings: Settings) -> None:
     """Listen first (a busy port is a ConfigError), then build and serve until SIGTERM."""
     logs.configure(settings.log_level)
     listener = listen(settings.host, settings.port)
+    metrics_listener = (
+        None if settings.metrics_port is None else listen(settings.host, settings.metrics_port)
+    )
     signal.signal(signal.SIGTERM, _exit_quietly)
     server = build(settings)
-    config = uvicorn_config(server)
-    accept.raise_file_limit(settings.limits.max_connections)
-    host, port = listener.getsockname()[:2]
-    address = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    instance = uvicorn_server(server, listener, metrics_listener)
+    monitored = 0 if metrics_listener is None else MONITORING_CONNECTIONS
+    accept.raise_file_limit(settings.limits.max_connections + monitored)
     # run(), not asyncio.run(serve()): run() uses the loop the config names (uvloop).
-    _Uvicorn(config, runtime=server.runtime, address=address).run(sockets=[listener])
+    instance.run(sockets=[listener])
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -136,15 +136,25 @@ def log_warnings(loaded: policyfile.LoadedPolicy) -> None:
 
 
 class ServingCertificate(_Watched):
-    """The serving certificate and key: loaded at start (a ConfigError names a bad file),
-    reloaded when either file changes, their expiry kept in the metrics."""
+    """The serving certificate and key, and the client CA callers are checked against:
+    loaded at start (a ConfigError names a bad file), reloaded when any of the files
+    changes, the certificate's expiry kept in the metrics."""
 
-    def __init__(self, cert_file: str, key_file: str, *, metrics: Metrics, interval: float) -> None:
+    def __init__(
+        self,
+        cert_file: str,
+        key_file: str,
+        *,
+        client_ca: str | None = None,
+        metrics: Metrics,
+        interval: float,
+    ) -> None:
         self.cert_file, self._metrics = cert_file, metrics
-        self.contexts = tls.CertificateReloader(cert_file, key_file)
-        """The TLS contexts handshakes are served from (the acceptor holds ``base``)."""
+        self.contexts = tls.CertificateReloader(cert_file, key_file, client_ca)
+        """The TLS contexts handshakes are served from (the acceptors hold the bases)."""
+        files = [cert_file, key_file, *([client_ca] if client_ca else [])]
         self.watcher = filewatch.FileWatcher(
-            [cert_file, key_file], self.reload, interval=interval, name="certificates"
+            files, self.reload, interval=interval, name="certificates"
         )
         self._record_expiry()
 

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 
-def port(text: str) -> int:
+def tcp_port(text: str) -> int:
     """A TCP port to listen on, 1-65535, or 0 for any free one (bind would raise, not say)."""
     try:
         number = int(text)
@@ -97,7 +97,20 @@ class Settings:
         "a cluster-wide report-only override (a safe first install)",
     )
     host: str = _admission("127.0.0.1", help="listen address (default: %(default)s)")
-    port: int = _admission(8443, parse=port, help="(default: %(default)s)")
+    port: int = _admission(
+        8443,
+        parse=tcp_port,
+        help="the admission port: /mutate, /audit, /validate-policy, /healthz and /readyz "
+        "(default: %(default)s)",
+    )
+    metrics_port: int | None = _admission(
+        None,
+        parse=tcp_port,
+        metavar="PORT",
+        help="serve /metrics and the detailed /readyz (its problems name mirrors and "
+        "credentials) on this port instead, over TLS with the same certificate and no "
+        "client certificate; the admission port's /readyz then says only ready or not",
+    )
     reload_interval: float = _admission(
         1.0,
         metavar="SECONDS",
@@ -113,6 +126,13 @@ class Settings:
 
     tls_cert: str | None = _tls(None, metavar="FILE", help="serving certificate (PEM)")
     tls_key: str | None = _tls(None, metavar="FILE", help="its private key (PEM)")
+    client_ca: str | None = _tls(
+        None,
+        metavar="FILE",
+        help="the admission port completes a TLS handshake only with a client certificate "
+        "from this CA (PEM): the API server's, from its AdmissionConfiguration; reloaded "
+        "when it changes",
+    )
     tls_secret: str | None = _tls(
         None,
         metavar="NAME",

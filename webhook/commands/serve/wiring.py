@@ -45,7 +45,7 @@ from mirrorgate.webhook.credentials import refresher as refresher_
 from mirrorgate.webhook.credentials import store as credentials
 from mirrorgate.webhook.credentials.reconciler import Reconciler
 from mirrorgate.webhook.credentials.records import Records
-from mirrorgate.webhook.edge import app, connections, filewatch, offload, tls
+from mirrorgate.webhook.edge import app, connections, filewatch, monitoring, offload, tls
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.errors import ConfigError
 from mirrorgate.webhook.logs import logger
@@ -80,6 +80,9 @@ class Server:
     runtime: app.Runtime
     certificates: tls.CertificateReloader
     application: Starlette
+    """The admission listener's (its lifespan runs the components)."""
+    monitoring: Starlette | None
+    """The metrics listener's, with --metrics-port."""
     components: Manager
     """The background components, in start order (the application's lifespan runs them)."""
     connections: connections.ConnectionTable | None = None
@@ -329,7 +332,11 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     else:
         raise ConfigError("pass --tls-cert and --tls-key, or --tls-secret")
     certificate = reloaders.ServingCertificate(
-        cert_file, key_file, metrics=metrics, interval=settings.reload_interval
+        cert_file,
+        key_file,
+        client_ca=settings.client_ca,
+        metrics=metrics,
+        interval=settings.reload_interval,
     )
     # Large reviews are screened in a worker process, off the event loop.
     screener = offload.Screener()
@@ -363,7 +370,8 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     components.add("serving-certificate", certificate)
     components.add("log-flusher", Ticker(logs.flush, interval=1.0, name="flush-logs"))
 
-    application = app.create_app(runtime)
+    apart = settings.metrics_port is not None
+    application = app.create_app(runtime, monitoring_apart=apart)
     application.router.lifespan_context = functools.partial(_lifespan, components)
     reloaders.log_warnings(policy_file.loaded)  # once it is sure to be served
     return Server(
@@ -371,6 +379,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         runtime=runtime,
         certificates=certificate.contexts,
         application=application,
+        monitoring=monitoring.create_app(runtime) if apart else None,
         components=components,
     )
 
