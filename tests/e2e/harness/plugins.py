@@ -50,7 +50,12 @@ def image(names: Sequence[str]) -> OciImage:
 
 @contextlib.contextmanager
 def plugin_host(
-    log_dir: Path, config: Path, bin_dir: Path, *, env: Mapping[str, str] | None = None
+    log_dir: Path,
+    config: Path,
+    bin_dir: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 5,
 ) -> Iterator[tuple[ManagedProcess, Path]]:
     """`mirrorgate plugin-host` for `config`'s plugins in `bin_dir`, with `env` added to
     its environment; yields it and its socket, once it listens. The socket is in a short
@@ -69,7 +74,7 @@ def plugin_host(
                 "--credential-provider-bin-dir",
                 str(bin_dir),
                 "--credential-provider-timeout",
-                "5",
+                str(timeout),
             ],
             log_dir / "plugin-host.log",
             env=env,
