@@ -16,21 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.harness import provider_setup as ps
 from tests.e2e.harness.fixtures_secrets import log_entries, wait_log
 from tests.e2e.harness.procs import wait_until
-from tests.e2e.harness.provider_setup import (
-    REPOSITORY,
-    TAG,
-    TEAMS,
-    TTL,
-    Setup,
-    create_pod,
-    password_of,
-    provider_setup,
-    published_login,
-    source,
-    wait_published,
-)
 from tests.e2e.harness.suite import Installed
 
 pytestmark = pytest.mark.e2e
@@ -43,8 +31,8 @@ PRIVATE = {
 
 
 @pytest.fixture(scope="module")
-def setup(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    with provider_setup(
+def setup(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ps.Setup]:
+    with ps.provider_setup(
         installed,
         tmp_path_factory.mktemp("plugin-host"),
         host_env=PRIVATE,
@@ -54,20 +42,22 @@ def setup(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def test_serve_publishes_the_logins_the_host_minted_and_the_plugins_see_no_identity(
-    setup: Setup,
+    setup: ps.Setup,
 ) -> None:
     assert setup.plugin_host is not None
     with setup.installed.control_plane.api_client() as api:
-        published = {t: password_of(wait_published(api, setup.own_namespace, t)) for t in TEAMS}
-        for team in TEAMS:
+        published = {
+            t: ps.password_of(ps.wait_published(api, setup.own_namespace, t)) for t in ps.TEAMS
+        }
+        for team in ps.TEAMS:
             assert setup.issuer.server.passwords.valid(setup.robots[team], published[team])
-        pod, warnings = create_pod(
-            api, setup.namespace, [f"{source(t)}/{REPOSITORY}:{TAG}" for t in TEAMS]
+        pod, warnings = ps.create_pod(
+            api, setup.namespace, [f"{ps.source(t)}/{ps.REPOSITORY}:{ps.TAG}" for t in ps.TEAMS]
         )
     assert warnings == []
-    assert [c["image"] for c in pod["spec"]["containers"]] == [setup.mirrored(t) for t in TEAMS]
+    assert [c["image"] for c in pod["spec"]["containers"]] == [setup.mirrored(t) for t in ps.TEAMS]
     assert [s["name"] for s in pod["spec"]["imagePullSecrets"]] == [
-        f"mirrorgate-{t}" for t in TEAMS
+        f"mirrorgate-{t}" for t in ps.TEAMS
     ]
 
     def reports() -> list[str]:
@@ -79,7 +69,7 @@ def test_serve_publishes_the_logins_the_host_minted_and_the_plugins_see_no_ident
 
     # Each published login was a run; its line is flushed within a second.
     wait_until(
-        lambda: None if len(reports()) >= len(TEAMS) else f"{len(reports())} reports",
+        lambda: None if len(reports()) >= len(ps.TEAMS) else f"{len(reports())} reports",
         timeout=10,
         what="a report of each plugin's run",
     )
@@ -92,26 +82,26 @@ def test_serve_publishes_the_logins_the_host_minted_and_the_plugins_see_no_ident
         assert {"TOKEN_URL", "ROBOT", "ROBOT_SECRET", "CA_FILE", "PATH"} <= names, said
     # The host ran them, and logged that it did, never what they wrote.
     host_log = setup.plugin_host.log_text()
-    assert host_log.count('"plugin host: ran a plugin"') >= len(TEAMS)
+    assert host_log.count('"plugin host: ran a plugin"') >= len(ps.TEAMS)
     for password in published.values():
         assert password not in host_log
         assert password not in setup.server.logs()
 
 
-def test_a_stopped_plugin_host_is_named_and_the_last_login_stays(setup: Setup) -> None:
+def test_a_stopped_plugin_host_is_named_and_the_last_login_stays(setup: ps.Setup) -> None:
     assert setup.plugin_host is not None
     with setup.installed.control_plane.api_client() as api:
-        last = wait_published(api, setup.own_namespace, "team-a")
+        last = ps.wait_published(api, setup.own_namespace, "team-a")
         setup.plugin_host.stop()
         failed = wait_log(
-            setup.server, "credential refresh failed", timeout=3 * TTL, credential="team-a"
+            setup.server, "credential refresh failed", timeout=3 * ps.TTL, credential="team-a"
         )
         assert re.fullmatch(
             r"the plugin host's socket '.*/plugins\.sock' does not exist: is the plugin-host "
             r"container running \(mirrorgate plugin-host --socket PATH\)\?",
             failed["reason"],
         ), failed
-        kept = published_login(api, setup.own_namespace, "team-a")
+        kept = ps.published_login(api, setup.own_namespace, "team-a")
     assert kept is not None
-    assert password_of(kept) == password_of(last)
+    assert ps.password_of(kept) == ps.password_of(last)
     assert failed["kept_until"] == kept["metadata"]["annotations"]["mirrorgate.io/expires"]
