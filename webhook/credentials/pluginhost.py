@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import os
 import socket
 import struct
@@ -101,15 +102,12 @@ def _receive(conn: socket.socket, limit: int, deadline: float) -> dict[str, Any]
     return message
 
 
+@dataclasses.dataclass(frozen=True)
 class HostClient:
-    """Runs plugins in the plugin host listening on ``socket_path``."""
+    """Runs plugins in the plugin host listening on ``path``."""
 
-    def __init__(self, socket_path: str | Path, *, timeout: float = 10.0) -> None:
-        self.path = Path(socket_path)
-        self.timeout = timeout
-
-    def __repr__(self) -> str:
-        return f"HostClient({str(self.path)!r}, timeout={self.timeout:g})"
+    path: str | Path
+    timeout: float = 10.0
 
     def run(self, provider: CredentialProvider, image: str) -> pluginprocess.Finished:
         where = f"the plugin host's socket {str(self.path)!r}"

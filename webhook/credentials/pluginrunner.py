@@ -21,6 +21,7 @@ whose container has no token of the API server's mounted.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,24 +92,22 @@ def plugin_request(provider: CredentialProvider, image: str) -> bytes:
 class PluginRunner(Protocol):
     """Runs one provider's plugin for one image; raises :class:`ProviderError` when it cannot."""
 
-    timeout: float
-    """A run longer than this is killed."""
+    @property
+    def timeout(self) -> float:
+        """Seconds after which a run is killed."""
 
     def run(self, provider: CredentialProvider, image: str) -> pluginprocess.Finished: ...
 
 
+@dataclasses.dataclass(frozen=True)
 class LocalRunner:
     """Runs ``<bin_dir>/<provider name>`` in this container, as the kubelet runs it."""
 
-    def __init__(self, bin_dir: str | Path, *, timeout: float = 10.0) -> None:
-        self.bin_dir = Path(bin_dir)
-        self.timeout = timeout
-
-    def __repr__(self) -> str:
-        return f"LocalRunner({str(self.bin_dir)!r}, timeout={self.timeout:g})"
+    bin_dir: str | Path
+    timeout: float = 10.0
 
     def run(self, provider: CredentialProvider, image: str) -> pluginprocess.Finished:
-        binary = self.bin_dir / provider.name
+        binary = Path(self.bin_dir) / provider.name
         if not (binary.is_file() and os.access(binary, os.X_OK)):
             raise ProviderError(f"plugin {str(binary)!r} is not an executable file")
         try:
