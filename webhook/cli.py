@@ -23,6 +23,7 @@ from mirrorgate.webhook.commands import (
     credentials,
     export,
     offline,
+    plugin_host,
 )
 from mirrorgate.webhook.commands.serve import settings
 from mirrorgate.webhook.credentials.store import StoreError
@@ -192,6 +193,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     settings.add_flags(serve)
     serve.set_defaults(run=_serve)
+
+    host = commands.add_parser(
+        "plugin-host",
+        help="run the credential-provider plugins for serve, in a container of their own",
+        description="Listen on a unix socket and run, for each request of serve "
+        "--credential-provider-socket, the credential-provider plugin the config names, "
+        "one at a time, with an allow-listed environment, and send back its output. Run it "
+        "in a container that holds no API token of mirrorgate's, only the plugins' cloud "
+        "identity. Exits 0 on SIGTERM.",
+    )
+    plugin_host.add_arguments(host)
+    host.set_defaults(run=plugin_host.run)
 
     cred_commands = _group(
         commands, "credentials", "the encrypted file credential store; check any credential"

@@ -794,6 +794,7 @@ EVERY_SERVE_OPTION: list[tuple[list[str], str, Any]] = [
     (["--key-file", "key"], "store_key_file", "key"),
     (["--credential-provider-config", "cp.yaml"], "credential_provider_config", "cp.yaml"),
     (["--credential-provider-bin-dir", "bin"], "credential_provider_bin_dir", "bin"),
+    (["--credential-provider-socket", "host.sock"], "credential_provider_socket", "host.sock"),
     (["--credential-provider-timeout", "3"], "credential_provider_timeout", 3.0),
     (["--credential-deadline", "1.5"], "credential_deadline", 1.5),
     (["--reconcile-interval", "5"], "reconcile_interval", 5.0),

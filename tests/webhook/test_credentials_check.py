@@ -186,7 +186,7 @@ def test_configuration_errors_exit_2(tmp_path: Path) -> None:
     assert err == (
         "mirrorgate: error: credential 'team-a' comes from provider "
         "'test-provider': pass --credential-provider-config and "
-        "--credential-provider-bin-dir\n"
+        "--credential-provider-socket (or --credential-provider-bin-dir)\n"
     )
     bad = tmp_path / "bad.json"
     bad.write_text(
@@ -224,9 +224,18 @@ def test_configuration_errors_exit_2(tmp_path: Path) -> None:
         (
             [],
             "credentials.team-a.provider: needs --credential-provider-config and "
-            "--credential-provider-bin-dir",
+            "--credential-provider-socket (or --credential-provider-bin-dir)",
         ),
-        (["config"], "--credential-provider-config needs --credential-provider-bin-dir"),
+        (
+            ["config"],
+            "--credential-provider-config needs --credential-provider-socket (the plugin "
+            "host's) or --credential-provider-bin-dir",
+        ),
+        (
+            ["config", "bin", "socket"],
+            "--credential-provider-bin-dir and --credential-provider-socket: give one "
+            "(plugins run in this container, or in the plugin host)",
+        ),
         (
             ["config", "bin"],
             "credentials with a provider need --store kubernetes: the leader "
@@ -268,6 +277,7 @@ def test_serve_refuses_a_provider_setup_it_cannot_run(
         store_key_file=store[3],
         credential_provider_config=configs[0] if configs else None,
         credential_provider_bin_dir=given["bin"] if "bin" in options else None,
+        credential_provider_socket=str(tmp_path / "host.sock") if "socket" in options else None,
     )
     with pytest.raises(errors.ConfigError) as raised:
         wiring.build(configured)

@@ -21,6 +21,7 @@ import pytest
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.credentials import providerconfig
 from mirrorgate.webhook.credentials.kubestore import KubernetesCredentialStore
+from mirrorgate.webhook.credentials.pluginrunner import LocalRunner
 from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
 from mirrorgate.webhook.credentials.refresher import ProviderRefresher
 from mirrorgate.webhook.logs import JsonFormatter
@@ -81,7 +82,9 @@ def _source(
         tmp_path / "config.json", issuer.provider("test-provider", "robot-a", args=args, **provider)
     )
     return ProviderSource(
-        providerconfig.load(config), issuer.bin_dir, timeout=timeout, clock=clock or Clock()
+        providerconfig.load(config),
+        LocalRunner(issuer.bin_dir, timeout=timeout),
+        clock=clock or Clock(),
     )
 
 

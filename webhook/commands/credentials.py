@@ -131,6 +131,7 @@ def run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         namespace=args.namespace or kube.own_namespace(),
         provider_config=args.credential_provider_config,
         provider_bin_dir=args.credential_provider_bin_dir,
+        provider_socket=args.credential_provider_socket,
         provider_timeout=args.credential_provider_timeout,
     )
     try:

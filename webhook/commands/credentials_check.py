@@ -16,9 +16,10 @@ from typing import Any
 
 from mirrorgate import policy
 from mirrorgate.webhook.cluster import kube
-from mirrorgate.webhook.credentials import filestore, kubestore, providerconfig
+from mirrorgate.webhook.credentials import filestore, kubestore, pluginhost, providerconfig
 from mirrorgate.webhook.credentials.provider import ProviderError, ProviderSource
 from mirrorgate.webhook.credentials.store import Credential, StoreError, rfc3339
+from mirrorgate.webhook.errors import ConfigError
 
 __all__ = ["CheckFailed", "Sources", "admitted_image", "check"]
 
@@ -40,20 +41,29 @@ class Sources:
     namespace: str = "mirrorgate"
     provider_config: str | None = None
     provider_bin_dir: str | None = None
+    provider_socket: str | None = None
     provider_timeout: float = 10.0
 
 
 def _from_provider(name: str, provider: str, image: str, sources: Sources) -> Credential:
-    if sources.provider_config is None or sources.provider_bin_dir is None:
+    if sources.provider_config is None or (
+        sources.provider_bin_dir is None and sources.provider_socket is None
+    ):
         raise StoreError(
             f"credential {name!r} comes from provider {provider!r}: pass "
-            "--credential-provider-config and --credential-provider-bin-dir"
+            "--credential-provider-config and --credential-provider-socket "
+            "(or --credential-provider-bin-dir)"
         )
     try:
         config = providerconfig.load(sources.provider_config)
-    except providerconfig.ProviderConfigError as error:
+        runner = pluginhost.runner(
+            bin_dir=sources.provider_bin_dir,
+            socket_path=sources.provider_socket,
+            timeout=sources.provider_timeout,
+        )
+    except (providerconfig.ProviderConfigError, ConfigError) as error:
         raise StoreError(str(error)) from None
-    source = ProviderSource(config, sources.provider_bin_dir, timeout=sources.provider_timeout)
+    source = ProviderSource(config, runner)
     try:
         return source.login(name, provider, image)
     except ProviderError as error:

@@ -1,16 +1,19 @@
 """Logins from the kubelet's credential-provider exec plugins.
 
-mirrorgate runs a plugin exactly as the kubelet does: the binary
-``<bin-dir>/<name>`` with the provider's ``args``, the environment plus the
-provider's ``env``, a ``CredentialProviderRequest`` for one image on standard
-input, and a ``CredentialProviderResponse`` expected on standard output, of
-the same ``apiVersion``. From the response it takes the login whose ``auth``
-key covers the image (the most specific one, as the kubelet's keyring
-tries them) and the lifetime: ``cacheDuration``, else the provider's
-``defaultCacheDuration``. Responses are cached by ``cacheKeyType``
-(``Image``, ``Registry`` or ``Global``), as the kubelet caches them, but a
-cached login is reused only in the first 80 % of its life, so that a refresh
-asks the plugin again.
+mirrorgate runs a plugin as the kubelet does: the binary ``<bin-dir>/<name>``
+with the provider's ``args``, an allow-listed environment plus the provider's
+``env``, a ``CredentialProviderRequest`` for one image on standard input, and
+a ``CredentialProviderResponse`` expected on standard output, of the same
+``apiVersion``. Where it runs (here, or in the plugin host's container) is
+the :class:`~webhook.credentials.pluginrunner.PluginRunner`'s business; what
+comes back is read and redacted here, the same way for both.
+
+From the response it takes the login whose ``auth`` key covers the image
+(the most specific one, as the kubelet's keyring tries them) and the lifetime:
+``cacheDuration``, else the provider's ``defaultCacheDuration``. Responses are
+cached by ``cacheKeyType`` (``Image``, ``Registry`` or ``Global``), as the
+kubelet caches them, but a cached login is reused only in the first 80 % of its
+life, so that a refresh asks the plugin again.
 
 Bounded and quiet: a plugin that runs longer than the timeout, or writes more
 than 1 MiB, is killed, and so is everything it started
@@ -30,17 +33,15 @@ import base64
 import dataclasses
 import datetime
 import json
-import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from mirrorgate.webhook.credentials import pluginprocess
+from mirrorgate.webhook.credentials.pluginrunner import STDOUT_LIMIT, PluginRunner, ProviderError
 from mirrorgate.webhook.credentials.providerconfig import (
     CredentialProvider,
     CredentialProviderConfig,
@@ -54,19 +55,10 @@ __all__ = ["REFRESH_AT", "ProviderError", "ProviderSource"]
 
 REFRESH_AT = 0.8
 """The fraction of a login's lifetime after which it is asked for again."""
-_STDOUT_LIMIT = 1 << 20
-_STDERR_LIMIT = 8 << 10
 _CACHE_LIMIT = 1024
 _SECRETS_LIMIT = 256
 _CACHE_KEY_TYPES = ("Image", "Registry", "Global")
-# The environment of a plugin is mirrorgate's, as a plugin's is the kubelet's,
-# less what is mirrorgate's own secret.
-_PRIVATE_ENV = ("MIRRORGATE_STORE_KEY",)
 REDACTED = "[redacted]"
-
-
-class ProviderError(Exception):
-    """The plugin gave no usable login; the message says why in one line, with no secret."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,14 +160,12 @@ class ProviderSource:
     def __init__(
         self,
         config: CredentialProviderConfig,
-        bin_dir: str | Path,
+        runner: PluginRunner,
         *,
-        timeout: float = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self.bin_dir = Path(bin_dir)
-        self.timeout = timeout
+        self.runner = runner
         self.clock = clock
         self._cache: dict[tuple[str, str, str], _Issued] = {}
         self._locks = {name: threading.Lock() for name in config.providers}
@@ -184,7 +174,7 @@ class ProviderSource:
         self._secrets: dict[str, None] = {}
 
     def __repr__(self) -> str:
-        return f"ProviderSource({sorted(self.config.providers)}, bin_dir={str(self.bin_dir)!r})"
+        return f"ProviderSource({sorted(self.config.providers)}, {self.runner!r})"
 
     def provider(self, name: str) -> CredentialProvider:
         provider = self.config.providers.get(name)
@@ -228,33 +218,12 @@ class ProviderSource:
         ]
 
     def _run(self, provider: CredentialProvider, image: str, now: float) -> _Issued:
-        binary = self.bin_dir / provider.name
-        if not (binary.is_file() and os.access(binary, os.X_OK)):
-            raise ProviderError(f"plugin {str(binary)!r} is not an executable file")
-        request = orjson.dumps(
-            {
-                "apiVersion": provider.api_version,
-                "kind": "CredentialProviderRequest",
-                "image": image,
-            }
-        )
-        env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
-        env.update(provider.env)
         for _, value in provider.env:
             self._remember(value)
         try:
-            finished = pluginprocess.run(
-                [str(binary), *provider.args],
-                env,
-                request,
-                timeout=self.timeout,
-                stdout_limit=_STDOUT_LIMIT,
-                stderr_limit=_STDERR_LIMIT,
-            )
-        except OSError as error:
-            raise ProviderError(
-                f"plugin {provider.name!r} could not start: {error.strerror}"
-            ) from None
+            finished = self.runner.run(provider, image)
+        except ProviderError as error:  # the plugin host's reasons, too, are redacted
+            raise ProviderError(_redact(str(error), self._secrets)) from None
         # Whatever the output turns out to be, the logins in it are secrets
         # from here on: in the logged stderr and in every message.
         found = candidate_secrets(finished.stdout)
@@ -263,11 +232,11 @@ class ProviderSource:
             if finished.failure == "timeout":
                 raise ProviderError(
                     f"plugin {provider.name!r} did not answer within "
-                    f"{self.timeout:g} s and was killed"
+                    f"{self.runner.timeout:g} s and was killed"
                 )
             if finished.failure == "too much":
                 raise ProviderError(
-                    f"plugin {provider.name!r} wrote more than {_STDOUT_LIMIT} bytes and was killed"
+                    f"plugin {provider.name!r} wrote more than {STDOUT_LIMIT} bytes and was killed"
                 )
             if finished.returncode != 0:
                 raise ProviderError(

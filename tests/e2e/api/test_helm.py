@@ -298,7 +298,7 @@ def test_every_value_lints_and_reaches_the_objects(
     ):
         assert spec[key] == EVERY_VALUE[key], key
     assert spec["serviceAccountName"] == "gate-sa"
-    trust, init = spec["initContainers"]
+    trust, init, host = spec["initContainers"]
     assert init["image"] == (
         "registry.example.com/ecr-credential-provider:v1.34.0@sha256:" + "b" * 64
     )
@@ -319,6 +319,7 @@ def test_every_value_lints_and_reaches_the_objects(
     ]
     assert trust["securityContext"] == container["securityContext"]
     args = container["args"]
+    env_trust = "/etc/mirrorgate-trust/ca-certificates.crt"
     for arg in (
         "--tls-secret=platform-gate-tls",
         "--webhook-config=platform-gate",
@@ -326,15 +327,18 @@ def test_every_value_lints_and_reaches_the_objects(
         "--log-level=debug",
         "--reconcile-interval=60",
         "--credential-provider-config=/etc/mirrorgate-credential-providers/config.yaml",
-        "--credential-provider-bin-dir=/var/lib/mirrorgate/credential-providers",
         "--metrics-port=9443",
         "--client-ca=/etc/mirrorgate-client-ca/webhook-ca.pem",
+        "--credential-provider-socket=/run/mirrorgate-plugins/plugins.sock",
     ):
         assert arg in args, arg
+    # The plugins run in the plugin host, which gets mirrorCA's trust, not extraEnv.
+    assert host["name"] == "plugin-host"
+    assert {e["name"]: e["value"] for e in host["env"]} == {"SSL_CERT_FILE": env_trust}
     assert "--audit-only" not in args
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env == {
-        "SSL_CERT_FILE": "/etc/mirrorgate-trust/ca-certificates.crt",
+        "SSL_CERT_FILE": env_trust,
         "HTTPS_PROXY": "http://proxy.corp.example:3128",
     }
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -497,12 +501,20 @@ def test_cloud_recipes_lint_render_and_suit_mirrorgate(
     assert providerconfig.policy_problems(parsed, rules, source="credentialProviders.config") == []
     assert {g.provider for g in rules.grants.values() if g.provider} == set(parsed.providers)
     spec = objects[("Deployment", "mirrorgate")]["spec"]["template"]["spec"]
-    (init,) = spec["initContainers"]
+    init, host = spec["initContainers"]
     assert init["command"] == ["cp", "-R", "/plugins/.", "/credential-providers/"]
     # The clouds' APIs and registries are verified with the image's own roots.
-    assert "SSL_CERT_FILE" not in {e["name"] for e in spec["containers"][0].get("env", [])}
-    annotations = objects[("ServiceAccount", "mirrorgate")]["metadata"]["annotations"]
-    assert len(annotations) == 1
+    (serve,) = spec["containers"]
+    for container in (serve, host):
+        assert "SSL_CERT_FILE" not in {e["name"] for e in container.get("env", [])}
+    # The cloud identity is the plugin host's: no API token there, its token nowhere else
+    # (or, on GKE, the metadata server's answer to the ServiceAccount's annotation).
+    assert spec["automountServiceAccountToken"] is False
+    assert "kube-api-access" not in {m["name"] for m in host["volumeMounts"]}
+    assert "plugin-token" not in {m["name"] for m in serve["volumeMounts"]}
+    own_token = "plugin-token" in {m["name"] for m in host["volumeMounts"]}
+    annotations = objects[("ServiceAccount", "mirrorgate")]["metadata"].get("annotations", {})
+    assert len(annotations) == (0 if own_token else 1)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from mirrorgate import policy
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.credentials import providerconfig
 from mirrorgate.webhook.credentials.kubestore import KubernetesCredentialStore
+from mirrorgate.webhook.credentials.pluginrunner import LocalRunner
 from mirrorgate.webhook.credentials.provider import ProviderSource
 from mirrorgate.webhook.credentials.refresher import PROVIDER_LABEL, ProviderRefresher
 from tests.e2e.harness import providers
@@ -63,7 +64,7 @@ def test_a_huge_cache_duration_fails_its_credential_only(
     try:
         assert store.informer.synced.wait(30)
         refresher = ProviderRefresher(
-            ProviderSource(providerconfig.load(config), issuer.bin_dir),
+            ProviderSource(providerconfig.load(config), LocalRunner(issuer.bin_dir)),
             client,
             store=store,
             mirror_policy=lambda: rules,

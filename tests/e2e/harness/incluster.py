@@ -124,11 +124,11 @@ def _robots(registry: RegistryStack, workdir: Path) -> Robots:
 
 def _credential_providers(registry: RegistryStack, robots: Robots) -> dict[str, Any]:
     """The chart's credentialProviders: the kubelet's CredentialProviderConfig naming a
-    plugin per project, and the image the initContainer copies them from. The plugins
-    reach the token server on the node's bridge and trust it through mirrorCA's bundle."""
-    reference = push_upstream(
-        registry, PROVIDERS_REPOSITORY, "1", plugins.image([f"{t}-provider" for t in TEAMS])
-    )
+    plugin per project, and the image (by digest) the initContainer copies them from. The
+    plugins run in the plugin host, reach the token server on the node's bridge and trust
+    it through mirrorCA's bundle."""
+    image = plugins.image([f"{t}-provider" for t in TEAMS])
+    reference = push_upstream(registry, PROVIDERS_REPOSITORY, "1", image)
     providers = []
     for team in TEAMS:
         provider = robots.issuer.provider(
@@ -136,7 +136,8 @@ def _credential_providers(registry: RegistryStack, robots: Robots) -> dict[str, 
             robots.names[team],
             match_images=[registry.upstream_host],
             default_cache_duration="1h",  # the response's cacheDuration wins
-            args=["--ttl", str(TTL), "--cache-duration", f"{TTL}s"],
+            # --report: each run says, in the log, what of mirrorgate's identity it sees.
+            args=["--ttl", str(TTL), "--cache-duration", f"{TTL}s", "--report"],
         )
         provider["env"] = [
             {**e, "value": MIRROR_CA_FILE} if e["name"] == "CA_FILE" else e for e in provider["env"]
@@ -149,7 +150,7 @@ def _credential_providers(registry: RegistryStack, robots: Robots) -> dict[str, 
             "kind": "CredentialProviderConfig",
             "providers": providers,
         },
-        "image": {"repository": repository, "tag": tag},
+        "image": {"repository": repository, "tag": tag, "digest": image.digest},
         "path": f"/{plugins.IMAGE_PATH}",
         "command": plugins.INSTALL_COMMAND,
     }

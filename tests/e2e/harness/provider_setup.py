@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ from tests.e2e.harness.fixtures_secrets import (
     suite_namespace,
 )
 from tests.e2e.harness.kube import create_namespace
-from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.plugins import plugin_host
+from tests.e2e.harness.procs import ManagedProcess, wait_until
 from tests.e2e.harness.providers import RobotIssuer, start_issuer
 from tests.e2e.harness.registry import RegistryStack
 from tests.e2e.harness.suite import DOCKERHUB_MIRROR, Installed
@@ -52,6 +53,8 @@ class Setup:
     policy: str
     robots: dict[str, str]
     """The robot of each project (its username at the registry)."""
+    plugin_host: ManagedProcess | None = None
+    """The plugin host the plugins run in, if not in serve."""
 
     @property
     def registry(self) -> RegistryStack:
@@ -80,8 +83,17 @@ def _policy(registry: RegistryStack, on_error: str) -> str:
 
 
 @contextlib.contextmanager
-def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
-    """A mirrorgate of its own for `installed`'s cluster, with two project robots' plugins."""
+def provider_setup(
+    installed: Installed,
+    workdir: Path,
+    *,
+    host_env: Mapping[str, str] | None = None,
+    plugin_args: Sequence[str] = (),
+) -> Iterator[Setup]:
+    """A mirrorgate of its own for `installed`'s cluster, with two project robots' plugins:
+    run by serve itself, or, with `host_env`, by a `mirrorgate plugin-host` of their own
+    with `host_env` added to its environment (`Setup.plugin_host`). `plugin_args` are
+    given to every run of the plugin."""
     registry, plane = installed.registry, installed.control_plane
     assert registry.token_server is not None
     issuer = start_issuer(workdir, server=registry.token_server, ca_path=registry.ca_path)
@@ -104,6 +116,7 @@ def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
                     f"{TTL}s",
                     "--fault-file",
                     str(fault_files[team]),
+                    *plugin_args,
                 ],
             )
         )
@@ -111,7 +124,14 @@ def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
     suite = f"prov-{secrets.token_hex(3)}"
     policy = _policy(registry, "skip")
     configuration = f"mirrorgate-e2e-{suite}"
-    with plane.api_client() as api:
+    with contextlib.ExitStack() as stack, plane.api_client() as api:
+        runs_plugins = ["--credential-provider-bin-dir", str(issuer.bin_dir)]
+        host = None
+        if host_env is not None:
+            host, socket_path = stack.enter_context(
+                plugin_host(workdir, config, issuer.bin_dir, env=host_env, timeout=2)
+            )
+            runs_plugins = ["--credential-provider-socket", str(socket_path)]
         own = create_namespace(api, f"mg-providers-{secrets.token_hex(3)}")
         user, groups = mg.installed_in(api, own)
         server = mg.start_mirrorgate(
@@ -129,8 +149,7 @@ def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
                 "5",
                 "--credential-provider-config",
                 str(config),
-                "--credential-provider-bin-dir",
-                str(issuer.bin_dir),
+                *runs_plugins,
                 "--credential-provider-timeout",
                 "2",
             ],
@@ -149,6 +168,7 @@ def provider_setup(installed: Installed, workdir: Path) -> Iterator[Setup]:
                 fault_files=fault_files,
                 policy=policy,
                 robots=robots,
+                plugin_host=host,
             )
         finally:
             mg.unregister(api, configuration)

@@ -13,6 +13,7 @@ the other's project.
 
 from __future__ import annotations
 
+import re
 import secrets
 
 import pytest
@@ -24,6 +25,7 @@ from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS, read_secret
 from tests.e2e.harness.incluster import PROVIDERS_REPOSITORY, Release
 from tests.e2e.harness.kube import create_namespace, namespace_name
 from tests.e2e.harness.nodepods import push_workload
+from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.provider_setup import (
     TEAMS,
     create_pod,
@@ -52,10 +54,11 @@ def test_the_kubelet_pulls_each_project_with_its_own_robot_across_refreshes(
             for c in deployment["spec"]["template"]["spec"]["initContainers"]
             if c["name"] == "credential-providers"
         ]
-        assert (copier["name"], copier["image"]) == (
+        assert (copier["name"], copier["image"].partition("@")[0]) == (
             "credential-providers",
             f"{up}/{PROVIDERS_REPOSITORY}:1",
         )
+        assert copier["image"].partition("@")[2].startswith("sha256:")
         namespace = create_namespace(
             api, f"{GRANTED_PREFIX}{namespace_name('providers')}", ENFORCE_LABELS
         )
@@ -112,3 +115,35 @@ def test_the_kubelet_pulls_each_project_with_its_own_robot_across_refreshes(
     assert copy is not None
     assert stranger.image.startswith(f"{up}/team-b/")
     assert message  # the kubelet's own words for the refused pull
+
+
+def test_the_plugins_run_in_the_plugin_host_without_mirrorgates_identity(
+    node_installed: Release,
+) -> None:
+    """Each run of the test plugin (--report) says what it sees: in the chart's plugin
+    host, no ServiceAccount token file and no KUBERNETES_ variable, though the replicas
+    themselves reach the API with both (extraEnv sets KUBERNETES_SERVICE_HOST for them)."""
+
+    def reports() -> list[str]:
+        return [
+            e["stderr"]
+            for e in node_installed.log_entries()
+            if e.get("msg") == "credential provider said" and "report:" in e.get("stderr", "")
+        ]
+
+    wait_until(lambda: None if reports() else "no run reported yet", timeout=60, what="a report")
+    for said in reports():
+        match = re.search(r"report: env=(\S*) token=(\S+)", said)
+        assert match, said
+        names = match.group(1).split(",")
+        assert match.group(2) == "absent", said
+        assert not [n for n in names if n.startswith(("KUBERNETES_", "MIRRORGATE_STORE"))], said
+        assert {"TOKEN_URL", "CA_FILE", "SSL_CERT_FILE"} <= set(names), said
+    with node_installed.control_plane.api_client() as api:
+        deployment = api.sanitize_for_serialization(
+            k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE)
+        )
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    [host] = [c for c in spec["initContainers"] if c["name"] == "plugin-host"]
+    assert "kube-api-access" not in {m["name"] for m in host["volumeMounts"]}

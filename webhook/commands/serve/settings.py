@@ -204,7 +204,13 @@ class Settings:
         help="the kubelet's CredentialProviderConfig, for policy credentials with a provider",
     )
     credential_provider_bin_dir: str | None = _cluster(
-        None, metavar="DIR", help="where the credential-provider plugins are"
+        None, metavar="DIR", help="where the credential-provider plugins are, to run them here"
+    )
+    credential_provider_socket: str | None = _cluster(
+        None,
+        metavar="PATH",
+        help="the socket of `mirrorgate plugin-host`, to run the plugins in its container "
+        "instead (no token of mirrorgate's there)",
     )
     credential_provider_timeout: float = _cluster(
         10.0, metavar="SECONDS", help="a plugin running longer is killed (default: %(default)s)"
@@ -268,6 +274,7 @@ SOURCE_FLAGS = (
     "store_key_file",
     "credential_provider_config",
     "credential_provider_bin_dir",
+    "credential_provider_socket",
     "credential_provider_timeout",
 )
 """Where credentials come from: `credentials check` takes these too, to resolve as serve does."""

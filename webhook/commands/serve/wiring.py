@@ -36,6 +36,7 @@ from mirrorgate.webhook.credentials import (
     filestore,
     fingerprints,
     kubestore,
+    pluginhost,
     provider,
     providerconfig,
     pullsecrets,
@@ -251,11 +252,14 @@ def _provider_source(
         if wanted:
             raise ConfigError(
                 f"credentials.{min(wanted)}.provider: needs --credential-provider-config and "
-                "--credential-provider-bin-dir"
+                "--credential-provider-socket (or --credential-provider-bin-dir)"
             )
         return None
-    if settings.credential_provider_bin_dir is None:
-        raise ConfigError("--credential-provider-config needs --credential-provider-bin-dir")
+    runner = pluginhost.runner(
+        bin_dir=settings.credential_provider_bin_dir,
+        socket_path=settings.credential_provider_socket,
+        timeout=settings.credential_provider_timeout,
+    )
     try:
         config = providerconfig.load(settings.credential_provider_config)
     except providerconfig.ProviderConfigError as error:
@@ -265,9 +269,7 @@ def _provider_source(
     )
     if problems:
         raise ConfigError("; ".join(problems))
-    return provider.ProviderSource(
-        config, settings.credential_provider_bin_dir, timeout=settings.credential_provider_timeout
-    )
+    return provider.ProviderSource(config, runner)
 
 
 def _mirror_health(

@@ -75,10 +75,9 @@ not what decides (`mirrorgate audit`, a copied policy file). */}}
 
 {{- define "mirrorgate.providersImage" -}}
 {{- with .Values.credentialProviders.image -}}
-{{- if .digest -}}
-{{ .repository }}{{ with .tag }}:{{ . }}{{ end }}@{{ .digest }}
-{{- else -}}
-{{ .repository }}:{{ required "credentialProviders.image.tag: the plugin image's tag (or a digest)" .tag }}
+{{- if not .digest -}}
+{{- fail "credentialProviders.image.digest: give the plugin image by digest (sha256:...), not by tag alone: the plugins run with the plugin host's cloud identity, and a tag can be moved to other binaries" -}}
 {{- end -}}
+{{ .repository }}{{ with .tag }}:{{ . }}{{ end }}@{{ .digest }}
 {{- end -}}
 {{- end }}

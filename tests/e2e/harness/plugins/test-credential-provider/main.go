@@ -19,6 +19,11 @@
 // the response is written) make the answer fail in each way (deep: lists
 // nested 5,000 deep); --decoys writes that many other logins ahead of the real
 // one; --spawn-setsid leaves a child in a session of its own holding the pipes.
+//
+// To check what a plugin can see of mirrorgate's identity: --report writes one
+// line to stderr, "report: env=NAMES token=STATE", the sorted names of its
+// environment and whether the file --report-token names (by default the
+// ServiceAccount token's path) is readable, absent or unreadable.
 package main
 
 import (
@@ -34,6 +39,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -110,7 +116,23 @@ func main() {
 	after := flag.String("after", "", "after writing the response: hang, flood, garbage or deep")
 	decoys := flag.Int("decoys", 0, "auth entries, each with a password of its own, ahead of the real one")
 	spawnSetsid := flag.String("spawn-setsid", "", "start a child in its own session holding the pipes; its pid goes to this file")
+	report := flag.Bool("report", false, "write the environment's names and the token file's state to stderr")
+	reportToken := flag.String("report-token", "/var/run/secrets/kubernetes.io/serviceaccount/token", "the token file --report looks at")
 	flag.Parse()
+	if *report {
+		names := []string{}
+		for _, entry := range os.Environ() {
+			names = append(names, strings.SplitN(entry, "=", 2)[0])
+		}
+		sort.Strings(names)
+		state := "readable"
+		if _, err := os.ReadFile(*reportToken); os.IsNotExist(err) {
+			state = "absent"
+		} else if err != nil {
+			state = "unreadable"
+		}
+		fmt.Fprintf(os.Stderr, "report: env=%s token=%s\n", strings.Join(names, ","), state)
+	}
 	if *faultFile != "" {
 		if content, err := os.ReadFile(*faultFile); err == nil {
 			*fault = strings.TrimSpace(string(content))
