@@ -450,7 +450,7 @@ def test_credential_failure_with_skip_leaves_those_images_as_written(tmp_path: P
     assert "containers/c0" in warning
     assert HUB_SECRET in warning
     assert "secrets is forbidden" in warning
-    assert "mirrorgate_images_left_unmirrored_total 1.0" in metrics
+    assert 'mirrorgate_images_left_unmirrored_total{reason="credential-unavailable"} 1.0' in metrics
 
 
 def test_credential_failure_with_deny_refuses_the_pod(tmp_path: Path) -> None:
