@@ -705,6 +705,7 @@ def test_find_image_sites() -> None:
             "containers": [{"name": "a", "image": "x"}],
             "ephemeralContainers": [{"name": "d", "image": "y"}],
             "initContainers": [{"name": "i", "image": "z"}],
+            "volumes": [{"name": "a", "emptyDir": {}}, {"name": "a", "image": {"reference": "v"}}],
         }
     }
     sites, warnings = policy.find_image_sites(pod)
@@ -712,8 +713,24 @@ def test_find_image_sites() -> None:
         ("containers/a", "/spec/containers/0/image", "x"),
         ("initContainers/i", "/spec/initContainers/0/image", "z"),
         ("ephemeralContainers/d", "/spec/ephemeralContainers/0/image", "y"),
+        ("volumes/a", "/spec/volumes/1/image/reference", "v"),
     ]
     assert warnings == []
+
+
+def test_the_shape_key_holds_each_image_volume_where_it_is() -> None:
+    """An image volume's index is its patch's pointer: Pods that differ in it differ in shape."""
+    image = {"name": "tools", "image": {"reference": "nginx"}}
+    first = _pod("redis", volumes=[image])
+    second = _pod("redis", volumes=[{"name": "scratch", "emptyDir": {}}, image])
+    keys = [policy.shape_key(p, "default", policy.HEALTHY) for p in (first, second)]
+    assert None not in keys
+    assert keys[0] != keys[1]
+    plans = [policy.plan(p, namespace="default", mirror_policy=POLICY) for p in (first, second)]
+    assert [[r.site.pointer for r in p.rewrites if r.site.field == "volumes"] for p in plans] == [
+        ["/spec/volumes/0/image/reference"],
+        ["/spec/volumes/1/image/reference"],
+    ]
 
 
 def test_without_leaves_only_the_failed_credentials_images_as_written() -> None:

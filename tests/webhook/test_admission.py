@@ -228,7 +228,8 @@ EPHEMERAL_RESOURCE = "ephemeralcontainers"
 def test_other_kinds_operations_and_subresources_are_allowed_unchanged(
     harness: Harness, kind: dict[str, str], operation: str, sub_resource: str | None
 ) -> None:
-    """Only Pod CREATE and ephemeral-container UPDATE are mutated; the rest passes untouched."""
+    """Only Pod CREATE and UPDATE (its own or ephemeral containers') are mutated, and an
+    update only where it changes an image; the rest passes untouched."""
     response = harness.mutate(
         review(
             pod(HUB_IMAGE),
