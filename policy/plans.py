@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 from mirrorgate.policy.decision import ImageOutcome
 from mirrorgate.policy.quoting import quote
@@ -44,14 +44,7 @@ reference. Admission adds ``audit`` (the namespace only reports) and
 ``too-many-containers`` (an audit namespace's Pod past ``serve
 --max-containers``, not planned at all).
 """
-UNMIRRORED_REASONS: tuple[UnmirroredReason, ...] = (
-    "credential-unavailable",
-    "mirror-unhealthy",
-    "not-granted",
-    "invalid",
-    "audit",
-    "too-many-containers",
-)
+UNMIRRORED_REASONS: tuple[UnmirroredReason, ...] = get_args(UnmirroredReason)
 
 
 def pull_secret_name(credential: str) -> str:
