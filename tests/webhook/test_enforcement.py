@@ -98,6 +98,20 @@ def test_an_update_is_never_answered_from_a_create_plan(harness: Harness) -> Non
     assert patch_ops(harness.mutate(update(obj, obj))) == []
 
 
+def test_a_skip_label_added_by_the_update_does_not_switch_rewriting_off(
+    harness: Harness,
+) -> None:
+    """The Pod was enforced at creation; labelling it skip while changing an image is no way
+    around that. The label itself is kept."""
+    old = created(harness, pod(PROM_IMAGE))
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"mirrorgate.io/skip": "true", "app": "web"}
+    new["spec"]["containers"][0]["image"] = NEW_PROM
+    patched = apply(new, patch_ops(harness.mutate(update(old, new))))
+    assert patched["spec"]["containers"][0]["image"] == NEW_PROM_MIRRORED
+    assert patched["metadata"]["labels"] == new["metadata"]["labels"]
+
+
 def test_an_update_whose_image_needs_a_pull_secret_the_pod_lacks_is_refused(
     harness: Harness,
 ) -> None:
