@@ -32,18 +32,21 @@ from mirrorgate.policy.planner import (
     MIRROR_POD_ANNOTATION,
     ORIGINAL_IMAGES_ANNOTATION,
     PULL_SECRET_PREFIX,
+    SITE_FIELDS,
     SKIP_LABEL,
     ContainerField,
     ImageRewrite,
     ImageSite,
     RewritePlan,
     ShapeKey,
+    SiteField,
     audit_mode_line,
     find_image_sites,
     plan,
     pull_secret_name,
     shape_key,
 )
+from mirrorgate.policy.plans import UNMIRRORED_REASONS, UnmirroredReason
 from mirrorgate.policy.podview import planning_view
 from mirrorgate.policy.quoting import prefix, quote
 from mirrorgate.policy.reference import (
@@ -69,7 +72,9 @@ __all__ = [
     "ORIGINAL_IMAGES_ANNOTATION",
     "PULL_SECRET_PREFIX",
     "REFERENCE_LENGTH_MAX",
+    "SITE_FIELDS",
     "SKIP_LABEL",
+    "UNMIRRORED_REASONS",
     "ContainerField",
     "CredentialGrant",
     "FieldError",
@@ -92,7 +97,9 @@ __all__ = [
     "ResolutionOutcome",
     "RewritePlan",
     "ShapeKey",
+    "SiteField",
     "Source",
+    "UnmirroredReason",
     "audit_mode_line",
     "container_count",
     "decide_image",

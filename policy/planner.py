@@ -32,6 +32,7 @@ from mirrorgate.policy.plans import (
     PULL_SECRET_PREFIX,
     ImageRewrite,
     RewritePlan,
+    UnmirroredReason,
     audit_mode_line,
     credential_warning,
     pull_secret_name,
@@ -39,11 +40,14 @@ from mirrorgate.policy.plans import (
 from mirrorgate.policy.quoting import quote
 from mirrorgate.policy.sites import (
     CONTAINER_FIELDS,
+    SITE_FIELDS,
     ContainerField,
     ImageSite,
+    SiteField,
     as_mapping,
     container_lists,
     find_image_sites,
+    image_volumes,
     spec_sites,
 )
 
@@ -52,12 +56,14 @@ __all__ = [
     "MIRROR_POD_ANNOTATION",
     "ORIGINAL_IMAGES_ANNOTATION",
     "PULL_SECRET_PREFIX",
+    "SITE_FIELDS",
     "SKIP_LABEL",
     "ContainerField",
     "ImageRewrite",
     "ImageSite",
     "RewritePlan",
     "ShapeKey",
+    "SiteField",
     "audit_mode_line",
     "find_image_sites",
     "plan",
@@ -132,6 +138,8 @@ class ShapeKey(NamedTuple):
     containers: tuple[tuple[str, str], ...] | None
     init_containers: tuple[tuple[str, str], ...] | None
     ephemeral_containers: tuple[tuple[str, str], ...] | None
+    image_volumes: tuple[tuple[int, str, str], ...]
+    """Each image volume's index among the volumes (its patch's pointer), name and reference."""
 
 
 def shape_key(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKey | None:
@@ -182,6 +190,17 @@ def shape_key(pod: Mapping[str, object], namespace: str, health: Health) -> Shap
                 return None
             pairs.append((name, image))
         lists.append(tuple(pairs))
+    volumes = spec.get("volumes")
+    if volumes is not None and type(volumes) is not list:
+        return None
+    triples: list[tuple[int, str, str]] = []
+    for index, volume in image_volumes(spec):
+        assert type(volume) is dict
+        name, source = volume.get("name"), volume["image"]
+        reference = source.get("reference") if type(source) is dict else None
+        if type(name) is not str or not name or type(reference) is not str:
+            return None
+        triples.append((index, name, reference))
     # The health is the probes' last conclusion, one value until they change it.
     return ShapeKey(
         namespace,
@@ -191,7 +210,10 @@ def shape_key(pod: Mapping[str, object], namespace: str, health: Health) -> Shap
         originals,
         secrets,
         has_annotations,
-        *lists,
+        lists[0],
+        lists[1],
+        lists[2],
+        tuple(triples),
     )
 
 
@@ -200,8 +222,8 @@ def plan(
     *,
     namespace: str,
     mirror_policy: Policy,
-    fields: Collection[ContainerField] = CONTAINER_FIELDS,
-    frozen: Collection[str] = frozenset(),
+    fields: Collection[SiteField] = SITE_FIELDS,
+    previous: Mapping[str, str] | None = None,
     can_add_pull_secrets: bool = True,
     can_annotate: bool = True,
     health: Health = HEALTHY,
@@ -209,11 +231,16 @@ def plan(
 ) -> RewritePlan:
     """Plan the rewrites for ``pod`` in ``namespace``: a pure function of its arguments.
 
-    ``fields`` limits the container lists considered and ``frozen`` names
-    site keys that must not change (an ephemeral-container update may only add
-    containers); ``can_add_pull_secrets`` and ``can_annotate`` are false where
-    the API server ignores changes to ``imagePullSecrets`` and to metadata
-    (then ``original_images`` stays None). ``health`` holds the mirrors that
+    ``fields`` limits the sites considered (containers, init and ephemeral
+    containers, image volumes). ``previous`` is an UPDATE's ``oldObject``
+    images by site key: a site whose image is what it was is left alone,
+    whatever it is, so that an update that changes no image changes nothing
+    (and restarts no container). ``can_add_pull_secrets`` and
+    ``can_annotate`` are false where the API server ignores changes to
+    ``imagePullSecrets`` and to metadata (then ``original_images`` stays
+    None); an image whose credential's pull secret the Pod lacks and cannot
+    gain is left as written and listed in :attr:`RewritePlan.unattachable`,
+    for the caller to refuse or allow. ``health`` holds the mirrors that
     are down and the credentials that cannot log in: images under their rules
     stay as written with a warning naming the mirror (``onMirrorDown:
     fallback``) or are rewritten anyway (``keep``). A pull secret that could
@@ -258,9 +285,11 @@ def plan(
     credential_sites: list[tuple[ImageSite, str]] = []
     new_originals: dict[str, str] = {}
     fallbacks = 0
+    unattachable: list[tuple[ImageSite, str]] = []
+    unmirrored: dict[str, UnmirroredReason] = {}
     for site in sites:
         key = site.key
-        if frozen and key in frozen:
+        if previous is not None and previous.get(key) == site.image:
             continue
         decision = decide_image(
             resolve(site.image), namespace=namespace, mirror_policy=mirror_policy
@@ -269,6 +298,10 @@ def plan(
         if decision.warning is not None:
             warnings.append(f"{site.shown}: {decision.warning}")
         rule = decision.resolution.rule
+        if decision.outcome == "not-granted":
+            unmirrored[key] = "not-granted"
+        elif decision.outcome == "invalid" and decision.resolution.reference is not None:
+            unmirrored[key] = "invalid"  # a valid reference, under a rule it cannot follow
         if (
             decision.outcome not in ("rewrite", "already-mirrored")
             or rule is None
@@ -285,6 +318,9 @@ def plan(
             reason = refusals[credential]
             if reason is not None:
                 outcomes[key] = "credential-unavailable"
+                unattachable.append((site, pull_secret_name(credential)))
+                if decision.outcome == "rewrite":
+                    unmirrored[key] = "credential-unavailable"
                 warnings.append(
                     credential_warning(
                         site, reason, mirrored=decision.outcome == "already-mirrored"
@@ -296,7 +332,7 @@ def plan(
             problem = health.problem(rule)
             if problem is not None:
                 if rule.on_mirror_down == "fallback":
-                    outcomes[key] = "mirror-unhealthy"
+                    outcomes[key] = unmirrored[key] = "mirror-unhealthy"
                     warnings.append(
                         f"{site.shown}: image {quote(site.image)} left as written: "
                         f"{problem} (onMirrorDown: fallback)"
@@ -316,7 +352,9 @@ def plan(
         new_image = decision.resolution.new_image
         assert new_image is not None
         rewrites.append(ImageRewrite(site, new_image, rule.label, status))
-        if can_annotate and key not in originals:
+        if can_annotate and originals.get(key) != site.image:
+            # The original of what is there now: a later webhook's or an
+            # update's new image replaces whatever the record said before.
             new_originals[key] = site.image
 
     credentials = tuple(sorted(needed))
@@ -332,4 +370,6 @@ def plan(
         fallbacks=fallbacks,
         credential_sites=tuple(credential_sites),
         recorded=frozenset(new_originals),
+        unmirrored=unmirrored,
+        unattachable=tuple(unattachable),
     )

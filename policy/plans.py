@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 from mirrorgate.policy.decision import ImageOutcome
 from mirrorgate.policy.quoting import quote
@@ -13,8 +13,10 @@ from mirrorgate.policy.sites import ImageSite
 __all__ = [
     "ORIGINAL_IMAGES_ANNOTATION",
     "PULL_SECRET_PREFIX",
+    "UNMIRRORED_REASONS",
     "ImageRewrite",
     "RewritePlan",
+    "UnmirroredReason",
     "audit_mode_line",
     "credential_warning",
     "pull_secret_name",
@@ -22,6 +24,27 @@ __all__ = [
 
 ORIGINAL_IMAGES_ANNOTATION = "mirrorgate.io/original-images"
 PULL_SECRET_PREFIX = "mirrorgate-"  # noqa: S105 - a name prefix, not a secret
+
+
+UnmirroredReason = Literal[
+    "credential-unavailable",
+    "mirror-unhealthy",
+    "not-granted",
+    "invalid",
+    "audit",
+    "too-many-containers",
+]
+"""Why an image a rule covers was admitted as written (the metric's ``reason`` label).
+
+The planner gives the first four, for each image: its pull secret could not be
+made or attached (``onCredentialError: skip``, or an operation that cannot add
+one); its mirror is down (``onMirrorDown: fallback``); its credential is not
+granted to the namespace; or its name on the mirror would not be a valid
+reference. Admission adds ``audit`` (the namespace only reports) and
+``too-many-containers`` (an audit namespace's Pod past ``serve
+--max-containers``, not planned at all).
+"""
+UNMIRRORED_REASONS: tuple[UnmirroredReason, ...] = get_args(UnmirroredReason)
 
 
 def pull_secret_name(credential: str) -> str:
@@ -72,6 +95,11 @@ class RewritePlan:
     """Each image (rewritten or already on its mirror) that needs a credential, with it."""
     recorded: frozenset[str] = frozenset()
     """The site keys whose original this plan adds to ``original_images``."""
+    unmirrored: Mapping[str, UnmirroredReason] = dataclasses.field(default_factory=dict)
+    """Each image a rule covers that stays as written, by site key, with why."""
+    unattachable: tuple[tuple[ImageSite, str], ...] = ()
+    """Each image left as written because the pull secret it needs (named) is not on the Pod
+    and cannot be added in this operation (an UPDATE, or kubectl debug's subresource)."""
 
     def without(self, failures: Mapping[str, str]) -> RewritePlan:
         """This plan with the images of the credentials in ``failures`` left as written.
@@ -105,6 +133,10 @@ class RewritePlan:
             gone = self.recorded & dropped
             originals = {k: v for k, v in originals.items() if k not in gone} if recorded else None
         secrets = {pull_secret_name(c) for c in failures}
+        unmirrored: dict[str, UnmirroredReason] = dict(self.unmirrored)
+        for rewrite in self.rewrites:
+            if rewrite.site.key in dropped:  # an image already on its mirror stays there
+                unmirrored[rewrite.site.key] = "credential-unavailable"
         return dataclasses.replace(
             self,
             rewrites=tuple(r for r in self.rewrites if r.site.key not in dropped),
@@ -115,6 +147,7 @@ class RewritePlan:
             outcomes=outcomes,
             credential_sites=tuple(p for p in self.credential_sites if p[1] not in failures),
             recorded=recorded,
+            unmirrored=unmirrored,
         )
 
 

@@ -21,6 +21,8 @@ _METADATA_KEYS = ("name", "generateName", "namespace")
 _LABEL_KEYS = (SKIP_LABEL,)
 _ANNOTATION_KEYS = (MIRROR_POD_ANNOTATION, ORIGINAL_IMAGES_ANNOTATION)
 _CONTAINER_KEYS = ("name", "image")
+_VOLUME_KEYS = ("name", "image")
+_VOLUME_IMAGE_KEYS = ("reference",)
 _ABSENT = object()
 _Pod = TypeVar("_Pod")
 
@@ -36,6 +38,20 @@ def _containers(value: object) -> object:
     if type(value) is not list:
         return value
     return [_only(container, _CONTAINER_KEYS) for container in value]
+
+
+def _volumes(value: object) -> object:
+    """Each volume's name and image reference: the rest (a ConfigMap's items) stays behind,
+    the volume itself stays (its index is an image volume's pointer)."""
+    if type(value) is not list:
+        return value
+    kept: list[object] = []
+    for volume in value:
+        reduced = _only(volume, _VOLUME_KEYS)
+        if type(reduced) is dict and "image" in reduced:
+            reduced["image"] = _only(reduced["image"], _VOLUME_IMAGE_KEYS)
+        kept.append(reduced)
+    return kept
 
 
 def planning_view(pod: _Pod) -> _Pod:
@@ -64,6 +80,8 @@ def planning_view(pod: _Pod) -> _Pod:
             for field, containers in container_lists(spec)
             if field in spec
         }
+        if "volumes" in spec:
+            kept_spec["volumes"] = _volumes(spec["volumes"])
         if "imagePullSecrets" in spec:
             kept_spec["imagePullSecrets"] = spec["imagePullSecrets"]
         view["spec"] = kept_spec

@@ -1,5 +1,5 @@
-"""A Pod's container images, found where the API server keeps them: the one walk over
-its container lists."""
+"""A Pod's images, found where the API server keeps them: the one walk over its container
+lists and its image volumes."""
 
 from __future__ import annotations
 
@@ -12,12 +12,16 @@ from mirrorgate.policy.quoting import quote
 __all__ = [
     "CONTAINER_FIELDS",
     "CONTAINER_NAME_LENGTH_MAX",
+    "SITE_FIELDS",
+    "VOLUMES",
     "ContainerField",
     "ImageSite",
+    "SiteField",
     "as_mapping",
     "container_count",
     "container_lists",
     "find_image_sites",
+    "image_volumes",
     "spec_sites",
 ]
 
@@ -27,20 +31,25 @@ CONTAINER_FIELDS: tuple[ContainerField, ...] = (
     "initContainers",
     "ephemeralContainers",
 )
-# Container names are DNS labels (RFC 1123); admission sees a Pod before the
+VOLUMES: Literal["volumes"] = "volumes"
+SiteField = Literal["containers", "initContainers", "ephemeralContainers", "volumes"]
+"""Where a Pod names an image: its three container lists, and ``spec.volumes[].image.reference``
+(image volumes, beta and on by default since Kubernetes 1.35)."""
+SITE_FIELDS: tuple[SiteField, ...] = (*CONTAINER_FIELDS, VOLUMES)
+# Container (and volume) names are DNS labels (RFC 1123); admission sees a Pod before the
 # API server validates it, so a longer one can still arrive here.
 CONTAINER_NAME_LENGTH_MAX = 63
 
 
 @dataclasses.dataclass(slots=True)
 class ImageSite:
-    """One container's image in a Pod (treat it as immutable).
+    """One container's image, or one image volume's reference, in a Pod (treat it as immutable).
 
     Not frozen: a Pod of 20 containers makes 20 of these per admission, and a
     frozen dataclass pays an object.__setattr__ call per field.
     """
 
-    field: ContainerField
+    field: SiteField
     index: int
     name: str
     image: str
@@ -49,13 +58,16 @@ class ImageSite:
 
     @property
     def key(self) -> str:
-        """The container's key in the original-images annotation.
+        """The site's key in the original-images annotation.
 
-        ``containers/<name>``; when the name appears more than once in its
-        list (a Pod the API server refuses later, but which admission sees
-        first), every such container is ``containers[<index>]/<name>``, so
-        that each original is kept. Names are DNS labels, so neither form
-        can be mistaken for the other.
+        ``<field>/<name>``: ``containers/<name>``, ``initContainers/<name>``,
+        ``ephemeralContainers/<name>``, and ``volumes/<name>`` for an image
+        volume. The list comes first, so a volume's key can never be a
+        container's, whatever the names. When the name appears more than once
+        in its list (a Pod the API server refuses later, but which admission
+        sees first), every such site is ``<field>[<index>]/<name>``, so that
+        each original is kept. Names are DNS labels, so neither form can be
+        mistaken for the other.
         """
         if self.unique:
             return f"{self.field}/{self.name}"
@@ -70,7 +82,9 @@ class ImageSite:
 
     @property
     def pointer(self) -> str:
-        """JSON Pointer to the image; container names never need escaping here."""
+        """JSON Pointer to the image; names never need escaping here."""
+        if self.field == VOLUMES:
+            return f"/spec/volumes/{self.index}/image/reference"
         return f"/spec/{self.field}/{self.index}/image"
 
 
@@ -83,41 +97,61 @@ def as_mapping(value: object) -> Mapping[str, object]:
 
 
 def container_lists(
-    spec: Mapping[str, object], fields: Collection[ContainerField] = CONTAINER_FIELDS
+    spec: Mapping[str, object], fields: Collection[SiteField] = CONTAINER_FIELDS
 ) -> Iterator[tuple[ContainerField, object]]:
-    """Each of ``fields``, in the API's order, with what ``spec`` holds there (None: absent).
+    """Each container list among ``fields``, in the API's order, with what ``spec`` holds
+    there (None: absent).
 
     The one walk over a Pod's container lists: planning, its shape key and
     admission's container count all take it.
     """
-    every_field = fields is CONTAINER_FIELDS
+    every_field = fields is CONTAINER_FIELDS or fields is SITE_FIELDS
     for field in CONTAINER_FIELDS:
         if every_field or field in fields:
             yield field, spec.get(field)
 
 
-def container_count(spec: object, fields: Collection[ContainerField] = CONTAINER_FIELDS) -> int:
-    """The containers in ``spec``'s lists among ``fields`` (anything but a list counts none)."""
+def image_volumes(spec: Mapping[str, object]) -> Iterator[tuple[int, object]]:
+    """Each volume of ``spec`` that has an ``image`` member, with its index (a walk, not a check).
+
+    The one walk over image volumes: planning, its shape key and admission's
+    count all take it. Anything but a list of volumes yields nothing here;
+    :func:`spec_sites` warns of it.
+    """
+    volumes = spec.get(VOLUMES)
+    if type(volumes) is not list:
+        return
+    for index, volume in enumerate(volumes):
+        if type(volume) is dict and "image" in volume:
+            yield index, volume
+
+
+def container_count(spec: object, fields: Collection[SiteField] = SITE_FIELDS) -> int:
+    """The images planning walks in ``spec`` among ``fields``: each container of a list
+    (anything but a list counts none), and each image volume when ``fields`` has volumes."""
     if type(spec) is not dict:
         return 0
-    return sum(
+    count = sum(
         len(containers)
         for _, containers in container_lists(spec, fields)
         if type(containers) is list
     )
+    if VOLUMES in fields:
+        count += sum(1 for _ in image_volumes(spec))
+    return count
 
 
 def find_image_sites(
     pod: Mapping[str, object],
     *,
-    fields: Collection[ContainerField] = CONTAINER_FIELDS,
+    fields: Collection[SiteField] = SITE_FIELDS,
 ) -> tuple[list[ImageSite], list[str]]:
-    """Every container image of ``pod`` in ``fields``, and warnings for malformed ones."""
+    """Every image of ``pod`` in ``fields``, and warnings for malformed ones."""
     return spec_sites(as_mapping(pod.get("spec")), fields)
 
 
 def spec_sites(
-    spec: Mapping[str, object], fields: Collection[ContainerField] = CONTAINER_FIELDS
+    spec: Mapping[str, object], fields: Collection[SiteField] = SITE_FIELDS
 ) -> tuple[list[ImageSite], list[str]]:
     """:func:`find_image_sites` on a Pod's ``spec``."""
     sites: list[ImageSite] = []
@@ -132,7 +166,41 @@ def spec_sites(
         _find_sites(field, containers, sites, warnings)
         if len(sites) - first > 1:
             _mark_repeated_names(sites[first:])
+    if VOLUMES in fields:
+        volumes = spec.get(VOLUMES)
+        if volumes is not None and type(volumes) is not list:
+            warnings.append("spec.volumes is not a list; left as written")
+        first = len(sites)
+        _find_volume_sites(spec, sites, warnings)
+        if len(sites) - first > 1:
+            _mark_repeated_names(sites[first:])
     return sites, warnings
+
+
+def _shown_name(field: SiteField, name: str) -> str:
+    if len(name) <= CONTAINER_NAME_LENGTH_MAX:
+        return f"{field}/{name}"
+    return f"{field}/{quote(name)}"
+
+
+def _find_volume_sites(
+    spec: Mapping[str, object], sites: list[ImageSite], warnings: list[str]
+) -> None:
+    for index, volume in image_volumes(spec):
+        assert type(volume) is dict
+        name, source = volume.get("name"), volume["image"]
+        if type(name) is not str or not name:
+            warnings.append(f"spec.volumes[{index}] has no name; left as written")
+        elif type(source) is not dict:
+            warnings.append(
+                f"{_shown_name(VOLUMES, name)}: image is not a mapping; left as written"
+            )
+        elif type(image := source.get("reference")) is str:
+            sites.append(ImageSite(VOLUMES, index, name, image))
+        elif image is not None:  # a missing reference, the API server reports itself
+            warnings.append(
+                f"{_shown_name(VOLUMES, name)}: image.reference is not a string; left as written"
+            )
 
 
 def _mark_repeated_names(sites: list[ImageSite]) -> None:
@@ -166,11 +234,6 @@ def _find_sites(
         elif image is None:
             continue  # the API server reports a missing image itself
         elif not isinstance(image, str):
-            where = (
-                f"{field}/{name}"
-                if len(name) <= CONTAINER_NAME_LENGTH_MAX
-                else f"{field}/{quote(name)}"
-            )
-            warnings.append(f"{where}: image is not a string; left as written")
+            warnings.append(f"{_shown_name(field, name)}: image is not a string; left as written")
         else:
             sites.append(ImageSite(field, index, name, image))

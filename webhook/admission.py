@@ -23,15 +23,19 @@ from mirrorgate.webhook.admissioncache import AdmissionCache, Admitted, AuditRep
 __all__ = ["Decision", "PullSecrets", "Target", "admit", "for_planning", "screen"]
 
 ReviewOutcome = Literal["patched", "allowed", "denied", "skipped", "ignored"]
-EPHEMERAL: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
+Operation = Literal["create", "update", "ephemeral"]
+"""A Pod's CREATE, its UPDATE, or an UPDATE of its ephemeralcontainers subresource
+(kubectl debug): the three operations admission plans."""
+EPHEMERAL: tuple[policy.SiteField, ...] = ("ephemeralContainers",)
 # A namespace name is a DNS label (RFC 1123). The API server sends only
 # names of namespaces that exist; anything else is not a review from it.
 NAMESPACE_RE = DNS_LABEL_RE
 POD_NAME_LOG_LIMIT = 253
 MAX_CONTAINERS = 1000
-"""Containers of one Pod (all lists) that admission plans: the default of `serve
---max-containers`. Planning costs in proportion to the containers, on the event loop that
-every admission shares; a Pod with more is admitted as written, with a warning saying why."""
+"""Images of one Pod (its containers of every list, and its image volumes) that admission
+plans: the default of `serve --max-containers`. Planning costs in proportion to them, on the
+event loop that every admission shares; a Pod with more is refused in an enforce namespace
+and reported in an audit one, never planned."""
 
 
 class PullSecrets(Protocol):
@@ -59,8 +63,9 @@ class Decision(NamedTuple):
     name: str = ""
     rewrites: int = 0
     warnings: int = 0
-    unrewritten: int = 0
-    """Images left as written because their credential was unavailable."""
+    unmirrored: tuple[tuple[policy.UnmirroredReason, int], ...] = ()
+    """Images a rule covers (or, past --max-containers, that were not checked) admitted as
+    written, counted by why."""
     plan: policy.RewritePlan | None = None
     """The plan decided on, with each image's outcome (None for reviews not about a Pod)."""
 
@@ -71,11 +76,6 @@ def _pod_name(metadata: object) -> str:
     name = metadata.get("name") or metadata.get("generateName") or ""
     # For the log line: a Pod reaches admission before its name is validated.
     return policy.prefix(name, limit=POD_NAME_LOG_LIMIT) if isinstance(name, str) else ""
-
-
-def _is_pod(request: review.AdmissionRequest) -> bool:
-    kind = request["kind"]
-    return kind.get("group") == "" and kind.get("kind") == "Pod"
 
 
 def _audit_log_annotations(plan: policy.RewritePlan, *, health: bool = False) -> dict[str, str]:
@@ -102,37 +102,64 @@ def _audit_mode_report(plan: policy.RewritePlan) -> AuditReport:
     )
 
 
+def _previous(
+    request: review.AdmissionRequest, fields: Sequence[policy.SiteField]
+) -> dict[str, str]:
+    """An UPDATE's old images by site key: what planning leaves alone where unchanged."""
+    old = request.get("oldObject")
+    if type(old) is not dict:
+        return {}
+    return {site.key: site.image for site in policy.find_image_sites(old, fields=fields)[0]}
+
+
+def _as_it_was_labelled(obj: dict[str, Any], old: object) -> dict[str, Any]:
+    """``obj`` with the skip label the Pod had before this update, not the one it adds.
+
+    A Pod enforced at creation stays enforced: a tenant who adds
+    mirrorgate.io/skip=true in the update that changes an image would otherwise
+    switch rewriting off for it. (A Pod created with the label is never sent
+    to mirrorgate at all: the webhooks' objectSelector.)
+    """
+    metadata, old_metadata = obj.get("metadata"), old.get("metadata") if type(old) is dict else None
+    labels = metadata.get("labels") if type(metadata) is dict else None
+    if type(labels) is not dict or labels.get(policy.SKIP_LABEL) != "true":
+        return obj
+    old_labels = old_metadata.get("labels") if type(old_metadata) is dict else None
+    if type(old_labels) is dict and old_labels.get(policy.SKIP_LABEL) == "true":
+        return obj
+    assert type(metadata) is dict
+    kept = {k: v for k, v in labels.items() if k != policy.SKIP_LABEL}
+    return {**obj, "metadata": {**metadata, "labels": kept}}
+
+
 def _planned(
     request: review.AdmissionRequest,
     obj: dict[str, Any],
     *,
     namespace: str,
     mirror_policy: policy.Policy,
-    ephemeral: bool,
+    operation: Operation,
     health: policy.Health,
     cache: AdmissionCache,
 ) -> Admitted:
-    if not ephemeral:
+    if operation == "create":
         return cache.admitted(obj, namespace=namespace, mirror_policy=mirror_policy, health=health)
-    # An ephemeral-container update may only add containers, and the API
-    # server ignores any other change, imagePullSecrets and annotations
-    # included: the record of an original goes to the user as a warning and
-    # to the audit log instead (see admit).
-    old = request.get("oldObject")
-    frozen = (
-        {s.key for s in policy.find_image_sites(old, fields=EPHEMERAL)[0]}
-        if isinstance(old, dict)
-        else set()
-    )
+    # An update is planned against its old object, never answered from the cache's
+    # CREATE plans: only the images it changes are planned, and a running Pod's
+    # imagePullSecrets cannot change. An ephemeral-container update may only add
+    # containers, and the API server ignores any other change, annotations
+    # included: the record of an original goes to the user as a warning and to
+    # the audit log instead (see admit).
+    fields = EPHEMERAL if operation == "ephemeral" else policy.SITE_FIELDS
     return Admitted(
         policy.plan(
-            obj,
+            _as_it_was_labelled(obj, request.get("oldObject")),
             namespace=namespace,
             mirror_policy=mirror_policy,
-            fields=EPHEMERAL,
-            frozen=frozen,
+            fields=fields,
+            previous=_previous(request, fields),
             can_add_pull_secrets=False,
-            can_annotate=False,
+            can_annotate=operation == "update",
             health=health,
             resolve=cache.resolver(mirror_policy),
         )
@@ -140,14 +167,21 @@ def _planned(
 
 
 def _container_count(
-    request: review.AdmissionRequest, obj: dict[str, Any], *, ephemeral: bool
+    request: review.AdmissionRequest, obj: dict[str, Any], *, operation: Operation
 ) -> int:
-    """The containers planning would walk: every list, or an update's ephemeral ones (old too)."""
-    if not ephemeral:
-        return policy.container_count(obj.get("spec"))
+    """The images planning would walk: every site, or an update's ephemeral ones (old too).
+
+    An UPDATE counts the larger of the Pod before and after it: the Pod was
+    admitted under the limit, and an update may not push it over.
+    """
     old = request.get("oldObject")
-    count = policy.container_count(obj.get("spec"), EPHEMERAL)
-    return count + (policy.container_count(old.get("spec"), EPHEMERAL) if type(old) is dict else 0)
+    old_spec = old.get("spec") if type(old) is dict else None
+    if operation == "ephemeral":
+        return policy.container_count(obj.get("spec"), EPHEMERAL) + policy.container_count(
+            old_spec, EPHEMERAL
+        )
+    count = policy.container_count(obj.get("spec"))
+    return max(count, policy.container_count(old_spec)) if operation == "update" else count
 
 
 _REQUEST_KEYS = ("uid", "kind", "operation", "subResource", "namespace", "dryRun")
@@ -170,23 +204,62 @@ class Target(NamedTuple):
     obj: dict[str, Any]
     namespace: str
     name: str
-    ephemeral: bool
+    operation: Operation
+
+
+def _operation(request: review.AdmissionRequest) -> Operation | None:
+    """Which planned operation ``request`` is, or None: a review admission lets pass."""
+    kind = request["kind"]
+    if kind.get("group") != "" or kind.get("kind") != "Pod":
+        # Only Pods are mutated, never the templates operators and GitOps tools diff.
+        return None
+    operation, subresource = request["operation"], request.get("subResource", "")
+    if operation == "CREATE" and not subresource:
+        return "create"
+    if operation == "UPDATE" and not subresource:
+        return "update"
+    if operation == "UPDATE" and subresource == "ephemeralcontainers":
+        return "ephemeral"
+    return None  # status, binding, resize...: no image changes there
+
+
+def _too_wide(
+    rev: review.Review, mode: policy.Mode, namespace: str, name: str, count: int, limit: int
+) -> Decision:
+    """The answer for a Pod past ``--max-containers``: refused to enforce, reported to audit."""
+    what = (
+        f"mirrorgate: the Pod names {count:,} images (containers and image volumes), more "
+        f"than the {limit:,} it checks (serve --max-containers)"
+    )
+    if mode == policy.ENFORCE:
+        message = f"{what}; refused, as every image must be on a mirror here"
+        return Decision(review.denied(rev, message), mode, "denied", namespace, name)
+    warning = f"{what}; its images are left as written, unchecked"
+    return Decision(
+        review.allowed(rev, warnings=[warning], audit_annotations={"too-many-containers": what}),
+        mode,
+        "skipped",
+        namespace,
+        name,
+        0,
+        1,
+        (("too-many-containers", count),),
+    )
 
 
 def screen(
     rev: review.Review, *, mode: policy.Mode, max_containers: int = MAX_CONTAINERS
 ) -> Decision | Target:
     """What can be decided without the policy: a review that is not about a Pod to mutate,
-    or a Pod of more than ``max_containers`` containers (admitted as written, saying so).
+    or a Pod of more than ``max_containers`` images (refused under ``enforce``, admitted as
+    written under ``audit``, saying so either way).
 
     Raises :class:`review.BadReview` for malformed requests. Pure: a worker
     process runs it on large reviews (see :mod:`webhook.edge.offload`).
     """
     request = rev.request
-    operation, subresource = request["operation"], request.get("subResource", "")
-    ephemeral = operation == "UPDATE" and subresource == "ephemeralcontainers"
-    if not _is_pod(request) or not (ephemeral or (operation == "CREATE" and not subresource)):
-        # Only Pods are mutated, never the templates operators and GitOps tools diff.
+    operation = _operation(request)
+    if operation is None:
         return Decision(review.allowed(rev), mode, "ignored")
 
     obj = request.get("object")
@@ -201,17 +274,45 @@ def screen(
     if NAMESPACE_RE.fullmatch(namespace) is None:
         raise rev.bad(f"namespace {policy.quote(namespace, limit=64)} is not a namespace name")
     name = _pod_name(metadata)
-    count = _container_count(request, obj, ephemeral=ephemeral)
+    count = _container_count(request, obj, operation=operation)
     if count > max_containers:
-        warning = (
-            f"mirrorgate: the Pod has {count:,} containers, more than the "
-            f"{max_containers:,} it rewrites (serve --max-containers); its images are "
-            "left as written"
+        return _too_wide(rev, mode, namespace, name, count, max_containers)
+    return Target(obj, namespace, name, operation)
+
+
+def _counted(
+    plan: policy.RewritePlan, mode: policy.Mode
+) -> tuple[tuple[policy.UnmirroredReason, int], ...]:
+    """The images ``plan`` leaves as written although a rule covers them, by why.
+
+    In an audit namespace every one is, for the namespace's own reason: the
+    rewrites audit does not make and the images enforce would leave too.
+    """
+    if mode == policy.AUDIT:
+        covered = len(plan.rewrites) + len(plan.unmirrored)
+        return (("audit", covered),) if covered else ()
+    counts: dict[policy.UnmirroredReason, int] = {}
+    for reason in plan.unmirrored.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    return tuple(counts.items())
+
+
+def _unattachable_message(plan: policy.RewritePlan, operation: Operation) -> str:
+    """Why an update whose new images need a pull secret the running Pod lacks is refused."""
+    needs = "; ".join(
+        f"{site.shown} ({policy.quote(site.image)}) needs {secret!r}"
+        for site, secret in plan.unattachable
+    )
+    if operation == "ephemeral":
+        return (
+            f"mirrorgate: {needs}, which the Pod's imagePullSecrets lack and an ephemeral "
+            "container cannot add; onCredentialError is deny. Recreate the Pod to use "
+            "this image, or debug with an image whose mirror needs no new pull secret"
         )
-        return Decision(
-            review.allowed(rev, warnings=[warning]), mode, "skipped", namespace, name, 0, 1
-        )
-    return Target(obj, namespace, name, ephemeral)
+    return (
+        f"mirrorgate: {needs}, which the Pod's imagePullSecrets lack and cannot gain on a "
+        "running Pod. Recreate the Pod (delete it, or roll its workload) to use this image"
+    )
 
 
 async def admit(
@@ -227,23 +328,25 @@ async def admit(
     """Decide on one review. Raises :class:`review.BadReview` for malformed requests only.
 
     ``health`` is the probes' last conclusion, passed in: deciding never waits
-    for the network. A Pod of more than ``max_containers`` containers is not
-    planned: it is admitted as written, with a warning that says so. ``cache``
-    keeps plans between calls (the server's one :class:`AdmissionCache`);
-    without it each review is planned afresh.
+    for the network. A Pod of more than ``max_containers`` images is not
+    planned (see :func:`screen`). ``cache`` keeps CREATE plans between calls
+    (the server's one :class:`AdmissionCache`); without it each review is
+    planned afresh. An update whose changed image needs a pull secret the Pod
+    lacks is refused (a running Pod's imagePullSecrets cannot change); for an
+    ephemeral container, only under ``onCredentialError: deny``.
     """
     screened = screen(rev, mode=mode, max_containers=max_containers)
     if isinstance(screened, Decision):
         return screened
     request = rev.request
-    obj, namespace, name, ephemeral = screened
+    obj, namespace, name, operation = screened
 
     admitted = _planned(
         request,
         obj,
         namespace=namespace,
         mirror_policy=mirror_policy,
-        ephemeral=ephemeral,
+        operation=operation,
         health=health,
         cache=AdmissionCache() if cache is None else cache,
     )
@@ -270,10 +373,20 @@ async def admit(
             name,
             len(plan.rewrites),
             len(lines),
+            _counted(plan, mode),
+            plan,
+        )
+
+    if plan.unattachable and (operation == "update" or mirror_policy.on_credential_error == "deny"):
+        return Decision(
+            review.denied(rev, _unattachable_message(plan, operation)),
+            mode,
+            "denied",
+            namespace,
+            name,
             plan=plan,
         )
 
-    unrewritten = 0
     if plan.credentials and not request.get("dryRun", False):
         stale = secrets.missing(namespace, plan.credentials)
         failures = await secrets.ensure(namespace, stale) if stale else {}
@@ -296,12 +409,11 @@ async def admit(
                     name,
                     plan=plan,
                 )
-            before = len(plan.rewrites)
             plan = plan.without(failures)
             admitted = Admitted(plan)
-            unrewritten = before - len(plan.rewrites)
 
     warnings = plan.warnings
+    ephemeral = operation == "ephemeral"
     if ephemeral:
         warnings += tuple(
             f"mirrorgate: {r.site.shown} uses {r.new_image} (was {r.site.image})"
@@ -323,6 +435,6 @@ async def admit(
         name,
         len(plan.rewrites),
         len(warnings),
-        unrewritten,
+        _counted(plan, mode),
         plan,
     )

@@ -76,7 +76,8 @@ def _cost(key: policy.ShapeKey, plan: policy.RewritePlan) -> int | None:
     """
     size = len(key.namespace) + 2 * len(key.originals or "") + ENTRY_OVERHEAD
     size += sum(len(s or "") for s in key.pull_secrets or ())
-    for pairs in (key.containers, key.init_containers, key.ephemeral_containers):
+    volumes = tuple((name, image) for _, name, image in key.image_volumes)
+    for pairs in (key.containers, key.init_containers, key.ephemeral_containers, volumes):
         for name, image in pairs or ():
             if (
                 len(name) > policy.CONTAINER_NAME_LENGTH_MAX

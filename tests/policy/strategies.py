@@ -277,6 +277,14 @@ def pods(
         if draw(st.booleans()):
             spec[field] = draw(container_lists(mirrors, sources))
     if draw(st.booleans()):
+        # Image volumes among others, named like containers: their keys must not collide.
+        spec["volumes"] = [
+            {"name": name, "image": {"reference": draw(images(mirrors, sources))}}
+            if draw(st.booleans())
+            else {"name": name, "emptyDir": {}}
+            for name in draw(st.lists(_CONTAINER_NAMES, max_size=3, unique=True))
+        ]
+    if draw(st.booleans()):
         secrets = draw(
             st.lists(
                 st.sampled_from(("regcred", *(policy.pull_secret_name(c) for c in CREDENTIALS))),

@@ -369,24 +369,35 @@ CREDENTIALS = [
         ],
         id="cannot-add-pull-secrets",
     ),
-    pytest.param(["nginx"], "default", {"frozen": {"containers/c0"}}, {}, (), [], id="frozen"),
     pytest.param(
-        ["nginx", "redis"],
-        "default",
-        {"frozen": {"containers/c0"}},
-        {"containers/c1": f"{HUB}/library/redis"},
-        (HARBOR_SECRET,),
-        [],
-        id="frozen-one",
+        ["nginx"], "default", {"previous": {"containers/c0": "nginx"}}, {}, (), [], id="unchanged"
     ),
     pytest.param(
         ["nginx"],
         "default",
-        {"frozen": {"initContainers/c0"}},
+        {"previous": {"containers/c0": "nginx:1.25"}},
         {"containers/c0": f"{HUB}/library/nginx"},
         (HARBOR_SECRET,),
         [],
-        id="frozen-key-includes-field",
+        id="changed",
+    ),
+    pytest.param(
+        ["nginx", "redis"],
+        "default",
+        {"previous": {"containers/c0": "nginx"}},
+        {"containers/c1": f"{HUB}/library/redis"},
+        (HARBOR_SECRET,),
+        [],
+        id="unchanged-one",
+    ),
+    pytest.param(
+        ["nginx"],
+        "default",
+        {"previous": {"initContainers/c0": "nginx"}},
+        {"containers/c0": f"{HUB}/library/nginx"},
+        (HARBOR_SECRET,),
+        [],
+        id="unchanged-key-includes-field",
     ),
     pytest.param(
         ["nginx"],
@@ -483,7 +494,14 @@ def test_pull_secrets_deduplicated(existing: list[Any] | None, secrets: tuple[st
 ANNOTATIONS = [
     pytest.param(None, ["nginx"], {"containers/c0": "nginx"}, id="created"),
     pytest.param("{}", ["nginx"], {"containers/c0": "nginx"}, id="empty-object"),
-    pytest.param('{"containers/c0":"nginx:0.9"}', ["nginx:1"], None, id="never-overwritten"),
+    # The record says what was rewritten: an update's (or a later webhook's) new
+    # image replaces the entry of the image it replaced.
+    pytest.param(
+        '{"containers/c0":"nginx:0.9"}',
+        ["nginx:1"],
+        {"containers/c0": "nginx:1"},
+        id="replaced-by-what-is-rewritten",
+    ),
     pytest.param(
         '{"initContainers/i":"alpine"}',
         ["nginx"],
@@ -493,8 +511,8 @@ ANNOTATIONS = [
     pytest.param(
         '{"containers/c0":"nginx:0.9"}',
         ["nginx:1", "redis"],
-        {"containers/c0": "nginx:0.9", "containers/c1": "redis"},
-        id="merged-keeps-existing-value",
+        {"containers/c0": "nginx:1", "containers/c1": "redis"},
+        id="merged-replaces-a-rewritten-entry",
     ),
     pytest.param(None, ["quay.io/x/y"], None, id="no-rewrite-no-annotation"),
     pytest.param(None, [f"{HUB}/library/nginx"], None, id="on-mirror-no-annotation"),
@@ -505,7 +523,7 @@ ANNOTATIONS = [
 def test_original_images_annotation(
     existing: str | None, images: list[str], expected: dict[str, str] | None
 ) -> None:
-    """The annotation records originals of rewritten containers and never overwrites one."""
+    """The annotation records the original of each image rewritten, keeping other entries."""
     annotations = {"other": "kept"}
     if existing is not None:
         annotations[ANNOTATION] = existing
@@ -687,6 +705,7 @@ def test_find_image_sites() -> None:
             "containers": [{"name": "a", "image": "x"}],
             "ephemeralContainers": [{"name": "d", "image": "y"}],
             "initContainers": [{"name": "i", "image": "z"}],
+            "volumes": [{"name": "a", "emptyDir": {}}, {"name": "a", "image": {"reference": "v"}}],
         }
     }
     sites, warnings = policy.find_image_sites(pod)
@@ -694,8 +713,24 @@ def test_find_image_sites() -> None:
         ("containers/a", "/spec/containers/0/image", "x"),
         ("initContainers/i", "/spec/initContainers/0/image", "z"),
         ("ephemeralContainers/d", "/spec/ephemeralContainers/0/image", "y"),
+        ("volumes/a", "/spec/volumes/1/image/reference", "v"),
     ]
     assert warnings == []
+
+
+def test_the_shape_key_holds_each_image_volume_where_it_is() -> None:
+    """An image volume's index is its patch's pointer: Pods that differ in it differ in shape."""
+    image = {"name": "tools", "image": {"reference": "nginx"}}
+    first = _pod("redis", volumes=[image])
+    second = _pod("redis", volumes=[{"name": "scratch", "emptyDir": {}}, image])
+    keys = [policy.shape_key(p, "default", policy.HEALTHY) for p in (first, second)]
+    assert None not in keys
+    assert keys[0] != keys[1]
+    plans = [policy.plan(p, namespace="default", mirror_policy=POLICY) for p in (first, second)]
+    assert [[r.site.pointer for r in p.rewrites if r.site.field == "volumes"] for p in plans] == [
+        ["/spec/volumes/0/image/reference"],
+        ["/spec/volumes/1/image/reference"],
+    ]
 
 
 def test_without_leaves_only_the_failed_credentials_images_as_written() -> None:

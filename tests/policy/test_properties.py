@@ -21,6 +21,7 @@ PROPERTY_SETTINGS = settings(
 Scenario = tuple[dict[str, Any], str, policy.Policy]
 ALLOWED_PATHS = re.compile(
     r"/spec/(containers|initContainers|ephemeralContainers)/\d+/image"
+    r"|/spec/volumes/\d+/image/reference"
     r"|/metadata(/annotations(/mirrorgate\.io~1original-images)?)?"
     r"|/spec/imagePullSecrets(/-)?"
 )
@@ -35,12 +36,17 @@ def _admit(
 
 
 def _images(pod: dict[str, Any]) -> dict[str, object]:
+    """Every image of ``pod`` by its pointer, less ``/spec/`` and ``/image``."""
     spec = pod.get("spec") or {}
-    return {
+    images = {
         f"{field}/{i}": c.get("image")
         for field in policy.CONTAINER_FIELDS
         for i, c in enumerate(spec.get(field) or [])
     }
+    for i, volume in enumerate(spec.get("volumes") or []):
+        if "image" in volume:
+            images[f"volumes/{i}"] = volume["image"].get("reference")
+    return images
 
 
 def _rule(mirror_policy: policy.Policy, label: str) -> policy.MirrorRule:
@@ -100,7 +106,9 @@ def test_patch_touches_only_rewritten_images(scenario: Scenario) -> None:
     for op in ops:
         assert ALLOWED_PATHS.fullmatch(op["path"]), op
     rewritten = {
-        r.site.pointer.removeprefix("/spec/").removesuffix("/image"): r.new_image
+        r.site.pointer.removeprefix("/spec/").removesuffix("/reference").removesuffix("/image"): (
+            r.new_image
+        )
         for r in plan.rewrites
     }
     before, after = _images(pod), _images(admitted)
@@ -116,14 +124,17 @@ def test_patch_touches_only_rewritten_images(scenario: Scenario) -> None:
 @PROPERTY_SETTINGS
 @given(strategies.scenarios())
 def test_annotation_holds_originals_of_rewritten(scenario: Scenario) -> None:
-    """The annotation gains exactly the original strings of rewritten containers."""
+    """The annotation gains exactly the original strings of rewritten images (each replacing
+    an entry for the same site that named another)."""
     pod, namespace, mirror_policy = scenario
     plan, _, admitted = _admit(pod, namespace, mirror_policy)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     existing = json.loads(annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION, "{}"))
     new_annotations = (admitted.get("metadata") or {}).get("annotations") or {}
     recorded = json.loads(new_annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION, "{}"))
-    added = {r.site.key: r.site.image for r in plan.rewrites if r.site.key not in existing}
+    added = {
+        r.site.key: r.site.image for r in plan.rewrites if existing.get(r.site.key) != r.site.image
+    }
     assert recorded == {**existing, **added}
     assert {k: v for k, v in new_annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION} == {
         k: v for k, v in annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION

@@ -66,7 +66,8 @@ images = st.sampled_from(
 
 @st.composite
 def valid_reviews(draw: st.DrawFn) -> dict[str, Any]:
-    """Reviews the webhook answers with 200: Pod CREATEs and ephemeral-container UPDATEs."""
+    """Reviews the webhook answers with 200: Pod CREATEs, Pod UPDATEs and ephemeral-container
+    UPDATEs."""
     obj = pod(
         *draw(st.lists(images, min_size=1, max_size=3)),
         namespace=draw(st.sampled_from([None, "team-b", "excluded-ns"])),
@@ -78,6 +79,9 @@ def valid_reviews(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         obj["metadata"]["annotations"] = {"a": "b"}
     if draw(st.booleans()):
+        obj["spec"]["volumes"] = [{"name": "tools", "image": {"reference": draw(images)}}]
+    operation = draw(st.sampled_from(["create", "update", "ephemeral"]))
+    if operation == "ephemeral":
         old = copy.deepcopy(obj)
         obj["spec"]["ephemeralContainers"] = [{"name": "debug", "image": draw(images)}]
         return review(
@@ -87,6 +91,12 @@ def valid_reviews(draw: st.DrawFn) -> dict[str, Any]:
             old=old,
             uid=draw(st.uuids()).hex,
         )
+    if operation == "update":  # kubectl set image: the first container's image changes
+        # With the pull secret its mirror needs (a running Pod cannot gain one: refused).
+        obj["spec"]["imagePullSecrets"] = [{"name": "mirrorgate-harbor-pull"}]
+        old = copy.deepcopy(obj)
+        old["spec"]["containers"][0]["image"] = draw(images)
+        return review(obj, operation="UPDATE", old=old, uid=draw(st.uuids()).hex)
     return review(obj, uid=draw(st.uuids()).hex, dry_run=draw(st.sampled_from([None, True])))
 
 

@@ -228,7 +228,8 @@ EPHEMERAL_RESOURCE = "ephemeralcontainers"
 def test_other_kinds_operations_and_subresources_are_allowed_unchanged(
     harness: Harness, kind: dict[str, str], operation: str, sub_resource: str | None
 ) -> None:
-    """Only Pod CREATE and ephemeral-container UPDATE are mutated; the rest passes untouched."""
+    """Only Pod CREATE and UPDATE (its own or ephemeral containers') are mutated, and an
+    update only where it changes an image; the rest passes untouched."""
     response = harness.mutate(
         review(
             pod(HUB_IMAGE),
@@ -450,7 +451,7 @@ def test_credential_failure_with_skip_leaves_those_images_as_written(tmp_path: P
     assert "containers/c0" in warning
     assert HUB_SECRET in warning
     assert "secrets is forbidden" in warning
-    assert "mirrorgate_images_left_unmirrored_total 1.0" in metrics
+    assert 'mirrorgate_images_left_unmirrored_total{reason="credential-unavailable"} 1.0' in metrics
 
 
 def test_credential_failure_with_deny_refuses_the_pod(tmp_path: Path) -> None:

@@ -1,11 +1,13 @@
-"""A Pod too wide to plan on the shared event loop is answered at once, as written (issue 19).
+"""A Pod too wide to plan on the shared event loop is answered at once, unplanned (issue 19).
 
 A 3 MB Pod of 50,000 containers took 2.1–2.5 s of the single event loop to
 plan, and three clients sending such Pods pushed every other admission past
 the webhook's 5 s timeout. Past ``serve --max-containers`` (1,000 by
-default) a Pod is admitted as written, with a warning that says why, and a
-review over 256 KiB is decoded and screened in a worker process, off the
-loop; `make bench-abuse` measures the admissions beside such Pods.
+default) a Pod is refused in an enforce namespace and admitted as written,
+with a warning and an audit annotation, in an audit one (issue 28: never as
+written where mirrorgate enforces); a review over 256 KiB is decoded and
+screened in a worker process, off the loop; `make bench-abuse` measures the
+admissions beside such Pods.
 """
 
 from __future__ import annotations
@@ -27,19 +29,44 @@ from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, p
 
 def too_wide(count: int, limit: int) -> str:
     return (
-        f"mirrorgate: the Pod has {count:,} containers, more than the {limit:,} it "
-        "rewrites (serve --max-containers); its images are left as written"
+        f"mirrorgate: the Pod names {count:,} images (containers and image volumes), more "
+        f"than the {limit:,} it checks (serve --max-containers)"
     )
 
 
-@pytest.mark.parametrize("endpoint", ["/mutate", "/audit"])
-def test_a_pod_of_50000_containers_is_admitted_as_written_saying_why(
-    harness: Harness, endpoint: str
-) -> None:
-    response = harness.post(endpoint, review(pod(*[PROM_IMAGE] * 50_000)))["response"]
+def refused(count: int, limit: int) -> str:
+    return too_wide(count, limit) + "; refused, as every image must be on a mirror here"
+
+
+def assert_refused(response: dict[str, Any], count: int, limit: int) -> None:
+    assert response["allowed"] is False
+    assert "patch" not in response
+    assert response["status"] == {
+        "code": 403,
+        "message": refused(count, limit),
+        "reason": "Forbidden",
+    }
+
+
+def test_a_pod_of_50000_containers_is_refused_to_enforce_saying_why(harness: Harness) -> None:
+    response = harness.mutate(review(pod(*[PROM_IMAGE] * 50_000)))
+    assert_refused(response, 50_000, admission.MAX_CONTAINERS)
+    assert 'mirrorgate_admissions_total{endpoint="mutate",mode="enforce",outcome="denied"} 1.0' in (
+        harness.client.get("/metrics").text
+    )
+
+
+def test_a_pod_of_50000_containers_is_reported_to_audit_and_counted(harness: Harness) -> None:
+    response = harness.post("/audit", review(pod(*[PROM_IMAGE] * 50_000)))["response"]
     assert response["allowed"] is True
     assert "patch" not in response
-    assert response["warnings"] == [too_wide(50_000, admission.MAX_CONTAINERS)]
+    what = too_wide(50_000, admission.MAX_CONTAINERS)
+    assert response["warnings"] == [what + "; its images are left as written, unchecked"]
+    assert response["auditAnnotations"] == {"too-many-containers": what}
+    metrics = harness.client.get("/metrics").text
+    assert 'mirrorgate_images_left_unmirrored_total{reason="too-many-containers"} 50000.0' in (
+        metrics
+    )
 
 
 def test_the_limit_counts_every_container_list_and_admits_up_to_it(harness: Harness) -> None:
@@ -51,9 +78,36 @@ def test_the_limit_counts_every_container_list_and_admits_up_to_it(harness: Harn
 
     over = copy.deepcopy(at_limit)
     over["spec"]["ephemeralContainers"] = [{"name": "debug", "image": PROM_IMAGE}]
-    response = harness.mutate(review(over))
-    assert "patch" not in response
-    assert response["warnings"] == [too_wide(4, 3)]
+    assert_refused(harness.mutate(review(over)), 4, 3)
+
+
+def test_the_limit_counts_image_volumes_but_not_other_volumes(harness: Harness) -> None:
+    harness.runtime.max_containers = 3
+    at_limit = pod(PROM_IMAGE, PROM_IMAGE)
+    at_limit["spec"]["volumes"] = [
+        {"name": "data", "emptyDir": {}},
+        {"name": "models", "image": {"reference": PROM_IMAGE}},
+        {"name": "config", "configMap": {"name": "c"}},
+    ]
+    patched = apply(at_limit, patch_ops(harness.mutate(review(at_limit))))
+    assert patched["spec"]["volumes"][1]["image"]["reference"] == PROM_MIRRORED
+
+    over = copy.deepcopy(at_limit)
+    over["spec"]["volumes"].append({"name": "more", "image": {"reference": PROM_IMAGE}})
+    assert_refused(harness.mutate(review(over)), 4, 3)
+
+
+def test_an_update_counts_the_larger_of_the_pod_before_and_after(harness: Harness) -> None:
+    """A Pod admitted under the limit can have its images changed; past it, it is refused."""
+    harness.runtime.max_containers = 3
+    old = pod(PROM_IMAGE, PROM_IMAGE, PROM_IMAGE)
+    new = copy.deepcopy(old)
+    new["spec"]["containers"][0]["image"] = "quay.io/prometheus/prometheus:v3.0.0"
+    ops = patch_ops(harness.mutate(review(new, operation="UPDATE", old=old)))
+    assert "/spec/containers/0/image" in [op["path"] for op in ops]
+    wider = copy.deepcopy(old)
+    wider["spec"]["containers"].append({"name": "c3", "image": PROM_IMAGE})
+    assert_refused(harness.mutate(review(new, operation="UPDATE", old=wider)), 4, 3)
 
 
 def test_an_ephemeral_update_counts_the_ephemeral_containers_old_and_new(harness: Harness) -> None:
@@ -72,8 +126,7 @@ def test_an_ephemeral_update_counts_the_ephemeral_containers_old_and_new(harness
     response = harness.mutate(
         review(new, operation="UPDATE", sub_resource="ephemeralcontainers", old=old)
     )
-    assert "patch" not in response
-    assert response["warnings"] == [too_wide(4, 3)]
+    assert_refused(response, 4, 3)
 
 
 def test_the_limit_must_be_positive() -> None:
@@ -94,8 +147,12 @@ def test_large_reviews_are_screened_in_a_worker_process(screener: offload.Screen
     assert screened is not None
     assert not isinstance(screened, review_.Review)
     uid, dry_run, decision = screened
-    assert (uid, dry_run, decision.outcome) == ("wide", True, "skipped")
-    assert decision.body["response"]["warnings"] == [too_wide(2000, 1000)]
+    assert (uid, dry_run, decision.outcome) == ("wide", True, "denied")
+    assert decision.body["response"]["status"]["message"] == refused(2000, 1000)
+    audited = asyncio.run(screener.screen(wide, mode="audit", max_containers=1000))
+    assert audited is not None
+    assert not isinstance(audited, review_.Review)
+    assert audited[2].unmirrored == (("too-many-containers", 2000),)
 
     # Handed back to be planned here: decoded once, in the worker, and reduced to
     # what admission reads (the padding stays behind).
@@ -120,8 +177,7 @@ def test_the_endpoint_answers_large_reviews_through_the_worker(
 ) -> None:
     harness.runtime.screener = screener
     response = harness.mutate(padded(pod(*[PROM_IMAGE] * 50_000)))
-    assert "patch" not in response
-    assert response["warnings"] == [too_wide(50_000, admission.MAX_CONTAINERS)]
+    assert_refused(response, 50_000, admission.MAX_CONTAINERS)
 
     narrow = pod(PROM_IMAGE)
     patched = apply(narrow, patch_ops(harness.mutate(padded(narrow))))
@@ -141,7 +197,7 @@ def test_without_a_worker_large_reviews_are_decided_on_the_loop(
 ) -> None:
     harness.runtime.screener = workerless
     response = harness.mutate(padded(pod(*[PROM_IMAGE] * 2_000)))
-    assert response["warnings"] == [too_wide(2_000, admission.MAX_CONTAINERS)]
+    assert_refused(response, 2_000, admission.MAX_CONTAINERS)
     narrow = pod(PROM_IMAGE)
     patched = apply(narrow, patch_ops(harness.mutate(padded(narrow))))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
@@ -151,7 +207,7 @@ def test_a_large_body_with_too_few_commas_for_a_wide_pod_skips_the_worker() -> N
     """A 2.5 MB image is not a wide Pod: decoding it in the worker first would only cost."""
     long_image = orjson.dumps(padded(pod("quay.io/x/" + "a" * 2_500_000)))
     assert not offload.may_be_too_wide(long_image, admission.MAX_CONTAINERS)
-    # The bound is exact for the leanest lists: 996 items have 995 commas, and six lists
-    # of them could hold 1,001 containers; 995 items could hold 1,000 at most.
-    assert offload.may_be_too_wide(orjson.dumps([1] * 996), 1000)
-    assert not offload.may_be_too_wide(orjson.dumps([1] * 995), 1000)
+    # The bound is exact for the leanest lists: 994 items have 993 commas, and eight lists
+    # of them could hold 1,001 containers and image volumes; 993 items could hold 1,000.
+    assert offload.may_be_too_wide(orjson.dumps([1] * 994), 1000)
+    assert not offload.may_be_too_wide(orjson.dumps([1] * 993), 1000)

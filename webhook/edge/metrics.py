@@ -44,8 +44,10 @@ class _AdmissionCounts(Collector):
 
     def __init__(self) -> None:
         self.admissions: dict[tuple[str, str, str], int] = {}
-        self.rewritten = self.would_rewrite = self.unrewritten = self.warnings = 0
+        self.rewritten = self.would_rewrite = self.warnings = 0
         self.fallbacks = 0
+        # Every reason from the start, at 0: alerts use increase(), which needs a series.
+        self.unmirrored: dict[str, int] = dict.fromkeys(policy.UNMIRRORED_REASONS, 0)
         self.latency: dict[str, list[int]] = {}
         self.latency_sum: dict[str, float] = {}
 
@@ -70,12 +72,6 @@ class _AdmissionCounts(Collector):
                 "Images audit mode would rewrite.",
             ),
             (
-                "mirrorgate_images_left_unmirrored",
-                self.unrewritten,
-                "Images admitted as written because their pull secret could not be ensured; "
-                "alert on this.",
-            ),
-            (
                 "mirrorgate_images_left_for_health",
                 self.fallbacks,
                 "Images admitted as written because their mirror was down or its credential "
@@ -84,6 +80,15 @@ class _AdmissionCounts(Collector):
             ("mirrorgate_warnings", self.warnings, "Warnings returned to clients."),
         ):
             yield CounterMetricFamily(name, text, value=value)
+        unmirrored = CounterMetricFamily(
+            "mirrorgate_images_left_unmirrored",
+            "Images a rule covers admitted as written, by reason (docs/operations.md lists "
+            "them); alert on every reason but audit.",
+            labels=["reason"],
+        )
+        for reason, count in self.unmirrored.items():
+            unmirrored.add_metric([reason], count)
+        yield unmirrored
         latency = HistogramMetricFamily(
             "mirrorgate_admission_duration_seconds",
             "Time to answer an admission review.",
@@ -212,7 +217,8 @@ class Metrics:
             else:
                 counts.rewritten += decision.rewrites
         counts.warnings += decision.warnings
-        counts.unrewritten += decision.unrewritten
+        for reason, images in decision.unmirrored:
+            counts.unmirrored[reason] += images
         plan = decision.plan
         if plan is not None and plan.fallbacks and decision.mode == policy.ENFORCE:
             counts.fallbacks += plan.fallbacks

@@ -319,13 +319,14 @@ def test_foreign_secret_of_that_name_is_left_alone(
             ),
         )
         counter = "mirrorgate_images_left_unmirrored_total"
-        unmirrored = metric(metrics_text(installed.server), counter)
+        reason = {"reason": "credential-unavailable"}
+        unmirrored = metric(metrics_text(installed.server), counter, **reason)
         results = [
             create_pod(api, registry, evidence, namespace, upstream_pod(registry, name))
             for name in ("web", "web-again")
         ]
         after = read_secret(api, namespace, SECRET)
-        unmirrored = metric(metrics_text(installed.server), counter) - unmirrored
+        unmirrored = metric(metrics_text(installed.server), counter, **reason) - unmirrored
     for created, warnings in results:
         spec = created["spec"]
         assert spec["containers"][0]["image"] == registry.upstream_image

@@ -203,8 +203,8 @@ CASES = [
     Case(
         "MirrorgateImagesLeftUnmirrored",
         "mirrorgate_images_left_unmirrored_total",
-        {},
-        ("namespace", "job"),
+        {"reason": "credential-unavailable"},
+        ("namespace", "job", "reason"),
     ),
     Case(
         "MirrorgateCredentialErrors",
@@ -266,6 +266,13 @@ def test_promtool_fires_each_alert_on_real_series(
             {"eval_time": "17m", "alertname": case.alert, "exp_alerts": [{"exp_labels": firing}]},
             {"eval_time": "45m", "alertname": case.alert, "exp_alerts": []},
         ]
+
+    # Audit namespaces' covered images are counted as well, at the same time as the
+    # case's event, and never alert: the check at 17m expects the case's alert alone.
+    audit = exported(scrape, "mirrorgate_images_left_unmirrored_total", reason="audit")
+    inputs.append(
+        {"series": series("mirrorgate_images_left_unmirrored_total", audit), "values": "0x10 1x40"}
+    )
 
     # Prometheus's own `up` for the target, down from minute 10.
     inputs.append({"series": series("up", TARGET), "values": "1x10 0x40"})

@@ -254,8 +254,8 @@ LIMIT_FLAGS: Mapping[str, str] = {
     "idle_timeout": "how long a keep-alive connection may wait for its next request",
     "max_buffered_bytes": "request-body bytes held at once across all connections; over it, "
     "the longest-running body reads are closed",
-    "max_containers": "containers of one Pod that admission rewrites; a Pod with more is "
-    "admitted as written, with a warning",
+    "max_containers": "images of one Pod (containers and image volumes) that admission "
+    "checks; a Pod with more is refused in an enforce namespace, reported in an audit one",
     "write_timeout": "how long an answer may wait for a client that does not read it",
     "max_unsent_bytes": "answer bytes held at once across all connections for clients that do "
     "not read them; over it, the connection that stopped reading first is closed",
