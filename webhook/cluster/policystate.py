@@ -133,7 +133,10 @@ class PolicyState(Loop):
         except kube.NotFound:
             self.client.create(kube.configmaps_path(self.namespace), body)
         else:
-            if (current.get("data") or {}).get(POLICY_KEY) == body["data"][POLICY_KEY]:
+            labels = (current.get("metadata") or {}).get("labels") or {}
+            if (current.get("data") or {}).get(POLICY_KEY) == body["data"][POLICY_KEY] and (
+                labels.get(POLICY_LABEL) == ACCEPTED_LABEL_VALUE  # an earlier version's lacks it
+            ):
                 return
             # No resourceVersion: whichever replica accepted a policy last is right.
             self.client.replace(path, body)

@@ -54,7 +54,10 @@ LEGACY_KEY_GRACE = datetime.timedelta(minutes=10)
 # After a failed check, the next one comes this soon (not a whole interval
 # later), then twice as late after each further failure.
 RETRY_AFTER = 2.0
-_LABELS = {"app.kubernetes.io/name": "mirrorgate", kube.MANAGED_BY_LABEL: "mirrorgate"}
+_SECRET_LABELS = {"app.kubernetes.io/name": "mirrorgate"}
+"""Not managed-by: the clean-up of what mirrorgate made (docs/install.md) keeps the CA,
+which goes with the namespace."""
+_CONFIGMAP_LABELS = {**_SECRET_LABELS, kube.MANAGED_BY_LABEL: "mirrorgate"}
 
 
 def _now() -> datetime.datetime:
@@ -133,7 +136,11 @@ class SelfManagedCertificates(Loop):
         self, name: str, kind: str, found: dict[str, Any] | None, data: dict[str, bytes]
     ) -> None:
         """Create or replace (by the resourceVersion read) one of the two Secrets."""
-        metadata: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": _LABELS}
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": _SECRET_LABELS,
+        }
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -258,7 +265,11 @@ class SelfManagedCertificates(Loop):
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": self.ca_configmap, "namespace": self.namespace, "labels": _LABELS},
+            "metadata": {
+                "name": self.ca_configmap,
+                "namespace": self.namespace,
+                "labels": _CONFIGMAP_LABELS,
+            },
             "data": {CA_CERT: ca_pem.decode()},
         }
         if found is None:

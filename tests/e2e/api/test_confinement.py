@@ -319,7 +319,10 @@ def test_under_cert_manager_the_service_account_patches_no_webhook_configuration
             refusal(
                 core.create_namespaced_secret,
                 mg.NAMESPACE,
-                {**secret("mirrorgate-ca", labels={MANAGED_BY: "mirrorgate"}), "type": "Opaque"},
+                {
+                    **secret("mirrorgate-ca", labels={"app.kubernetes.io/name": "mirrorgate"}),
+                    "type": "Opaque",
+                },
             ),
             refusal(
                 core.create_namespaced_config_map,
