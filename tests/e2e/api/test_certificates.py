@@ -96,13 +96,8 @@ def _secret(api: k8s.ApiClient, name: str) -> dict[str, bytes] | None:
 
 
 def _published(api: k8s.ApiClient, name: str) -> dict[str, str] | None:
-    try:
-        found = k8s.CoreV1Api(api).read_namespaced_config_map(name, mg.NAMESPACE)
-    except k8s.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-    return dict(found.data or {})
+    """The CA certificate ConfigMap ``name`` publishes."""
+    return kube.config_map_data(api, mg.NAMESPACE, name)
 
 
 def _ca_bundles(api: k8s.ApiClient, name: str) -> list[bytes]:

@@ -363,6 +363,22 @@ def test_under_cert_manager_the_service_account_patches_no_webhook_configuration
     assert "mutatingwebhookconfigurations" in message
 
 
+def _tenant(api: k8s.ApiClient, namespace: str, resource: str) -> str:
+    """A user who may create ``resource`` in ``namespace`` and nothing else (a Role of its
+    own: no controller-manager fills the aggregated `edit` role here)."""
+    tenant = f"e2e-tenant-{secrets.token_hex(3)}"
+    rbac = k8s.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(
+        namespace,
+        {  # type: ignore[arg-type]
+            "metadata": {"name": tenant},
+            "rules": [{"apiGroups": [""], "resources": [resource], "verbs": ["create"]}],
+        },
+    )
+    kube.bind(rbac, tenant, ("Role", tenant), kube.user_subject(tenant), namespace=namespace)
+    return tenant
+
+
 def test_the_skip_label_policy_of_docs_security_keeps_tenants_from_the_skip_label(
     installed: Installed, make_namespace: MakeNamespace
 ) -> None:
@@ -377,23 +393,13 @@ def test_the_skip_label_policy_of_docs_security_keeps_tenants_from_the_skip_labe
     objects = [o for o in yaml.safe_load_all(textwrap.dedent(block)) if o]
     plane = installed.control_plane
     namespace = make_namespace()
-    tenant = f"e2e-tenant-{secrets.token_hex(3)}"
     skipped = {
         "metadata": {"name": "skipped", "labels": {"mirrorgate.io/skip": "true"}},
         "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]},
     }
     plain = {**skipped, "metadata": {"name": "plain"}}
     with plane.api_client() as admin:
-        rbac = k8s.RbacAuthorizationV1Api(admin)
-        # A Role of its own: no controller-manager fills the aggregated `edit` role here.
-        rbac.create_namespaced_role(
-            namespace,
-            {  # type: ignore[arg-type]
-                "metadata": {"name": tenant},
-                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
-            },
-        )
-        kube.bind(rbac, tenant, ("Role", tenant), kube.user_subject(tenant), namespace=namespace)
+        tenant = _tenant(admin, namespace, "pods")
         for obj in objects:
             k8s_utils.create_from_dict(admin, obj)  # type: ignore[no-untyped-call]
         try:
@@ -425,21 +431,6 @@ def test_the_skip_label_policy_of_docs_security_keeps_tenants_from_the_skip_labe
 # --------------------------------------------------------------------------- the reserved prefix
 
 
-def _tenant(api: k8s.ApiClient, namespace: str) -> str:
-    """A user who may create Secrets in ``namespace`` and nothing else."""
-    tenant = f"e2e-tenant-{secrets.token_hex(3)}"
-    rbac = k8s.RbacAuthorizationV1Api(api)
-    rbac.create_namespaced_role(
-        namespace,
-        {  # type: ignore[arg-type]
-            "metadata": {"name": tenant},
-            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}],
-        },
-    )
-    kube.bind(rbac, tenant, ("Role", tenant), kube.user_subject(tenant), namespace=namespace)
-    return tenant
-
-
 def test_nobody_but_mirrorgate_creates_a_secret_of_the_reserved_prefix(
     installed: Installed, make_namespace: MakeNamespace
 ) -> None:
@@ -452,7 +443,7 @@ def test_nobody_but_mirrorgate_creates_a_secret_of_the_reserved_prefix(
     name = f"mirrorgate-{secrets.token_hex(3)}"
     refused: dict[str, str] = {}
     with plane.api_client() as admin:
-        tenant = _tenant(admin, namespace)
+        tenant = _tenant(admin, namespace, "secrets")
         wait_until(
             lambda: mg.reserved_refused(admin, namespace),
             timeout=30,
@@ -584,11 +575,7 @@ def _record(namespace: str, secret_name: str, **data: str) -> dict[str, Any]:
 
 
 def _accepted(api: k8s.ApiClient) -> dict[str, str] | None:
-    """The data of mirrorgate-policy-accepted (None when there is none)."""
-    found = k8s.CoreV1Api(api).list_namespaced_config_map(
-        mg.NAMESPACE, field_selector=f"metadata.name={ACCEPTED}"
-    )
-    return dict(found.items[0].data or {}) if found.items else None
+    return kube.config_map_data(api, mg.NAMESPACE, ACCEPTED)
 
 
 def test_service_account_writes_only_its_own_config_maps(
