@@ -35,16 +35,13 @@ WEBHOOKS = 3
 """In manifests/base's configuration: enforce, audit and the policy ConfigMap's validator."""
 
 
-def _grant_base_rbac(
-    api: k8s.ApiClient, user: str, *, webhook_configuration: str, secrets_read: list[str]
-) -> None:
-    """manifests/base's RBAC for `user`, its rules on names on other names.
+def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: str) -> None:
+    """manifests/base's RBAC for `user`, its webhook-configuration rule on another name.
 
     The base ClusterRole may touch only the configuration named `mirrorgate`,
-    and the base Role read only the Secrets named mirrorgate-tls and
-    mirrorgate-ca, which are the session's; this test's server gets the same
-    rules for its own configuration and Secrets, and nothing more. It makes
-    pull secrets too, so the reserved prefix lets it.
+    which the session's server owns; this test's server gets the same rules
+    for its own configuration, and nothing more. It makes pull secrets too, so
+    the reserved prefix lets it.
     """
     mg.allow_reserved_names(api, user)
     rbac = k8s.RbacAuthorizationV1Api(api)
@@ -68,21 +65,6 @@ def _grant_base_rbac(
         }
     )
     kube.bind(rbac, f"{user}-webhook", ("ClusterRole", f"{user}-webhook"), subject)
-    rbac.create_namespaced_role(
-        mg.NAMESPACE,
-        {  # type: ignore[arg-type]
-            "metadata": {"name": f"{user}-secrets"},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["secrets"],
-                    "resourceNames": secrets_read,
-                    "verbs": ["get"],
-                }
-            ],
-        },
-    )
-    kube.bind(rbac, f"{user}-secrets", ("Role", f"{user}-secrets"), subject, namespace=mg.NAMESPACE)
 
 
 def _secret(api: k8s.ApiClient, name: str) -> dict[str, bytes] | None:
@@ -175,7 +157,7 @@ def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
     label = ("e2e.mirrorgate.io/selfcerts", name)
     user = f"e2e-selfcerts-{secrets.token_hex(3)}"
     with plane.api_client() as api:
-        _grant_base_rbac(api, user, webhook_configuration=name, secrets_read=[secret, ca])
+        _grant_base_rbac(api, user, webhook_configuration=name)
     server = mg.start_mirrorgate(
         tmp_path,
         plane,
