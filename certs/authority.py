@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Final, TypeVar
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -160,6 +161,18 @@ class CertificateAuthority:
             f"{type(self).__name__}(subject={self._cert.subject.rfc4514_string()!r}, "
             f"not_valid_after={self._cert.not_valid_after_utc.isoformat()!r})"
         )
+
+    def issued(self, cert_pem: bytes) -> bool:
+        """Whether this CA signed ``cert_pem`` (its issuer and signature, not its dates).
+
+        A serving certificate kept apart from its CA must be checked against it:
+        after the CA is replaced, the old leaf no longer verifies under caBundle.
+        """
+        try:
+            load_certificate(cert_pem).verify_directly_issued_by(self._cert)
+        except (ValueError, TypeError, InvalidSignature):
+            return False
+        return True
 
     def issue_serving(
         self,

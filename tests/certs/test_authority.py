@@ -310,3 +310,17 @@ def test_load_rejects_several_certificates(
         CertificateAuthority.load(
             cert_pem=fixed_ca.cert_pem + other_ca.cert_pem, key_pem=fixed_ca.key_pem
         )
+
+
+def test_a_ca_tells_its_own_leaves_from_anothers() -> None:
+    """A serving pair kept apart from its CA is checked against it: another CA's leaf (one
+    with the same name, say after the CA was replaced) and garbage are not
+    its leaves."""
+    ca = CertificateAuthority.generate(common_name="mirrorgate.mirrorgate CA")
+    twin = CertificateAuthority.generate(common_name="mirrorgate.mirrorgate CA")
+    own = ca.issue_serving(dns_names=["mirrorgate.mirrorgate.svc"])
+    other = twin.issue_serving(dns_names=["mirrorgate.mirrorgate.svc"])
+    assert ca.issued(own.cert_pem)
+    assert not ca.issued(other.cert_pem)
+    assert not twin.issued(own.cert_pem)
+    assert not ca.issued(b"-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----\n")

@@ -781,6 +781,8 @@ EVERY_SERVE_OPTION: list[tuple[list[str], str, Any]] = [
     (["--log-level", "debug"], "log_level", "debug"),
     (["--no-health-probes"], "health_probes", False),
     (["--tls-secret", "certs"], "tls_secret", "certs"),
+    (["--ca-secret", "authority"], "ca_secret", "authority"),
+    (["--ca-configmap", "published"], "ca_configmap", "published"),
     (["--service", "gate"], "service", "gate"),
     (["--webhook-config", "mwc"], "webhook_configuration", "mwc"),
     (["--tls-name", "a.example", "--tls-name", "10.0.0.1"], "tls_names", ("a.example", "10.0.0.1")),

@@ -60,7 +60,11 @@ class StaticStore:
 
 
 def provisioner(
-    client: ScriptedKube, *, labels: Mapping[str, str] | None = None, deadline: float = 2.0
+    client: ScriptedKube,
+    *,
+    labels: Mapping[str, str] | None = None,
+    deadline: float = 2.0,
+    squatted: Callable[[str, str, str], Any] | None = None,
 ) -> PullSecretProvisioner:
     real: Any = client  # the scripted stand-in of kube.Kube
     optin = NamespaceOptIn(real)
@@ -77,6 +81,7 @@ def provisioner(
         optin=optin,
         fingerprints=Fingerprints(KEY),
         deadline=deadline,
+        squatted=squatted,
     )
 
 
@@ -196,13 +201,18 @@ def test_the_pod_creator_gets_a_short_cause_and_the_log_the_detail(
 
 
 def test_a_secret_there_before_the_claim_is_foreign_and_left_alone() -> None:
+    """The Pod's creator is told what to do about it, and the squatting is reported."""
     client = ScriptedKube(claim_then(kube.AlreadyExists(409, "AlreadyExists", "exists")))
-    assert ensure(provisioner(client)) == {
+    told: list[tuple[str, str, str]] = []
+    made = provisioner(client, squatted=lambda *found: told.append(found))
+    assert ensure(made) == {
         CREDENTIAL.name: (
             f"Secret {NAMESPACE}/mirrorgate-harbor-pull exists and was not created by mirrorgate; "
-            "it is left alone"
+            "it is left alone (the name prefix mirrorgate- is reserved: delete or rename that "
+            "Secret)"
         )
     }
+    assert told == [(NAMESPACE, "mirrorgate-harbor-pull", CREDENTIAL.name)]
     assert [(m, r) for m, r, _ in client.calls] == [
         ("POST", "configmaps"),
         ("POST", "secrets"),

@@ -29,6 +29,9 @@ from mirrorgate.webhook.policyreview import POLICY_KEY, POLICY_LABEL
 __all__ = ["ACCEPTED", "PolicyState"]
 
 ACCEPTED = "mirrorgate-policy-accepted"
+ACCEPTED_LABEL_VALUE = "accepted"
+"""The copy's :data:`POLICY_LABEL` value ("true" marks the policy itself, whose
+refusals are reported on it)."""
 VERSION_ANNOTATION = "mirrorgate.io/policy-version"
 EVENT_MESSAGE_MAX = 1024
 """Characters of an Event's message (the API server's own limit for events.k8s.io notes)."""
@@ -116,6 +119,10 @@ class PolicyState(Loop):
                 "labels": {
                     kube.MANAGED_BY_LABEL: "mirrorgate",
                     "app.kubernetes.io/name": "mirrorgate",
+                    # So that the webhook policy.mirrorgate.io judges it as it judges
+                    # the policy (a copy a stolen token writes must load too), and the
+                    # ValidatingAdmissionPolicy mirrorgate-writes requires it.
+                    POLICY_LABEL: ACCEPTED_LABEL_VALUE,
                 },
                 "annotations": {VERSION_ANNOTATION: version},
             },
@@ -126,7 +133,10 @@ class PolicyState(Loop):
         except kube.NotFound:
             self.client.create(kube.configmaps_path(self.namespace), body)
         else:
-            if (current.get("data") or {}).get(POLICY_KEY) == body["data"][POLICY_KEY]:
+            labels = (current.get("metadata") or {}).get("labels") or {}
+            if (current.get("data") or {}).get(POLICY_KEY) == body["data"][POLICY_KEY] and (
+                labels.get(POLICY_LABEL) == ACCEPTED_LABEL_VALUE  # an earlier version's lacks it
+            ):
                 return
             # No resourceVersion: whichever replica accepted a policy last is right.
             self.client.replace(path, body)

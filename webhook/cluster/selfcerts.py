@@ -1,15 +1,25 @@
 """In-cluster certificates: mirrorgate keeps its own CA, serving certificate and caBundle healthy.
 
 At start-up, and every ``check_interval`` seconds after, each replica makes
-sure that the Secret ``--tls-secret`` holds a CA (with its key) and a serving
-certificate for the Service that is not near expiry, creating or renewing
-what is missing, expired or damaged; the serving files the server reads are
-written from that Secret (and the server's certificate watcher picks them
-up); and every webhook of the MutatingWebhookConfiguration carries that CA
-as its ``caBundle``. That configuration is also watched: a replace-style
-apply (``kubectl replace``, ``helm upgrade --force``) stores it without
-``caBundle``, and the API server then cannot verify mirrorgate until it is
-set again, so a change to it wakes the check at once.
+sure that the Secret ``--ca-secret`` holds a CA (certificate and key) and the
+Secret ``--tls-secret`` a serving certificate from that CA for the Service
+that is not near expiry, creating or renewing what is missing, expired or
+damaged; that the ConfigMap ``--ca-configmap`` publishes the CA certificate
+(for Prometheus and anyone else who verifies mirrorgate: no key); that the
+serving files the server reads are written from the TLS Secret (and the
+server's certificate watcher picks them up); and that every webhook of the
+MutatingWebhookConfiguration carries that CA as its ``caBundle``. That
+configuration is also watched: a replace-style apply (``kubectl replace``,
+``helm upgrade --force``) stores it without ``caBundle``, and the API server
+then cannot verify mirrorgate until it is set again, so a change to it wakes
+the check at once.
+
+The CA's key is in a Secret of its own: whoever may read the serving pair
+or the CA certificate (a scraper, a sidecar) cannot mint a certificate the
+API server trusts. Earlier versions kept it in the TLS Secret beside the
+pair; such a CA is moved, not replaced (so caBundle stays), and its key is
+removed from the TLS Secret once the CA Secret is :data:`LEGACY_KEY_GRACE`
+old, so that replicas of the earlier version, which need it there, are gone.
 
 The CA lives ten years while the leaf is renewed a month before its 90
 days are up, so ``caBundle`` rarely changes. Replicas race safely: writes
@@ -39,15 +49,35 @@ RENEW_BEFORE = datetime.timedelta(days=30)
 # new caBundle before the certificate it must verify changes.
 CA_SWITCH_GRACE = 2.0
 CA_RENEW_BEFORE = datetime.timedelta(days=180)
+LEGACY_KEY_GRACE = datetime.timedelta(minutes=10)
+"""How old the CA Secret must be before ``ca.key`` is removed from the TLS Secret."""
 # After a failed check, the next one comes this soon (not a whole interval
 # later), then twice as late after each further failure.
 RETRY_AFTER = 2.0
-# The Secret's keys are the bundle's file names: the kubernetes.io/tls pair
-# plus the CA and its key.
+_SECRET_LABELS = {"app.kubernetes.io/name": "mirrorgate"}
+"""Not managed-by: the clean-up of what mirrorgate made (docs/install.md) keeps the CA,
+which goes with the namespace."""
+_CONFIGMAP_LABELS = {**_SECRET_LABELS, kube.MANAGED_BY_LABEL: "mirrorgate"}
 
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+def _decoded(obj: dict[str, Any] | None) -> dict[str, bytes]:
+    data = (obj or {}).get("data") or {}
+    try:
+        return {key: base64.b64decode(value) for key, value in data.items()}
+    except ValueError:
+        return {}
+
+
+def _older_than(obj: dict[str, Any], age: datetime.timedelta) -> bool:
+    created = str((obj.get("metadata") or {}).get("creationTimestamp", ""))
+    try:
+        return datetime.datetime.fromisoformat(created) + age < _now()
+    except ValueError:
+        return False  # unreadable: taken for new
 
 
 class SelfManagedCertificates(Loop):
@@ -60,12 +90,17 @@ class SelfManagedCertificates(Loop):
         service: str,
         webhook_configuration: str | None,
         directory: Path,
+        ca_secret: str,
+        ca_configmap: str,
         check_interval: float = 300.0,
         extra_names: Sequence[str] = (),
+        legacy_key_grace: datetime.timedelta = LEGACY_KEY_GRACE,
     ) -> None:
         super().__init__("self-certs")
         self.client = client
         self.namespace, self.secret, self.service = namespace, secret, service
+        self.ca_secret, self.ca_configmap = ca_secret, ca_configmap
+        self.legacy_key_grace = legacy_key_grace
         self.webhook_configuration = webhook_configuration
         self.directory = directory
         self.check_interval = check_interval
@@ -88,94 +123,128 @@ class SelfManagedCertificates(Loop):
             )
         )
 
-    # -- the Secret -------------------------------------------------------------------
+    # -- the Secrets ------------------------------------------------------------------
 
-    def _issue(self, authority: certs.CertificateAuthority) -> certs.KeyPair:
-        return authority.issue_serving(dns_names=self.dns_names, ips=self.ips)
+    def _get(self, path: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self.client.get(path)
+        except kube.NotFound:
+            return None
+        return found
 
-    def _covers(self, cert_pem: bytes) -> bool:
-        names = certs.subject_alternative_names(cert_pem)
-        return set(self.dns_names) | set(self.ips) <= names
+    def _write(
+        self, name: str, kind: str, found: dict[str, Any] | None, data: dict[str, bytes]
+    ) -> None:
+        """Create or replace (by the resourceVersion read) one of the two Secrets."""
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": _SECRET_LABELS,
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": kind,
+            "metadata": metadata,
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
+        if found is None:
+            self.client.create(kube.secrets_path(self.namespace), body)
+            return
+        metadata["resourceVersion"] = (found.get("metadata") or {}).get("resourceVersion")
+        self.client.replace(kube.secrets_path(self.namespace, name), body)
 
-    def _usable(self, data: dict[str, bytes]) -> str | None:
-        """None when the Secret's contents can serve as they are, else what is wrong."""
-        if any(key not in data for key in (CA_CERT, CA_KEY, TLS_CERT, TLS_KEY)):
-            return "incomplete"
+    @staticmethod
+    def _authority(data: dict[str, bytes]) -> tuple[certs.CertificateAuthority | None, str]:
+        """The CA in ``data`` if it can serve on, else None and what is wrong."""
+        if CA_CERT not in data or CA_KEY not in data:
+            return None, "missing"
         try:
             authority = certs.CertificateAuthority.load(
                 cert_pem=data[CA_CERT], key_pem=data[CA_KEY]
             )
+        except ValueError as error:
+            return None, f"unreadable ({error})"
+        if certs.certificate_expiry(authority.cert_pem) - CA_RENEW_BEFORE < _now():
+            return None, "the CA is near expiry"
+        return authority, ""
+
+    def ensure_ca(self) -> tuple[certs.CertificateAuthority, dict[str, Any] | None]:
+        """The CA from ``--ca-secret``, made (or moved from the TLS Secret) first if need be.
+
+        Also the CA Secret as read (None when this call made it): how old it is
+        decides when the TLS Secret may lose an earlier version's copy of the key.
+        """
+        for _ in range(3):
+            found = self._get(kube.secrets_path(self.namespace, self.ca_secret))
+            authority, why = self._authority(_decoded(found))
+            if authority is not None:
+                return authority, found
+            legacy = None
+            if found is None:  # an earlier version's CA, beside the serving pair
+                legacy, _ = self._authority(
+                    _decoded(self._get(kube.secrets_path(self.namespace, self.secret)))
+                )
+            fresh = legacy or certs.CertificateAuthority.generate(
+                common_name=f"{self.service}.{self.namespace} CA"
+            )
+            data = {CA_CERT: fresh.cert_pem, CA_KEY: fresh.key_pem}
+            try:
+                self._write(self.ca_secret, "Opaque", found, data)
+            except (kube.AlreadyExists, kube.Conflict):
+                continue  # another replica wrote first: adopt what it wrote
+            reason = f"moved from Secret {self.secret}" if legacy else why
+            logger.info(
+                "CA written",
+                extra={
+                    "fields": {"secret": f"{self.namespace}/{self.ca_secret}", "reason": reason}
+                },
+            )
+            return fresh, None
+        raise kube.KubeError(
+            0, "Conflict", f"Secret {self.namespace}/{self.ca_secret} kept changing under us"
+        )
+
+    def _serving_problem(
+        self, data: dict[str, bytes], authority: certs.CertificateAuthority
+    ) -> str | None:
+        """None when the serving pair can serve as it is, else what is wrong."""
+        if TLS_CERT not in data or TLS_KEY not in data:
+            return "incomplete"
+        try:
             leaf = certs.KeyPair(cert_pem=data[TLS_CERT], key_pem=data[TLS_KEY])
-            if certs.certificate_expiry(authority.cert_pem) - CA_RENEW_BEFORE < _now():
-                return "the CA is near expiry"
+            if data.get(CA_CERT) != authority.cert_pem or not authority.issued(leaf.cert_pem):
+                return "the serving certificate is not from the CA"
             if leaf.is_near_expiry(now=_now(), margin=RENEW_BEFORE):
                 return "the serving certificate is near expiry or expired"
-            if not self._covers(leaf.cert_pem):
+            names = certs.subject_alternative_names(leaf.cert_pem)
+            if not set(self.dns_names) | set(self.ips) <= names:
                 return "the serving certificate does not cover every name"
         except ValueError as error:
             return f"unreadable ({error})"
         return None
 
-    def _contents(self, secret: dict[str, Any] | None) -> dict[str, bytes]:
-        data = (secret or {}).get("data") or {}
-        try:
-            return {key: base64.b64decode(value) for key, value in data.items()}
-        except ValueError:
-            return {}
-
-    def _renewed(self, data: dict[str, bytes], why: str) -> dict[str, bytes]:
-        authority = None
-        if why.startswith("the serving certificate"):
-            # Keep the CA (and so caBundle); only the leaf is due.
-            authority = certs.CertificateAuthority.load(
-                cert_pem=data[CA_CERT], key_pem=data[CA_KEY]
-            )
-        authority = authority or certs.CertificateAuthority.generate(
-            common_name=f"{self.service}.{self.namespace} CA"
-        )
-        leaf = self._issue(authority)
-        return {
-            CA_CERT: authority.cert_pem,
-            CA_KEY: authority.key_pem,
-            TLS_CERT: leaf.cert_pem,
-            TLS_KEY: leaf.key_pem,
-        }
-
-    def _body(self, data: dict[str, bytes], resource_version: str | None) -> dict[str, Any]:
-        metadata: dict[str, Any] = {
-            "name": self.secret,
-            "namespace": self.namespace,
-            "labels": {"app.kubernetes.io/name": "mirrorgate"},
-        }
-        if resource_version:
-            metadata["resourceVersion"] = resource_version
-        return {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "kubernetes.io/tls",
-            "metadata": metadata,
-            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-        }
-
     def ensure_secret(self) -> dict[str, bytes]:
-        """The Secret's contents, made usable first if they were not."""
+        """The serving pair and CA certificate, made usable first if they were not."""
+        authority, ca_found = self.ensure_ca()
+        strip = ca_found is not None and _older_than(ca_found, self.legacy_key_grace)
         path = kube.secrets_path(self.namespace, self.secret)
         for _ in range(3):
-            try:
-                secret: dict[str, Any] | None = self.client.get(path)
-            except kube.NotFound:
-                secret = None
-            data = self._contents(secret)
-            why = self._usable(data) if secret is not None else "missing"
-            if why is None:
+            secret = self._get(path)
+            data = _decoded(secret)
+            why = self._serving_problem(data, authority) if secret is not None else "missing"
+            if why is None and not (strip and CA_KEY in data):
                 return data
-            fresh = self._renewed(data, why)
+            if why is None:
+                why = f"the CA's key moved to Secret {self.ca_secret}"
+                leaf = certs.KeyPair(cert_pem=data[TLS_CERT], key_pem=data[TLS_KEY])
+            else:
+                leaf = authority.issue_serving(dns_names=self.dns_names, ips=self.ips)
+            fresh = {CA_CERT: authority.cert_pem, TLS_CERT: leaf.cert_pem, TLS_KEY: leaf.key_pem}
+            if CA_KEY in data and not strip:
+                fresh[CA_KEY] = data[CA_KEY]  # still read by an earlier version's replicas
             try:
-                if secret is None:
-                    self.client.create(kube.secrets_path(self.namespace), self._body(fresh, None))
-                else:
-                    version = (secret.get("metadata") or {}).get("resourceVersion")
-                    self.client.replace(path, self._body(fresh, version))
+                self._write(self.secret, "kubernetes.io/tls", secret, fresh)
             except (kube.AlreadyExists, kube.Conflict):
                 continue  # another replica wrote first: adopt what it wrote
             logger.info(
@@ -186,6 +255,27 @@ class SelfManagedCertificates(Loop):
         raise kube.KubeError(
             0, "Conflict", f"Secret {self.namespace}/{self.secret} kept changing under us"
         )
+
+    def publish_ca(self, ca_pem: bytes) -> None:
+        """Keep the CA certificate (never its key) in ConfigMap ``--ca-configmap``."""
+        path = kube.configmaps_path(self.namespace, self.ca_configmap)
+        found = self._get(path)
+        if found is not None and (found.get("data") or {}) == {CA_CERT: ca_pem.decode()}:
+            return
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.ca_configmap,
+                "namespace": self.namespace,
+                "labels": _CONFIGMAP_LABELS,
+            },
+            "data": {CA_CERT: ca_pem.decode()},
+        }
+        if found is None:
+            self.client.create(kube.configmaps_path(self.namespace), body)
+        else:  # whichever replica writes last writes the same CA
+            self.client.replace(path, body)
 
     # -- files and caBundle -----------------------------------------------------------
 
@@ -264,6 +354,7 @@ class SelfManagedCertificates(Loop):
 
     def reconcile(self) -> None:
         data = self.ensure_secret()
+        self.publish_ca(data[CA_CERT])
         served_ca = (
             (self.directory / CA_CERT).read_bytes() if (self.directory / CA_CERT).exists() else None
         )

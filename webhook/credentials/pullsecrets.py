@@ -108,7 +108,8 @@ def _public(error: kube.KubeError, step: str) -> str:
 
 def _foreign(namespace: str, secret: str) -> EnsureError:
     return EnsureError(
-        f"Secret {namespace}/{secret} exists and was not created by mirrorgate; it is left alone"
+        f"Secret {namespace}/{secret} exists and was not created by mirrorgate; it is left "
+        "alone (the name prefix mirrorgate- is reserved: delete or rename that Secret)"
     )
 
 
@@ -134,6 +135,7 @@ class PullSecretProvisioner:
         fingerprints: Fingerprints,
         deadline: float = 2.0,
         counter: Callable[[str], Any] | None = None,
+        squatted: Callable[[str, str, str], Any] | None = None,
     ) -> None:
         self.client = client
         self.store = store
@@ -143,6 +145,8 @@ class PullSecretProvisioner:
         self.deadline = deadline
         """Seconds ensure() may take in all: well inside the webhook's timeoutSeconds."""
         self.count = counter or (lambda action: None)
+        self._squatted = squatted or (lambda namespace, secret, credential: None)
+        """Told (namespace, secret, credential) of each copy's name found taken."""
         # Concurrent admissions for one copy take turns in a replica (bounded: striped).
         self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
         self._unrecorded: dict[tuple[str, str], tuple[str, str]] = {}
@@ -306,7 +310,7 @@ class PullSecretProvisioner:
         except kube.AlreadyExists:
             # It was there before our claim: someone else's. Release the claim.
             self.records.drop(claim, timeout=deadline.left())
-            raise _foreign(claim.namespace, claim.secret) from None
+            raise self._foreign(claim) from None
         except kube.KubeError:
             with contextlib.suppress(kube.KubeError, EnsureError):
                 self.records.drop(claim, timeout=deadline.left())
@@ -321,6 +325,11 @@ class PullSecretProvisioner:
             if len(self._unrecorded) < _UNRECORDED_LIMIT:
                 self._unrecorded[(claim.namespace, claim.secret)] = (uid, want)
             raise
+
+    def _foreign(self, record: Record) -> EnsureError:
+        """A Secret mirrorgate did not make holds the copy's name: say so, where people look."""
+        self._squatted(record.namespace, record.secret, record.credential)
+        return _foreign(record.namespace, record.secret)
 
     def record_unrecorded(self) -> None:
         """Complete the claims whose Secret was made but whose record write failed."""
@@ -365,12 +374,12 @@ class PullSecretProvisioner:
                 )["metadata"]["uid"]
             except kube.AlreadyExists:
                 self.records.drop(record, timeout=deadline.left())
-                raise _foreign(record.namespace, record.secret) from None
+                raise self._foreign(record) from None
             action = "created"
         except kube.Conflict:
             # A Secret of that name, but another object than ours: forget ours.
             self.records.drop(record, timeout=deadline.left())
-            raise _foreign(record.namespace, record.secret) from None
+            raise self._foreign(record) from None
         if (uid, want) != (record.uid, record.fingerprint):
             with contextlib.suppress(kube.Conflict):  # another replica recorded it first
                 self.records.complete(record, uid=uid, fingerprint=want, timeout=deadline.left())

@@ -145,6 +145,12 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self.squatted_copies = prom.Counter(
+            "mirrorgate_squatted_copies",
+            "Times a generated pull secret's name was found held by a Secret mirrorgate "
+            "did not make (a tenant squatting the reserved prefix mirrorgate-).",
+            registry=r,
+        )
         self.credential_refreshes = prom.Counter(
             "mirrorgate_credential_refreshes",
             "Logins asked of credential-provider plugins, by credential and outcome "

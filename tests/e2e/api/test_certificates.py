@@ -18,6 +18,8 @@ import pytest
 from kubernetes import client as k8s
 
 from mirrorgate import certs
+from mirrorgate.webhook.cluster import kube as cluster_kube
+from mirrorgate.webhook.cluster import selfcerts
 from tests.commands import MIRRORGATE
 from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
@@ -38,8 +40,10 @@ def _grant_base_rbac(api: k8s.ApiClient, user: str, *, webhook_configuration: st
 
     The base ClusterRole may touch only the configuration named `mirrorgate`,
     which the session's server owns; this test's server gets the same rules
-    for its own configuration, and nothing more.
+    for its own configuration, and nothing more. It makes pull secrets too, so
+    the reserved prefix lets it.
     """
+    mg.allow_reserved_names(api, user)
     rbac = k8s.RbacAuthorizationV1Api(api)
     subject = kube.user_subject(user)
     kube.bind(rbac, f"{user}-base", ("ClusterRole", "mirrorgate"), subject)
@@ -71,6 +75,11 @@ def _secret(api: k8s.ApiClient, name: str) -> dict[str, bytes] | None:
             return None
         raise
     return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+
+
+def _published(api: k8s.ApiClient, name: str) -> dict[str, str] | None:
+    """The CA certificate ConfigMap ``name`` publishes."""
+    return kube.config_map_data(api, mg.NAMESPACE, name)
 
 
 def _ca_bundles(api: k8s.ApiClient, name: str) -> list[bytes]:
@@ -132,6 +141,7 @@ class _Admissions:
 class _OwnServer(NamedTuple):
     server: mg.Mirrorgate
     secret: str  # its --tls-secret
+    ca: str  # its --ca-secret and --ca-configmap
     name: str  # its webhook configuration
     label: tuple[str, str]  # the namespace label that configuration selects
     configuration: dict[str, Any]  # to register, without caBundle
@@ -142,6 +152,7 @@ def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
     webhook configuration (which selects only the test's namespaces)."""
     plane = installed.control_plane
     secret = f"e2e-tls-{secrets.token_hex(3)}"
+    ca = f"e2e-ca-{secrets.token_hex(3)}"
     name = f"e2e-selfcerts-{secrets.token_hex(3)}"
     label = ("e2e.mirrorgate.io/selfcerts", name)
     user = f"e2e-selfcerts-{secrets.token_hex(3)}"
@@ -154,12 +165,24 @@ def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
         tls_secret=secret,
         user=user,
         groups=(),
-        args=["--store", "kubernetes", "--webhook-config", name, "--tls-name", "127.0.0.1", *args],
+        args=[
+            "--store",
+            "kubernetes",
+            "--webhook-config",
+            name,
+            "--ca-secret",
+            ca,
+            "--ca-configmap",
+            ca,
+            "--tls-name",
+            "127.0.0.1",
+            *args,
+        ],
     )
     configuration = copy.deepcopy(installed.configuration)
     for webhook in configuration["webhooks"]:
         webhook["namespaceSelector"] = {"matchLabels": {label[0]: label[1]}}
-    return _OwnServer(server, secret, name, label, configuration)
+    return _OwnServer(server, secret, ca, name, label, configuration)
 
 
 def test_certificates_are_created_injected_and_heal(
@@ -167,7 +190,7 @@ def test_certificates_are_created_injected_and_heal(
 ) -> None:
     """No Secret at first; then an expired and a deleted one: admission never stops."""
     plane = installed.control_plane
-    server, secret, name, label, configuration = _own_server(
+    server, secret, ca_secret, name, label, configuration = _own_server(
         installed, tmp_path, "--cert-check-interval", "0.5"
     )
     with plane.api_client() as api:
@@ -176,9 +199,15 @@ def test_certificates_are_created_injected_and_heal(
             # a broken certificate shows.
             mg.register(api, configuration, server, name=name, failure_policy="Fail")
             stored = _secret(api, secret)
+            authority_secret = _secret(api, ca_secret)
             assert stored is not None
-            assert set(stored) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+            assert authority_secret is not None
+            # The CA's key apart from the serving pair; its certificate alone published.
+            assert set(stored) == {"ca.crt", "tls.crt", "tls.key"}
+            assert set(authority_secret) == {"ca.crt", "ca.key"}
             ca = stored["ca.crt"]
+            assert authority_secret["ca.crt"] == ca
+            assert _published(api, ca_secret) == {"ca.crt": ca.decode()}
             wait_until(
                 lambda: None if _ca_bundles(api, name) == [ca] * WEBHOOKS else "not injected",
                 timeout=15,
@@ -192,7 +221,9 @@ def test_certificates_are_created_injected_and_heal(
             namespace = make_namespace({label[0]: label[1], **ENFORCE_LABELS})
             with _Admissions(installed, api, namespace) as admissions:
                 # 1. An expired serving certificate from the same CA.
-                authority = certs.CertificateAuthority.load(cert_pem=ca, key_pem=stored["ca.key"])
+                authority = certs.CertificateAuthority.load(
+                    cert_pem=ca, key_pem=authority_secret["ca.key"]
+                )
                 past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)
                 expired = authority.issue_serving(
                     dns_names=certs.service_dns_names(service="mirrorgate", namespace=mg.NAMESPACE),
@@ -225,8 +256,8 @@ def test_certificates_are_created_injected_and_heal(
                     what="renewed cert served",
                 )
 
-                # 2. The Secret deleted: a new CA, and caBundle follows it.
-                k8s.CoreV1Api(api).delete_namespaced_secret(secret, mg.NAMESPACE)
+                # 2. The CA's Secret deleted: a new CA, and caBundle follows it.
+                k8s.CoreV1Api(api).delete_namespaced_secret(ca_secret, mg.NAMESPACE)
 
                 def recreated() -> str | None:
                     again = _secret(api, secret)
@@ -245,6 +276,15 @@ def test_certificates_are_created_injected_and_heal(
                     what="caBundle follows",
                 )
                 assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
+                wait_until(
+                    lambda: (
+                        None
+                        if _published(api, ca_secret) == {"ca.crt": again["ca.crt"].decode()}
+                        else "old CA published"
+                    ),
+                    timeout=10,
+                    what="the new CA published",
+                )
                 admissions.wait_for(3, "a few more admissions on the new CA")
             assert admissions.created >= 10
             assert admissions.failures == []
@@ -262,7 +302,7 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
     here) but watches its configuration, so caBundle is back within 10 s; the
     Pods created meanwhile (failurePolicy Fail, so that the gap shows) are counted."""
     plane = installed.control_plane
-    server, secret, name, label, configuration = _own_server(installed, tmp_path)
+    server, secret, _, name, label, configuration = _own_server(installed, tmp_path)
     try:
         with plane.api_client() as api:
             admission = k8s.AdmissionregistrationV1Api(api)
@@ -357,3 +397,73 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
             assert _ca_bundles(api, name) == [authority.cert_pem] * WEBHOOKS
         finally:
             mg.unregister(api, name)
+
+
+def test_an_earlier_versions_ca_key_moves_to_a_secret_of_its_own(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """A TLS Secret holding ca.key beside the serving pair (before the CA had a Secret of
+    its own): the same CA is moved, so the leaf and caBundle stay; its certificate is
+    published; the key leaves the TLS Secret only once the CA Secret is old enough that
+    the earlier version's replicas are gone. As mirrorgate's ServiceAccount, confined."""
+    plane = installed.control_plane
+    dns = certs.service_dns_names(service="mirrorgate", namespace=mg.NAMESPACE)
+    authority = certs.CertificateAuthority.generate(common_name="mirrorgate.mirrorgate CA")
+    leaf = authority.issue_serving(dns_names=dns)
+    legacy = {
+        "ca.crt": authority.cert_pem,
+        "ca.key": authority.key_pem,
+        "tls.crt": leaf.cert_pem,
+        "tls.key": leaf.key_pem,
+    }
+    client = cluster_kube.Kube.connect(
+        kubeconfig=str(plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER, mg.SERVICE_ACCOUNT_GROUPS))
+    )
+
+    def upkeep(grace: datetime.timedelta) -> selfcerts.SelfManagedCertificates:
+        return selfcerts.SelfManagedCertificates(
+            client,
+            namespace=mg.NAMESPACE,
+            secret="mirrorgate-tls",
+            service="mirrorgate",
+            webhook_configuration=None,
+            directory=tmp_path,
+            ca_secret="mirrorgate-ca",
+            ca_configmap="mirrorgate-ca",
+            legacy_key_grace=grace,
+        )
+
+    with plane.api_client() as api:
+        core = k8s.CoreV1Api(api)
+        # An earlier version made it, before the reserved prefix was in force.
+        mg.made_before_install(
+            api,
+            mg.NAMESPACE,
+            k8s.V1Secret(
+                metadata=k8s.V1ObjectMeta(
+                    name="mirrorgate-tls", labels={"app.kubernetes.io/name": "mirrorgate"}
+                ),
+                type="kubernetes.io/tls",
+                data={k: base64.b64encode(v).decode() for k, v in legacy.items()},
+            ),
+        )
+        try:
+            upkeep(selfcerts.LEGACY_KEY_GRACE).reconcile()
+            moved = _secret(api, "mirrorgate-ca")
+            kept = _secret(api, "mirrorgate-tls")
+            published = _published(api, "mirrorgate-ca")
+            # Again, within the grace: nothing changes.
+            upkeep(selfcerts.LEGACY_KEY_GRACE).reconcile()
+            still = _secret(api, "mirrorgate-tls")
+            # Past it (no grace): the key leaves the TLS Secret; the pair stays.
+            upkeep(datetime.timedelta(0)).reconcile()
+            stripped = _secret(api, "mirrorgate-tls")
+        finally:
+            for name in ("mirrorgate-tls", "mirrorgate-ca"):
+                core.delete_namespaced_secret(name, mg.NAMESPACE)
+            core.delete_namespaced_config_map("mirrorgate-ca", mg.NAMESPACE)
+    assert moved == {"ca.crt": authority.cert_pem, "ca.key": authority.key_pem}
+    assert kept == legacy
+    assert still == legacy
+    assert published == {"ca.crt": authority.cert_pem.decode()}
+    assert stripped == {k: v for k, v in legacy.items() if k != "ca.key"}

@@ -32,6 +32,7 @@ from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS
 from tests.e2e.harness.kube import cert_manager_crds, create_namespace, namespace_name
+from tests.e2e.harness.procs import wait_until
 from tests.webhook.reviews import patch_ops, pod, response_of, review
 
 pytestmark = pytest.mark.e2e
@@ -278,9 +279,20 @@ def test_every_value_lints_and_reaches_the_objects(
     keyed = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert ("ServiceAccount", "gate-sa") in keyed
     assert ("ConfigMap", "platform-gate-credential-providers") in keyed
-    (confined,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    confined, reserved = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     assert confined["metadata"]["name"] == "platform-gate-writes"
-    assert "endsWith(':gate-sa')" in confined["spec"]["matchConditions"][0]["expression"]
+    assert reserved["metadata"]["name"] == "platform-gate-reserved-prefix"
+    # The exact username, namespace and all: no other ServiceAccount of that name.
+    user = "'system:serviceaccount:platform:gate-sa'"
+    assert confined["spec"]["matchConditions"][0]["expression"] == (
+        f"request.userInfo.username == {user}"
+    )
+    assert reserved["spec"]["variables"][0] == {"name": "writers", "expression": f"[{user}]"}
+    # The certificates' names, and the Service the policy webhook calls, follow it too.
+    assert "'platform-gate-tls'" in confined["spec"]["validations"][0]["expression"]
+    assert "'platform-gate-ca'" in confined["spec"]["validations"][1]["expression"]
+    (webhooks,) = [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
+    assert {w["clientConfig"]["service"]["name"] for w in webhooks["webhooks"]} == {"platform-gate"}
     assert all(name.startswith(("platform-gate", "gate-sa")) for _, name in keyed), keyed
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     assert deployment["metadata"]["labels"]["app.kubernetes.io/name"] == "gate"
@@ -718,6 +730,18 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
                 None,
             )["webhooks"]
             assert all(w["clientConfig"]["caBundle"] for w in webhooks)
+            # Its copy of the accepted policy is judged by the webhook policy.mirrorgate.io,
+            # whose Service has no endpoints here (failurePolicy Fail): not written.
+            wait_until(
+                lambda: (
+                    None
+                    if "cannot record the policy's state" in server.logs()
+                    and "policy.mirrorgate.io" in server.logs()
+                    else "no refused write yet"
+                ),
+                timeout=15,
+                what="the accepted policy's write refused",
+            )
         finally:
             server.stop()
 
@@ -731,10 +755,11 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
             kubeconfig=kubeconfig,
         )
         made_at_run_time = {
-            ("Secret", mg.NAMESPACE, "mirrorgate-tls"),  # its CA: a reinstall keeps caBundle
+            ("Secret", mg.NAMESPACE, "mirrorgate-tls"),  # its serving certificate
+            ("Secret", mg.NAMESPACE, "mirrorgate-ca"),  # its CA: a reinstall keeps caBundle
+            ("ConfigMap", mg.NAMESPACE, "mirrorgate-ca"),  # the CA certificate, for Prometheus
             ("Lease", mg.NAMESPACE, "mirrorgate-reconciler"),
             ("Secret", mg.NAMESPACE, "mirrorgate-fingerprint-key"),
-            ("ConfigMap", mg.NAMESPACE, "mirrorgate-policy-accepted"),  # served if one is refused
             ("ConfigMap", mg.NAMESPACE, f"copy.{shop}.mirrorgate-harbor-pull"),  # its record
             ("Secret", shop, "mirrorgate-harbor-pull"),  # running Pods may still need it
         }
@@ -752,5 +777,6 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
         assert _everything(api) - before == {
             ("Namespace", "", mg.NAMESPACE),
             ("Secret", mg.NAMESPACE, "mirrorgate-tls"),
+            ("Secret", mg.NAMESPACE, "mirrorgate-ca"),
             ("Lease", mg.NAMESPACE, "mirrorgate-reconciler"),
         }

@@ -303,11 +303,11 @@ def test_foreign_secret_of_that_name_is_left_alone(
         "token": base64.b64encode(b"hand-made; not a registry login").decode()
     }
     with installed.control_plane.api_client() as api:
-        core = k8s.CoreV1Api(api)
         namespace = make_namespace(ENFORCE_LABELS)
         before = as_dict(
             api,
-            core.create_namespaced_secret(
+            mg.made_before_install(
+                api,
                 namespace,
                 k8s.V1Secret(
                     metadata=k8s.V1ObjectMeta(
@@ -425,11 +425,15 @@ def test_opt_out_deletes_copy_and_keeps_other_secrets(
                 data={"k": base64.b64encode(b"v").decode()},
             ),
         }
+        made = {
+            "registry-login": core.create_namespaced_secret(namespace, others["registry-login"]),
+            "mirrorgate-handmade": mg.made_before_install(
+                api, namespace, others["mirrorgate-handmade"]
+            ),
+        }
         versions = {
-            name: as_dict(api, core.create_namespaced_secret(namespace, body))["metadata"][
-                "resourceVersion"
-            ]
-            for name, body in others.items()
+            name: as_dict(api, secret)["metadata"]["resourceVersion"]
+            for name, secret in made.items()
         }
         since = time.monotonic()
         core.patch_namespace(namespace, {"metadata": {"labels": {MODE_LABEL: None}}})

@@ -161,3 +161,11 @@ def apply(
             force_conflicts=True,
             dry_run="All" if dry_run else None,
         )
+
+
+def config_map_data(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, str] | None:
+    """The data of ConfigMap ``namespace``/``name``; None when there is none."""
+    found = k8s.CoreV1Api(api).list_namespaced_config_map(
+        namespace, field_selector=f"metadata.name={name}"
+    )
+    return dict(found.items[0].data or {}) if found.items else None

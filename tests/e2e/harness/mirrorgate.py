@@ -76,11 +76,117 @@ def service_account(namespace: str) -> tuple[str, tuple[str, str]]:
     )
 
 
+WRITES_POLICY = "mirrorgate-writes"
+RESERVED_POLICY = "mirrorgate-reserved-prefix"
+
+
+def allow_reserved_names(api: k8s.ApiClient, user: str) -> None:
+    """Let ``user`` (a test's own mirrorgate) create Secrets named mirrorgate-* too: what a
+    second installation would patch into the ValidatingAdmissionPolicy's ``writers``."""
+    admission = k8s.AdmissionregistrationV1Api(api)
+    found = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+        admission.read_validating_admission_policy(RESERVED_POLICY)
+    )
+    (index,) = [i for i, v in enumerate(found["spec"]["variables"]) if v["name"] == "writers"]
+    writers = found["spec"]["variables"][index]["expression"]
+    if f"'{user}'" in writers:
+        return
+    admission.patch_validating_admission_policy(
+        RESERVED_POLICY,
+        [
+            {"op": "test", "path": f"/spec/variables/{index}/expression", "value": writers},
+            {
+                "op": "replace",
+                "path": f"/spec/variables/{index}/expression",
+                "value": writers.replace("]", f", '{user}']"),
+            },
+        ],
+    )
+
+
+def confine(api: k8s.ApiClient, user: str) -> None:
+    """The session's mirrorgate-writes, for ``user`` too (another installation's copy of it,
+    as a kustomize namespace override would make it), and the reserved names for it."""
+    admission = k8s.AdmissionregistrationV1Api(api)
+    found = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+        admission.read_validating_admission_policy(WRITES_POLICY)
+    )
+    name = f"{WRITES_POLICY}-{user.rsplit(':', 2)[1]}"
+    spec = found["spec"]
+    spec["matchConditions"] = [
+        {**c, "expression": c["expression"].replace(SERVICE_ACCOUNT_USER, user)}
+        for c in spec["matchConditions"]
+    ]
+    policy = {"metadata": {"name": name}, "spec": spec}
+    binding = {
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    admission.create_validating_admission_policy(policy)  # type: ignore[arg-type]
+    admission.create_validating_admission_policy_binding(binding)  # type: ignore[arg-type]
+    allow_reserved_names(api, user)
+
+
+RESERVED_REFUSAL = "the name prefix mirrorgate- is reserved"
+
+
+def reserved_refused(api: k8s.ApiClient, namespace: str) -> str | None:
+    """None once an administrator's dry-run create of a mirrorgate-* Secret is refused."""
+    probe = {"metadata": {"name": "mirrorgate-probe"}, "type": "Opaque"}
+    try:
+        k8s.CoreV1Api(api).create_namespaced_secret(
+            namespace,
+            probe,  # type: ignore[arg-type]
+            dry_run="All",
+        )
+    except k8s.ApiException as error:
+        return None if RESERVED_REFUSAL in str(error.body) else str(error.body)
+    return "allowed"
+
+
+def made_before_install(api: k8s.ApiClient, namespace: str, secret: k8s.V1Secret) -> k8s.V1Secret:
+    """Create ``secret`` (named mirrorgate-*) as though before mirrorgate was installed: the
+    reserved prefix's binding goes meanwhile, and is back in force before this returns."""
+    admission = k8s.AdmissionregistrationV1Api(api)
+    binding = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+        admission.read_validating_admission_policy_binding(RESERVED_POLICY)
+    )
+    admission.delete_validating_admission_policy_binding(RESERVED_POLICY)
+    made: list[k8s.V1Secret] = []
+
+    def created() -> str | None:
+        try:
+            made.append(k8s.CoreV1Api(api).create_namespaced_secret(namespace, secret))
+        except k8s.ApiException as error:
+            if error.status == 403 and RESERVED_REFUSAL in str(error.body):
+                return "still refused"  # the API server has not seen the binding go yet
+            raise
+        return None
+
+    try:
+        wait_until(created, timeout=30, what="the reserved prefix lifted", interval=0.1)
+    finally:
+        metadata = {
+            k: binding["metadata"][k] for k in ("name", "labels") if k in binding["metadata"]
+        }
+        admission.create_validating_admission_policy_binding(
+            {"metadata": metadata, "spec": binding["spec"]}  # type: ignore[arg-type]
+        )
+        wait_until(
+            lambda: reserved_refused(api, namespace),
+            timeout=30,
+            what="the reserved prefix in force again",
+            interval=0.1,
+        )
+    return made[0]
+
+
 def installed_in(api: k8s.ApiClient, namespace: str) -> tuple[str, tuple[str, str]]:
     """manifests/base's RBAC for a mirrorgate installed in ``namespace`` (as a kustomize
     namespace override would make it): its ClusterRole and its Roles, bound to the
-    ServiceAccount mirrorgate of ``namespace``; its user and groups. The base's
-    ValidatingAdmissionPolicy confines it there as it confines the session's."""
+    ServiceAccount mirrorgate of ``namespace``; its user and groups. A copy of the base's
+    ValidatingAdmissionPolicy confines it there as the base's confines the session's."""
+    confine(api, service_account(namespace)[0])
     rbac = k8s.RbacAuthorizationV1Api(api)
     subject = {"kind": "ServiceAccount", "name": "mirrorgate", "namespace": namespace}
     kube.bind(rbac, f"mirrorgate-{namespace}", ("ClusterRole", "mirrorgate"), subject)

@@ -139,6 +139,18 @@ class Settings:
         help="keep a CA and serving certificate in this Secret of mirrorgate's "
         "namespace, created and renewed as needed",
     )
+    ca_secret: str = _tls(
+        "mirrorgate-ca",
+        metavar="NAME",
+        help="with --tls-secret: keep the CA and its key in this Secret of its own, "
+        "apart from the serving pair (default: %(default)s)",
+    )
+    ca_configmap: str = _tls(
+        "mirrorgate-ca",
+        metavar="NAME",
+        help="with --tls-secret: publish the CA certificate (no key) in this ConfigMap, "
+        "for Prometheus and other clients (default: %(default)s)",
+    )
     service: str = _tls(
         "mirrorgate",
         metavar="NAME",

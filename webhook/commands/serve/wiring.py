@@ -41,6 +41,7 @@ from mirrorgate.webhook.credentials import (
     providerconfig,
     pullsecrets,
     scoped,
+    squatters,
 )
 from mirrorgate.webhook.credentials import refresher as refresher_
 from mirrorgate.webhook.credentials import store as credentials
@@ -122,6 +123,8 @@ def _self_managed_certificates(
         client,
         namespace=namespace,
         secret=str(settings.tls_secret),
+        ca_secret=settings.ca_secret,
+        ca_configmap=settings.ca_configmap,
         service=settings.service,
         webhook_configuration=settings.webhook_configuration,
         directory=directory,
@@ -203,6 +206,7 @@ def _credentials(
         ) from None
     counter = metrics.pull_secret_writes
     optin = NamespaceOptIn(client)
+    squats = squatters.SquatReporter(client, count=metrics.squatted_copies.inc)
     provisioner = pullsecrets.PullSecretProvisioner(
         client,
         store,
@@ -211,6 +215,7 @@ def _credentials(
         fingerprints=fingerprints.Fingerprints(key),
         deadline=settings.credential_deadline,
         counter=lambda action: counter.labels(action).inc(),
+        squatted=squats.squatted,
     )
     elector = leader.LeaderElector(client, namespace=namespace)
     reconciler = Reconciler(
@@ -222,6 +227,7 @@ def _credentials(
     )
     readiness["pull-secrets"] = provisioner.problem
     components.add("namespace-opt-in", optin.informer)
+    components.add("squat-reporter", squats)
     components.add("pull-secrets", provisioner)
     components.add("leader", elector)
     components.add("reconciler", reconciler)
