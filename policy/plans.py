@@ -60,7 +60,8 @@ class RewritePlan:
     credentials: tuple[str, ...] = ()
     """Credentials whose pull secret must exist in the namespace for this plan."""
     original_images: Mapping[str, str] | None = None
-    """The annotation's new content (to be written as a JSON object); None leaves it as is."""
+    """The annotation's new content (to be written as a JSON object; empty: removed);
+    None leaves it as is."""
     warnings: tuple[str, ...] = ()
     skipped: str | None = None
     """Why the whole Pod was left alone, if it was."""
@@ -72,6 +73,9 @@ class RewritePlan:
     """Each image (rewritten or already on its mirror) that needs a credential, with it."""
     recorded: frozenset[str] = frozenset()
     """The site keys whose original this plan adds to ``original_images``."""
+    rebuilt: bool = False
+    """The Pod's record held what is not mirrorgate's (:mod:`policy.originals`): it is
+    written anew even where nothing is added to it."""
 
     def without(self, failures: Mapping[str, str]) -> RewritePlan:
         """This plan with the images of the credentials in ``failures`` left as written.
@@ -103,7 +107,11 @@ class RewritePlan:
         originals = self.original_images
         if originals is not None and recorded != self.recorded:
             gone = self.recorded & dropped
-            originals = {k: v for k, v in originals.items() if k not in gone} if recorded else None
+            originals = (
+                {k: v for k, v in originals.items() if k not in gone}
+                if recorded or self.rebuilt
+                else None
+            )
         secrets = {pull_secret_name(c) for c in failures}
         return dataclasses.replace(
             self,
