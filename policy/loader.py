@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import cast
 
 from mirrorgate.dnsnames import DNS_LABEL_RE
-from mirrorgate.policy import reference, rulechecks
+from mirrorgate.policy import matching, reference, rulechecks
 from mirrorgate.policy.collector import Collector, type_name
 from mirrorgate.policy.collector import json_quote as _quote
 from mirrorgate.policy.durations import parse_duration
@@ -270,7 +270,7 @@ def load(document: object) -> Policy:
 
     rules: list[MirrorRule] = []
     seen_sources: dict[Source, int] = {}
-    seen_mirrors: dict[Mirror, int] = {}
+    seen_mirrors: dict[tuple[str, str], int] = {}
     for i, rule_doc in enumerate(errors.sequence(top.get("mirrors"), "mirrors")):
         where = f"mirrors[{i}]"
         if not isinstance(rule_doc, Mapping):
@@ -326,18 +326,21 @@ def load(document: object) -> Policy:
                 f"{where}.source",
                 f"{_quote(written)}{same} is already the source of mirrors[{seen_sources[source]}]",
             )
-        if mirror is not None and mirror in seen_mirrors:
+        mirror_key = (
+            matching.mirror_key(mirror, https=scheme == "https") if mirror is not None else None
+        )
+        if mirror_key is not None and mirror_key in seen_mirrors:
             # Two sources under one mirror path collide (ghcr.io/org/app and
             # quay.io/org/app would become the same image).
             errors.add(
                 f"{where}.mirror",
                 f"{_quote(str(mirror))} is already the mirror of "
-                f"mirrors[{seen_mirrors[mirror]}]; give each source its own mirror path",
+                f"mirrors[{seen_mirrors[mirror_key]}]; give each source its own mirror path",
             )
-        if source is None or mirror is None:
+        if source is None or mirror is None or mirror_key is None:
             continue
         seen_sources[source] = i
-        seen_mirrors[mirror] = i
+        seen_mirrors[mirror_key] = i
         rules.append(
             MirrorRule(
                 index=i,

@@ -127,7 +127,9 @@ class Policy:
     def __post_init__(self) -> None:
         derived = {
             "index": matching.RuleIndex(self.rules),
-            "_excluded_image": _compile_globs(self.exclude_images),
+            "_excluded_image": _compile_globs(
+                [matching.canonical_glob(g) for g in self.exclude_images]
+            ),
             "_excluded_namespace": _compile_globs(
                 (*ALWAYS_EXCLUDED_NAMESPACES, *self.exclude_namespaces)
             ),
@@ -157,10 +159,21 @@ class Policy:
         except reference.InvalidReferenceError as error:
             return matching.Resolution(image=image, outcome="invalid", error=error.reason)
         if self.is_image_excluded(ref):
-            return matching.Resolution(image=image, outcome="excluded", reference=ref)
+            return matching.Resolution(
+                image=image,
+                outcome="excluded",
+                reference=ref,
+                host=matching.compared_host(ref, None, on_mirror=False),
+            )
         rule = self.index.mirror_rule(ref)
         if rule is not None:
-            return matching.Resolution(image=image, outcome="on-mirror", rule=rule, reference=ref)
+            return matching.Resolution(
+                image=image,
+                outcome="on-mirror",
+                rule=rule,
+                reference=ref,
+                host=matching.compared_host(ref, rule, on_mirror=True),
+            )
         rule = self.index.source_rule(ref)
         if rule is None:
             return matching.Resolution(image=image, outcome="unmatched", reference=ref)
@@ -185,18 +198,30 @@ class Policy:
                 error=f"{rule.label}'s mirror has no repository path to hold this image",
             )
         return matching.Resolution(
-            image=image, outcome="rewrite", rule=rule, new_image=str(new_ref), reference=ref
+            image=image,
+            outcome="rewrite",
+            rule=rule,
+            new_image=str(new_ref),
+            reference=ref,
+            host=matching.compared_host(ref, rule, on_mirror=False),
         )
 
     def is_image_excluded(self, ref: reference.ImageReference) -> bool:
-        """Whether an ``exclude.images`` glob matches the normalised reference.
+        """Whether an ``exclude.images`` glob matches the reference as the network sees it.
 
-        A glob is tried on the whole normalised reference and on the name
-        alone, so ``docker.io/library/nginx`` excludes every tag of nginx.
+        A glob is tried on the whole reference and on the name alone, so
+        ``docker.io/library/nginx`` excludes every tag of nginx. Both sides
+        are compared with hosts as the network sees them
+        (:func:`matching.canonical_name`): ``Registry.K8s.io:443/pause:3.9`` is
+        excluded by ``registry.k8s.io/pause:*``.
         """
         pattern = self._excluded_image
-        return pattern is not None and (
-            pattern.fullmatch(str(ref)) is not None or pattern.fullmatch(ref.name) is not None
+        if pattern is None:
+            return False
+        name = matching.canonical_name(ref)
+        return (
+            pattern.fullmatch(name + str(ref)[len(ref.name) :]) is not None
+            or pattern.fullmatch(name) is not None
         )
 
     def is_namespace_excluded(self, namespace: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from mirrorgate.policy import matching
 from mirrorgate.policy.collector import Collector, json_quote
 from mirrorgate.policy.model import CredentialGrant, FieldError
 from mirrorgate.policy.rules import MirrorRule, Scheme
@@ -105,12 +106,12 @@ def check_nested_mirrors(rules: Sequence[MirrorRule], errors: Collector) -> None
     credited to the wrong rule and its credential. One dictionary probe per
     path component, so this stays linear in the number of rules.
     """
-    by_prefix = {(r.mirror.host, r.mirror.path): r for r in rules}
+    by_prefix = {matching.mirror_key(r.mirror, https=r.scheme == "https"): r for r in rules}
     for rule in rules:
-        path = rule.mirror.path
+        host, path = matching.mirror_key(rule.mirror, https=rule.scheme == "https")
         parents = [path[:i] for i in range(len(path)) if path[i] == "/"]
         for parent in ([""] if path else []) + parents:
-            outer = by_prefix.get((rule.mirror.host, parent))
+            outer = by_prefix.get((host, parent))
             if outer is not None:
                 errors.add(
                     f"{rule.label}.mirror",

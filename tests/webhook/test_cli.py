@@ -47,6 +47,7 @@ EXPLAIN_KEYS = {
     "result",
     "credential",
     "credentialRegistry",
+    "match",
     "warning",
 }
 
@@ -425,6 +426,7 @@ def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> Non
         "result": None,
         "credential": None,
         "credentialRegistry": None,
+        "match": None,
         "warning": None,
     }
 
@@ -490,6 +492,7 @@ def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
         "result": "Nginx",
         "credential": None,
         "credentialRegistry": None,
+        "match": None,
         "warning": "image 'Nginx' left as written: repository name must be lowercase",
     }
     assert valid["valid"] is True

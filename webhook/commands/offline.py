@@ -207,6 +207,7 @@ def explain_image(
         "result": None,
         "credential": None,
         "credentialRegistry": None,
+        "match": None,
         "warning": None,
     }
     try:
@@ -231,10 +232,14 @@ def explain_image(
     if exemption is not None:
         explained.update(outcome=exemption.outcome, reason=exemption.reason)
         return explained
-    decision = policy.decide_image(
-        mirror_policy.resolve(image), namespace=namespace, mirror_policy=mirror_policy
+    found = mirror_policy.resolve(image)
+    decision = policy.decide_image(found, namespace=namespace, mirror_policy=mirror_policy)
+    explained.update(
+        outcome=decision.outcome,
+        reason=decision.reason,
+        warning=decision.warning,
+        match=_match(found),
     )
-    explained.update(outcome=decision.outcome, reason=decision.reason, warning=decision.warning)
     rule = decision.resolution.rule
     if rule is not None:
         explained.update(
@@ -253,6 +258,29 @@ def explain_image(
     if decision.outcome == "rewrite" and mode == ENFORCE:
         explained["result"] = decision.resolution.new_image
     return explained
+
+
+def _match(found: policy.Resolution) -> dict[str, str | None] | None:
+    """Which spelling of the image's host met which host of the policy, and as what.
+
+    Hosts are compared as the network sees them (lower case; no ``:443`` over
+    HTTPS; Docker Hub's aliases are docker.io): ``comparedAs`` is that form.
+    """
+    if found.host is None or found.reference is None:
+        return None
+    rule = found.rule
+    if found.outcome == "excluded" or rule is None:
+        field, configured = "exclude.images", None
+    elif found.outcome == "on-mirror":
+        field, configured = f"{rule.label}.mirror", rule.mirror.host
+    else:
+        field, configured = f"{rule.label}.source", str(rule.source).partition("/")[0]
+    return {
+        "host": found.reference.domain,
+        "comparedAs": found.host,
+        "field": field,
+        "ruleHost": configured,
+    }
 
 
 def dumps_json(value: Any) -> str:
@@ -343,6 +371,15 @@ def _label(text: str) -> tuple[str, str]:
 
 
 def _explain_detail(explained: Mapping[str, Any]) -> str:
+    match = explained["match"]
+    detail = _outcome_detail(explained)
+    if match is None or match["host"] == match["comparedAs"]:
+        return detail
+    against = f"{match['field']} {match['ruleHost']}" if match["ruleHost"] else match["field"]
+    return f"{detail} (host {match['host']} met {against} as {match['comparedAs']})"
+
+
+def _outcome_detail(explained: Mapping[str, Any]) -> str:
     if explained["outcome"] == "rewrite":
         credential = f" (credential {explained['credential']})" if explained["credential"] else ""
         if explained["result"] == explained["image"]:
