@@ -24,6 +24,7 @@ from mirrorgate.webhook.commands import (
     export,
     offline,
 )
+from mirrorgate.webhook.commands import explain as explain_command
 from mirrorgate.webhook.commands.serve import settings
 from mirrorgate.webhook.credentials.store import StoreError
 from mirrorgate.webhook.errors import ConfigError
@@ -165,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", choices=("json", "table"), default="json", help="(default: %(default)s)"
     )
     explain.add_argument("images", nargs="+", metavar="IMAGE")
-    explain.set_defaults(run=offline.run_explain)
+    explain.set_defaults(run=explain_command.run_explain)
 
     policy_commands = _group(commands, "policy", "work with policy files")
     check = policy_commands.add_parser(
