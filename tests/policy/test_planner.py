@@ -652,7 +652,7 @@ def test_unreadable_annotation_is_treated_as_absent(value: object) -> None:
         f"annotation {ANNOTATION} is not a JSON object of strings; "
         "treated as absent and rebuilt from the images rewritten now"
     ) in result.warnings or (
-        f"annotation {ANNOTATION} is {len(value):,} characters, longer than the API server "
+        f"annotation {ANNOTATION} is {len(str(value)):,} characters, longer than the API server "
         "allows all of a Pod's annotations (262,144); treated as absent and rebuilt from "
         "the images rewritten now"
     ) in result.warnings
