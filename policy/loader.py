@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import cast
 
 from mirrorgate.dnsnames import DNS_LABEL_RE
-from mirrorgate.policy import matching, reference, rulechecks
+from mirrorgate.policy import matching, reference, rulechecks, selectors
 from mirrorgate.policy.collector import Collector, type_name
 from mirrorgate.policy.collector import json_quote as _quote
 from mirrorgate.policy.durations import parse_duration
@@ -56,7 +56,7 @@ _HEALTH_KEYS = ("interval", "timeout", "failureThreshold", "successThreshold")
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
 MAX_THRESHOLD = 100
 _EXCLUDE_KEYS = ("images", "namespaces")
-_GRANT_KEYS = ("namespaces", "registry", "provider")
+_GRANT_KEYS = ("namespaces", "namespaceSelector", "registry", "provider")
 # A provider is named as in the kubelet's CredentialProviderConfig: a file
 # name in the plugin directory.
 _PROVIDER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -231,13 +231,21 @@ def load(document: object) -> Policy:
         if _parse_credential_name(name, where, errors) is None:
             continue
         grant = errors.mapping(grant_doc, where, _GRANT_KEYS)
-        if "namespaces" not in grant:
+        selector = (
+            selectors.parse_selector(
+                grant["namespaceSelector"], f"{where}.namespaceSelector", errors
+            )
+            if grant.get("namespaceSelector") is not None
+            else None
+        )
+        if "namespaces" not in grant and "namespaceSelector" not in grant:
             errors.add(
                 f"{where}.namespaces",
-                "is required: the namespaces (names or globs) whose Pods may use this credential",
+                "is required (or namespaceSelector): the namespaces whose Pods may use "
+                "this credential",
             )
         namespaces = _parse_namespace_globs(grant.get("namespaces"), f"{where}.namespaces", errors)
-        if grant.get("namespaces") == []:
+        if grant.get("namespaces") == [] and selector is None:
             errors.add(f"{where}.namespaces", "is empty: the credential would reach no namespace")
         registry = (
             _parse_mirror(grant["registry"], f"{where}.registry", errors)
@@ -265,7 +273,11 @@ def load(document: object) -> Policy:
             )
             provider = None
         grants[name] = CredentialGrant(
-            name=name, namespaces=namespaces, registry=registry, provider=provider
+            name=name,
+            namespaces=namespaces,
+            registry=registry,
+            provider=provider,
+            selector=selector,
         )
 
     rules: list[MirrorRule] = []

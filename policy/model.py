@@ -17,12 +17,15 @@ import dataclasses
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from mirrorgate.policy import matching, reference
 from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings
 from mirrorgate.policy.quoting import quote
 from mirrorgate.policy.rules import Mirror, MirrorRule
+
+if TYPE_CHECKING:
+    from mirrorgate.policy.selectors import LabelSelector
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
@@ -82,7 +85,8 @@ class PolicyError(ValueError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CredentialGrant:
-    """Which namespaces may receive a copy of a credential (fnmatch globs)."""
+    """Which namespaces may receive a copy of a credential: by name (or fnmatch glob), or by
+    a namespace label (``namespaceSelector``); either one grants."""
 
     name: str
     namespaces: tuple[str, ...]
@@ -92,6 +96,8 @@ class CredentialGrant:
     an image). None: the store entry's own key."""
     provider: str | None = None
     """A kubelet credential-provider plugin that issues this login; None: the store."""
+    selector: LabelSelector | None = None
+    """``namespaceSelector``: namespaces whose labels it matches are granted too."""
 
     def covers(self, mirror: Mirror) -> bool:
         """Whether images under ``mirror`` fall under this credential's scope."""
@@ -228,24 +234,59 @@ class Policy:
         pattern = self._excluded_namespace
         return pattern is not None and pattern.fullmatch(namespace) is not None
 
-    def is_granted(self, credential: str, namespace: str) -> bool:
-        """Whether ``namespace`` may receive ``credential``."""
-        pattern = self._grant_patterns.get(credential)
-        return pattern is not None and pattern.fullmatch(namespace) is not None
+    @property
+    def has_selectors(self) -> bool:
+        """Whether any grant reads namespace labels (else they need not be looked up)."""
+        return any(grant.selector is not None for grant in self.grants.values())
 
-    def not_granted(self, rule: MirrorRule, namespace: str) -> str | None:
+    def label_grants(self, labels: Mapping[str, str] | None) -> frozenset[str] | None:
+        """The credentials whose ``namespaceSelector`` matches ``labels`` (None: unknown).
+
+        All that a plan reads of a namespace's labels: a cache of plans keys by it.
+        """
+        if labels is None:
+            return None
+        return frozenset(
+            name
+            for name, grant in self.grants.items()
+            if grant.selector is not None and grant.selector.matches(labels)
+        )
+
+    def is_granted(
+        self, credential: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> bool:
+        """Whether ``namespace`` (with ``labels``; None: not known) may receive ``credential``."""
+        pattern = self._grant_patterns.get(credential)
+        if pattern is not None and pattern.fullmatch(namespace) is not None:
+            return True
+        grant = self.grants.get(credential)
+        selector = grant.selector if grant is not None else None
+        return selector is not None and labels is not None and selector.matches(labels)
+
+    def not_granted(
+        self, rule: MirrorRule, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> str | None:
         """Why ``rule``'s mirror is off limits in ``namespace``, or None when it is not.
 
         The one statement of the grant check and its wording, for admission
-        warnings, ``explain`` and ``audit`` alike.
+        warnings, ``explain`` and ``audit`` alike. ``labels`` are the
+        namespace's, as mirrorgate's own cache holds them; None while they
+        are not known, when only the names can grant.
         """
         credential = rule.credential
-        if credential is None or self.is_granted(credential, namespace):
+        if credential is None or self.is_granted(credential, namespace, labels):
             return None
-        return (
+        reason = (
             f"credential {credential!r} of {rule.label} is not granted to namespace "
             f"{quote(namespace)}"
         )
+        grant = self.grants.get(credential)
+        if grant is not None and grant.selector is not None and labels is None:
+            reason += (
+                f" (its labels, which credentials.{credential}.namespaceSelector reads, "
+                "are not known yet)"
+            )
+        return reason
 
 
 def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:

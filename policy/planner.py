@@ -176,6 +176,7 @@ def plan(
     can_annotate: bool = True,
     health: Health = HEALTHY,
     resolve: Callable[[str], Resolution] | None = None,
+    namespace_labels: Mapping[str, str] | None = None,
 ) -> RewritePlan:
     """Plan the rewrites for ``pod`` in ``namespace``: a pure function of its arguments.
 
@@ -191,6 +192,8 @@ def plan(
 
     ``resolve`` answers :meth:`Policy.resolve` for ``mirror_policy``; a caller
     that keeps resolutions passes its own (the webhook's admission cache).
+    ``namespace_labels`` are the namespace's labels, for grants by
+    ``namespaceSelector`` (None: not known; only names grant).
     """
     metadata = as_mapping(pod.get("metadata"))
     annotations = as_mapping(metadata.get("annotations"))
@@ -230,7 +233,10 @@ def plan(
         if frozen and key in frozen:
             continue
         decision = decide_image(
-            resolve(site.image), namespace=namespace, mirror_policy=mirror_policy
+            resolve(site.image),
+            namespace=namespace,
+            mirror_policy=mirror_policy,
+            labels=namespace_labels,
         )
         outcomes[key] = decision.outcome
         if decision.warning is not None:

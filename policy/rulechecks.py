@@ -85,17 +85,32 @@ def warnings(
                     f"{json_quote(rule.credential)}: the login would cross the network in clear",
                 )
             )
-    found.extend(
-        FieldError(
-            f"credentials.{name}.namespaces",
-            '"*" grants this credential to every opted-in namespace: anyone who can '
-            "create a Pod in one can pull with it; name the namespaces or globs that "
-            "need it",
-        )
-        for name, grant in grants.items()
-        if "*" in grant.namespaces
-    )
+    for name, grant in grants.items():
+        if "*" in grant.namespaces:
+            found.append(
+                FieldError(
+                    f"credentials.{name}.namespaces",
+                    '"*" grants this credential to every opted-in namespace: anyone who can '
+                    "create a Pod in one can pull with it; name the namespaces that need it, "
+                    "or select them by an admin-only label (namespaceSelector)",
+                )
+            )
+            continue
+        globs = [g for g in grant.namespaces if not _GLOB_CHARS.isdisjoint(g)]
+        if globs:
+            found.append(
+                FieldError(
+                    f"credentials.{name}.namespaces",
+                    f"{json_quote(globs[0])} is a glob: whoever may create a namespace whose "
+                    "name it matches (Capsule, HNC, Rancher projects) gets this credential; "
+                    "name the namespaces, or select them by an admin-only label "
+                    "(namespaceSelector, docs/credentials.md)",
+                )
+            )
     return tuple(found)
+
+
+_GLOB_CHARS = frozenset("*?[")
 
 
 def check_nested_mirrors(rules: Sequence[MirrorRule], errors: Collector) -> None:
