@@ -41,6 +41,11 @@ class PullSecrets(Protocol):
         """The credentials whose Secret is not known to be current (memory only, no I/O)."""
         ...
 
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        """The namespace's labels as mirrorgate's own cache holds them (memory only); None
+        while not known. Grants by ``namespaceSelector`` read them."""
+        ...
+
     async def ensure(self, namespace: str, credentials: Sequence[str]) -> dict[str, str]:
         """Create or update their Secrets; return ``{credential: reason}`` for failures.
 
@@ -111,9 +116,16 @@ def _planned(
     ephemeral: bool,
     health: policy.Health,
     cache: AdmissionCache,
+    labels: Mapping[str, str] | None,
 ) -> Admitted:
     if not ephemeral:
-        return cache.admitted(obj, namespace=namespace, mirror_policy=mirror_policy, health=health)
+        return cache.admitted(
+            obj,
+            namespace=namespace,
+            mirror_policy=mirror_policy,
+            health=health,
+            namespace_labels=labels,
+        )
     # An ephemeral-container update may only add containers, and the API
     # server ignores any other change, imagePullSecrets and annotations
     # included: the record of an original goes to the user as a warning and
@@ -135,6 +147,7 @@ def _planned(
             can_annotate=False,
             health=health,
             resolve=cache.resolver(mirror_policy),
+            namespace_labels=labels,
         )
     )
 
@@ -246,6 +259,8 @@ async def admit(
         ephemeral=ephemeral,
         health=health,
         cache=AdmissionCache() if cache is None else cache,
+        # Read only where a grant selects by label: memory, never the API.
+        labels=secrets.namespace_labels(namespace) if mirror_policy.has_selectors else None,
     )
     plan = admitted.plan
     if plan.skipped is not None:

@@ -161,6 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)",
     )
+    explain.add_argument(
+        "--namespace-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label of the namespace, for grants by namespaceSelector (repeatable)",
+    )
     _mode_argument(explain)
     explain.add_argument(
         "-o", "--output", choices=("json", "table"), default="json", help="(default: %(default)s)"

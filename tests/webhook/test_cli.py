@@ -517,7 +517,7 @@ def test_explain_credential_not_granted(mirrorgate: Any, tmp_path: Path) -> None
 def test_policy_check_valid(mirrorgate: Any, tmp_path: Path) -> None:
     """A valid policy with explicit grants: exit 0 and a one-line summary."""
     path = tmp_path / "policy.yaml"
-    path.write_text(policies.POLICY.replace('["*"]', '["team-*", shop]'))
+    path.write_text(policies.POLICY.replace('["*"]', '["team-a", shop]'))
     result = mirrorgate("policy", "check", str(path))
     assert result.code == 0
     assert result.out.count("\n") == 1
@@ -534,7 +534,21 @@ def test_policy_check_warns_of_a_grant_to_every_namespace(
     assert result.out.splitlines()[1:] == [
         '  warning: credentials.harbor-pull.namespaces: "*" grants this credential to every '
         "opted-in namespace: anyone who can create a Pod in one can pull with it; name the "
-        "namespaces or globs that need it"
+        "namespaces that need it, or select them by an admin-only label (namespaceSelector)"
+    ]
+
+
+def test_policy_check_warns_of_a_glob_grant(mirrorgate: Any, tmp_path: Path) -> None:
+    """A glob grants the login to any namespace a tenant may create under that name."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(policies.POLICY.replace('["*"]', '["team-*", shop]'))
+    result = mirrorgate("policy", "check", str(path))
+    assert result.code == 0
+    assert result.out.splitlines()[1:] == [
+        '  warning: credentials.harbor-pull.namespaces: "team-*" is a glob: whoever may '
+        "create a namespace whose name it matches (Capsule, HNC, Rancher projects) gets this "
+        "credential; name the namespaces, or select them by an admin-only label "
+        "(namespaceSelector, docs/credentials.md)"
     ]
 
 

@@ -27,6 +27,7 @@ def explain_image(
     namespace: str,
     labels: Mapping[str, str] | None = None,
     mode: str = ENFORCE,
+    namespace_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """What admission would do with ``image`` in a Pod of ``namespace``, as a JSON-ready object.
 
@@ -34,7 +35,9 @@ def explain_image(
     ``warning`` come from the functions admission itself decides with
     (:mod:`policy.decision`); without a policy there is no outcome. ``mode``
     is the effective one (see :data:`MODES`): under audit, ``result`` is the
-    image as written and a rewrite is only reported.
+    image as written and a rewrite is only reported. ``namespace_labels`` are
+    the namespace's (``--namespace-label``), for grants by ``namespaceSelector``;
+    none given, it has none.
     """
     explained: dict[str, Any] = {
         "image": image,
@@ -74,7 +77,12 @@ def explain_image(
         explained.update(outcome=exemption.outcome, reason=exemption.reason)
         return explained
     found = mirror_policy.resolve(image)
-    decision = policy.decide_image(found, namespace=namespace, mirror_policy=mirror_policy)
+    decision = policy.decide_image(
+        found,
+        namespace=namespace,
+        mirror_policy=mirror_policy,
+        labels=namespace_labels if namespace_labels is not None else {},
+    )
     explained.update(
         outcome=decision.outcome,
         reason=decision.reason,
@@ -169,6 +177,7 @@ def render_explain_table(rows: Sequence[Mapping[str, Any]]) -> str:
 def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     mirror_policy = policyfile.read_policy(args.policy).policy if args.policy else None
     labels = dict(_label(text) for text in args.label)
+    namespace_labels = dict(_label(text) for text in args.namespace_label)
     rows = [
         explain_image(
             image,
@@ -176,6 +185,7 @@ def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             namespace=args.namespace,
             labels=labels,
             mode=args.mode,
+            namespace_labels=namespace_labels,
         )
         for image in args.images
     ]

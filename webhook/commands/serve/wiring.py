@@ -70,6 +70,9 @@ class StandalonePullSecrets:
     def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
         return list(credentials)
 
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return None  # no Namespace cache: only names grant
+
     async def ensure(self, namespace: str, credentials: Sequence[str]) -> dict[str, str]:
         return dict.fromkeys(credentials, self.reason)
 
