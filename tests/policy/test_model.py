@@ -466,7 +466,8 @@ INVALID = [
         [
             (
                 "credentials.a.secret",
-                "unknown field (expected one of: namespaces, namespaceSelector, registry, provider)",
+                "unknown field (expected one of: namespaces, namespaceSelector, registry, "
+                "provider)",
             )
         ],
         id="grant-unknown-field",

@@ -525,30 +525,36 @@ def test_policy_check_valid(mirrorgate: Any, tmp_path: Path) -> None:
     assert "2 mirror rules" in result.out
 
 
-def test_policy_check_warns_of_a_grant_to_every_namespace(
-    mirrorgate: Any, policy_file: Path
+@pytest.mark.parametrize(
+    ("grant", "warning"),
+    [
+        pytest.param(
+            '["*"]',
+            '"*" grants this credential to every opted-in namespace: anyone who can create a '
+            "Pod in one can pull with it; name the namespaces that need it, or select them by "
+            "an admin-only label (namespaceSelector)",
+            id="every-namespace",
+        ),
+        pytest.param(
+            '["team-*", shop]',
+            '"team-*" is a glob: whoever may create a namespace whose name it matches (Capsule, '
+            "HNC, Rancher projects) gets this credential; name the namespaces, or select them "
+            "by an admin-only label (namespaceSelector, docs/credentials.md)",
+            id="glob",
+        ),
+    ],
+)
+def test_policy_check_warns_of_a_grant_by_glob(
+    mirrorgate: Any, tmp_path: Path, grant: str, warning: str
 ) -> None:
-    """`"*"` is valid, but anyone who can create a Pod anywhere could use the credential."""
-    result = mirrorgate("policy", "check", str(policy_file))
-    assert result.code == 0
-    assert result.out.splitlines()[1:] == [
-        '  warning: credentials.harbor-pull.namespaces: "*" grants this credential to every '
-        "opted-in namespace: anyone who can create a Pod in one can pull with it; name the "
-        "namespaces that need it, or select them by an admin-only label (namespaceSelector)"
-    ]
-
-
-def test_policy_check_warns_of_a_glob_grant(mirrorgate: Any, tmp_path: Path) -> None:
-    """A glob grants the login to any namespace a tenant may create under that name."""
+    """Valid, but `"*"` lets anyone who can create a Pod anywhere use the credential, and a
+    glob any namespace a tenant may create under that name."""
     path = tmp_path / "policy.yaml"
-    path.write_text(policies.POLICY.replace('["*"]', '["team-*", shop]'))
+    path.write_text(policies.POLICY.replace('["*"]', grant))
     result = mirrorgate("policy", "check", str(path))
     assert result.code == 0
     assert result.out.splitlines()[1:] == [
-        '  warning: credentials.harbor-pull.namespaces: "team-*" is a glob: whoever may '
-        "create a namespace whose name it matches (Capsule, HNC, Rancher projects) gets this "
-        "credential; name the namespaces, or select them by an admin-only label "
-        "(namespaceSelector, docs/credentials.md)"
+        f"  warning: credentials.harbor-pull.namespaces: {warning}"
     ]
 
 
