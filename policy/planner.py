@@ -25,7 +25,7 @@ from mirrorgate.policy.decision import (
 from mirrorgate.policy.health import HEALTHY, Health
 from mirrorgate.policy.matching import Resolution
 from mirrorgate.policy.model import Policy
-from mirrorgate.policy.originals import existing_record
+from mirrorgate.policy.originals import Record, existing_record
 from mirrorgate.policy.plans import (
     ORIGINAL_IMAGES_ANNOTATION,
     PULL_SECRET_PREFIX,
@@ -211,9 +211,14 @@ def plan(
             outcomes=dict.fromkeys((s.key for s in sites), exemption.outcome),
         )
     resolve = resolve or mirror_policy.resolve
-    # The record never decides a rewrite; only what is mirrorgate's own is kept.
-    originals, rebuilt, record_warning = existing_record(annotations, sites, resolve)
-    rebuilt = rebuilt and can_annotate
+    # The record never decides a rewrite; only what is mirrorgate's own is kept. It is
+    # the whole Pod's: judged against every container list, and not at all where the
+    # metadata cannot change (an ephemeral-container update).
+    record = Record({}, False, None)
+    if can_annotate:
+        whole = sites if fields is CONTAINER_FIELDS else spec_sites(spec)[0]
+        record = existing_record(annotations, whole, resolve)
+    originals, rebuilt, record_warning = record
     if record_warning is not None:
         warnings.append(record_warning)
     attached = _existing_pull_secrets(spec)

@@ -771,6 +771,26 @@ def test_without_keeps_the_originals_already_recorded() -> None:
     assert patch.build_patch(pod, result) == []
 
 
+def test_the_record_is_the_whole_pods() -> None:
+    """Planning some container lists judges the record against all of them; where the
+    metadata cannot change, the record is not judged (and nothing is said of it)."""
+    record = json.dumps({"containers/c0": "nginx:1"})
+    pod = _pod(f"{HUB}/library/nginx:1", annotations={ANNOTATION: record})
+    pod["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "redis:7"}]
+    ephemeral: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
+    frozen = policy.plan(
+        pod, namespace="default", mirror_policy=POLICY, fields=ephemeral, can_annotate=False
+    )
+    assert (frozen.original_images, frozen.warnings) == (None, ())
+    assert [r.site.key for r in frozen.rewrites] == ["ephemeralContainers/debug"]
+    annotated = policy.plan(pod, namespace="default", mirror_policy=POLICY, fields=ephemeral)
+    assert annotated.original_images == {
+        "containers/c0": "nginx:1",
+        "ephemeralContainers/debug": "redis:7",
+    }
+    assert annotated.warnings == ()
+
+
 def test_without_still_drops_a_fake_record() -> None:
     """A record that was not mirrorgate's stays dropped when the new entries go too."""
     pod = _pod("nginx", annotations={ANNOTATION: json.dumps({"containers/c9": "old:1"})})
