@@ -116,9 +116,16 @@ class ImageDecision(NamedTuple):
     """What admission tells the client about it (prefixed with the container), if anything."""
 
 
-def decide_image(found: Resolution, *, namespace: str, mirror_policy: Policy) -> ImageDecision:
+def decide_image(
+    found: Resolution,
+    *,
+    namespace: str,
+    mirror_policy: Policy,
+    labels: Mapping[str, str] | None = None,
+) -> ImageDecision:
     """Admission's decision for an image in a non-exempt Pod of ``namespace``, from what
-    ``mirror_policy`` resolves it to (:meth:`Policy.resolve`)."""
+    ``mirror_policy`` resolves it to (:meth:`Policy.resolve`); ``labels`` are the
+    namespace's, for grants by ``namespaceSelector`` (None: not known)."""
     image = found.image
     rule = found.rule
     if found.outcome == "invalid":
@@ -129,7 +136,7 @@ def decide_image(found: Resolution, *, namespace: str, mirror_policy: Policy) ->
         return ImageDecision("excluded", found, "matched by exclude.images")
     if rule is None:
         return ImageDecision("no-rule", found, "no mirror rule covers it")
-    not_granted = mirror_policy.not_granted(rule, namespace)
+    not_granted = mirror_policy.not_granted(rule, namespace, labels)
     if found.outcome == "on-mirror":
         reason = f"already under the mirror of {rule.label}"
         if not_granted is None:

@@ -10,7 +10,13 @@ import re
 from mirrorgate.policy import reference
 from mirrorgate.policy.quoting import quote
 
-__all__ = ["DOCKER_HUB_ALIASES", "canonical_host", "mirror_problem", "registry_host_problem"]
+__all__ = [
+    "DOCKER_HUB_ALIASES",
+    "canonical_host",
+    "mirror_problem",
+    "network_host",
+    "registry_host_problem",
+]
 
 # Registries that Docker Hub answers on. distribution/reference folds only
 # index.docker.io into docker.io; registry-1.docker.io is the API host that
@@ -18,9 +24,29 @@ __all__ = ["DOCKER_HUB_ALIASES", "canonical_host", "mirror_problem", "registry_h
 DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
 
 
-def canonical_host(host: str) -> str:
-    """Host names are case-insensitive; Docker Hub's aliases are all docker.io."""
+# HTTPS's default port: ``quay.io:443`` is the same server as ``quay.io``.
+_HTTPS_PORT = ":443"
+
+
+def network_host(host: str, *, https: bool = True) -> str:
+    """``host[:port]`` as the network sees it: the key every host comparison uses.
+
+    The image grammar (distribution/reference) keeps a domain's case as
+    written, but DNS does not tell ``Quay.IO`` from ``quay.io``; and over
+    HTTPS an explicit ``:443`` reaches the server that no port reaches. So a
+    host is compared in lower case and, where it is reached over HTTPS (every
+    source registry; a mirror unless its rule says ``http://``), without
+    ``:443``. Over plain HTTP 443 is just another port, and stays.
+    """
     host = host.lower()
+    if https and host.endswith(_HTTPS_PORT):
+        host = host[: -len(_HTTPS_PORT)]
+    return host
+
+
+def canonical_host(host: str) -> str:
+    """A source registry's :func:`network_host`, with Docker Hub's aliases all docker.io."""
+    host = network_host(host)
     return reference.DEFAULT_DOMAIN if host in DOCKER_HUB_ALIASES else host
 
 
@@ -64,7 +90,7 @@ def mirror_problem(value: str) -> str | None:
     host, _, repo = value.rstrip("/").partition("/")
     if repo and reference.split_name(f"{host}/{repo}") != (host, repo):
         return f"{_quote(value)} has an invalid repository path {_quote(repo)}"
-    if host in DOCKER_HUB_ALIASES:
+    if canonical_host(host) == reference.DEFAULT_DOMAIN:
         return f"{_quote(value)} is Docker Hub itself, not a mirror"
     return None
 

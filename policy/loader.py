@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import cast
 
 from mirrorgate.dnsnames import DNS_LABEL_RE
-from mirrorgate.policy import reference, rulechecks
+from mirrorgate.policy import matching, reference, rulechecks, selectors
 from mirrorgate.policy.collector import Collector, type_name
 from mirrorgate.policy.collector import json_quote as _quote
 from mirrorgate.policy.durations import parse_duration
@@ -56,7 +56,7 @@ _HEALTH_KEYS = ("interval", "timeout", "failureThreshold", "successThreshold")
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
 MAX_THRESHOLD = 100
 _EXCLUDE_KEYS = ("images", "namespaces")
-_GRANT_KEYS = ("namespaces", "registry", "provider")
+_GRANT_KEYS = ("namespaces", "namespaceSelector", "registry", "provider")
 # A provider is named as in the kubelet's CredentialProviderConfig: a file
 # name in the plugin directory.
 _PROVIDER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -231,13 +231,21 @@ def load(document: object) -> Policy:
         if _parse_credential_name(name, where, errors) is None:
             continue
         grant = errors.mapping(grant_doc, where, _GRANT_KEYS)
-        if "namespaces" not in grant:
+        selector = (
+            selectors.parse_selector(
+                grant["namespaceSelector"], f"{where}.namespaceSelector", errors
+            )
+            if grant.get("namespaceSelector") is not None
+            else None
+        )
+        if "namespaces" not in grant and "namespaceSelector" not in grant:
             errors.add(
                 f"{where}.namespaces",
-                "is required: the namespaces (names or globs) whose Pods may use this credential",
+                "is required (or namespaceSelector): the namespaces whose Pods may use "
+                "this credential",
             )
         namespaces = _parse_namespace_globs(grant.get("namespaces"), f"{where}.namespaces", errors)
-        if grant.get("namespaces") == []:
+        if grant.get("namespaces") == [] and selector is None:
             errors.add(f"{where}.namespaces", "is empty: the credential would reach no namespace")
         registry = (
             _parse_mirror(grant["registry"], f"{where}.registry", errors)
@@ -265,12 +273,16 @@ def load(document: object) -> Policy:
             )
             provider = None
         grants[name] = CredentialGrant(
-            name=name, namespaces=namespaces, registry=registry, provider=provider
+            name=name,
+            namespaces=namespaces,
+            registry=registry,
+            provider=provider,
+            selector=selector,
         )
 
     rules: list[MirrorRule] = []
     seen_sources: dict[Source, int] = {}
-    seen_mirrors: dict[Mirror, int] = {}
+    seen_mirrors: dict[tuple[str, str], int] = {}
     for i, rule_doc in enumerate(errors.sequence(top.get("mirrors"), "mirrors")):
         where = f"mirrors[{i}]"
         if not isinstance(rule_doc, Mapping):
@@ -326,18 +338,21 @@ def load(document: object) -> Policy:
                 f"{where}.source",
                 f"{_quote(written)}{same} is already the source of mirrors[{seen_sources[source]}]",
             )
-        if mirror is not None and mirror in seen_mirrors:
+        mirror_key = (
+            matching.mirror_key(mirror, https=scheme == "https") if mirror is not None else None
+        )
+        if mirror_key is not None and mirror_key in seen_mirrors:
             # Two sources under one mirror path collide (ghcr.io/org/app and
             # quay.io/org/app would become the same image).
             errors.add(
                 f"{where}.mirror",
                 f"{_quote(str(mirror))} is already the mirror of "
-                f"mirrors[{seen_mirrors[mirror]}]; give each source its own mirror path",
+                f"mirrors[{seen_mirrors[mirror_key]}]; give each source its own mirror path",
             )
-        if source is None or mirror is None:
+        if source is None or mirror is None or mirror_key is None:
             continue
         seen_sources[source] = i
-        seen_mirrors[mirror] = i
+        seen_mirrors[mirror_key] = i
         rules.append(
             MirrorRule(
                 index=i,

@@ -11,6 +11,11 @@ Precedence, most specific first:
 
 Every lookup is a dictionary probe per path component or host label, so
 1,000 rules cost what one rule costs.
+
+Hosts are compared as the network sees them (:func:`hosts.network_host`):
+``Quay.io:443/org/app`` is under the rule for ``quay.io`` and
+``Harbor.Corp.Example:443/hub/nginx`` under the HTTPS mirror
+``harbor.corp.example/hub``, because the runtime would pull them from there.
 """
 
 from __future__ import annotations
@@ -20,10 +25,17 @@ from collections.abc import Iterable
 from typing import Literal
 
 from mirrorgate.policy import reference
-from mirrorgate.policy.hosts import DOCKER_HUB_ALIASES, canonical_host
-from mirrorgate.policy.rules import MirrorRule
+from mirrorgate.policy.hosts import DOCKER_HUB_ALIASES, canonical_host, network_host
+from mirrorgate.policy.rules import Mirror, MirrorRule
 
-__all__ = ["DOCKER_HUB_ALIASES", "Resolution", "ResolutionOutcome", "RuleIndex", "rewritten_name"]
+__all__ = [
+    "DOCKER_HUB_ALIASES",
+    "Resolution",
+    "ResolutionOutcome",
+    "RuleIndex",
+    "mirror_key",
+    "rewritten_name",
+]
 
 ResolutionOutcome = Literal["rewrite", "on-mirror", "excluded", "unmatched", "invalid"]
 
@@ -40,8 +52,25 @@ class Resolution:
     new_image: str | None = None
     """The image on the mirror (``rewrite`` only), tag and digest as written."""
     reference: reference.ImageReference | None = None
+    host: str | None = None
+    """The image's host as it was compared (:func:`hosts.network_host`): what ``explain``
+    shows beside the domain as written (``rewrite``, ``on-mirror``, ``excluded``)."""
     error: str | None = None
     """Why the image is not a valid reference (``invalid`` only)."""
+
+
+def compared_host(
+    ref: reference.ImageReference, rule: MirrorRule | None, *, on_mirror: bool
+) -> str:
+    """The spelling of ``ref``'s host that met ``rule``'s mirror (``on_mirror``) or a source."""
+    if on_mirror and rule is not None:
+        return network_host(ref.domain, https=rule.scheme == "https")
+    return canonical_host(ref.domain)
+
+
+def mirror_key(mirror: Mirror, *, https: bool) -> tuple[str, str]:
+    """The mirror prefix as the network sees it: two spellings of one prefix share a key."""
+    return network_host(mirror.host, https=https), mirror.path
 
 
 def canonical_path(host: str, path: str) -> str:
@@ -49,6 +78,36 @@ def canonical_path(host: str, path: str) -> str:
     if "/" not in path and canonical_host(host) == reference.DEFAULT_DOMAIN:
         return reference.OFFICIAL_REPO_PREFIX + path
     return path
+
+
+def canonical_name(ref: reference.ImageReference) -> str:
+    """``ref``'s repository as the network sees it: ``Registry-1.Docker.io:443/nginx`` is
+    ``docker.io/library/nginx``."""
+    return f"{canonical_host(ref.domain)}/{canonical_path(ref.domain, ref.path)}"
+
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def canonical_glob(glob: str) -> str:
+    """An ``exclude.images`` glob with its host spelled as :func:`canonical_name` spells it.
+
+    The part before the first ``/`` is a host: compared in lower case,
+    without ``:443``, Docker Hub's aliases as docker.io (and a Docker Hub
+    name of one component under ``library/``). A glob without a ``/`` has no
+    host to rewrite; nor do the rest's tag and digest, which are case-sensitive.
+    """
+    host, slash, rest = glob.partition("/")
+    if not slash:
+        return glob
+    if _GLOB_CHARS.isdisjoint(host):
+        host = canonical_host(host)
+        path = rest.split(":", 1)[0].split("@", 1)[0]
+        if _GLOB_CHARS.isdisjoint(path):
+            rest = canonical_path(host, path) + rest[len(path) :]
+    else:
+        host = network_host(host)
+    return f"{host}/{rest}"
 
 
 def _prefixes(path: str) -> Iterable[str]:
@@ -67,20 +126,27 @@ class RuleIndex:
     def __init__(self, rules: Iterable[MirrorRule]) -> None:
         self._sources: dict[tuple[str, str], MirrorRule] = {}
         self._wildcards: dict[str, MirrorRule] = {}
-        self._mirrors: dict[tuple[str, str], MirrorRule] = {}
+        # By scheme: ``:443`` is the default port of an HTTPS mirror only.
+        self._https_mirrors: dict[tuple[str, str], MirrorRule] = {}
+        self._http_mirrors: dict[tuple[str, str], MirrorRule] = {}
         for rule in rules:
             if rule.source.wildcard:
                 self._wildcards[rule.source.host] = rule
             else:
                 self._sources[(rule.source.host, rule.source.path)] = rule
-            self._mirrors[(rule.mirror.host, rule.mirror.path)] = rule
+            https = rule.scheme == "https"
+            mirrors = self._https_mirrors if https else self._http_mirrors
+            mirrors[mirror_key(rule.mirror, https=https)] = rule
 
     def mirror_rule(self, ref: reference.ImageReference) -> MirrorRule | None:
         """The rule whose mirror prefix ``ref`` already sits under (longest prefix)."""
-        if not self._mirrors:
+        https, http = self._https_mirrors, self._http_mirrors
+        if not https and not http:
             return None
+        https_host = network_host(ref.domain, https=True)
+        http_host = network_host(ref.domain, https=False)
         for prefix in _prefixes(ref.path):
-            rule = self._mirrors.get((ref.domain, prefix))
+            rule = https.get((https_host, prefix)) or http.get((http_host, prefix))
             if rule is not None:
                 return rule
         return None

@@ -17,12 +17,15 @@ import dataclasses
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from mirrorgate.policy import matching, reference
 from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings
 from mirrorgate.policy.quoting import quote
 from mirrorgate.policy.rules import Mirror, MirrorRule
+
+if TYPE_CHECKING:
+    from mirrorgate.policy.selectors import LabelSelector
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
@@ -82,7 +85,8 @@ class PolicyError(ValueError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CredentialGrant:
-    """Which namespaces may receive a copy of a credential (fnmatch globs)."""
+    """Which namespaces may receive a copy of a credential: by name (or fnmatch glob), or by
+    a namespace label (``namespaceSelector``); either one grants."""
 
     name: str
     namespaces: tuple[str, ...]
@@ -92,6 +96,8 @@ class CredentialGrant:
     an image). None: the store entry's own key."""
     provider: str | None = None
     """A kubelet credential-provider plugin that issues this login; None: the store."""
+    selector: LabelSelector | None = None
+    """``namespaceSelector``: namespaces whose labels it matches are granted too."""
 
     def covers(self, mirror: Mirror) -> bool:
         """Whether images under ``mirror`` fall under this credential's scope."""
@@ -127,7 +133,9 @@ class Policy:
     def __post_init__(self) -> None:
         derived = {
             "index": matching.RuleIndex(self.rules),
-            "_excluded_image": _compile_globs(self.exclude_images),
+            "_excluded_image": _compile_globs(
+                [matching.canonical_glob(g) for g in self.exclude_images]
+            ),
             "_excluded_namespace": _compile_globs(
                 (*ALWAYS_EXCLUDED_NAMESPACES, *self.exclude_namespaces)
             ),
@@ -157,10 +165,21 @@ class Policy:
         except reference.InvalidReferenceError as error:
             return matching.Resolution(image=image, outcome="invalid", error=error.reason)
         if self.is_image_excluded(ref):
-            return matching.Resolution(image=image, outcome="excluded", reference=ref)
+            return matching.Resolution(
+                image=image,
+                outcome="excluded",
+                reference=ref,
+                host=matching.compared_host(ref, None, on_mirror=False),
+            )
         rule = self.index.mirror_rule(ref)
         if rule is not None:
-            return matching.Resolution(image=image, outcome="on-mirror", rule=rule, reference=ref)
+            return matching.Resolution(
+                image=image,
+                outcome="on-mirror",
+                rule=rule,
+                reference=ref,
+                host=matching.compared_host(ref, rule, on_mirror=True),
+            )
         rule = self.index.source_rule(ref)
         if rule is None:
             return matching.Resolution(image=image, outcome="unmatched", reference=ref)
@@ -185,42 +204,89 @@ class Policy:
                 error=f"{rule.label}'s mirror has no repository path to hold this image",
             )
         return matching.Resolution(
-            image=image, outcome="rewrite", rule=rule, new_image=str(new_ref), reference=ref
+            image=image,
+            outcome="rewrite",
+            rule=rule,
+            new_image=str(new_ref),
+            reference=ref,
+            host=matching.compared_host(ref, rule, on_mirror=False),
         )
 
     def is_image_excluded(self, ref: reference.ImageReference) -> bool:
-        """Whether an ``exclude.images`` glob matches the normalised reference.
+        """Whether an ``exclude.images`` glob matches the reference as the network sees it.
 
-        A glob is tried on the whole normalised reference and on the name
-        alone, so ``docker.io/library/nginx`` excludes every tag of nginx.
+        A glob is tried on the whole reference and on the name alone, so
+        ``docker.io/library/nginx`` excludes every tag of nginx. Both sides
+        are compared with hosts as the network sees them
+        (:func:`matching.canonical_name`): ``Registry.K8s.io:443/pause:3.9`` is
+        excluded by ``registry.k8s.io/pause:*``.
         """
         pattern = self._excluded_image
-        return pattern is not None and (
-            pattern.fullmatch(str(ref)) is not None or pattern.fullmatch(ref.name) is not None
+        if pattern is None:
+            return False
+        name = matching.canonical_name(ref)
+        return (
+            pattern.fullmatch(name + str(ref)[len(ref.name) :]) is not None
+            or pattern.fullmatch(name) is not None
         )
 
     def is_namespace_excluded(self, namespace: str) -> bool:
         pattern = self._excluded_namespace
         return pattern is not None and pattern.fullmatch(namespace) is not None
 
-    def is_granted(self, credential: str, namespace: str) -> bool:
-        """Whether ``namespace`` may receive ``credential``."""
-        pattern = self._grant_patterns.get(credential)
-        return pattern is not None and pattern.fullmatch(namespace) is not None
+    @property
+    def has_selectors(self) -> bool:
+        """Whether any grant reads namespace labels (else they need not be looked up)."""
+        return any(grant.selector is not None for grant in self.grants.values())
 
-    def not_granted(self, rule: MirrorRule, namespace: str) -> str | None:
+    def label_grants(self, labels: Mapping[str, str] | None) -> frozenset[str] | None:
+        """The credentials whose ``namespaceSelector`` matches ``labels`` (None: unknown).
+
+        All that a plan reads of a namespace's labels: a cache of plans keys by it.
+        """
+        if labels is None:
+            return None
+        return frozenset(
+            name
+            for name, grant in self.grants.items()
+            if grant.selector is not None and grant.selector.matches(labels)
+        )
+
+    def is_granted(
+        self, credential: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> bool:
+        """Whether ``namespace`` (with ``labels``; None: not known) may receive ``credential``."""
+        pattern = self._grant_patterns.get(credential)
+        if pattern is not None and pattern.fullmatch(namespace) is not None:
+            return True
+        grant = self.grants.get(credential)
+        selector = grant.selector if grant is not None else None
+        return selector is not None and labels is not None and selector.matches(labels)
+
+    def not_granted(
+        self, rule: MirrorRule, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> str | None:
         """Why ``rule``'s mirror is off limits in ``namespace``, or None when it is not.
 
         The one statement of the grant check and its wording, for admission
-        warnings, ``explain`` and ``audit`` alike.
+        warnings, ``explain`` and ``audit`` alike. ``labels`` are the
+        namespace's, as mirrorgate's own cache holds them; None while they
+        are not known, when only the names can grant.
         """
         credential = rule.credential
-        if credential is None or self.is_granted(credential, namespace):
+        if credential is None or self.is_granted(credential, namespace, labels):
             return None
-        return (
+        reason = (
             f"credential {credential!r} of {rule.label} is not granted to namespace "
             f"{quote(namespace)}"
         )
+        grant = self.grants.get(credential)
+        if grant is not None and grant.selector is not None and labels is None:
+            reason += (
+                f" (its labels, which credentials.{credential}.namespaceSelector reads, "
+                "are not known yet)"
+            )
+        return reason
 
 
 def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:

@@ -12,8 +12,6 @@ output back to us, and an image under a mirror prefix is therefore final.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Collection, Mapping
 from typing import NamedTuple
 
@@ -27,6 +25,7 @@ from mirrorgate.policy.decision import (
 from mirrorgate.policy.health import HEALTHY, Health
 from mirrorgate.policy.matching import Resolution
 from mirrorgate.policy.model import Policy
+from mirrorgate.policy.originals import Record, existing_record
 from mirrorgate.policy.plans import (
     ORIGINAL_IMAGES_ANNOTATION,
     PULL_SECRET_PREFIX,
@@ -70,35 +69,6 @@ __all__ = [
     "pull_secret_name",
     "shape_key",
 ]
-
-
-# A JSON string, unrolled so that the match is one linear pass.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-
-
-def _existing_originals(annotations: Mapping[str, object]) -> dict[str, str] | None:
-    """The record of the originals; None when it is there but is not a flat object of strings.
-
-    The value is the client's: it is screened before it is decoded, in one
-    pass and without recursion, so that lists or objects nested thousands
-    deep are refused as what they are (not a record) instead of overflowing
-    the decoder's recursion. A record holds one object and no list.
-    """
-    raw = annotations.get(ORIGINAL_IMAGES_ANNOTATION)
-    if raw is None:
-        return {}
-    if not isinstance(raw, str):
-        return None
-    outside_strings = _JSON_STRING.sub("", raw)
-    if "[" in outside_strings or outside_strings.count("{") > 1:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        return None
-    return value
 
 
 def _existing_pull_secrets(spec: Mapping[str, object]) -> set[str] | None:
@@ -228,6 +198,7 @@ def plan(
     can_annotate: bool = True,
     health: Health = HEALTHY,
     resolve: Callable[[str], Resolution] | None = None,
+    namespace_labels: Mapping[str, str] | None = None,
 ) -> RewritePlan:
     """Plan the rewrites for ``pod`` in ``namespace``: a pure function of its arguments.
 
@@ -248,6 +219,8 @@ def plan(
 
     ``resolve`` answers :meth:`Policy.resolve` for ``mirror_policy``; a caller
     that keeps resolutions passes its own (the webhook's admission cache).
+    ``namespace_labels`` are the namespace's labels, for grants by
+    ``namespaceSelector`` (None: not known; only names grant).
     """
     metadata = as_mapping(pod.get("metadata"))
     annotations = as_mapping(metadata.get("annotations"))
@@ -264,19 +237,21 @@ def plan(
             skipped=exemption.reason,
             outcomes=dict.fromkeys((s.key for s in sites), exemption.outcome),
         )
-    originals = _existing_originals(annotations)
-    if originals is None:
-        # Treated as absent: the record is rebuilt from the images rewritten now.
-        originals = {}
-        warnings.append(
-            f"annotation {ORIGINAL_IMAGES_ANNOTATION} is not a JSON object of strings; "
-            "treated as absent and rebuilt from the images rewritten now"
-        )
+    resolve = resolve or mirror_policy.resolve
+    # The record never decides a rewrite; only what is mirrorgate's own is kept. It is
+    # the whole Pod's: judged against every container list, and not at all where the
+    # metadata cannot change (an ephemeral-container update).
+    record = Record({}, False, None)
+    if can_annotate:
+        whole = sites if fields is CONTAINER_FIELDS else spec_sites(spec)[0]
+        record = existing_record(annotations, whole, resolve)
+    originals, rebuilt, record_warning = record
+    if record_warning is not None:
+        warnings.append(record_warning)
     attached = _existing_pull_secrets(spec)
     if attached is None:
         warnings.append("spec.imagePullSecrets is not a list; pull secrets cannot be attached")
         attached, can_add_pull_secrets = set(), False
-    resolve = resolve or mirror_policy.resolve
 
     rewrites: list[ImageRewrite] = []
     outcomes: dict[str, ImageOutcome] = {}
@@ -292,7 +267,10 @@ def plan(
         if previous is not None and previous.get(key) == site.image:
             continue
         decision = decide_image(
-            resolve(site.image), namespace=namespace, mirror_policy=mirror_policy
+            resolve(site.image),
+            namespace=namespace,
+            mirror_policy=mirror_policy,
+            labels=namespace_labels,
         )
         outcomes[key] = decision.outcome
         if decision.warning is not None:
@@ -364,7 +342,7 @@ def plan(
             pull_secret_name(c) for c in credentials if pull_secret_name(c) not in attached
         ),
         credentials=credentials,
-        original_images={**originals, **new_originals} if new_originals else None,
+        original_images={**originals, **new_originals} if new_originals or rebuilt else None,
         warnings=tuple(warnings),
         outcomes=outcomes,
         fallbacks=fallbacks,
@@ -372,4 +350,5 @@ def plan(
         recorded=frozenset(new_originals),
         unmirrored=unmirrored,
         unattachable=tuple(unattachable),
+        rebuilt=rebuilt,
     )

@@ -83,7 +83,8 @@ class RewritePlan:
     credentials: tuple[str, ...] = ()
     """Credentials whose pull secret must exist in the namespace for this plan."""
     original_images: Mapping[str, str] | None = None
-    """The annotation's new content (to be written as a JSON object); None leaves it as is."""
+    """The annotation's new content (to be written as a JSON object; empty: removed);
+    None leaves it as is."""
     warnings: tuple[str, ...] = ()
     skipped: str | None = None
     """Why the whole Pod was left alone, if it was."""
@@ -100,6 +101,9 @@ class RewritePlan:
     unattachable: tuple[tuple[ImageSite, str], ...] = ()
     """Each image left as written because the pull secret it needs (named) is not on the Pod
     and cannot be added in this operation (an UPDATE, or kubectl debug's subresource)."""
+    rebuilt: bool = False
+    """The Pod's record held what is not mirrorgate's (:mod:`policy.originals`): it is
+    written anew even where nothing is added to it."""
 
     def without(self, failures: Mapping[str, str]) -> RewritePlan:
         """This plan with the images of the credentials in ``failures`` left as written.
@@ -131,7 +135,11 @@ class RewritePlan:
         originals = self.original_images
         if originals is not None and recorded != self.recorded:
             gone = self.recorded & dropped
-            originals = {k: v for k, v in originals.items() if k not in gone} if recorded else None
+            originals = (
+                {k: v for k, v in originals.items() if k not in gone}
+                if recorded or self.rebuilt
+                else None
+            )
         secrets = {pull_secret_name(c) for c in failures}
         unmirrored: dict[str, UnmirroredReason] = dict(self.unmirrored)
         for rewrite in self.rewrites:

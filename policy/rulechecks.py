@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from mirrorgate.policy import matching
 from mirrorgate.policy.collector import Collector, json_quote
 from mirrorgate.policy.model import CredentialGrant, FieldError
 from mirrorgate.policy.rules import MirrorRule, Scheme
@@ -84,17 +85,32 @@ def warnings(
                     f"{json_quote(rule.credential)}: the login would cross the network in clear",
                 )
             )
-    found.extend(
-        FieldError(
-            f"credentials.{name}.namespaces",
-            '"*" grants this credential to every opted-in namespace: anyone who can '
-            "create a Pod in one can pull with it; name the namespaces or globs that "
-            "need it",
-        )
-        for name, grant in grants.items()
-        if "*" in grant.namespaces
-    )
+    for name, grant in grants.items():
+        if "*" in grant.namespaces:
+            found.append(
+                FieldError(
+                    f"credentials.{name}.namespaces",
+                    '"*" grants this credential to every opted-in namespace: anyone who can '
+                    "create a Pod in one can pull with it; name the namespaces that need it, "
+                    "or select them by an admin-only label (namespaceSelector)",
+                )
+            )
+            continue
+        globs = [g for g in grant.namespaces if not _GLOB_CHARS.isdisjoint(g)]
+        if globs:
+            found.append(
+                FieldError(
+                    f"credentials.{name}.namespaces",
+                    f"{json_quote(globs[0])} is a glob: whoever may create a namespace whose "
+                    "name it matches (Capsule, HNC, Rancher projects) gets this credential; "
+                    "name the namespaces, or select them by an admin-only label "
+                    "(namespaceSelector, docs/credentials.md)",
+                )
+            )
     return tuple(found)
+
+
+_GLOB_CHARS = frozenset("*?[")
 
 
 def check_nested_mirrors(rules: Sequence[MirrorRule], errors: Collector) -> None:
@@ -105,12 +121,12 @@ def check_nested_mirrors(rules: Sequence[MirrorRule], errors: Collector) -> None
     credited to the wrong rule and its credential. One dictionary probe per
     path component, so this stays linear in the number of rules.
     """
-    by_prefix = {(r.mirror.host, r.mirror.path): r for r in rules}
+    by_prefix = {matching.mirror_key(r.mirror, https=r.scheme == "https"): r for r in rules}
     for rule in rules:
-        path = rule.mirror.path
+        host, path = matching.mirror_key(rule.mirror, https=rule.scheme == "https")
         parents = [path[:i] for i in range(len(path)) if path[i] == "/"]
         for parent in ([""] if path else []) + parents:
-            outer = by_prefix.get((rule.mirror.host, parent))
+            outer = by_prefix.get((host, parent))
             if outer is not None:
                 errors.add(
                     f"{rule.label}.mirror",

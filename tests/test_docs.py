@@ -92,6 +92,10 @@ DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
         {"credentials": {"a": {"namespaces": ["*"]}}},
         lambda p: p.grants["a"].provider,
     ),
+    "credentials.<name>.namespaceSelector": (
+        {"credentials": {"a": {"namespaces": ["shop"]}}},
+        lambda p: p.grants["a"].selector,
+    ),
 }
 
 

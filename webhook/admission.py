@@ -45,6 +45,11 @@ class PullSecrets(Protocol):
         """The credentials whose Secret is not known to be current (memory only, no I/O)."""
         ...
 
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        """The namespace's labels as mirrorgate's own cache holds them (memory only); None
+        while not known. Grants by ``namespaceSelector`` read them."""
+        ...
+
     async def ensure(self, namespace: str, credentials: Sequence[str]) -> dict[str, str]:
         """Create or update their Secrets; return ``{credential: reason}`` for failures.
 
@@ -141,9 +146,16 @@ def _planned(
     operation: Operation,
     health: policy.Health,
     cache: AdmissionCache,
+    labels: Mapping[str, str] | None,
 ) -> Admitted:
     if operation == "create":
-        return cache.admitted(obj, namespace=namespace, mirror_policy=mirror_policy, health=health)
+        return cache.admitted(
+            obj,
+            namespace=namespace,
+            mirror_policy=mirror_policy,
+            health=health,
+            namespace_labels=labels,
+        )
     # An update is planned against its old object, never answered from the cache's
     # CREATE plans: only the images it changes are planned, and a running Pod's
     # imagePullSecrets cannot change. An ephemeral-container update may only add
@@ -162,6 +174,7 @@ def _planned(
             can_annotate=operation == "update",
             health=health,
             resolve=cache.resolver(mirror_policy),
+            namespace_labels=labels,
         )
     )
 
@@ -349,6 +362,8 @@ async def admit(
         operation=operation,
         health=health,
         cache=AdmissionCache() if cache is None else cache,
+        # Read only where a grant selects by label: memory, never the API.
+        labels=secrets.namespace_labels(namespace) if mirror_policy.has_selectors else None,
     )
     plan = admitted.plan
     if plan.skipped is not None:

@@ -96,7 +96,7 @@ class AdmissionCache:
         self.held = 0
         """Bytes charged for what is kept now."""
         self._policy: policy.Policy | None = None
-        self._admitted: dict[policy.ShapeKey, Admitted] = {}
+        self._admitted: dict[tuple[policy.ShapeKey, frozenset[str] | None], Admitted] = {}
         self._resolutions: dict[str, policy.Resolution] = {}
 
     def __len__(self) -> int:
@@ -158,10 +158,22 @@ class AdmissionCache:
         namespace: str,
         mirror_policy: policy.Policy,
         health: policy.Health,
+        namespace_labels: Mapping[str, str] | None = None,
     ) -> Admitted:
-        """The CREATE plan for ``pod``: kept by its shape, or planned (and kept if it may be)."""
+        """The CREATE plan for ``pod``: kept by its shape, or planned (and kept if it may be).
+
+        ``namespace_labels`` count only through the credentials their
+        ``namespaceSelector`` grants: the key holds those, not the labels.
+        """
         self._for(mirror_policy)
-        key = policy.shape_key(pod, namespace, health)
+        shape = policy.shape_key(pod, namespace, health)
+        key = (
+            None
+            if shape is None
+            else (shape, mirror_policy.label_grants(namespace_labels))
+            if mirror_policy.has_selectors
+            else (shape, None)
+        )
         if key is not None:
             found = self._admitted.get(key)
             if found is not None:
@@ -173,10 +185,11 @@ class AdmissionCache:
                 mirror_policy=mirror_policy,
                 health=health,
                 resolve=self.resolver(mirror_policy),
+                namespace_labels=namespace_labels,
             )
         )
-        if key is not None:
-            cost = _cost(key, made.plan)
+        if key is not None and shape is not None:
+            cost = _cost(shape, made.plan)
             if cost is not None and self._make_room(cost):
                 self._admitted[key] = made
         return made

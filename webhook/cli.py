@@ -25,6 +25,7 @@ from mirrorgate.webhook.commands import (
     offline,
     plugin_host,
 )
+from mirrorgate.webhook.commands import explain as explain_command
 from mirrorgate.webhook.commands.serve import settings
 from mirrorgate.webhook.credentials.store import StoreError
 from mirrorgate.webhook.errors import ConfigError
@@ -161,12 +162,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a label of the Pod, e.g. mirrorgate.io/skip=true (repeatable)",
     )
+    explain.add_argument(
+        "--namespace-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label of the namespace, for grants by namespaceSelector (repeatable)",
+    )
     _mode_argument(explain)
     explain.add_argument(
         "-o", "--output", choices=("json", "table"), default="json", help="(default: %(default)s)"
     )
     explain.add_argument("images", nargs="+", metavar="IMAGE")
-    explain.set_defaults(run=offline.run_explain)
+    explain.set_defaults(run=explain_command.run_explain)
 
     policy_commands = _group(commands, "policy", "work with policy files")
     check = policy_commands.add_parser(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any, Literal, TypedDict, TypeGuard
+from typing import Any, Literal, NotRequired, TypedDict, TypeGuard
 
 import orjson
 
@@ -23,9 +23,9 @@ __all__ = ["Operation", "annotation_value", "build_patch", "encoded_patch", "esc
 
 
 class Operation(TypedDict):
-    op: Literal["add", "replace"]
+    op: Literal["add", "replace", "remove"]
     path: str
-    value: Any
+    value: NotRequired[Any]
 
 
 def escape(token: str) -> str:
@@ -76,7 +76,11 @@ def _operations(plan: policy.RewritePlan, anchors: Anchors) -> list[Operation]:
         {"op": "replace", "path": r.site.pointer, "value": r.new_image} for r in plan.rewrites
     ]
 
-    if plan.original_images is not None:
+    if plan.original_images is not None and not plan.original_images:
+        # A record rebuilt empty: nothing was rewritten, so the Pod carries none.
+        if annotation == "annotation":
+            ops.append({"op": "remove", "path": _ANNOTATION_POINTER})
+    elif plan.original_images is not None:
         key = policy.ORIGINAL_IMAGES_ANNOTATION
         value = annotation_value(plan.original_images)
         if annotation == "metadata":

@@ -12,6 +12,7 @@ disjoint (nested mirror prefixes are a separate, explicit test).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -323,3 +324,26 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], str, policy.Policy]:
     mirrors = [rule["mirror"] for rule in document["mirrors"]]
     sources = [rule["source"] for rule in document["mirrors"]]
     return draw(pods(mirrors, sources)), draw(namespaces()), policy.load(document)
+
+
+@st.composite
+def respellings(draw: st.DrawFn, image: str) -> str:
+    """``image`` with its host spelled another way the network reads as the same host:
+    letters in any case, and ``:443`` added where no port is written (HTTPS's default).
+
+    A familiar name (no host written) is returned as it is, and so is a first component
+    that is a host only by its upper case (``0X/app``): in lower case the grammar reads it
+    as a Docker Hub namespace, another registry altogether.
+    """
+    try:
+        ref = policy.parse_normalized(image)
+    except policy.InvalidReferenceError:
+        return image
+    if not image.startswith(f"{ref.domain}/"):
+        return image
+    if ref.domain.lower() != "localhost" and not any(c in ref.domain for c in ".:"):
+        return image
+    host = "".join(c.upper() if draw(st.booleans()) else c.lower() for c in ref.domain)
+    if re.search(r":[0-9]+\Z", host) is None and draw(st.booleans()):
+        host += ":443"
+    return host + image[len(ref.domain) :]

@@ -221,12 +221,15 @@ def test_rewrite_past_255_characters_is_invalid() -> None:
         pytest.param(["docker.io/library/nginx"], "nginx-extra:1", False, id="name-glob-whole"),
         pytest.param(["nginx:*"], "nginx:1.25", False, id="familiar-glob-never-matches"),
         pytest.param(["docker.io/library/*"], "nginx:1", True, id="normalised-library"),
+        # Behaviour change (issue 28): a glob's host is compared as the network
+        # sees it, so an alias in a glob means Docker Hub, as in the image.
         pytest.param(
             ["index.docker.io/*"],
             "index.docker.io/library/nginx",
-            False,
-            id="globs-see-canonical-docker-io",
+            True,
+            id="alias-glob-is-docker-io",
         ),
+        pytest.param(["index.docker.io/*"], "nginx:1", True, id="alias-glob-familiar-image"),
         pytest.param(["*:debug"], "quay.io/a/b:debug", True, id="tag-glob"),
         pytest.param(["quay.io/a/?"], "quay.io/a/b", True, id="question-mark"),
         pytest.param(["quay.io/a/[bc]"], "quay.io/a/d", False, id="character-class"),

@@ -205,7 +205,7 @@ CRED_MSG = (
     "is not a valid credential name (lower-case letters, digits and '-', at most 63 characters)"
 )
 NAMESPACES_REQUIRED = (
-    "is required: the namespaces (names or globs) whose Pods may use this credential"
+    "is required (or namespaceSelector): the namespaces whose Pods may use this credential"
 )
 TOP_FIELDS = "onCredentialError, health, mirrors, exclude, credentials"
 
@@ -466,7 +466,8 @@ INVALID = [
         [
             (
                 "credentials.a.secret",
-                "unknown field (expected one of: namespaces, registry, provider)",
+                "unknown field (expected one of: namespaces, namespaceSelector, registry, "
+                "provider)",
             )
         ],
         id="grant-unknown-field",

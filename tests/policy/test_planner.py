@@ -491,28 +491,43 @@ def test_pull_secrets_deduplicated(existing: list[Any] | None, secrets: tuple[st
 
 
 # existing annotation value (None: absent), images, expected annotation (None: unchanged)
+# Behaviour change (issue 28): an entry is kept only where the container's image is
+# the mirror of that original; a fake or stray entry is dropped and the record rebuilt.
 ANNOTATIONS = [
     pytest.param(None, ["nginx"], {"containers/c0": "nginx"}, id="created"),
     pytest.param("{}", ["nginx"], {"containers/c0": "nginx"}, id="empty-object"),
-    # The record says what was rewritten: an update's (or a later webhook's) new
-    # image replaces the entry of the image it replaced.
     pytest.param(
         '{"containers/c0":"nginx:0.9"}',
         ["nginx:1"],
         {"containers/c0": "nginx:1"},
-        id="replaced-by-what-is-rewritten",
+        id="fake-original-replaced",
+    ),
+    pytest.param(
+        '{"containers/c0":"nginx:1"}', [f"{HUB}/library/nginx:1"], None, id="reinvocation-kept"
     ),
     pytest.param(
         '{"initContainers/i":"alpine"}',
         ["nginx"],
-        {"initContainers/i": "alpine", "containers/c0": "nginx"},
-        id="merged",
+        {"containers/c0": "nginx"},
+        id="stray-entry-dropped",
+    ),
+    pytest.param(
+        '{"containers/c0":"nginx:1"}',
+        [f"{HUB}/library/nginx:1", "redis"],
+        {"containers/c0": "nginx:1", "containers/c1": "redis"},
+        id="merged-with-own-record",
     ),
     pytest.param(
         '{"containers/c0":"nginx:0.9"}',
         ["nginx:1", "redis"],
         {"containers/c0": "nginx:1", "containers/c1": "redis"},
-        id="merged-replaces-a-rewritten-entry",
+        id="fake-dropped-beside-new",
+    ),
+    pytest.param(
+        '{"containers/c0":"busybox"}',
+        [f"{HUB}/library/nginx:1"],
+        {},
+        id="fake-on-mirrored-image-removed",
     ),
     pytest.param(None, ["quay.io/x/y"], None, id="no-rewrite-no-annotation"),
     pytest.param(None, [f"{HUB}/library/nginx"], None, id="on-mirror-no-annotation"),
@@ -523,7 +538,8 @@ ANNOTATIONS = [
 def test_original_images_annotation(
     existing: str | None, images: list[str], expected: dict[str, str] | None
 ) -> None:
-    """The annotation records the original of each image rewritten, keeping other entries."""
+    """The annotation records originals of rewritten containers, and keeps of what was
+    there only mirrorgate's own record of the images it rewrote; empty, it is removed."""
     annotations = {"other": "kept"}
     if existing is not None:
         annotations[ANNOTATION] = existing
@@ -536,6 +552,10 @@ def test_original_images_annotation(
         assert result.original_images == expected
     after = _apply(pod, result)
     assert after["metadata"]["annotations"]["other"] == "kept"
+    if expected == {}:
+        assert ANNOTATION not in after["metadata"]["annotations"]
+    elif expected is not None:
+        assert json.loads(after["metadata"]["annotations"][ANNOTATION]) == expected
 
 
 # pod, warnings
@@ -624,6 +644,11 @@ DEEP = 2000
         pytest.param("[" * DEEP + "]" * DEEP, id="lists-2000-deep"),
         pytest.param('{"a":' * DEEP + '"x"' + "}" * DEEP, id="objects-2000-deep"),
         pytest.param('{"containers/c0": "[{"}' + "[" * DEEP, id="deep-after-a-string"),
+        pytest.param(
+            json.dumps({"containers/c0": "nginx", "x": "y" * 262_144}), id="longer-than-any-pod"
+        ),
+        pytest.param('{"containers/c0": "\\ud800"}', id="lone-surrogate-value"),
+        pytest.param('{"\\udfff": "nginx"}', id="lone-surrogate-key"),
     ],
 )
 def test_unreadable_annotation_is_treated_as_absent(value: object) -> None:
@@ -637,6 +662,10 @@ def test_unreadable_annotation_is_treated_as_absent(value: object) -> None:
     assert (
         f"annotation {ANNOTATION} is not a JSON object of strings; "
         "treated as absent and rebuilt from the images rewritten now"
+    ) in result.warnings or (
+        f"annotation {ANNOTATION} is {len(str(value)):,} characters, longer than the API server "
+        "allows all of a Pod's annotations (262,144); treated as absent and rebuilt from "
+        "the images rewritten now"
     ) in result.warnings
     patched = jsonpatch.apply_patch(pod, patch.build_patch(pod, result))
     assert json.loads(patched["metadata"]["annotations"][ANNOTATION]) == {"containers/c0": "nginx"}
@@ -761,13 +790,45 @@ def test_without_leaves_only_the_failed_credentials_images_as_written() -> None:
 
 def test_without_keeps_the_originals_already_recorded() -> None:
     """Dropping every new record leaves the annotation as it is (None), not emptied."""
-    recorded = json.dumps({"containers/c9": "old:1"})
-    pod = _pod("nginx", annotations={ANNOTATION: recorded})
+    recorded = json.dumps({"containers/c1": "nginx:1"})
+    pod = _pod("nginx", f"{HUB}/library/nginx:1", annotations={ANNOTATION: recorded})
     planned = policy.plan(pod, namespace="default", mirror_policy=POLICY)
-    assert planned.original_images == {"containers/c9": "old:1", "containers/c0": "nginx"}
+    assert planned.original_images == {"containers/c1": "nginx:1", "containers/c0": "nginx"}
     result = planned.without({"harbor-pull": "down"})
     assert (result.rewrites, result.original_images, result.recorded) == ((), None, frozenset())
     assert patch.build_patch(pod, result) == []
+
+
+def test_the_record_is_the_whole_pods() -> None:
+    """Planning some container lists judges the record against all of them; where the
+    metadata cannot change, the record is not judged (and nothing is said of it)."""
+    record = json.dumps({"containers/c0": "nginx:1"})
+    pod = _pod(f"{HUB}/library/nginx:1", annotations={ANNOTATION: record})
+    pod["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "redis:7"}]
+    ephemeral: tuple[policy.ContainerField, ...] = ("ephemeralContainers",)
+    frozen = policy.plan(
+        pod, namespace="default", mirror_policy=POLICY, fields=ephemeral, can_annotate=False
+    )
+    assert (frozen.original_images, frozen.warnings) == (None, ())
+    assert [r.site.key for r in frozen.rewrites] == ["ephemeralContainers/debug"]
+    annotated = policy.plan(pod, namespace="default", mirror_policy=POLICY, fields=ephemeral)
+    assert annotated.original_images == {
+        "containers/c0": "nginx:1",
+        "ephemeralContainers/debug": "redis:7",
+    }
+    assert annotated.warnings == ()
+
+
+def test_without_still_drops_a_fake_record() -> None:
+    """A record that was not mirrorgate's stays dropped when the new entries go too."""
+    pod = _pod("nginx", annotations={ANNOTATION: json.dumps({"containers/c9": "old:1"})})
+    planned = policy.plan(pod, namespace="default", mirror_policy=POLICY)
+    assert planned.original_images == {"containers/c0": "nginx"}
+    result = planned.without({"harbor-pull": "down"})
+    assert (result.rewrites, result.original_images, result.recorded) == ((), {}, frozenset())
+    assert patch.build_patch(pod, result) == [
+        {"op": "remove", "path": "/metadata/annotations/mirrorgate.io~1original-images"}
+    ]
 
 
 @given(
@@ -777,14 +838,18 @@ def test_without_keeps_the_originals_already_recorded() -> None:
 def test_a_flat_record_of_strings_is_always_read_back(
     record: dict[str, str], ascii_only: bool
 ) -> None:
-    """The screen before decoding refuses nesting, never a record (brackets in its strings too)."""
+    """The screen before decoding refuses nesting, never a record (brackets in its strings too).
+
+    Read, its entries are judged: those of no container of the Pod are dropped, saying so.
+    """
     record.pop("containers/c0", None)
     value = json.dumps(record, ensure_ascii=ascii_only)
     result = policy.plan(
         _pod("nginx", annotations={ANNOTATION: value}), namespace="default", mirror_policy=POLICY
     )
-    assert result.original_images == {**record, "containers/c0": "nginx"}
-    assert not any(ANNOTATION in warning for warning in result.warnings)
+    assert result.original_images == {"containers/c0": "nginx"}
+    assert not any("not a JSON object" in warning for warning in result.warnings)
+    assert any("dropped" in warning for warning in result.warnings) == bool(record)
 
 
 @given(st.text(alphabet='[]{}":,\\ ax1', max_size=60))

@@ -8,6 +8,7 @@ from typing import Any
 
 import jsonpatch
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mirrorgate import policy
 from mirrorgate.policy import reference
@@ -98,6 +99,23 @@ def test_rewritten_images_sit_under_their_mirror(scenario: Scenario) -> None:
 
 
 @PROPERTY_SETTINGS
+@given(strategies.policies(), st.data())
+def test_a_host_respelled_resolves_alike(mirror_policy: policy.Policy, data: st.DataObject) -> None:
+    """Case and an explicit :443 do not change what the policy does with an image: the same
+    outcome, rule and image on the mirror (its host as configured), exclusions included."""
+    mirrors = [str(r.mirror) for r in mirror_policy.rules]
+    sources = [str(r.source) for r in mirror_policy.rules]
+    image = data.draw(strategies.images(mirrors, sources))
+    respelled = data.draw(strategies.respellings(image))
+    written, seen = mirror_policy.resolve(image), mirror_policy.resolve(respelled)
+    assert (seen.outcome, seen.rule, seen.new_image) == (
+        written.outcome,
+        written.rule,
+        written.new_image,
+    )
+
+
+@PROPERTY_SETTINGS
 @given(strategies.scenarios())
 def test_patch_touches_only_rewritten_images(scenario: Scenario) -> None:
     """Images not rewritten stay byte-identical, and the patch touches only the allowed paths."""
@@ -124,22 +142,60 @@ def test_patch_touches_only_rewritten_images(scenario: Scenario) -> None:
 @PROPERTY_SETTINGS
 @given(strategies.scenarios())
 def test_annotation_holds_originals_of_rewritten(scenario: Scenario) -> None:
-    """The annotation gains exactly the original strings of rewritten images (each replacing
-    an entry for the same site that named another)."""
+    """The annotation gains exactly the original strings of rewritten containers, and keeps
+    of what was there only the entries whose container sits on the mirror of that original.
+
+    A Pod left alone as a whole (excluded namespace, skip label) is left alone, record too.
+    """
     pod, namespace, mirror_policy = scenario
     plan, _, admitted = _admit(pod, namespace, mirror_policy)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if plan.skipped is not None:
+        assert (plan.original_images, admitted) == (None, pod)
+        return
     existing = json.loads(annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION, "{}"))
-    new_annotations = (admitted.get("metadata") or {}).get("annotations") or {}
-    recorded = json.loads(new_annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION, "{}"))
-    added = {
-        r.site.key: r.site.image for r in plan.rewrites if existing.get(r.site.key) != r.site.image
+    sites, _ = policy.find_image_sites(pod)
+    current = {site.key: site.image for site in sites}
+    kept = {
+        key: original
+        for key, original in existing.items()
+        if key in current and current[key] == mirror_policy.resolve(original).new_image
     }
-    assert recorded == {**existing, **added}
+    new_annotations = (admitted.get("metadata") or {}).get("annotations") or {}
+    added = {r.site.key: r.site.image for r in plan.rewrites if r.site.key not in kept}
+    if added or kept != existing:
+        expected = {**kept, **added}
+        assert plan.original_images == expected
+        written = new_annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION)
+        assert (json.loads(written) if written is not None else {}) == expected
+        assert (written is None) == (not expected)
+    else:
+        assert plan.original_images is None
+        assert new_annotations.get(policy.ORIGINAL_IMAGES_ANNOTATION) == annotations.get(
+            policy.ORIGINAL_IMAGES_ANNOTATION
+        )
     assert {k: v for k, v in new_annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION} == {
         k: v for k, v in annotations.items() if k != policy.ORIGINAL_IMAGES_ANNOTATION
     }
-    assert (plan.original_images is None) == (not added)
+
+
+@PROPERTY_SETTINGS
+@given(strategies.scenarios())
+def test_a_record_cannot_name_fake_originals(scenario: Scenario) -> None:
+    """Whatever the record says, every kept entry is the original of its container's
+    image: the image on the mirror is what the policy makes of it."""
+    pod, namespace, mirror_policy = scenario
+    plan, _, admitted = _admit(pod, namespace, mirror_policy)
+    if plan.skipped is not None:
+        return  # not admitted by mirrorgate: it makes no record, and reads none
+    written = ((admitted.get("metadata") or {}).get("annotations") or {}).get(
+        policy.ORIGINAL_IMAGES_ANNOTATION
+    )
+    record = json.loads(written) if written is not None else {}
+    sites, _ = policy.find_image_sites(admitted)
+    current = {site.key: site.image for site in sites}
+    for key, original in record.items():
+        assert current[key] == mirror_policy.resolve(original).new_image
 
 
 @PROPERTY_SETTINGS

@@ -7,7 +7,7 @@ import pytest
 
 from mirrorgate import policy
 
-GRANT = {"cache": {"namespaces": ["team-*"]}}
+GRANT = {"cache": {"namespaces": ["team-a"]}}
 
 
 def _load(*rules: dict[str, object], credentials: object = None) -> policy.Policy:

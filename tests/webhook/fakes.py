@@ -11,7 +11,7 @@ import dataclasses
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mirrorgate.webhook.cluster import kube
@@ -27,6 +27,11 @@ class RecordingPullSecrets:
     """When set, ``missing`` raises, as a bug in the real implementation would."""
     missing_calls: list[tuple[str, tuple[str, ...]]] = dataclasses.field(default_factory=list)
     ensure_calls: list[tuple[str, tuple[str, ...]]] = dataclasses.field(default_factory=list)
+    labels: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    """Each namespace's labels, as the Namespace cache would hold them (absent: not known)."""
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.labels.get(namespace)
 
     def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
         self.missing_calls.append((namespace, tuple(credentials)))

@@ -311,6 +311,12 @@ def test_malformed_pod_contents_are_allowed_with_a_warning(
     [
         pytest.param("[" * 2000 + "]" * 2000, id="lists-2000-deep"),
         pytest.param('{"a":' * 2000 + '"x"' + "}" * 2000, id="objects-2000-deep"),
+        # Once an internal error: JSON's \ud800 decodes, but cannot be written back.
+        pytest.param('{"containers/c0": "\\ud800"}', id="lone-surrogate"),
+        pytest.param(
+            json.dumps({f"containers/x{i}": "y" * 100 for i in range(3000)}),
+            id="longer-than-any-pod",
+        ),
     ],
 )
 def test_a_deep_original_images_annotation_is_treated_as_absent(
@@ -324,12 +330,33 @@ def test_a_deep_original_images_annotation_is_treated_as_absent(
     assert (
         "annotation mirrorgate.io/original-images is not a JSON object of strings; "
         "treated as absent and rebuilt from the images rewritten now"
+    ) in response["warnings"] or (
+        f"annotation mirrorgate.io/original-images is {len(value):,} characters, longer "
+        "than the API server allows all of a Pod's annotations (262,144); treated as "
+        "absent and rebuilt from the images rewritten now"
     ) in response["warnings"]
     patched = apply(obj, patch_ops(response))
     assert [c["image"] for c in patched["spec"]["containers"]] == [PROM_MIRRORED]
     assert json.loads(patched["metadata"]["annotations"]["mirrorgate.io/original-images"]) == {
         "containers/c0": PROM_IMAGE
     }
+
+
+def test_fake_originals_are_dropped_and_the_record_rebuilt(harness: Harness) -> None:
+    """A record naming fake originals does not survive admission: the record is rebuilt
+    from the images rewritten, and the client is told why."""
+    obj = annotated(json.dumps({"containers/c0": "registry.example/fake:1", "ghost/x": "y"}))
+    response = harness.mutate(review(obj, uid=UID))
+    assert response["allowed"] is True
+    patched = apply(obj, patch_ops(response))
+    assert [c["image"] for c in patched["spec"]["containers"]] == [PROM_MIRRORED]
+    assert json.loads(patched["metadata"]["annotations"]["mirrorgate.io/original-images"]) == {
+        "containers/c0": PROM_IMAGE
+    }
+    assert any(
+        "the entries for 'containers/c0', 'ghost/x' are not the originals" in w
+        for w in response["warnings"]
+    ), response["warnings"]
 
 
 def test_malformed_pull_secrets_still_rewrite_open_mirrors(harness: Harness) -> None:

@@ -47,6 +47,7 @@ EXPLAIN_KEYS = {
     "result",
     "credential",
     "credentialRegistry",
+    "match",
     "warning",
 }
 
@@ -425,6 +426,7 @@ def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> Non
         "result": None,
         "credential": None,
         "credentialRegistry": None,
+        "match": None,
         "warning": None,
     }
 
@@ -490,6 +492,7 @@ def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
         "result": "Nginx",
         "credential": None,
         "credentialRegistry": None,
+        "match": None,
         "warning": "image 'Nginx' left as written: repository name must be lowercase",
     }
     assert valid["valid"] is True
@@ -514,7 +517,7 @@ def test_explain_credential_not_granted(mirrorgate: Any, tmp_path: Path) -> None
 def test_policy_check_valid(mirrorgate: Any, tmp_path: Path) -> None:
     """A valid policy with explicit grants: exit 0 and a one-line summary."""
     path = tmp_path / "policy.yaml"
-    path.write_text(policies.POLICY.replace('["*"]', '["team-*", shop]'))
+    path.write_text(policies.POLICY.replace('["*"]', '["team-a", shop]'))
     result = mirrorgate("policy", "check", str(path))
     assert result.code == 0
     assert result.out.count("\n") == 1
@@ -522,16 +525,36 @@ def test_policy_check_valid(mirrorgate: Any, tmp_path: Path) -> None:
     assert "2 mirror rules" in result.out
 
 
-def test_policy_check_warns_of_a_grant_to_every_namespace(
-    mirrorgate: Any, policy_file: Path
+@pytest.mark.parametrize(
+    ("grant", "warning"),
+    [
+        pytest.param(
+            '["*"]',
+            '"*" grants this credential to every opted-in namespace: anyone who can create a '
+            "Pod in one can pull with it; name the namespaces that need it, or select them by "
+            "an admin-only label (namespaceSelector)",
+            id="every-namespace",
+        ),
+        pytest.param(
+            '["team-*", shop]',
+            '"team-*" is a glob: whoever may create a namespace whose name it matches (Capsule, '
+            "HNC, Rancher projects) gets this credential; name the namespaces, or select them "
+            "by an admin-only label (namespaceSelector, docs/credentials.md)",
+            id="glob",
+        ),
+    ],
+)
+def test_policy_check_warns_of_a_grant_by_glob(
+    mirrorgate: Any, tmp_path: Path, grant: str, warning: str
 ) -> None:
-    """`"*"` is valid, but anyone who can create a Pod anywhere could use the credential."""
-    result = mirrorgate("policy", "check", str(policy_file))
+    """Valid, but `"*"` lets anyone who can create a Pod anywhere use the credential, and a
+    glob any namespace a tenant may create under that name."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(policies.POLICY.replace('["*"]', grant))
+    result = mirrorgate("policy", "check", str(path))
     assert result.code == 0
     assert result.out.splitlines()[1:] == [
-        '  warning: credentials.harbor-pull.namespaces: "*" grants this credential to every '
-        "opted-in namespace: anyone who can create a Pod in one can pull with it; name the "
-        "namespaces or globs that need it"
+        f"  warning: credentials.harbor-pull.namespaces: {warning}"
     ]
 
 

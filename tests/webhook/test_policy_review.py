@@ -80,7 +80,8 @@ def test_a_valid_policy_is_allowed_with_policy_checks_warnings(harness: Harness)
     assert response["warnings"] == [
         "ConfigMap mirrorgate/mirrorgate-policy data.policy.yaml: credentials.harbor-pull."
         'namespaces: "*" grants this credential to every opted-in namespace: anyone who can '
-        "create a Pod in one can pull with it; name the namespaces or globs that need it"
+        "create a Pod in one can pull with it; name the namespaces that need it, or select "
+        "them by an admin-only label (namespaceSelector)"
     ]
     assert "patch" not in response
     page = samples(harness.client.get("/metrics").text)

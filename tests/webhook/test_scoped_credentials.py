@@ -7,7 +7,7 @@ import json
 import orjson
 
 from mirrorgate import policy
-from mirrorgate.webhook.commands import audit_report, audit_table, offline
+from mirrorgate.webhook.commands import audit_report, audit_table, explain
 from mirrorgate.webhook.credentials.scoped import ScopedStore
 from mirrorgate.webhook.credentials.store import Credential
 from tests.webhook.test_pullsecrets import StaticStore
@@ -48,8 +48,8 @@ def test_a_scoped_credential_is_keyed_by_its_scope_and_others_keep_the_store_key
 
 
 def test_explain_names_the_credential_and_its_scope() -> None:
-    a = offline.explain_image("quay.io/a/app:1", mirror_policy=POLICY, namespace="shop")
-    b = offline.explain_image("quay.io/b/app:1", mirror_policy=POLICY, namespace="shop")
+    a = explain.explain_image("quay.io/a/app:1", mirror_policy=POLICY, namespace="shop")
+    b = explain.explain_image("quay.io/b/app:1", mirror_policy=POLICY, namespace="shop")
     assert (a["result"], a["credential"], a["credentialRegistry"]) == (
         f"{HOST}/team-a/app:1",
         "team-a",

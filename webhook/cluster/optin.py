@@ -3,14 +3,16 @@
 A review names its namespace, and anything that reaches the webhook's port
 can send one. Pull secrets are therefore made only in namespaces whose
 ``mirrorgate.io/mode=enforce`` label mirrorgate sees in its own Namespace
-cache: an informer, so the check is a memory lookup.
+cache: an informer, so the check is a memory lookup. The same cache gives
+the labels that ``credentials.<name>.namespaceSelector`` grants by: the
+AdmissionReview of a Pod does not carry its namespace's labels.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mirrorgate.policy import ENFORCE, MODE_LABEL, MODES
@@ -47,6 +49,17 @@ class NamespaceOptIn:
         labels = ((found or {}).get("metadata") or {}).get("labels") or {}
         mode = labels.get(MODE_LABEL)
         return mode if isinstance(mode, str) else None
+
+    def labels(self, namespace: str) -> Mapping[str, str] | None:
+        """The namespace's labels as the cache holds them; None before it has synced or for a
+        namespace it does not hold (a review may name one that does not exist)."""
+        if not self.informer.synced.is_set():
+            return None
+        found = self.informer.items.get(("", namespace))
+        if found is None:
+            return None
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
     def exists(self, namespace: str) -> bool:
         return ("", namespace) in self.informer.items

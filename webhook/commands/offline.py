@@ -1,5 +1,5 @@
 """Offline commands: `rewrite` shows Pods (and workloads' Pods) as they would be admitted;
-`explain` one image; `policy check` validates a policy file.
+`policy check` validates a policy file (`explain`, one image, is :mod:`.explain`).
 
 They run the same planner and patch builder as the admission server, so what
 they print is what admission would do (minus pull-secret creation, which
@@ -29,11 +29,9 @@ from mirrorgate.webhook.policyfile import boundedyaml
 __all__ = [
     "TEMPLATE_PATHS",
     "NothingToRewrite",
-    "explain_image",
     "load_documents",
     "pod_of",
     "rewrite_documents",
-    "run_explain",
     "run_policy_check",
     "run_rewrite",
 ]
@@ -179,82 +177,6 @@ def rewrite_documents(
     return outputs, patches, warnings
 
 
-def explain_image(
-    image: str,
-    *,
-    mirror_policy: policy.Policy | None,
-    namespace: str,
-    labels: Mapping[str, str] | None = None,
-    mode: str = ENFORCE,
-) -> dict[str, Any]:
-    """What admission would do with ``image`` in a Pod of ``namespace``, as a JSON-ready object.
-
-    Every key is always present (null when it does not apply). ``outcome`` and
-    ``warning`` come from the functions admission itself decides with
-    (:mod:`policy.decision`); without a policy there is no outcome. ``mode``
-    is the effective one (see :data:`MODES`): under audit, ``result`` is the
-    image as written and a rewrite is only reported.
-    """
-    explained: dict[str, Any] = {
-        "image": image,
-        "mode": mode,
-        "valid": True,
-        "error": None,
-        "reference": None,
-        "outcome": None,
-        "reason": None,
-        "rule": None,
-        "result": None,
-        "credential": None,
-        "credentialRegistry": None,
-        "warning": None,
-    }
-    try:
-        ref = policy.parse_normalized(image)
-    except policy.InvalidReferenceError as error:
-        explained.update(valid=False, error=error.reason)
-    else:
-        explained["reference"] = {
-            "domain": ref.domain,
-            "path": ref.path,
-            "tag": ref.tag,
-            "digest": ref.digest,
-            "name": ref.name,
-            "normalized": str(ref),
-        }
-    if mirror_policy is None:
-        return explained
-    explained["result"] = image
-    exemption = policy.exempt_pod(
-        namespace=namespace, labels=labels or {}, annotations={}, mirror_policy=mirror_policy
-    )
-    if exemption is not None:
-        explained.update(outcome=exemption.outcome, reason=exemption.reason)
-        return explained
-    decision = policy.decide_image(
-        mirror_policy.resolve(image), namespace=namespace, mirror_policy=mirror_policy
-    )
-    explained.update(outcome=decision.outcome, reason=decision.reason, warning=decision.warning)
-    rule = decision.resolution.rule
-    if rule is not None:
-        explained.update(
-            rule={
-                "index": rule.index,
-                "source": str(rule.source),
-                "mirror": str(rule.mirror),
-                "scheme": rule.scheme,
-            },
-            credential=rule.credential,
-        )
-        grant = mirror_policy.grants.get(rule.credential) if rule.credential is not None else None
-        if grant is not None and grant.registry is not None:
-            # The key of the generated .dockerconfigjson; null: the store entry's own.
-            explained["credentialRegistry"] = str(grant.registry)
-    if decision.outcome == "rewrite" and mode == ENFORCE:
-        explained["result"] = decision.resolution.new_image
-    return explained
-
-
 def dumps_json(value: Any) -> str:
     return json.dumps(value, sort_keys=False, separators=(",", ":"))
 
@@ -333,61 +255,6 @@ def run_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         yaml.safe_dump_all(outputs, out, sort_keys=False)
     return EXIT_FINDINGS if warnings else EXIT_OK
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, equals, value = text.partition("=")
-    if not key or not equals:
-        raise ConfigError(f"--label {text!r}: write KEY=VALUE")
-    return key, value
-
-
-def _explain_detail(explained: Mapping[str, Any]) -> str:
-    if explained["outcome"] == "rewrite":
-        credential = f" (credential {explained['credential']})" if explained["credential"] else ""
-        if explained["result"] == explained["image"]:
-            return f"audit mode: not rewritten (would go to {explained['rule']['mirror']})"
-        return f"→ {explained['result']}{credential}"
-    if not explained["valid"]:
-        return str(explained["error"])
-    if explained["outcome"] is None:
-        return str(explained["reference"]["normalized"])
-    return str(explained["reason"])
-
-
-def render_explain_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """One row per image: IMAGE, OUTCOME, then the new image or why it stays; warnings
-    on a line of their own below their image."""
-    width = max(len("IMAGE"), *(len(row["image"]) for row in rows))
-    lines = [f"{'IMAGE':<{width}}  {'OUTCOME':<16}  DETAIL"]
-    for row in rows:
-        outcome = row["outcome"] or ("invalid" if not row["valid"] else "valid")
-        lines.append(f"{row['image']:<{width}}  {outcome:<16}  {_explain_detail(row)}")
-        if row["warning"] is not None:
-            lines.append(f"{'':<{width}}  warning: {row['warning']}")
-    return "\n".join(lines) + "\n"
-
-
-def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    mirror_policy = policyfile.read_policy(args.policy).policy if args.policy else None
-    labels = dict(_label(text) for text in args.label)
-    rows = [
-        explain_image(
-            image,
-            mirror_policy=mirror_policy,
-            namespace=args.namespace,
-            labels=labels,
-            mode=args.mode,
-        )
-        for image in args.images
-    ]
-    if args.output == "table":
-        out.write(render_explain_table(rows))
-    else:
-        for explained in rows:
-            print(dumps_json(explained), file=out)
-    findings = any(not row["valid"] or row["warning"] is not None for row in rows)
-    return EXIT_FINDINGS if findings else EXIT_OK
 
 
 def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -27,7 +27,7 @@ import datetime
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mirrorgate import policy
@@ -172,6 +172,9 @@ class PullSecretProvisioner:
                 namespace, policy.pull_secret_name(credential), self.fingerprints.of(wanted)
             )
         )
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.optin.labels(namespace)
 
     def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
         if not self.optin.enforced(namespace):

@@ -88,7 +88,7 @@ class Reconciler(Loop):
         mirror_policy = self.mirror_policy()
         if mirror_policy.is_namespace_excluded(namespace):
             return "namespace is excluded by the policy"
-        if not mirror_policy.is_granted(credential, namespace):
+        if not mirror_policy.is_granted(credential, namespace, optin.labels(namespace)):
             return "the policy no longer grants the credential to the namespace"
         if credential not in self.provisioner.store.snapshot():
             return "the credential is no longer in the store"

@@ -25,6 +25,8 @@ from mirrorgate import policy
 from mirrorgate.webhook.background import Loop
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.credentials.kubestore import (
+    CREDENTIAL_LABEL,
+    CREDENTIAL_LABEL_VALUE,
     EXPIRES_ANNOTATION,
     KubernetesCredentialStore,
     parse_expiry,
@@ -176,7 +178,7 @@ class ProviderRefresher(Loop):
             login,
             namespace,
             login.name,
-            labels={PROVIDER_LABEL: provider},
+            labels={PROVIDER_LABEL: provider, CREDENTIAL_LABEL: CREDENTIAL_LABEL_VALUE},
             annotations={
                 ISSUED_ANNOTATION: rfc3339(login.issued),
                 EXPIRES_ANNOTATION: rfc3339(login.expires),

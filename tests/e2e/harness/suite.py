@@ -47,13 +47,16 @@ def central_credential(
     password: str | None = None,
     host: str | None = None,
 ) -> None:
-    """What `kubectl create secret docker-registry NAME ... -n mirrorgate` makes (or updates).
+    """What `kubectl create secret docker-registry NAME ... -n mirrorgate` makes (or updates),
+    labelled as a central credential (`mirrorgate.io/credential=true`).
 
     ``host`` is the `--docker-server` (default: the registry's mirror).
     """
     payload = json.dumps(registry.dockerconfigjson(password=password, host=host)).encode()
     body = k8s.V1Secret(
-        metadata=k8s.V1ObjectMeta(name=name, namespace=mg.NAMESPACE),
+        metadata=k8s.V1ObjectMeta(
+            name=name, namespace=mg.NAMESPACE, labels={"mirrorgate.io/credential": "true"}
+        ),
         type="kubernetes.io/dockerconfigjson",
         data={".dockerconfigjson": base64.b64encode(payload).decode()},
     )

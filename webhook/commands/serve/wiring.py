@@ -72,6 +72,9 @@ class StandalonePullSecrets:
     def missing(self, namespace: str, credentials: Sequence[str]) -> list[str]:
         return list(credentials)
 
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return None  # no Namespace cache: only names grant
+
     async def ensure(self, namespace: str, credentials: Sequence[str]) -> dict[str, str]:
         return dict.fromkeys(credentials, self.reason)
 
@@ -100,6 +103,8 @@ class _Credentials:
     store: credentials.CredentialStore | None = None
     readiness: Mapping[str, Check] = dataclasses.field(default_factory=dict)
     on_policy_change: Sequence[Callable[[], None]] = ()
+    advisories: Sequence[Callable[[], Mapping[str, str]]] = ()
+    """What /readyz lists without turning unready (the store's unlabelled Secrets)."""
 
 
 def _connect(settings: Settings) -> kube.Kube | None:
@@ -244,7 +249,10 @@ def _credentials(
         )
         components.add("provider-refresher", refresher)
         triggers.append(refresher.trigger)
-    return _Credentials(provisioner, store, readiness, triggers)
+    advisories = (
+        (central.advisories,) if isinstance(central, kubestore.KubernetesCredentialStore) else ()
+    )
+    return _Credentials(provisioner, store, readiness, triggers, advisories)
 
 
 def _provider_source(
@@ -372,6 +380,7 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     health_monitor = _mirror_health(settings, made.store, policy_file, runtime)
     # The monitor publishes into the runtime, so it is made after it and registered here.
     runtime.advisories.append(health_monitor.problems)
+    runtime.advisories.extend(made.advisories)
     runtime.on_policy_change.append(health_monitor.trigger)
     components.add("mirror-health", health_monitor)
     components.add("policy-file", policy_file)
