@@ -12,6 +12,7 @@ output back to us, and an image under a mirror prefix is therefore final.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import NamedTuple
 
@@ -243,8 +244,8 @@ def plan(
     # metadata cannot change (an ephemeral-container update).
     record = Record({}, False, None)
     if can_annotate:
-        whole = sites if fields is CONTAINER_FIELDS else spec_sites(spec)[0]
-        record = existing_record(annotations, whole, resolve)
+        whole = sites if fields is SITE_FIELDS else spec_sites(spec)[0]
+        record = existing_record(annotations, _as_before(whole, previous), resolve)
     originals, rebuilt, record_warning = record
     if record_warning is not None:
         warnings.append(record_warning)
@@ -352,3 +353,16 @@ def plan(
         unattachable=tuple(unattachable),
         rebuilt=rebuilt,
     )
+
+
+def _as_before(sites: list[ImageSite], previous: Mapping[str, str] | None) -> list[ImageSite]:
+    """``sites`` with an UPDATE's changed images as they were: the record is judged against
+    what it recorded, so that an entry an update makes stale is replaced, not called fake."""
+    if not previous:
+        return sites
+    return [
+        dataclasses.replace(s, image=previous[s.key])
+        if s.key in previous and previous[s.key] != s.image
+        else s
+        for s in sites
+    ]
