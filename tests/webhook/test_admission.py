@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from mirrorgate import policy
 from mirrorgate.webhook import admission
 from mirrorgate.webhook import review as review_
+from mirrorgate.webhook.edge import app
 from tests.webhook import policies, strategies
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.harness import Harness, make_harness
@@ -468,8 +469,9 @@ def test_credential_failure_with_deny_refuses_the_pod(tmp_path: Path) -> None:
     assert NAMESPACE in response["status"]["message"]
 
 
-def test_internal_error_admits_unchanged_with_a_warning(tmp_path: Path) -> None:
-    """A bug behind admission is never a 500: the Pod is admitted as written, and counted."""
+def test_internal_error_refuses_to_enforce(tmp_path: Path) -> None:
+    """A bug behind admission is never a 500, nor a covered image admitted as written in an
+    enforce namespace: the Pod is refused, naming the review, and the error counted."""
     made = make_harness(tmp_path, secrets=RecordingPullSecrets(explode=True))
     body = review(pod(HUB_IMAGE))
     with made.client:
@@ -480,10 +482,26 @@ def test_internal_error_admits_unchanged_with_a_warning(tmp_path: Path) -> None:
     assert "exploded" not in raw.text
     response = raw.json()["response"]
     assert response["uid"] == body["request"]["uid"]
-    assert response["allowed"] is True
+    assert response["allowed"] is False
     assert "patch" not in response
-    assert response["warnings"] == ["mirrorgate: internal error; the Pod was admitted unchanged"]
+    assert response["status"]["code"] == 503
+    message = response["status"]["message"]
+    assert body["request"]["uid"] in message
+    assert "refused rather than admitted" in message
     assert 'mirrorgate_errors_total{endpoint="mutate",reason="internal"} 1.0' in metrics
+
+
+def test_internal_error_admits_an_audit_review_unchanged() -> None:
+    """An audit review changes nothing either way: one mirrorgate failed to decide is
+    admitted as written, saying so."""
+    rev = review_.decode(orjson.dumps(review(pod(HUB_IMAGE))))
+    decision = app._internal_error(rev, policy.AUDIT)
+    response = decision.body["response"]
+    assert (response["allowed"], decision.outcome) == (True, "allowed")
+    assert "patch" not in response
+    assert response["warnings"] == [
+        "mirrorgate: internal error; the Pod was admitted unchanged (audit)"
+    ]
 
 
 _PLANNING_POLICY = policy.load(yaml.safe_load(policies.POLICY))

@@ -191,21 +191,15 @@ class AdmissionEndpoint:
                 )
                 await _send_json(send, {"error": "the request body could not be read"}, status=400)
                 return
-            # A bug of ours must neither block Pods nor reach the caller as a
-            # traceback or a 500: admit the Pod unchanged (so it points nowhere
-            # it cannot authenticate to), say so, and count it.
+            # A bug of ours never reaches the caller as a traceback or a 500. In an
+            # enforce namespace the Pod is refused, so that a covered image is never
+            # admitted as written (the invariant, docs/security.md); an audit review
+            # changes nothing either way, so there it is admitted unchanged.
             logger.exception(
-                "admission failed; Pod admitted unchanged",
-                extra={"fields": {"endpoint": endpoint, "uid": rev.uid}},
+                "admission failed",
+                extra={"fields": {"endpoint": endpoint, "uid": rev.uid, "mode": mode}},
             )
-            decision = admission.Decision(
-                review.allowed(
-                    rev, warnings=["mirrorgate: internal error; the Pod was admitted unchanged"]
-                ),
-                mode,
-                "allowed",
-                warnings=1,
-            )
+            decision = _internal_error(rev, mode)
         seconds = time.perf_counter() - started
         runtime.metrics.record(endpoint, decision, seconds)
         logs.admission(
@@ -378,3 +372,23 @@ class _Application(Starlette):
                 await endpoint(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+
+def _internal_error(rev: review.Review, mode: policy.Mode) -> admission.Decision:
+    """The answer to a review that mirrorgate failed to decide: refused to enforce, admitted
+    unchanged to audit, each saying so and naming the review for the log."""
+    if mode == policy.ENFORCE:
+        message = (
+            f"mirrorgate could not decide this Pod (an error of its own, logged with review uid "
+            f"{rev.uid}); it was refused rather than admitted with images it "
+            "may not have rewritten: try again, and report it if it persists"
+        )
+        return admission.Decision(review.denied(rev, message, code=503), mode, "denied")
+    return admission.Decision(
+        review.allowed(
+            rev, warnings=["mirrorgate: internal error; the Pod was admitted unchanged (audit)"]
+        ),
+        mode,
+        "allowed",
+        warnings=1,
+    )
