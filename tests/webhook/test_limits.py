@@ -23,7 +23,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 import pytest
@@ -361,6 +361,96 @@ def test_stalled_bodies_over_the_budget_make_room_for_a_new_request(
     finally:
         for sock in stalled:
             sock.close()
+
+
+def admission_request(obj: dict[str, Any]) -> bytes:
+    body = orjson.dumps(review(obj))
+    return (
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+
+
+def padded(obj: dict[str, Any], size: int) -> dict[str, Any]:
+    """``obj`` with an annotation that makes its review about ``size`` bytes longer."""
+    obj["metadata"]["annotations"] = {"padding": "x" * size}
+    return obj
+
+
+@contextlib.contextmanager
+def pipelining_unread(
+    running: serving.Running, context: ssl.SSLContext, request: bytes, count: int
+) -> Iterator[ssl.SSLSocket]:
+    """A connection that pipelines ``count`` copies of ``request`` and reads no answer (its
+    receive buffer small, as in :func:`never_reading`); sent from a thread of its own, since
+    the server stops reading it a few requests ahead of the answer it waits to send."""
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(60)
+    raw.connect(("127.0.0.1", running.port))
+    sock = context.wrap_socket(raw, server_hostname="localhost")
+
+    def send() -> None:
+        with contextlib.suppress(OSError):  # closed by the server, or by the test
+            sock.sendall(request * count)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        yield sock
+    finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        sender.join(GRACE)
+
+
+def test_bodies_held_for_unread_answers_never_crowd_out_a_client_that_reads(
+    patient: serving.Running, context: ssl.SSLContext
+) -> None:
+    """Issue 29, 1: a client that pipelines reviews and never reads its answers holds their
+    bodies; past the body budget it is closed, not the client that reads.
+
+    Each round an attacker pipelines reviews of 100 KB (1,000 containers,
+    so that each answer's patch is larger still) and reads nothing; once
+    the server waits on it, nine of its bodies are held (900 KB of the
+    1 MiB budget). A victim then sends a 300 KB review and reads the answer.
+    Before, the victim's body read was what the budget closed, every round.
+    """
+    attack = admission_request(padded(pod(*[PROM_IMAGE] * 1000), 36_000))
+    obj = padded(pod(PROM_IMAGE), LIMITS.max_buffered_bytes * 3 // 10)
+    request = admission_request(obj)
+    before = dropped(patient).get("body-budget", 0)
+    refused = []
+
+    def holding(table: ConnectionTable) -> bool:
+        return any(
+            len(connection.pipeline) >= LIMITS.max_pipelined - 1
+            for connection in protocols(table)
+            if connection in table.stalled
+        )
+
+    for round_ in range(3):
+        with pipelining_unread(patient, context, attack, 60):
+            serving.wait_for(
+                lambda: on_loop(patient, holding) or None,
+                what="the attacker's requests to be held parsed, its answers unread",
+                timeout=30,
+            )
+            # Counted, each body until its own answer (once, an answer freed them all).
+            assert on_loop(patient, lambda table: table.buffered) >= 8 * len(attack)
+            try:
+                with tls(patient, context) as victim:
+                    victim.sendall(request)
+                    head, answer = serving.read_response(victim)
+                assert head.startswith(b"HTTP/1.1 200"), head
+                patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
+                assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
+            except (OSError, AssertionError) as error:
+                refused.append(f"round {round_ + 1}: {error!r}")
+    assert not refused, f"the victim was refused: {refused}"
+    assert dropped(patient)["body-budget"] - before == 3  # the three attackers
+    assert on_loop(patient, lambda table: table.buffered) <= LIMITS.max_buffered_bytes
 
 
 def test_a_client_hello_split_in_two_is_served(

@@ -98,6 +98,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """Bytes of the current request's body still to come, if its length is known."""
         self.chunk = 0
         """Bytes of the read being parsed."""
+        self.bodies: collections.deque[int] = collections.deque()
+        """Body bytes held for each request parsed and not yet answered, oldest first."""
+        self.fed = 0
+        """Body bytes of the piece being parsed, told to the table once it is parsed."""
         self.ahead = table.limits.max_pipelined + 1
         """Requests parsed and unanswered at most: one being answered, the rest queued."""
         self.refusal: tuple[int, str] | None = None
@@ -203,6 +207,11 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             status, message = self.refusal or (400, "Invalid HTTP request received.")
             self._reply_and_close(status, message)
             return False
+        if self.fed:
+            fed, self.fed = self.fed, 0
+            self.table.hold(self, fed)  # over the budget, this may close the connection
+            if self.transport.is_closing():
+                return False
         if self.reading is State.HEAD and not self.began:
             # A head that goes on over reads: each read after its first is all
             # head. Its first read may also hold earlier requests, so its part
@@ -245,6 +254,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         # timer must keep running through it.)
         self._unset_keepalive_if_required()  # private hook
         self.head_bytes, self.began, self.reading = 0, True, State.HEAD
+        self.bodies.append(0)
         if self.state is not State.BUSY:
             self.table.enter(self, State.HEAD)
 
@@ -267,10 +277,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
+        # Called once per chunk of a chunked body: the table hears of the
+        # piece's bytes once, after it is parsed (see _parse).
         super().on_body(body)
+        size = len(body)
         if self.remaining:  # a length known (0 for a chunked body)
-            self.remaining -= len(body)
-        self.table.hold(self, len(body))
+            self.remaining -= size
+        if not self.cycle.response_complete:  # else uvicorn dropped it: private hook
+            self.bodies[-1] += size
+            self.fed += size
 
     def on_message_complete(self) -> None:
         self.reading, self.remaining = State.IDLE, 0
@@ -279,7 +294,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         self.answered += 1
-        self.table.unbuffer(self)
+        self.table.unbuffer(self, self.bodies.popleft() if self.bodies else None)
         if not self.pipeline:
             super().on_response_complete()
             self.table.enter(self, self.reading)  # IDLE, or a pipelined request's head or body
