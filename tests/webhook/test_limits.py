@@ -760,6 +760,28 @@ def test_a_closed_connection_is_freed_without_waiting_for_a_garbage_collection(
         gc.enable()
 
 
+@contextlib.contextmanager
+def counting_pieces(running: serving.Running) -> Iterator[list[int]]:
+    """The sizes of the body pieces the table is told of, while the context lasts."""
+    pieces: list[int] = []
+
+    def count(table: ConnectionTable) -> Callable[[], None]:
+        hold = table.hold
+
+        def counted(connection: Connection, size: int) -> None:
+            pieces.append(size)
+            hold(connection, size)
+
+        table.hold = counted  # type: ignore[method-assign]
+        return lambda: delattr(table, "hold")
+
+    restore = on_loop(running, count)
+    try:
+        yield pieces
+    finally:
+        on_loop(running, lambda table: restore())
+
+
 def test_a_body_is_parsed_whole_however_many_line_feeds_it_holds(
     limited: serving.Running, context: ssl.SSLContext
 ) -> None:
@@ -774,28 +796,12 @@ def test_a_body_is_parsed_whole_however_many_line_feeds_it_holds(
     obj["metadata"]["annotations"] = {f"note-{i}": "x" * 8 for i in range(2000)}
     body = orjson.dumps(review(obj), option=orjson.OPT_INDENT_2)
     assert body.count(b"\n") > 2000
-    pieces: list[int] = []
-
-    def count(table: ConnectionTable) -> Callable[[], None]:
-        hold = table.hold
-
-        def counted(connection: Connection, size: int) -> None:
-            pieces.append(size)
-            hold(connection, size)
-
-        table.hold = counted  # type: ignore[method-assign]
-        return lambda: delattr(table, "hold")
-
-    restore = on_loop(limited, count)
-    try:
-        with tls(limited, context) as sock:
-            sock.sendall(
-                b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-            )
-            head, answer = serving.read_response(sock)
-    finally:
-        on_loop(limited, lambda table: restore())
+    with counting_pieces(limited) as pieces, tls(limited, context) as sock:
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        head, answer = serving.read_response(sock)
     assert head.startswith(b"HTTP/1.1 200")
     patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
@@ -805,25 +811,64 @@ def test_a_body_is_parsed_whole_however_many_line_feeds_it_holds(
     assert len(pieces) <= 2 * (len(body) // (16 * 1024) + 1), f"{len(pieces)} pieces"
 
 
-def test_a_chunked_body_full_of_line_feeds_is_answered(
-    limited: serving.Running, context: ssl.SSLContext
+def chunked(body: bytes, size: int) -> bytes:
+    """``body`` in chunks of ``size`` bytes, and the last chunk."""
+    return (
+        b"".join(
+            b"%x\r\n%s\r\n" % (len(part), part)
+            for part in (body[i : i + size] for i in range(0, len(body), size))
+        )
+        + b"0\r\n\r\n"
+    )
+
+
+CHUNKED_HEAD = (
+    b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("size", [1000, 1], ids=["1000-byte chunks", "1-byte chunks"])
+def test_a_chunked_body_full_of_line_feeds_is_parsed_in_few_pieces(
+    limited: serving.Running, context: ssl.SSLContext, size: int
 ) -> None:
-    """A chunked body's length is not known ahead: its line feeds are searched as a head's
-    would be, and the request is answered as any other."""
+    """Issue 29, 3: a chunked body's length is not known ahead, but it can end only at a
+    CRLF CRLF: its line feeds are not searched as a head's would be. Each read goes to the
+    parser (and to the body budget) in one piece, however many line feeds and chunks it
+    holds, and the request is answered as any other; the GET behind it too."""
     obj = pod(PROM_IMAGE)
     obj["metadata"]["annotations"] = {f"note-{i}": "x" * 8 for i in range(500)}
     body = orjson.dumps(review(obj), option=orjson.OPT_INDENT_2)
-    chunks = b"".join(
-        b"%x\r\n%s\r\n" % (len(part), part)
-        for part in (body[i : i + 1000] for i in range(0, len(body), 1000))
-    )
-    with tls(limited, context) as sock:
-        sock.sendall(
-            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n" + GET
-        )
+    assert body.count(b"\n") > 500
+    wire = chunked(body, size)
+    with counting_pieces(limited) as pieces, tls(limited, context) as sock:
+        sock.sendall(CHUNKED_HEAD + wire + GET)
         head, answer = serving.read_response(sock)
         assert serving.read_response(sock)[0].startswith(b"HTTP/1.1 200")  # the GET after it
     assert head.startswith(b"HTTP/1.1 200")
     patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
+    assert sum(pieces) == len(body)
+    # At most two pieces per read (the first holds the head), and a read holds at least
+    # one TLS record of up to 16 KiB.
+    assert len(pieces) <= 2 * (len(wire) // (16 * 1024) + 1), f"{len(pieces)} pieces"
+
+
+def test_requests_pipelined_behind_a_chunked_body_are_parsed_only_a_few_ahead(
+    crowded: serving.Running, context: ssl.SSLContext
+) -> None:
+    """The bound holds behind a chunked body, its end cut between two reads or not."""
+    body = orjson.dumps(review(pod(PROM_IMAGE)))
+    wire = CHUNKED_HEAD + chunked(body, 100)
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(GRACE)
+    raw.connect(("127.0.0.1", crowded.port))
+    with context.wrap_socket(raw, server_hostname="localhost") as sock:
+        sock.sendall(wire[:-1])
+        sock.sendall(wire[-1:] + METRICS * 1000)
+        serving.wait_for(pinned_down(crowded, 1), what="the connection to be pinned")
+        (depth,) = on_loop(
+            crowded, lambda table: [len(connection.pipeline) for connection in protocols(table)]
+        )
+    assert 0 < depth <= LIMITS.max_pipelined

@@ -102,6 +102,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """Body bytes held for each request parsed and not yet answered, oldest first."""
         self.fed = 0
         """Body bytes of the piece being parsed, told to the table once it is parsed."""
+        self.tail = b""
+        """The last bytes of a chunked body parsed (up to 3), where its end may have begun."""
         self.ahead = table.limits.max_pipelined + 1
         """Requests parsed and unanswered at most: one being answered, the rest queued."""
         self.refusal: tuple[int, str] | None = None
@@ -168,12 +170,18 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         room for: heads are parsed at most that many line feeds at a time,
         and a read that holds fewer is parsed whole. The rest of a body of
         known length holds no head: it is parsed whole, its line feeds not
-        searched (a chunked body's are, as if they were heads').
+        searched. A chunked body ends with its first CRLF CRLF that is not
+        data (httptools takes no bare line feed in its framing): it is parsed
+        up to each CRLF CRLF in turn, its other line feeds not searched.
         """
         start, end = 0, len(data)
         while start < end:
-            if self.reading is State.BODY and self.remaining > 0:
-                stop = min(end, start + self.remaining)
+            if self.reading is State.BODY:
+                stop = (
+                    min(end, start + self.remaining)
+                    if self.remaining > 0
+                    else self._chunked_end(data, start, end)
+                )
             else:
                 room = self._room()
                 if room <= 0:
@@ -188,11 +196,24 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                         break
                 # At most ``room`` heads end up to and including this line feed.
                 stop += 1
-            if not self._parse(data if stop - start == end else data[start:stop]):
+            piece = data if stop - start == end else data[start:stop]
+            if not self._parse(piece):
                 return
             if self.transport.is_closing():
                 return
+            if self.reading is State.BODY and self.remaining <= 0:
+                self.tail = (self.tail + piece[-3:])[-3:]
             start = stop
+
+    def _chunked_end(self, data: bytes, start: int, end: int) -> int:
+        """Where the first CRLF CRLF from ``start`` on ends, the chunked body's bytes parsed
+        before ``start`` included; ``end`` if there is none."""
+        if self.tail:
+            found = (self.tail + data[start : start + 3]).find(b"\r\n\r\n")
+            if found >= 0:
+                return start + found + 4 - len(self.tail)
+        found = data.find(b"\r\n\r\n", start, end)
+        return end if found < 0 else found + 4
 
     def _parse(self, data: bytes) -> bool:
         """Feed the parser; False if that closed the connection."""
@@ -270,7 +291,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             > limits.max_header_bytes
         ):
             self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
-        self.reading = State.BODY
+        self.reading, self.tail = State.BODY, b""
         self.remaining = _content_length(self.headers)
         if self.state is not State.BUSY:
             self.table.enter(self, State.BODY)
