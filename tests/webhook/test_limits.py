@@ -31,7 +31,7 @@ import pytest
 from mirrorgate.certs import CertificateAuthority, KeyPair
 from mirrorgate.webhook.edge.connections import Connection, ConnectionTable, State
 from mirrorgate.webhook.edge.limits import Limits
-from mirrorgate.webhook.edge.protocol import LimitedHttpProtocol
+from mirrorgate.webhook.edge.protocol import MAX_CHUNKS, LimitedHttpProtocol
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, pod, review
@@ -867,8 +867,27 @@ def test_requests_pipelined_behind_a_chunked_body_are_parsed_only_a_few_ahead(
     with context.wrap_socket(raw, server_hostname="localhost") as sock:
         sock.sendall(wire[:-1])
         sock.sendall(wire[-1:] + METRICS * 1000)
-        serving.wait_for(pinned_down(crowded, 1), what="the connection to be pinned")
+        serving.wait_for(pinned_down(crowded, 1), what="the connection to be pinned", timeout=30)
         (depth,) = on_loop(
             crowded, lambda table: [len(connection.pipeline) for connection in protocols(table)]
         )
     assert 0 < depth <= LIMITS.max_pipelined
+
+
+def test_a_body_in_more_chunks_than_the_bound_is_refused(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
+    """Issue 29, 3: each chunk costs the loop a callback; a megabyte in 1-byte chunks held it
+    for seconds. Past MAX_CHUNKS the request is refused, naming the bound, and closed."""
+    before = dropped(limited).get("bad-request", 0)
+    body = b" " * (MAX_CHUNKS + 1)
+    with tls(limited, context) as sock:
+        sock.sendall(CHUNKED_HEAD + chunked(body, 1))
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert answer.endswith(
+        f"request body sent in more than {MAX_CHUNKS:,} chunks; send it in larger chunks, "
+        "or with a Content-Length".encode()
+    )
+    assert dropped(limited)["bad-request"] == before + 1
+    admission_works(limited, context)

@@ -21,16 +21,21 @@ import httptools
 from uvicorn.config import Config
 
 # uvicorn's internal modules: each name imported is a private hook.
-from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from mirrorgate.webhook.edge.connections import ConnectionTable, State
 
-__all__ = ["LimitedHttpProtocol"]
+__all__ = ["MAX_CHUNKS", "LimitedHttpProtocol"]
 
 EARLY_BYTES_MAX = 1 << 20
 """Bytes held for a connection between its handshake and its hand-over to uvicorn."""
+MAX_CHUNKS = 1 << 16
+"""Chunks of one chunked body: each costs the loop a call of :meth:`LimitedHttpProtocol.on_body`,
+some microseconds, so a megabyte in 1-byte chunks held it for seconds. Ample for any client
+that chunks as it writes (a 7 MiB body at 4 KB per write is 1,800 chunks); the API server
+sends a Content-Length."""
 WRITE_HIGH_WATER = 64 * 1024
 """Unsent answer bytes past which the TLS transport says a client is not reading: small,
 because every connection up to the limit may hold this much before the table hears of it."""
@@ -104,6 +109,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """Body bytes of the piece being parsed, told to the table once it is parsed."""
         self.tail = b""
         """The last bytes of a chunked body parsed (up to 3), where its end may have begun."""
+        self.chunks = 0
+        """Chunks of the current request's chunked body so far."""
         self.ahead = table.limits.max_pipelined + 1
         """Requests parsed and unanswered at most: one being answered, the rest queued."""
         self.refusal: tuple[int, str] | None = None
@@ -230,6 +237,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             return False
         if self.fed:
             fed, self.fed = self.fed, 0
+            cycle = self.cycle  # and its body and message_event: private hook
+            if len(cycle.body) > HIGH_WATER_LIMIT:  # as uvicorn's on_body does, once
+                self.flow.pause_reading()
+            cycle.message_event.set()
             self.table.hold(self, fed)  # over the budget, this may close the connection
             if self.transport.is_closing():
                 return False
@@ -291,22 +302,34 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             > limits.max_header_bytes
         ):
             self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
-        self.reading, self.tail = State.BODY, b""
+        self.reading, self.tail, self.chunks = State.BODY, b"", 0
         self.remaining = _content_length(self.headers)
         if self.state is not State.BUSY:
             self.table.enter(self, State.BODY)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
-        # Called once per chunk of a chunked body: the table hears of the
-        # piece's bytes once, after it is parsed (see _parse).
-        super().on_body(body)
+        """uvicorn's, less its work per call: the parser calls it once per chunk of a chunked
+        body, so the flow control, the app's wake-up and the table hear of a piece's bytes
+        once, after it is parsed (:meth:`_parse`). No upgrade is taken here (WebSockets are
+        off), so uvicorn's check for one is not made either."""
+        cycle = self.cycle  # and its response_complete and body: private hook
+        if cycle.response_complete:
+            return  # answered already (a refusal): the rest is dropped, as uvicorn does
+        cycle.body += body
         size = len(body)
         if self.remaining:  # a length known (0 for a chunked body)
             self.remaining -= size
-        if not self.cycle.response_complete:  # else uvicorn dropped it: private hook
-            self.bodies[-1] += size
-            self.fed += size
+        else:  # a chunk, or the part of one in this piece
+            self.chunks += 1
+            if self.chunks > MAX_CHUNKS:
+                self._refuse(
+                    400,
+                    f"request body sent in more than {MAX_CHUNKS:,} chunks; send it in "
+                    "larger chunks, or with a Content-Length",
+                )
+        self.bodies[-1] += size
+        self.fed += size
 
     def on_message_complete(self) -> None:
         self.reading, self.remaining = State.IDLE, 0
