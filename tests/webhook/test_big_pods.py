@@ -193,3 +193,25 @@ def test_the_worker_decodes_with_the_garbage_collector_paused(
     assert isinstance(handed, review_.Review)
     assert handed.uid == "lists"
     assert "options" not in handed.request
+
+
+def test_a_review_of_too_many_lists_is_refused_undecoded(screener: offload.Screener) -> None:
+    """Issue 29, 3: 3.7 million nested lists took the worker 2-3 s to decode, and the reviews
+    queued behind past the webhook's timeout. Brackets in strings are not lists."""
+    base = orjson.dumps(padded(pod(PROM_IMAGE), uid="lists"))
+    own = base.count(b"[") + base.count(b"{")  # none in its strings
+    lists = base.replace(
+        b'"options":{', b'"options":{"x":' + orjson.dumps([[]] * offload.MAX_STRUCTURES) + b","
+    )
+    with pytest.raises(review_.BadReview) as caught:
+        asyncio.run(screener.screen(lists, mode="enforce", max_containers=1000))
+    assert str(caught.value) == (
+        f"request body holds {own + offload.MAX_STRUCTURES + 1:,} lists and objects, more "
+        f"than the {offload.MAX_STRUCTURES:,} an AdmissionReview may hold"
+    )
+    obj = pod(PROM_IMAGE)
+    obj["metadata"]["annotations"] = {"brackets": "[" * (2 * offload.MAX_STRUCTURES)}
+    handed = asyncio.run(
+        screener.screen(orjson.dumps(review(obj)), mode="enforce", max_containers=1000)
+    )
+    assert isinstance(handed, review_.Review)

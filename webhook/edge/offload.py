@@ -15,7 +15,8 @@ needs no policy) in a worker process first (:func:`for_the_worker`):
   a few labels and annotations), and the loop plans that: a review is
   decoded once, wherever it is decoded.
 
-The worker decodes with the garbage collector paused: a review of millions
+A review of more than :data:`MAX_STRUCTURES` lists and objects is refused
+there undecoded. The worker decodes with the garbage collector paused: a review of millions
 of lists is acyclic and freed by reference counting, and the collector's
 passes over it, one per few hundred lists built, cost several times the
 decoding itself.
@@ -42,6 +43,7 @@ import concurrent.futures
 import contextlib
 import gc
 import multiprocessing
+import re
 import signal
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
@@ -55,6 +57,7 @@ __all__ = [
     "LARGE_POLICY_REVIEW_BYTES",
     "LARGE_REVIEW_BYTES",
     "MAX_QUEUED_POLICY_REVIEWS",
+    "MAX_STRUCTURES",
     "MAX_STRUCTURES_ON_LOOP",
     "Busy",
     "Screened",
@@ -110,7 +113,31 @@ def _screen(body: bytes, mode: policy.Mode, max_containers: int) -> Verdict:
         gc.enable()
 
 
+MAX_STRUCTURES = 500_000
+"""Lists and objects of one review, past which it is refused undecoded: building each costs
+some 0.3-0.7 µs, and 3.7 million nested lists took the worker 2-3 s, past the webhook's
+timeout for the reviews queued behind. A review of a 50,000-container Pod holds about 100,000;
+the API server sends at most 3 MiB of Pod."""
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+"""A JSON string (the body is UTF-8 JSON, or decoding refuses it anyway)."""
+
+
+def _structures(body: bytes) -> int:
+    """The lists and objects of ``body``: its brackets and braces outside strings."""
+    bare = _STRINGS.sub(b"", body)
+    return bare.count(b"[") + bare.count(b"{")
+
+
 def _screened(body: bytes, mode: policy.Mode, max_containers: int) -> Verdict:
+    # Counted in strings too first: a cheap bound, exact only when it is passed.
+    if (
+        body.count(b"[") + body.count(b"{") > MAX_STRUCTURES
+        and (found := _structures(body)) > MAX_STRUCTURES
+    ):
+        raise review.BadReview(
+            f"request body holds {found:,} lists and objects, more than the "
+            f"{MAX_STRUCTURES:,} an AdmissionReview may hold"
+        )
     rev = review.decode(body)
     screened = admission.screen(rev, mode=mode, max_containers=max_containers)
     if isinstance(screened, admission.Target):
