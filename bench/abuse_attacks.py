@@ -21,7 +21,7 @@ baseline. Every attacker is a process of its own (no shared GIL):
 
 Targets (issue 29, 6): victim p99 <= 100 ms and none over 1 s; 0 legitimate
 reviews dropped (the victim's and the large-Pod client's: a refusal, a
-wrong answer or a lost connection); each attack's own answers (where it
+wrong answer, a lost connection, or an answer past the timeout); each attack's own answers (where it
 reads them) within the webhooks' timeoutSeconds, 5 s.
 """
 
@@ -160,6 +160,9 @@ def back_to_back(
                 connection = None
                 continue
             found.append((time.perf_counter() - started, _allowed(status, answer)))
+            if status == 400:  # a refusal closes the connection
+                connection.close()
+                connection = None
     finally:
         if connection is not None:
             connection.close()
@@ -403,7 +406,10 @@ def misses(now: Run) -> list[str]:
             or max(beside.latencies) > ATTACK_TARGETS["max_s"]
         ):
             missed.append(f"{short}: victim latency")
-        if beside.dropped or any(why is not None for _, why in outcome.legitimate):
+        if beside.dropped or any(
+            why is not None or latency > ATTACK_TARGETS["answer_s"]
+            for latency, why in outcome.legitimate
+        ):
             missed.append(f"{short}: legitimate reviews dropped")
         if any(
             why is not None or latency > ATTACK_TARGETS["answer_s"] for latency, why in outcome.own

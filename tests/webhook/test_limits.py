@@ -828,7 +828,7 @@ CHUNKED_HEAD = (
 )
 
 
-@pytest.mark.parametrize("size", [1000, 1], ids=["1000-byte chunks", "1-byte chunks"])
+@pytest.mark.parametrize("size", [1000, 8], ids=["1000-byte chunks", "8-byte chunks"])
 def test_a_chunked_body_full_of_line_feeds_is_parsed_in_few_pieces(
     limited: serving.Running, context: ssl.SSLContext, size: int
 ) -> None:

@@ -31,11 +31,11 @@ __all__ = ["MAX_CHUNKS", "LimitedHttpProtocol"]
 
 EARLY_BYTES_MAX = 1 << 20
 """Bytes held for a connection between its handshake and its hand-over to uvicorn."""
-MAX_CHUNKS = 1 << 16
+MAX_CHUNKS = 4096
 """Chunks of one chunked body: each costs the loop a call of :meth:`LimitedHttpProtocol.on_body`,
-some microseconds, so a megabyte in 1-byte chunks held it for seconds. Ample for any client
-that chunks as it writes (a 7 MiB body at 4 KB per write is 1,800 chunks); the API server
-sends a Content-Length."""
+about a microsecond, so a megabyte in 1-byte chunks held it for seconds, and one read of them
+for tens of milliseconds. Ample for a client that chunks as it writes (a 7 MiB body in 4 KB
+writes is 1,800 chunks); the API server sends a Content-Length."""
 WRITE_HIGH_WATER = 64 * 1024
 """Unsent answer bytes past which the TLS transport says a client is not reading: small,
 because every connection up to the limit may hold this much before the table hears of it."""
