@@ -27,6 +27,7 @@ reads them) within the webhooks' timeoutSeconds, 5 s.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import multiprocessing
@@ -354,12 +355,15 @@ def _victim_cell(found: Victim) -> str:
 def _answers_cell(answers: Answers) -> str:
     if not answers:
         return "none read"
-    wrong = sum(1 for _, why in answers if why is not None)
+    reasons = collections.Counter(why.split(":")[0] for _, why in answers if why is not None)
     late = sum(1 for latency, _ in answers if latency > ATTACK_TARGETS["answer_s"])
+    wrong = f"{sum(reasons.values())} wrong"
+    if reasons:
+        wrong += ": " + ", ".join(f"{count} {why}" for why, count in reasons.most_common(2))
     return (
         f"p50 {percentile([x for x, _ in answers], 0.5) * 1e3:,.0f} / max "
         f"{max(x for x, _ in answers) * 1e3:,.0f} ms ({len(answers)}; {late} past "
-        f"{ATTACK_TARGETS['answer_s']:.0f} s, {wrong} wrong)"
+        f"{ATTACK_TARGETS['answer_s']:.0f} s, {wrong})"
     )
 
 
