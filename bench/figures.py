@@ -126,7 +126,9 @@ server, is that attack's baseline. *before* is the previous version's
 server under the same run, in the same sitting (`--baseline-server`).
 Targets: victim p99 ≤ 100 ms and none over 1 s, no legitimate review
 dropped or answered past the webhook's 5 s, each attack's own answers within
-5 s (an answer may be a refusal naming the bound the attack crossed).""",
+5 s (an answer may be a refusal naming the bound the attack crossed). A
+client refused for its count of chunks is closed while it is still sending,
+and sees the connection closed (SSLEOFError) rather than the refusal.""",
     ),
     (
         "pods",
