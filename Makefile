@@ -86,7 +86,7 @@ bench: install e2e-deps
 # BEFORE=DIR (a checkout of the previous code, e.g. `git worktree add /tmp/before main`)
 # measures the big-Pod and policy scenarios against it too, in the same run.
 bench-abuse: install
-	$(PY) -m bench.abuse_bench $(if $(BEFORE),--before $(BEFORE))
+	$(PY) -m bench.abuse_bench $(if $(BEFORE),--before $(BEFORE)) $(if $(BASELINE),--baseline-server $(BASELINE)) $(if $(CHECK),--check)
 	$(PY) -m bench.figures
 
 # Health probing on against off, with a real TLS mirror on loopback (about a minute).

@@ -40,6 +40,13 @@ beside them; every hostile review answered as expected within the webhook's
     python -m bench.abuse_bench [--check] [--idle N] [--flood N] [--time-cap SECONDS]
                                 [--pinned N] [--baseline-server PATH] [--only-pinned]
                                 [--review-clients N] [--review-seconds S] [--only-policy-review]
+                                [--attack-seconds S] [--only-attacks]
+
+Then (``abuse-attacks``, :mod:`bench.abuse_attacks`) attacks beside a
+victim client of ordinary reviews, each beside a baseline measured in the
+same run, against the ``--baseline-server`` too when given: body-budget
+starvation, deep lists, many lists, newline-dense bodies, 1-byte chunks;
+and the hook for the policy-queue flood (:func:`policy_queue_flood_scenario`).
 """
 
 from __future__ import annotations
@@ -1235,6 +1242,33 @@ def policy_review_scenario(args: argparse.Namespace) -> list[str]:
         return policy_review_report(run, clients=args.review_clients, seconds=args.review_seconds)
 
 
+def attacks_scenario(args: argparse.Namespace) -> list[str]:
+    """The attacks beside a victim (:mod:`bench.abuse_attacks`), against the earlier version
+    too when given (``--baseline-server``), in the same sitting; the targets missed."""
+    from bench import abuse_attacks
+
+    executable = str(pathlib.Path(sys.executable).parent / "mirrorgate")
+    seconds = args.attack_seconds
+    before = None
+    if args.baseline_server:
+        before = abuse_attacks.run(args.baseline_server, abuse_attacks.ATTACKS, seconds)
+    now = abuse_attacks.run(executable, abuse_attacks.ATTACKS, seconds)
+    with results.capture("abuse-attacks", command="make bench-abuse"):
+        return abuse_attacks.report(now, before, seconds=seconds)
+
+
+def policy_queue_flood_scenario(args: argparse.Namespace) -> list[str]:
+    """Issue 29, 6: the policy-queue flood beside legitimate policy updates; the targets
+    missed (0 legitimate policy updates refused unjudged).
+
+    The hook for the scenario of issue 29, 2 (policy reviews bounded per
+    caller): that part adds it in a module of its own and calls it from
+    here, recorded apart (``abuse-policy-queue``). Until then it runs
+    nothing and misses nothing.
+    """
+    return []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.abuse_bench",
@@ -1319,6 +1353,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run only the hostile policy reviews scenario",
     )
+    parser.add_argument(
+        "--attack-seconds",
+        type=float,
+        default=15.0,
+        help="how long each attack beside a victim lasts, and its baseline (issue 29)",
+    )
+    parser.add_argument(
+        "--only-attacks",
+        action="store_true",
+        help="run only the attacks beside a victim (issue 29) and the policy-queue flood",
+    )
     args = parser.parse_args(argv)
     if args.only_pinned:
         missed = pinned_scenario(args)
@@ -1326,12 +1371,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         missed = loop_main(args)
     elif args.only_policy_review:
         missed = policy_review_scenario(args)
+    elif args.only_attacks:
+        missed = attacks_scenario(args) + policy_queue_flood_scenario(args)
     else:
         missed = (
             limits_scenarios(args)
             + pinned_scenario(args)
             + loop_main(args)
             + policy_review_scenario(args)
+            + attacks_scenario(args)
+            + policy_queue_flood_scenario(args)
         )
     if args.check and missed:
         print(f"FAIL: {', '.join(missed)}", file=sys.stderr)

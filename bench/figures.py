@@ -114,6 +114,23 @@ not hold the interpreter's lock the admissions need; every hostile answer is
 checked (allowed, or denied naming the bound).""",
     ),
     (
+        "abuse-attacks",
+        """**Attacks beside a victim** (issue 29): the real HTTPS server with its
+default limits while attacker processes send, for 15 s: pipelined 7 MiB
+reviews whose answers they never read (beside a client of 3 MiB reviews
+that reads), 6.9 MB of 1,000-deep nested lists, 2.3 million empty lists,
+6.9 MB reviews whose whitespace is line feeds, 1 MB bodies in 1-byte chunks
+(`bench/abuse_attacks.py`). Beside each, one client of 2 KB Pod reviews over
+a keep-alive connection; the same client alone just before, on the same
+server, is that attack's baseline. *before* is the previous version's
+server under the same run, in the same sitting (`--baseline-server`).
+Targets: victim p99 ≤ 100 ms and none over 1 s, no legitimate review
+dropped or answered past the webhook's 5 s, each attack's own answers within
+5 s (an answer may be a refusal naming the bound the attack crossed). A
+client refused for its count of chunks is closed while it is still sending,
+and sees the connection closed (SSLEOFError) rather than the refusal.""",
+    ),
+    (
         "pods",
         """\
 **Pod start on a real node**: the e2e suite's node (kubelet, containerd),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 from typing import Any
 
 import orjson
@@ -203,11 +204,70 @@ def test_without_a_worker_large_reviews_are_decided_on_the_loop(
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
 
 
-def test_a_large_body_with_too_few_commas_for_a_wide_pod_skips_the_worker() -> None:
-    """A 2.5 MB image is not a wide Pod: decoding it in the worker first would only cost."""
+def test_a_large_body_or_one_of_many_lists_is_decoded_in_the_worker() -> None:
+    """Issue 29, 3: whatever its commas (behaviour change: a large body with too few commas
+    for a wide Pod was decoded on the loop, and 7 MB of line feeds held it for some 50 ms).
+
+    Bodies of ordinary Pods stay on the loop; so does a small one just at the bound of
+    lists and objects, where the next bracket sends it to the worker.
+    """
     long_image = orjson.dumps(padded(pod("quay.io/x/" + "a" * 2_500_000)))
-    assert not offload.may_be_too_wide(long_image, admission.MAX_CONTAINERS)
-    # The bound is exact for the leanest lists: 994 items have 993 commas, and eight lists
-    # of them could hold 1,001 containers and image volumes; 993 items could hold 1,000.
-    assert offload.may_be_too_wide(orjson.dumps([1] * 994), 1000)
-    assert not offload.may_be_too_wide(orjson.dumps([1] * 993), 1000)
+    assert long_image.count(b",") < admission.MAX_CONTAINERS
+    assert offload.for_the_worker(long_image)
+    whitespace = b"\n" * (offload.LARGE_REVIEW_BYTES + 1)
+    assert offload.for_the_worker(whitespace)
+    assert not offload.for_the_worker(whitespace[:-1])
+    at_bound = orjson.dumps([[]] * (offload.MAX_STRUCTURES_ON_LOOP - 1))
+    assert len(at_bound) < offload.LARGE_REVIEW_BYTES
+    assert not offload.for_the_worker(at_bound)
+    assert offload.for_the_worker(orjson.dumps([{}] * offload.MAX_STRUCTURES_ON_LOOP))
+    ordinary = orjson.dumps(review(pod(*[PROM_IMAGE] * 20)))
+    assert not offload.for_the_worker(ordinary)
+
+
+def test_the_worker_decodes_with_the_garbage_collector_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A review of millions of lists took the collector's passes, several times its own
+    decoding (6 s against 1 s for 3.7 million lists), and the attacker's answer past the
+    webhook's timeout. Run here as the worker runs it; the collector is on again after."""
+    seen: list[bool] = []
+    decode = review_.decode
+
+    def watched(body: bytes) -> review_.Review:
+        seen.append(gc.isenabled())
+        return decode(body)
+
+    monkeypatch.setattr(review_, "decode", watched)
+    lists = orjson.dumps(padded(pod(PROM_IMAGE), uid="lists")).replace(
+        b'"options":{', b'"options":{"x":' + orjson.dumps([[[]]] * 1000) + b","
+    )
+    assert gc.isenabled()
+    handed = offload._screen(lists, "enforce", admission.MAX_CONTAINERS)
+    assert seen == [False]
+    assert gc.isenabled()
+    assert isinstance(handed, review_.Review)
+    assert handed.uid == "lists"
+    assert "options" not in handed.request
+
+
+def test_a_review_of_too_many_lists_is_refused_undecoded(screener: offload.Screener) -> None:
+    """Issue 29, 3: 3.7 million nested lists took the worker 2-3 s to decode, and the reviews
+    queued behind past the webhook's timeout. Brackets in strings are not lists."""
+    base = orjson.dumps(padded(pod(PROM_IMAGE), uid="lists"))
+    own = base.count(b"[") + base.count(b"{")  # none in its strings
+    lists = base.replace(
+        b'"options":{', b'"options":{"x":' + orjson.dumps([[]] * offload.MAX_STRUCTURES) + b","
+    )
+    with pytest.raises(review_.BadReview) as caught:
+        asyncio.run(screener.screen(lists, mode="enforce", max_containers=1000))
+    assert str(caught.value) == (
+        f"request body holds {own + offload.MAX_STRUCTURES + 1:,} lists and objects, more "
+        f"than the {offload.MAX_STRUCTURES:,} an AdmissionReview may hold"
+    )
+    obj = pod(PROM_IMAGE)
+    obj["metadata"]["annotations"] = {"brackets": "[" * (2 * offload.MAX_STRUCTURES)}
+    handed = asyncio.run(
+        screener.screen(orjson.dumps(review(obj)), mode="enforce", max_containers=1000)
+    )
+    assert isinstance(handed, review_.Review)

@@ -200,6 +200,34 @@ def test_bodies_over_the_budget_close_the_oldest_readers_the_reader_last() -> No
     assert w.dropped == ["body-budget"] * 3
 
 
+def test_bodies_over_the_budget_close_clients_that_do_not_read_or_pipeline_first() -> None:
+    """Issue 29, 1: bodies held for unread answers and pipelined requests go before any body
+    read by a client that reads its answers, the reader's own included."""
+    w = world(dataclasses.replace(LIMITS, max_connections=6))
+    reading = w.connect("reading", State.BODY)
+    pipelining = w.connect("pipelining", State.BUSY, waiting=True)
+    unread_empty = w.connect("unread-empty", State.BUSY, output=10)
+    unread = w.connect("unread", State.BUSY, output=10)
+    answering = w.connect("answering", State.BUSY)
+    reader = w.connect("reader", State.BODY)
+    w.table.stall(unread_empty)  # holds no body: closing it would free nothing
+    w.table.hold(reading, 200)
+    w.table.hold(answering, 200)
+    w.table.hold(pipelining, 300)
+    w.table.hold(unread, 250)
+    w.table.stall(unread)
+    assert not w.dropped
+    w.table.hold(reader, 200)  # 1,150: the unread answer's body goes
+    assert [r.name for r in (unread, pipelining) if r.closed] == ["unread"]
+    w.table.hold(reader, 300)  # 1,200: the pipelined requests' bodies go
+    assert pipelining.closed == "body-budget"
+    assert (reading.closed, reader.closed, answering.closed, unread_empty.closed) == (None,) * 4
+    assert w.table.buffered == 900
+    w.table.hold(reader, 200)  # 1,100: now, and only now, a client that reads
+    assert (reading.closed, reader.closed) == ("body-budget", None)
+    assert w.dropped == ["body-budget"] * 3
+
+
 def test_an_answer_frees_the_bodies_it_held() -> None:
     w = world()
     reader = w.connect("reader", State.BODY)

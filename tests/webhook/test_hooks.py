@@ -114,7 +114,7 @@ def test_every_internal_the_protocol_uses_is_listed() -> None:
     classes = _classes(tree)
     protocol, flow = classes["LimitedHttpProtocol"], classes["_Flow"]
     uvicorns = _used(protocol) - _own(protocol) - ASYNCIO_PROTOCOL | _inherited(protocol)
-    assert {"_start_asgi_task", "pipeline", "on_body", "__init__"} <= uvicorns  # the scan works
+    assert {"_start_asgi_task", "pipeline", "on_message_complete", "__init__"} <= uvicorns
     assert uvicorns <= _hooked("HttpToolsProtocol"), "unlisted: add them to webhook/edge/hooks.py"
     # Its flow control, as the protocol and the flow itself use it.
     flows = (_used(flow) | _used(protocol, attribute="flow")) - _own(flow) | _inherited(flow)

@@ -23,7 +23,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 import pytest
@@ -31,7 +31,7 @@ import pytest
 from mirrorgate.certs import CertificateAuthority, KeyPair
 from mirrorgate.webhook.edge.connections import Connection, ConnectionTable, State
 from mirrorgate.webhook.edge.limits import Limits
-from mirrorgate.webhook.edge.protocol import LimitedHttpProtocol
+from mirrorgate.webhook.edge.protocol import MAX_CHUNKS, LimitedHttpProtocol
 from tests.webhook import policies, serving
 from tests.webhook.fakes import RecordingPullSecrets
 from tests.webhook.reviews import PROM_IMAGE, PROM_MIRRORED, apply, patch_ops, pod, review
@@ -363,6 +363,96 @@ def test_stalled_bodies_over_the_budget_make_room_for_a_new_request(
             sock.close()
 
 
+def admission_request(obj: dict[str, Any]) -> bytes:
+    body = orjson.dumps(review(obj))
+    return (
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+
+
+def padded(obj: dict[str, Any], size: int) -> dict[str, Any]:
+    """``obj`` with an annotation that makes its review about ``size`` bytes longer."""
+    obj["metadata"]["annotations"] = {"padding": "x" * size}
+    return obj
+
+
+@contextlib.contextmanager
+def pipelining_unread(
+    running: serving.Running, context: ssl.SSLContext, request: bytes, count: int
+) -> Iterator[ssl.SSLSocket]:
+    """A connection that pipelines ``count`` copies of ``request`` and reads no answer (its
+    receive buffer small, as in :func:`never_reading`); sent from a thread of its own, since
+    the server stops reading it a few requests ahead of the answer it waits to send."""
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(60)
+    raw.connect(("127.0.0.1", running.port))
+    sock = context.wrap_socket(raw, server_hostname="localhost")
+
+    def send() -> None:
+        with contextlib.suppress(OSError):  # closed by the server, or by the test
+            sock.sendall(request * count)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        yield sock
+    finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        sender.join(GRACE)
+
+
+def test_bodies_held_for_unread_answers_never_crowd_out_a_client_that_reads(
+    patient: serving.Running, context: ssl.SSLContext
+) -> None:
+    """Issue 29, 1: a client that pipelines reviews and never reads its answers holds their
+    bodies; past the body budget it is closed, not the client that reads.
+
+    Each round an attacker pipelines reviews of 100 KB (1,000 containers,
+    so that each answer's patch is larger still) and reads nothing; once
+    the server waits on it, nine of its bodies are held (900 KB of the
+    1 MiB budget). A victim then sends a 300 KB review and reads the answer.
+    Before, the victim's body read was what the budget closed, every round.
+    """
+    attack = admission_request(padded(pod(*[PROM_IMAGE] * 1000), 36_000))
+    obj = padded(pod(PROM_IMAGE), LIMITS.max_buffered_bytes * 3 // 10)
+    request = admission_request(obj)
+    before = dropped(patient).get("body-budget", 0)
+    refused = []
+
+    def holding(table: ConnectionTable) -> bool:
+        return any(
+            len(connection.pipeline) >= LIMITS.max_pipelined - 1
+            for connection in protocols(table)
+            if connection in table.stalled
+        )
+
+    for round_ in range(3):
+        with pipelining_unread(patient, context, attack, 60):
+            serving.wait_for(
+                lambda: on_loop(patient, holding) or None,
+                what="the attacker's requests to be held parsed, its answers unread",
+                timeout=30,
+            )
+            # Counted, each body until its own answer (once, an answer freed them all).
+            assert on_loop(patient, lambda table: table.buffered) >= 8 * len(attack)
+            try:
+                with tls(patient, context) as victim:
+                    victim.sendall(request)
+                    head, answer = serving.read_response(victim)
+                assert head.startswith(b"HTTP/1.1 200"), head
+                patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
+                assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
+            except (OSError, AssertionError) as error:
+                refused.append(f"round {round_ + 1}: {error!r}")
+    assert not refused, f"the victim was refused: {refused}"
+    assert dropped(patient)["body-budget"] - before == 3  # the three attackers
+    assert on_loop(patient, lambda table: table.buffered) <= LIMITS.max_buffered_bytes
+
+
 def test_a_client_hello_split_in_two_is_served(
     limited: serving.Running, context: ssl.SSLContext
 ) -> None:
@@ -670,6 +760,28 @@ def test_a_closed_connection_is_freed_without_waiting_for_a_garbage_collection(
         gc.enable()
 
 
+@contextlib.contextmanager
+def counting_pieces(running: serving.Running) -> Iterator[list[int]]:
+    """The sizes of the body pieces the table is told of, while the context lasts."""
+    pieces: list[int] = []
+
+    def count(table: ConnectionTable) -> Callable[[], None]:
+        hold = table.hold
+
+        def counted(connection: Connection, size: int) -> None:
+            pieces.append(size)
+            hold(connection, size)
+
+        table.hold = counted  # type: ignore[method-assign]
+        return lambda: delattr(table, "hold")
+
+    restore = on_loop(running, count)
+    try:
+        yield pieces
+    finally:
+        on_loop(running, lambda table: restore())
+
+
 def test_a_body_is_parsed_whole_however_many_line_feeds_it_holds(
     limited: serving.Running, context: ssl.SSLContext
 ) -> None:
@@ -684,28 +796,12 @@ def test_a_body_is_parsed_whole_however_many_line_feeds_it_holds(
     obj["metadata"]["annotations"] = {f"note-{i}": "x" * 8 for i in range(2000)}
     body = orjson.dumps(review(obj), option=orjson.OPT_INDENT_2)
     assert body.count(b"\n") > 2000
-    pieces: list[int] = []
-
-    def count(table: ConnectionTable) -> Callable[[], None]:
-        hold = table.hold
-
-        def counted(connection: Connection, size: int) -> None:
-            pieces.append(size)
-            hold(connection, size)
-
-        table.hold = counted  # type: ignore[method-assign]
-        return lambda: delattr(table, "hold")
-
-    restore = on_loop(limited, count)
-    try:
-        with tls(limited, context) as sock:
-            sock.sendall(
-                b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-            )
-            head, answer = serving.read_response(sock)
-    finally:
-        on_loop(limited, lambda table: restore())
+    with counting_pieces(limited) as pieces, tls(limited, context) as sock:
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        head, answer = serving.read_response(sock)
     assert head.startswith(b"HTTP/1.1 200")
     patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
@@ -715,25 +811,83 @@ def test_a_body_is_parsed_whole_however_many_line_feeds_it_holds(
     assert len(pieces) <= 2 * (len(body) // (16 * 1024) + 1), f"{len(pieces)} pieces"
 
 
-def test_a_chunked_body_full_of_line_feeds_is_answered(
-    limited: serving.Running, context: ssl.SSLContext
+def chunked(body: bytes, size: int) -> bytes:
+    """``body`` in chunks of ``size`` bytes, and the last chunk."""
+    return (
+        b"".join(
+            b"%x\r\n%s\r\n" % (len(part), part)
+            for part in (body[i : i + size] for i in range(0, len(body), size))
+        )
+        + b"0\r\n\r\n"
+    )
+
+
+CHUNKED_HEAD = (
+    b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("size", [1000, 8], ids=["1000-byte chunks", "8-byte chunks"])
+def test_a_chunked_body_full_of_line_feeds_is_parsed_in_few_pieces(
+    limited: serving.Running, context: ssl.SSLContext, size: int
 ) -> None:
-    """A chunked body's length is not known ahead: its line feeds are searched as a head's
-    would be, and the request is answered as any other."""
+    """Issue 29, 3: a chunked body's length is not known ahead, but it can end only at a
+    CRLF CRLF: its line feeds are not searched as a head's would be. Each read goes to the
+    parser (and to the body budget) in one piece, however many line feeds and chunks it
+    holds, and the request is answered as any other; the GET behind it too."""
     obj = pod(PROM_IMAGE)
     obj["metadata"]["annotations"] = {f"note-{i}": "x" * 8 for i in range(500)}
     body = orjson.dumps(review(obj), option=orjson.OPT_INDENT_2)
-    chunks = b"".join(
-        b"%x\r\n%s\r\n" % (len(part), part)
-        for part in (body[i : i + 1000] for i in range(0, len(body), 1000))
-    )
-    with tls(limited, context) as sock:
-        sock.sendall(
-            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n" + GET
-        )
+    assert body.count(b"\n") > 500
+    wire = chunked(body, size)
+    with counting_pieces(limited) as pieces, tls(limited, context) as sock:
+        sock.sendall(CHUNKED_HEAD + wire + GET)
         head, answer = serving.read_response(sock)
         assert serving.read_response(sock)[0].startswith(b"HTTP/1.1 200")  # the GET after it
     assert head.startswith(b"HTTP/1.1 200")
     patched = apply(obj, patch_ops(orjson.loads(answer)["response"]))
     assert patched["spec"]["containers"][0]["image"] == PROM_MIRRORED
+    assert sum(pieces) == len(body)
+    # At most two pieces per read (the first holds the head), and a read holds at least
+    # one TLS record of up to 16 KiB.
+    assert len(pieces) <= 2 * (len(wire) // (16 * 1024) + 1), f"{len(pieces)} pieces"
+
+
+def test_requests_pipelined_behind_a_chunked_body_are_parsed_only_a_few_ahead(
+    crowded: serving.Running, context: ssl.SSLContext
+) -> None:
+    """The bound holds behind a chunked body, its end cut between two reads or not."""
+    body = orjson.dumps(review(pod(PROM_IMAGE)))
+    wire = CHUNKED_HEAD + chunked(body, 100)
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(GRACE)
+    raw.connect(("127.0.0.1", crowded.port))
+    with context.wrap_socket(raw, server_hostname="localhost") as sock:
+        sock.sendall(wire[:-1])
+        sock.sendall(wire[-1:] + METRICS * 1000)
+        serving.wait_for(pinned_down(crowded, 1), what="the connection to be pinned", timeout=30)
+        (depth,) = on_loop(
+            crowded, lambda table: [len(connection.pipeline) for connection in protocols(table)]
+        )
+    assert 0 < depth <= LIMITS.max_pipelined
+
+
+def test_a_body_in_more_chunks_than_the_bound_is_refused(
+    limited: serving.Running, context: ssl.SSLContext
+) -> None:
+    """Issue 29, 3: each chunk costs the loop a callback; a megabyte in 1-byte chunks held it
+    for seconds. Past MAX_CHUNKS the request is refused, naming the bound, and closed."""
+    before = dropped(limited).get("bad-request", 0)
+    body = b" " * (MAX_CHUNKS + 1)
+    with tls(limited, context) as sock:
+        sock.sendall(CHUNKED_HEAD + chunked(body, 1))
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert answer.endswith(
+        f"request body sent in more than {MAX_CHUNKS:,} chunks; send it in larger chunks, "
+        "or with a Content-Length".encode()
+    )
+    assert dropped(limited)["bad-request"] == before + 1
+    admission_works(limited, context)

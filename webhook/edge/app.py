@@ -150,11 +150,7 @@ class AdmissionEndpoint:
         try:
             body = await self._body(scope, receive)
             screened = None
-            if (
-                len(body) > offload.LARGE_REVIEW_BYTES
-                and runtime.screener is not None
-                and offload.may_be_too_wide(body, runtime.max_containers)
-            ):
+            if runtime.screener is not None and offload.for_the_worker(body):
                 screened = await runtime.screener.screen(
                     body, mode=mode, max_containers=runtime.max_containers
                 )

@@ -11,7 +11,10 @@ around uvicorn's own protocol, under the table here:
   active first. A sweep closes connections whose request head or body is
   late, or whose answer has waited unread past the write timeout; answers
   unread over the output budget close the connections that stopped reading
-  first. A new connection over the limit closes one of the abuser's kind
+  first; bodies over the body budget close the connections holding bodies
+  for clients that do not read, or that pipeline, before any client that
+  reads (:meth:`ConnectionTable.relieve`). A new connection over the limit
+  closes one of the abuser's kind
   (:meth:`ConnectionTable.victim`), never one whose answer is being taken.
   Idle and pinned clients therefore never lock the API server out: its next
   connection takes the place of one of theirs.
@@ -160,15 +163,19 @@ class ConnectionTable:
 
     def hold(self, connection: Connection, size: int) -> None:
         """``size`` more request-body bytes held for ``connection``; over the body budget,
-        the longest-running body reads are closed (``connection``'s last)."""
+        connections are closed to make room (:meth:`relieve`)."""
         connection.buffered += size
         self.buffered += size
         if self.buffered > self.limits.max_buffered_bytes:
             self.relieve(connection)
 
-    def unbuffer(self, connection: Connection) -> None:
-        self.buffered -= connection.buffered
-        connection.buffered = 0
+    def unbuffer(self, connection: Connection, size: int | None = None) -> None:
+        """``size`` of ``connection``'s request-body bytes no longer held (None: all of them):
+        a request answered frees its own body, not those of the requests pipelined after it."""
+        if size is None or size > connection.buffered:
+            size = connection.buffered
+        self.buffered -= size
+        connection.buffered -= size
 
     def stall(self, connection: Connection) -> None:
         """``connection``'s client stopped reading: its answer's time and bytes start to count.
@@ -255,19 +262,35 @@ class ConnectionTable:
             self.clock.call_soon(self._dispatch)
 
     def relieve(self, reader: Connection) -> None:
-        """Over the body budget: close the longest-running body reads, ``reader``'s last."""
+        """Over the body budget: close the connections holding bodies, the abuser's kind first.
+
+        In this order, each kind oldest first: a client that does not read
+        its answers (its bodies wait on it, for up to the write timeout); a
+        client with pipelined requests read ahead of an answer; a body read
+        in progress, the longest-running first and ``reader``'s last. A
+        client that reads its answers and sends one request at a time is
+        closed only when such clients alone hold the budget: before this
+        order, answers unread held the budget and the bodies of the clients
+        that read were the ones closed.
+        """
         while self.buffered > self.limits.max_buffered_bytes:
-            oldest = next(
-                (
-                    connection
-                    for connection in self.open
-                    if connection is not reader and connection.state is State.BODY
-                ),
-                reader,
-            )
-            oldest.close_for("body-budget")
-            if oldest is reader:
+            holder = self._holder(reader)
+            holder.close_for("body-budget")
+            if holder is reader:
                 return
+
+    def _holder(self, reader: Connection) -> Connection:
+        """The connection :meth:`relieve` closes next (``reader`` when no other holds a body)."""
+        for connection in self.stalled:
+            if connection.buffered:
+                return connection
+        body_read = None
+        for connection in self.open:
+            if connection.buffered and connection.state is State.BUSY and connection.queued():
+                return connection
+            if body_read is None and connection is not reader and connection.state is State.BODY:
+                body_read = connection
+        return body_read or reader
 
     def _sweep(self) -> None:
         """Close connections whose head or body is late, or whose answer waits unread too

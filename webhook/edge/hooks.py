@@ -74,6 +74,7 @@ HOOKS = (
     Hook(_IMPL, "HttpToolsProtocol.on_response_complete", ("self",)),
     Hook(_IMPL, "STATUS_LINE"),
     # The flow control the edge extends to hold unparsed bytes.
+    Hook("uvicorn.protocols.http.flow_control", "HIGH_WATER_LIMIT"),
     Hook("uvicorn.protocols.http.flow_control", "FlowControl.__init__", ("self", "transport")),
     Hook("uvicorn.protocols.http.flow_control", "FlowControl.pause_reading", ("self",)),
     Hook("uvicorn.protocols.http.flow_control", "FlowControl.resume_reading", ("self",)),
@@ -98,7 +99,7 @@ INSTANCE_ATTRIBUTES = {
         "url",
         "client",
     ),
-    f"{_IMPL}.RequestResponseCycle": ("response_complete",),
+    f"{_IMPL}.RequestResponseCycle": ("response_complete", "body", "message_event"),
     "uvicorn.config.Config": ("http_protocol_class",),
 }
 """Attributes of uvicorn's objects the edge reads or replaces: the protocol's (``url`` and

@@ -1,22 +1,25 @@
 """Large reviews screened in a worker process, so that their decoding never stalls the event loop.
 
 Every admission shares one event loop, and decoding a review holds it (and
-the GIL: a thread would not help) for as long as the review is large; the
-measured costs are in docs/development.md ("What the bounds cost"). A body
-over :data:`LARGE_REVIEW_BYTES` is therefore decoded and
-screened (:func:`webhook.admission.screen`, which needs no policy) in a
-worker process first:
+the GIL: a thread would not help) for as long as the review is large, or
+holds many lists and objects; the measured costs are in docs/development.md
+("What the bounds cost"). A body over :data:`LARGE_REVIEW_BYTES`, or with
+more than :data:`MAX_STRUCTURES_ON_LOOP` opening brackets and braces, is
+therefore decoded and screened (:func:`webhook.admission.screen`, which
+needs no policy) in a worker process first (:func:`for_the_worker`):
 
 * a Pod too wide to plan, a review that is not about a Pod, or a malformed
   one is answered from the worker's verdict, without decoding on the loop;
-* any other large review comes back as the part of it that admission reads
+* any other such review comes back as the part of it that admission reads
   (:func:`webhook.admission.for_planning`: the containers' names and images,
   a few labels and annotations), and the loop plans that: a review is
   decoded once, wherever it is decoded.
 
-A large body whose commas could not separate that many containers (a huge
-image or annotation) skips the worker and is decoded on the loop: it
-cannot be too wide, and the round trip would only cost (:func:`may_be_too_wide`).
+A review of more than :data:`MAX_STRUCTURES` lists and objects is refused
+there undecoded. The worker decodes with the garbage collector paused: a review of millions
+of lists is acyclic and freed by reference counting, and the collector's
+passes over it, one per few hundred lists built, cost several times the
+decoding itself.
 
 Large policy reviews (/validate-policy, a body over
 :data:`LARGE_POLICY_REVIEW_BYTES`) are judged there too, whole
@@ -38,7 +41,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import multiprocessing
+import re
 import signal
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
@@ -52,12 +57,14 @@ __all__ = [
     "LARGE_POLICY_REVIEW_BYTES",
     "LARGE_REVIEW_BYTES",
     "MAX_QUEUED_POLICY_REVIEWS",
+    "MAX_STRUCTURES",
+    "MAX_STRUCTURES_ON_LOOP",
     "Busy",
     "Screened",
     "Screener",
     "Unavailable",
     "Verdict",
-    "may_be_too_wide",
+    "for_the_worker",
 ]
 
 _T = TypeVar("_T")
@@ -78,19 +85,59 @@ Verdict = Screened | review.Review
 """What the worker hands back: its decision, or the review reduced for planning."""
 
 
-def may_be_too_wide(body: bytes, max_containers: int) -> bool:
-    """Whether ``body`` could hold a Pod of more than ``max_containers`` containers.
+MAX_STRUCTURES_ON_LOOP = 16_384
+"""Opening brackets and braces past which a body of any size is decoded in the worker: an
+ordinary Pod's review holds tens to a thousand; each list or object costs the loop some
+0.3 µs to build, and more in the garbage collector's passes."""
 
-    A JSON list of n items has n - 1 commas, and a review has at most eight
-    lists that admission counts (three of containers and the volumes, in the
-    object and in the old one); commas inside strings only make the answer
-    yes more often. One pass of ``bytes.count``, far cheaper than decoding.
+
+def for_the_worker(body: bytes) -> bool:
+    """Whether ``body`` is decoded in the worker (see the module's docstring).
+
+    Brackets and braces inside strings count too: they only send a review
+    to the worker more often. Two passes of ``bytes.count``, far cheaper
+    than decoding.
     """
-    return body.count(b",") + 8 > max_containers
+    return (
+        len(body) > LARGE_REVIEW_BYTES
+        or body.count(b"[") + body.count(b"{") > MAX_STRUCTURES_ON_LOOP
+    )
 
 
 def _screen(body: bytes, mode: policy.Mode, max_containers: int) -> Verdict:
     """In the worker: the decision when the policy is not needed, else the review to plan."""
+    gc.disable()  # see the module's docstring
+    try:
+        return _screened(body, mode, max_containers)  # the review is freed on its return
+    finally:
+        gc.enable()
+
+
+MAX_STRUCTURES = 500_000
+"""Lists and objects of one review, past which it is refused undecoded: building each costs
+some 0.3-0.7 µs, and 3.7 million nested lists took the worker 2-3 s, past the webhook's
+timeout for the reviews queued behind. A review of a 50,000-container Pod holds about 100,000;
+the API server sends at most 3 MiB of Pod."""
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+"""A JSON string (the body is UTF-8 JSON, or decoding refuses it anyway)."""
+
+
+def _structures(body: bytes) -> int:
+    """The lists and objects of ``body``: its brackets and braces outside strings."""
+    bare = _STRINGS.sub(b"", body)
+    return bare.count(b"[") + bare.count(b"{")
+
+
+def _screened(body: bytes, mode: policy.Mode, max_containers: int) -> Verdict:
+    # Counted in strings too first: a cheap bound, exact only when it is passed.
+    if (
+        body.count(b"[") + body.count(b"{") > MAX_STRUCTURES
+        and (found := _structures(body)) > MAX_STRUCTURES
+    ):
+        raise review.BadReview(
+            f"request body holds {found:,} lists and objects, more than the "
+            f"{MAX_STRUCTURES:,} an AdmissionReview may hold"
+        )
     rev = review.decode(body)
     screened = admission.screen(rev, mode=mode, max_containers=max_containers)
     if isinstance(screened, admission.Target):

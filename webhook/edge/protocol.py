@@ -21,16 +21,21 @@ import httptools
 from uvicorn.config import Config
 
 # uvicorn's internal modules: each name imported is a private hook.
-from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from mirrorgate.webhook.edge.connections import ConnectionTable, State
 
-__all__ = ["LimitedHttpProtocol"]
+__all__ = ["MAX_CHUNKS", "LimitedHttpProtocol"]
 
 EARLY_BYTES_MAX = 1 << 20
 """Bytes held for a connection between its handshake and its hand-over to uvicorn."""
+MAX_CHUNKS = 4096
+"""Chunks of one chunked body: each costs the loop a call of :meth:`LimitedHttpProtocol.on_body`,
+about a microsecond, so a megabyte in 1-byte chunks held it for seconds, and one read of them
+for tens of milliseconds. Ample for a client that chunks as it writes (a 7 MiB body in 4 KB
+writes is 1,800 chunks); the API server sends a Content-Length."""
 WRITE_HIGH_WATER = 64 * 1024
 """Unsent answer bytes past which the TLS transport says a client is not reading: small,
 because every connection up to the limit may hold this much before the table hears of it."""
@@ -98,6 +103,14 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """Bytes of the current request's body still to come, if its length is known."""
         self.chunk = 0
         """Bytes of the read being parsed."""
+        self.bodies: collections.deque[int] = collections.deque()
+        """Body bytes held for each request parsed and not yet answered, oldest first."""
+        self.fed = 0
+        """Body bytes of the piece being parsed, told to the table once it is parsed."""
+        self.tail = b""
+        """The last bytes of a chunked body parsed (up to 3), where its end may have begun."""
+        self.chunks = 0
+        """Chunks of the current request's chunked body so far."""
         self.ahead = table.limits.max_pipelined + 1
         """Requests parsed and unanswered at most: one being answered, the rest queued."""
         self.refusal: tuple[int, str] | None = None
@@ -164,12 +177,18 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         room for: heads are parsed at most that many line feeds at a time,
         and a read that holds fewer is parsed whole. The rest of a body of
         known length holds no head: it is parsed whole, its line feeds not
-        searched (a chunked body's are, as if they were heads').
+        searched. A chunked body ends with its first CRLF CRLF that is not
+        data (httptools takes no bare line feed in its framing): it is parsed
+        up to each CRLF CRLF in turn, its other line feeds not searched.
         """
         start, end = 0, len(data)
         while start < end:
-            if self.reading is State.BODY and self.remaining > 0:
-                stop = min(end, start + self.remaining)
+            if self.reading is State.BODY:
+                stop = (
+                    min(end, start + self.remaining)
+                    if self.remaining > 0
+                    else self._chunked_end(data, start, end)
+                )
             else:
                 room = self._room()
                 if room <= 0:
@@ -184,11 +203,24 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                         break
                 # At most ``room`` heads end up to and including this line feed.
                 stop += 1
-            if not self._parse(data if stop - start == end else data[start:stop]):
+            piece = data if stop - start == end else data[start:stop]
+            if not self._parse(piece):
                 return
             if self.transport.is_closing():
                 return
+            if self.reading is State.BODY and self.remaining <= 0:
+                self.tail = (self.tail + piece[-3:])[-3:]
             start = stop
+
+    def _chunked_end(self, data: bytes, start: int, end: int) -> int:
+        """Where the first CRLF CRLF from ``start`` on ends, the chunked body's bytes parsed
+        before ``start`` included; ``end`` if there is none."""
+        if self.tail:
+            found = (self.tail + data[start : start + 3]).find(b"\r\n\r\n")
+            if found >= 0:
+                return start + found + 4 - len(self.tail)
+        found = data.find(b"\r\n\r\n", start, end)
+        return end if found < 0 else found + 4
 
     def _parse(self, data: bytes) -> bool:
         """Feed the parser; False if that closed the connection."""
@@ -203,6 +235,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             status, message = self.refusal or (400, "Invalid HTTP request received.")
             self._reply_and_close(status, message)
             return False
+        if self.fed:
+            fed, self.fed = self.fed, 0
+            cycle = self.cycle  # and its body and message_event: private hook
+            if len(cycle.body) > HIGH_WATER_LIMIT:  # as uvicorn's on_body does, once
+                self.flow.pause_reading()
+            cycle.message_event.set()
+            self.table.hold(self, fed)  # over the budget, this may close the connection
+            if self.transport.is_closing():
+                return False
         if self.reading is State.HEAD and not self.began:
             # A head that goes on over reads: each read after its first is all
             # head. Its first read may also hold earlier requests, so its part
@@ -245,6 +286,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         # timer must keep running through it.)
         self._unset_keepalive_if_required()  # private hook
         self.head_bytes, self.began, self.reading = 0, True, State.HEAD
+        self.bodies.append(0)
         if self.state is not State.BUSY:
             self.table.enter(self, State.HEAD)
 
@@ -260,17 +302,34 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             > limits.max_header_bytes
         ):
             self._refuse(431, f"request head exceeds the {limits.max_header_bytes}-byte limit")
-        self.reading = State.BODY
+        self.reading, self.tail, self.chunks = State.BODY, b"", 0
         self.remaining = _content_length(self.headers)
         if self.state is not State.BUSY:
             self.table.enter(self, State.BODY)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
-        super().on_body(body)
+        """uvicorn's, less its work per call: the parser calls it once per chunk of a chunked
+        body, so the flow control, the app's wake-up and the table hear of a piece's bytes
+        once, after it is parsed (:meth:`_parse`). No upgrade is taken here (WebSockets are
+        off), so uvicorn's check for one is not made either."""
+        cycle = self.cycle  # and its response_complete and body: private hook
+        if cycle.response_complete:
+            return  # answered already (a refusal): the rest is dropped, as uvicorn does
+        cycle.body += body
+        size = len(body)
         if self.remaining:  # a length known (0 for a chunked body)
-            self.remaining -= len(body)
-        self.table.hold(self, len(body))
+            self.remaining -= size
+        else:  # a chunk, or the part of one in this piece
+            self.chunks += 1
+            if self.chunks > MAX_CHUNKS:
+                self._refuse(
+                    400,
+                    f"request body sent in more than {MAX_CHUNKS:,} chunks; send it in "
+                    "larger chunks, or with a Content-Length",
+                )
+        self.bodies[-1] += size
+        self.fed += size
 
     def on_message_complete(self) -> None:
         self.reading, self.remaining = State.IDLE, 0
@@ -279,7 +338,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         self.answered += 1
-        self.table.unbuffer(self)
+        self.table.unbuffer(self, self.bodies.popleft() if self.bodies else None)
         if not self.pipeline:
             super().on_response_complete()
             self.table.enter(self, self.reading)  # IDLE, or a pipelined request's head or body

@@ -265,7 +265,8 @@ LIMIT_FLAGS: Mapping[str, str] = {
     "body_timeout": "from the end of a request's head to the end of its body",
     "idle_timeout": "how long a keep-alive connection may wait for its next request",
     "max_buffered_bytes": "request-body bytes held at once across all connections; over it, "
-    "the longest-running body reads are closed",
+    "clients that do not read their answers or that pipeline are closed first, then the "
+    "longest-running body reads",
     "max_containers": "images of one Pod (containers and image volumes) that admission "
     "checks; a Pod with more is refused in an enforce namespace, reported in an audit one",
     "write_timeout": "how long an answer may wait for a client that does not read it",
