@@ -34,7 +34,7 @@ from tests.e2e.harness.fixtures_secrets import (
     read_secret,
     rewrite_policy,
 )
-from tests.e2e.harness.kube import create_namespace, create_pod
+from tests.e2e.harness.kube import create_namespace, create_pod, refusal
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.suite import CREDENTIAL, Installed, MakeNamespace, e2e_policy, pod
 
@@ -68,14 +68,6 @@ def secret(
         "metadata": {"name": name, "labels": labels or {}},
         "data": PAYLOAD,
     }
-
-
-def refusal(call: Any, *args: Any) -> str:
-    """The API server's message for a refused call (fails the test if it was allowed)."""
-    with pytest.raises(k8s.ApiException) as caught:
-        call(*args)
-    assert caught.value.status == 403, caught.value.body
-    return str(caught.value.body)
 
 
 def wait_in_force(plane: ControlPlane, namespace: str) -> None:

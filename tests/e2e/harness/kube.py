@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pytest
 from kubernetes import client as k8s
 from kubernetes import dynamic
 
@@ -169,3 +170,11 @@ def config_map_data(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, 
         namespace, field_selector=f"metadata.name={name}"
     )
     return dict(found.items[0].data or {}) if found.items else None
+
+
+def refusal(call: Any, *args: Any) -> str:
+    """The API server's message for a refused call (fails the test if it was allowed)."""
+    with pytest.raises(k8s.ApiException) as caught:
+        call(*args)
+    assert caught.value.status == 403, caught.value.body
+    return str(caught.value.body)

@@ -14,6 +14,7 @@ through a replica's loss, a caBundle emptied by a replace, and a `helm upgrade`.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -429,6 +430,52 @@ def test_deployment_pulls_through_the_mirror_via_in_cluster_mirrorgate(
 ) -> None:
     """The node's Deployment scenario, admitted by the Helm-installed replicas."""
     _deployment_scenario(node_installed.node)
+
+
+def test_a_tenant_made_secret_of_the_reserved_prefix_is_refused(
+    node_installed: Release,
+) -> None:
+    """The chart's ValidatingAdmissionPolicy mirrorgate-reserved-prefix, in force on the node's
+    cluster: a tenant who may create Secrets is refused mirrorgate-*, not another name;
+    mirrorgate's own ServiceAccount, by the chart's exact username, may make its copy."""
+    name = f"mirrorgate-{secrets.token_hex(3)}"
+    with node_installed.node.control_plane.api_client() as admin:
+        namespace = create_namespace(admin, namespace_name("reserved"), ENFORCE_LABELS)
+        tenant = f"e2e-tenant-{secrets.token_hex(3)}"
+        rbac = k8s.RbacAuthorizationV1Api(admin)
+        rbac.create_namespaced_role(
+            namespace,
+            {  # type: ignore[arg-type]
+                "metadata": {"name": tenant},
+                "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}],
+            },
+        )
+        kube.bind(rbac, tenant, ("Role", tenant), kube.user_subject(tenant), namespace=namespace)
+        wait_until(
+            lambda: mg.reserved_refused(admin, namespace),
+            timeout=30,
+            what="the reserved prefix in force",
+            interval=0.2,
+        )
+    opaque = {"metadata": {"name": name}, "type": "Opaque", "stringData": {"x": "y"}}
+    with node_installed.node.control_plane.api_client(user=tenant, groups=()) as api:
+        core = k8s.CoreV1Api(api)
+        refused = kube.refusal(core.create_namespaced_secret, namespace, opaque)
+        core.create_namespaced_secret(  # the control: any other name is the tenant's
+            namespace,
+            {**opaque, "metadata": {"name": f"app-{secrets.token_hex(3)}"}},  # type: ignore[arg-type]
+        )
+    copy = {
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "mirrorgate"}},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": '{"auths":{}}'},
+    }
+    with node_installed.node.control_plane.api_client() as api:
+        api.set_default_header(
+            "Impersonate-User", f"system:serviceaccount:{mg.NAMESPACE}:mirrorgate"
+        )
+        k8s.CoreV1Api(api).create_namespaced_secret(namespace, copy, dry_run="All")  # type: ignore[arg-type]
+    assert f"Secret {namespace}/{name}: {mg.RESERVED_REFUSAL}" in refused, refused
 
 
 # Availability under load (issue #12, item 3; issue #20, item 4): 16 concurrent
