@@ -1258,15 +1258,17 @@ def attacks_scenario(args: argparse.Namespace) -> list[str]:
 
 
 def policy_queue_flood_scenario(args: argparse.Namespace) -> list[str]:
-    """Issue 29, 6: the policy-queue flood beside legitimate policy updates; the targets
-    missed (0 legitimate policy updates refused unjudged).
+    """Issue 29, 6: the policy-queue flood beside legitimate policy updates
+    (:mod:`bench.policy_queue_bench`), against the earlier version too when given, recorded
+    as ``abuse-policy-queue``; the targets missed."""
+    from bench import policy_queue_bench
 
-    The hook for the scenario of issue 29, 2 (policy reviews bounded per
-    caller): that part adds it in a module of its own and calls it from
-    here, recorded apart (``abuse-policy-queue``). Until then it runs
-    nothing and misses nothing.
-    """
-    return []
+    seconds = args.attack_seconds
+    runs = [policy_queue_bench.run(seconds)]
+    if args.baseline_server:
+        runs.append(policy_queue_bench.run(seconds, args.baseline_server, "baseline"))
+    with results.capture("abuse-policy-queue", command="make bench-abuse"):
+        return policy_queue_bench.report(runs, seconds=seconds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
