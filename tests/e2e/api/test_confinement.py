@@ -355,22 +355,6 @@ def test_under_cert_manager_the_service_account_patches_no_webhook_configuration
     assert "mutatingwebhookconfigurations" in message
 
 
-def _tenant(api: k8s.ApiClient, namespace: str, resource: str) -> str:
-    """A user who may create ``resource`` in ``namespace`` and nothing else (a Role of its
-    own: no controller-manager fills the aggregated `edit` role here)."""
-    tenant = f"e2e-tenant-{secrets.token_hex(3)}"
-    rbac = k8s.RbacAuthorizationV1Api(api)
-    rbac.create_namespaced_role(
-        namespace,
-        {  # type: ignore[arg-type]
-            "metadata": {"name": tenant},
-            "rules": [{"apiGroups": [""], "resources": [resource], "verbs": ["create"]}],
-        },
-    )
-    kube.bind(rbac, tenant, ("Role", tenant), kube.user_subject(tenant), namespace=namespace)
-    return tenant
-
-
 def test_the_skip_label_policy_of_docs_security_keeps_tenants_from_the_skip_label(
     installed: Installed, make_namespace: MakeNamespace
 ) -> None:
@@ -391,7 +375,7 @@ def test_the_skip_label_policy_of_docs_security_keeps_tenants_from_the_skip_labe
     }
     plain = {**skipped, "metadata": {"name": "plain"}}
     with plane.api_client() as admin:
-        tenant = _tenant(admin, namespace, "pods")
+        tenant = kube.tenant(admin, namespace, "pods")
         for obj in objects:
             k8s_utils.create_from_dict(admin, obj)  # type: ignore[no-untyped-call]
         try:
@@ -435,7 +419,7 @@ def test_nobody_but_mirrorgate_creates_a_secret_of_the_reserved_prefix(
     name = f"mirrorgate-{secrets.token_hex(3)}"
     refused: dict[str, str] = {}
     with plane.api_client() as admin:
-        tenant = _tenant(admin, namespace, "secrets")
+        tenant = kube.tenant(admin, namespace, "secrets")
         wait_until(
             lambda: mg.reserved_refused(admin, namespace),
             timeout=30,

@@ -178,3 +178,19 @@ def refusal(call: Any, *args: Any) -> str:
         call(*args)
     assert caught.value.status == 403, caught.value.body
     return str(caught.value.body)
+
+
+def tenant(api: k8s.ApiClient, namespace: str, resource: str) -> str:
+    """A user who may create ``resource`` in ``namespace`` and nothing else (a Role of its
+    own: no controller-manager fills the aggregated `edit` role here)."""
+    user = f"e2e-tenant-{secrets.token_hex(3)}"
+    rbac = k8s.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(
+        namespace,
+        {  # type: ignore[arg-type]
+            "metadata": {"name": user},
+            "rules": [{"apiGroups": [""], "resources": [resource], "verbs": ["create"]}],
+        },
+    )
+    bind(rbac, user, ("Role", user), user_subject(user), namespace=namespace)
+    return user

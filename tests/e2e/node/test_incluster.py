@@ -441,16 +441,7 @@ def test_a_tenant_made_secret_of_the_reserved_prefix_is_refused(
     name = f"mirrorgate-{secrets.token_hex(3)}"
     with node_installed.node.control_plane.api_client() as admin:
         namespace = create_namespace(admin, namespace_name("reserved"), ENFORCE_LABELS)
-        tenant = f"e2e-tenant-{secrets.token_hex(3)}"
-        rbac = k8s.RbacAuthorizationV1Api(admin)
-        rbac.create_namespaced_role(
-            namespace,
-            {  # type: ignore[arg-type]
-                "metadata": {"name": tenant},
-                "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}],
-            },
-        )
-        kube.bind(rbac, tenant, ("Role", tenant), kube.user_subject(tenant), namespace=namespace)
+        tenant = kube.tenant(admin, namespace, "secrets")
         wait_until(
             lambda: mg.reserved_refused(admin, namespace),
             timeout=30,
