@@ -420,12 +420,7 @@ def test_nobody_but_mirrorgate_creates_a_secret_of_the_reserved_prefix(
     refused: dict[str, str] = {}
     with plane.api_client() as admin:
         tenant = kube.tenant(admin, namespace, "secrets")
-        wait_until(
-            lambda: mg.reserved_refused(admin, namespace),
-            timeout=30,
-            what="the reserved prefix in force",
-            interval=0.2,
-        )
+        mg.wait_reserved_in_force(admin, namespace)
         core = k8s.CoreV1Api(admin)
         refused["administrator"] = refusal(core.create_namespaced_secret, namespace, secret(name))
         refused["administrator, mirrorgate's namespace"] = refusal(

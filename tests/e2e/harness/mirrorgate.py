@@ -144,6 +144,17 @@ def reserved_refused(api: k8s.ApiClient, namespace: str) -> str | None:
     return "allowed"
 
 
+def wait_reserved_in_force(api: k8s.ApiClient, namespace: str) -> None:
+    """Wait until the reserved prefix's policy refuses a mirrorgate-* Secret in ``namespace``
+    (a new policy or binding takes a moment to reach the API server's cache)."""
+    wait_until(
+        lambda: reserved_refused(api, namespace),
+        timeout=30,
+        what="the reserved prefix in force",
+        interval=0.2,
+    )
+
+
 def made_before_install(api: k8s.ApiClient, namespace: str, secret: k8s.V1Secret) -> k8s.V1Secret:
     """Create ``secret`` (named mirrorgate-*) as though before mirrorgate was installed: the
     reserved prefix's binding goes meanwhile, and is back in force before this returns."""

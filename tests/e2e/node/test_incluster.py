@@ -442,12 +442,7 @@ def test_a_tenant_made_secret_of_the_reserved_prefix_is_refused(
     with node_installed.node.control_plane.api_client() as admin:
         namespace = create_namespace(admin, namespace_name("reserved"), ENFORCE_LABELS)
         tenant = kube.tenant(admin, namespace, "secrets")
-        wait_until(
-            lambda: mg.reserved_refused(admin, namespace),
-            timeout=30,
-            what="the reserved prefix in force",
-            interval=0.2,
-        )
+        mg.wait_reserved_in_force(admin, namespace)
     opaque = {"metadata": {"name": name}, "type": "Opaque", "stringData": {"x": "y"}}
     with node_installed.node.control_plane.api_client(user=tenant, groups=()) as api:
         core = k8s.CoreV1Api(api)
