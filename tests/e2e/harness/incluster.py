@@ -228,7 +228,12 @@ class Release:
         self.wait_gauge("mirrorgate_mirror_up", 1.0, timeout=60, mirror=self.registry.host)
 
     def upgrade(self, *args: str) -> None:
-        self.run_helm("upgrade", "mirrorgate", str(h.CHART), "--reuse-values", *args)
+        # Tests that run a second mirrorgate beside the chart's add its username to the
+        # chart's reserved-prefix writers (mg.allow_reserved_names), as that
+        # installation's operator would; the chart's own upgrade takes the field back.
+        self.run_helm(
+            "upgrade", "mirrorgate", str(h.CHART), "--reuse-values", "--force-conflicts", *args
+        )
 
     def uninstall(self) -> None:
         self.run_helm("uninstall", "mirrorgate", "--wait", check=False)
