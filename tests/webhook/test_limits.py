@@ -453,6 +453,48 @@ def test_bodies_held_for_unread_answers_never_crowd_out_a_client_that_reads(
     assert on_loop(patient, lambda table: table.buffered) <= LIMITS.max_buffered_bytes
 
 
+def test_a_client_that_does_not_read_gets_no_more_of_its_pipeline_started(
+    patient: serving.Running, context: ssl.SSLContext
+) -> None:
+    """Issue 29, 1: the next pipelined request of a client that does not read the answer
+    before it is not started until that answer drains: its reviews cannot hold the review
+    worker or the loop ahead of clients that read. Before, one more was decoded and
+    planned for every stall, its answer left waiting to be sent.
+
+    Counted on the loop, where the table and the counts change: once the attacker's next
+    request is held for the drain and three victims have been answered, the server has
+    decided exactly the attacker's answered requests and the victims'.
+    """
+    attack = admission_request(padded(pod(*[PROM_IMAGE] * 1000), 36_000))
+    request = admission_request(pod(PROM_IMAGE))
+    counts = patient.server.runtime.metrics.counts
+
+    def decided(_: ConnectionTable) -> int:
+        return sum(counts.admissions.values())
+
+    def held(table: ConnectionTable) -> list[int]:
+        return [
+            connection.answered
+            for connection in protocols(table)
+            if connection in table.stalled and connection.after_drain is not None
+        ]
+
+    start = on_loop(patient, decided)
+    with pipelining_unread(patient, context, attack, 20):
+        serving.wait_for(
+            lambda: on_loop(patient, held) or None,
+            what="the attacker's next request held until its unread answer drains",
+            timeout=30,
+        )
+        for _ in range(3):
+            with tls(patient, context) as victim:
+                victim.sendall(request)
+                head, _ = serving.read_response(victim)
+            assert head.startswith(b"HTTP/1.1 200"), head
+        (answered,) = on_loop(patient, held)
+        assert on_loop(patient, decided) - start == answered + 3
+
+
 def test_a_client_hello_split_in_two_is_served(
     limited: serving.Running, context: ssl.SSLContext
 ) -> None:

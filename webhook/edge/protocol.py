@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -116,6 +117,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.refusal: tuple[int, str] | None = None
         self.early: list[bytes] = []
         """Bytes TLS delivered between the end of the handshake and :meth:`connection_made`."""
+        self.after_drain: Callable[[], None] | None = None
+        """The next pipelined request's start, held while the client does not read the answer
+        before it: a client that does not read gets no more work done for it."""
 
     # -- the table's view ---------------------------------------------------
 
@@ -353,7 +357,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._unset_keepalive_if_required()
             if not self.transport.is_closing():
                 start = functools.partial(self._start_asgi_task, *queued)  # private hook
-                self.table.defer(self, start)
+                if self in self.table.stalled:
+                    self.after_drain = start
+                else:
+                    self.table.defer(self, start)
         if self.flow.held and not self.transport.is_closing():
             held, self.flow.held = self.flow.held, b""
             self._feed(held)
@@ -370,6 +377,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def resume_writing(self) -> None:
         super().resume_writing()
         self.table.unstall(self)
+        start, self.after_drain = self.after_drain, None
+        if start is not None and not self.transport.is_closing():
+            self.table.defer(self, start)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.transport is None:
