@@ -131,6 +131,17 @@ client refused for its count of chunks is closed while it is still sending,
 and sees the connection closed (SSLEOFError) rather than the refusal.""",
     ),
     (
+        "abuse-policy-queue",
+        """**Policy-queue flood** (issue 29): six callers, each from a loopback
+address of its own, post reviews of a valid 120 KB policy to
+`/validate-policy` back to back, beside one caller writing a 16 KB policy;
+the same caller alone just before is the baseline (`bench/policy_queue_bench.py`).
+Policy reviews take turns by caller (`webhook/edge/fairqueue.py`). Targets: no
+legitimate update refused unjudged, each within the webhook's 5 s, and the
+flood's own answers within 5 s. *baseline* here is the previous version's
+server in the same sitting (`--baseline-server`).""",
+    ),
+    (
         "pods",
         """\
 **Pod start on a real node**: the e2e suite's node (kubelet, containerd),
