@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install serve docs test test-fast test-e2e lint e2e-deps bench bench-abuse bench-policy bench-secrets bench-health bench-pods bench-profile image release lock clean
+.PHONY: install plugin serve docs test test-fast test-e2e test-versions lint e2e-deps bench bench-abuse bench-policy bench-secrets bench-health bench-pods bench-kubelet bench-profile image release lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,12 @@ $(STAMP): pyproject.toml
 	touch $@
 
 install: $(STAMP)
+
+# The kubelet credential-provider plugin (plugins/credential-provider), static, for
+# linux/amd64 and linux/arm64: build/plugins/linux-<arch>/mirrorgate-credential-provider.
+# Its `go vet` and `go test` run with the suite (tests/plugin).
+plugin:
+	bash plugins/build.sh
 
 DEV_CERTS := dev-certs
 
@@ -34,6 +40,7 @@ e2e-deps:
 # The tables in docs/ that are generated from the code (a test holds them equal).
 docs: install
 	$(PY) -m mirrorgate.webhook.commands.serve.flagtable --write docs/cli.md
+	$(PY) -m mirrorgate.webhook.policyfile.crds --write
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -51,9 +58,11 @@ lint: install
 CONFORMANCE := tests/policy/test_conformance.py
 # The conformance check runs first, so that the whole suite's count is the
 # last pytest summary a reader (or CI) sees.
+# The upgrade from 0.1.0 (marker `upgrade`) builds 0.1.0's image: it belongs to
+# `make test-versions`, which keeps `make test`'s cold run inside 60 minutes.
 test: install e2e-deps lint
 	$(PY) -m pytest $(CONFORMANCE)
-	MIRRORGATE_REQUIRE_E2E=1 $(PY) -m pytest --ignore=$(CONFORMANCE)
+	MIRRORGATE_REQUIRE_E2E=1 $(PY) -m pytest --ignore=$(CONFORMANCE) -m "not upgrade"
 	$(PY) -m tests.packaging.check_dist --single-package
 
 test-fast: install
@@ -61,6 +70,15 @@ test-fast: install
 
 test-e2e: install e2e-deps
 	MIRRORGATE_REQUIRE_E2E=1 $(PY) -m pytest -m e2e tests/e2e
+
+# The e2e suite against every supported Kubernetes minor (tests/e2e/versions.py):
+# the API-server suite on each, the node scenarios with the chart-installed image
+# (and the upgrade from 0.1.0) on the oldest and the newest. One line per version:
+# `kubernetes vX.Y.Z (api): N passed, F failed, S skipped`. Each extra minor's
+# binaries are built once (cold: tens of minutes on two cores) and cached by
+# version. Not part of `make test`; CI runs it nightly and on tags.
+test-versions: install e2e-deps
+	$(PY) -m tests.e2e.versions
 
 # Benchmarks, not timed tests: figures are ratios against a baseline measured
 # in the same run, because this machine is shared and noisy.
@@ -78,9 +96,18 @@ bench-policy: install
 bench: install e2e-deps
 	$(PY) -m bench.server_bench
 	$(PY) -m bench.secrets_bench
+	$(PY) -m bench.policy_objects_bench
 	$(PY) -m bench.abuse_bench
 	$(PY) -m bench.health_bench
 	$(PY) -m bench.pod_start_bench
+	$(PY) -m bench.kubelet_bench
+	$(PY) -m bench.objects_bench
+	$(PY) -m bench.figures
+
+# The kubelet plugin's round trip (warm and cold verdicts) and the credential endpoint's
+# throughput on one core, against a real etcd + kube-apiserver (about a minute).
+bench-kubelet: install e2e-deps
+	$(PY) -m bench.kubelet_bench
 	$(PY) -m bench.figures
 
 # BEFORE=DIR (a checkout of the previous code, e.g. `git worktree add /tmp/before main`)

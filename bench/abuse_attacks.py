@@ -4,7 +4,9 @@ Each attack runs against the real HTTPS server (``mirrorgate serve``, its
 default limits) while one client of ordinary 2 KB Pod reviews (the victim)
 goes on over a keep-alive connection, reopened whenever it is lost; the
 same victim alone on the same server, just before, is the attack's
-baseline. Every attacker is a process of its own (no shared GIL):
+baseline. Every attacker is a process of its own (no shared GIL), sending from a
+loopback address of its own (127.0.1.1, 127.0.1.2, ...), as callers on other
+hosts or Pods do: the server takes turns for its review worker by address:
 
 - **body-budget starvation**: five clients each pipeline nine 7 MiB
   reviews whose ~450 KB answers they never read, and reconnect whenever the
@@ -142,9 +144,17 @@ Answers = list[tuple[float, str | None]]
 
 
 def back_to_back(
-    request: Callable[[int], bytes], port: int, cafile: str, seconds: float, answers: Any
+    request: Callable[[int], bytes],
+    port: int,
+    cafile: str,
+    source: str,
+    seconds: float,
+    answers: Any,
+    *,
+    early: bool = False,
 ) -> None:
-    """Send ``request(port)`` over one keep-alive connection, reading each answer."""
+    """Send ``request(port)`` over one keep-alive connection, reading each answer (with
+    ``early``, also while sending, as :meth:`Connection.exchange_reading_early` does)."""
     context = ssl.create_default_context(cafile=cafile)
     payload = request(port)
     found: Answers = []
@@ -154,8 +164,9 @@ def back_to_back(
         while time.monotonic() < end:
             started = time.perf_counter()
             try:
-                connection = connection or Connection(port, context)
-                status, answer = connection.exchange(payload)
+                connection = connection or Connection(port, context, source)
+                exchange = connection.exchange_reading_early if early else connection.exchange
+                status, answer = exchange(payload)
             except OSError as error:
                 found.append((time.perf_counter() - started, f"{type(error).__name__}"))
                 connection = None
@@ -174,34 +185,39 @@ def _post(body: Callable[[], bytes]) -> Callable[[int], bytes]:
     return lambda port: http_request("POST", MUTATE, port, body())
 
 
-def deep_lists(port: int, cafile: str, seconds: float, answers: Any) -> None:
-    back_to_back(_post(deep_lists_body), port, cafile, seconds, answers)
+def deep_lists(port: int, cafile: str, source: str, seconds: float, answers: Any) -> None:
+    back_to_back(_post(deep_lists_body), port, cafile, source, seconds, answers)
 
 
-def many_lists(port: int, cafile: str, seconds: float, answers: Any) -> None:
-    back_to_back(_post(many_lists_body), port, cafile, seconds, answers)
+def many_lists(port: int, cafile: str, source: str, seconds: float, answers: Any) -> None:
+    back_to_back(_post(many_lists_body), port, cafile, source, seconds, answers)
 
 
-def newline_dense(port: int, cafile: str, seconds: float, answers: Any) -> None:
-    back_to_back(_post(newline_body), port, cafile, seconds, answers)
+def newline_dense(port: int, cafile: str, source: str, seconds: float, answers: Any) -> None:
+    back_to_back(_post(newline_body), port, cafile, source, seconds, answers)
 
 
-def one_byte_chunks(port: int, cafile: str, seconds: float, answers: Any) -> None:
-    back_to_back(one_byte_chunks_request, port, cafile, seconds, answers)
+def one_byte_chunks(port: int, cafile: str, source: str, seconds: float, answers: Any) -> None:
+    # A refusal comes after 4,096 chunks, while most of the body is still to send; the
+    # server waits for the rest at most its TLS shutdown timeout, so the sender reads as
+    # it sends, as HTTP clients do.
+    back_to_back(one_byte_chunks_request, port, cafile, source, seconds, answers, early=True)
 
 
-def legit_big(port: int, cafile: str, seconds: float, answers: Any) -> None:
-    back_to_back(_post(legit_big_body), port, cafile, seconds, answers)
+def legit_big(port: int, cafile: str, source: str, seconds: float, answers: Any) -> None:
+    back_to_back(_post(legit_big_body), port, cafile, source, seconds, answers)
 
 
-def starve_budget(port: int, cafile: str, seconds: float, answers: Any) -> None:
+def starve_budget(port: int, cafile: str, source: str, seconds: float, answers: Any) -> None:
     """Pipeline nine 7 MiB reviews per connection, read nothing, reconnect when closed."""
     context = ssl.create_default_context(cafile=cafile)
     payload = http_request("POST", MUTATE, port, wide_body()) * 9
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         try:
-            raw = socket.create_connection((server_bench.HOST, port), timeout=10)
+            raw = socket.create_connection(
+                (server_bench.HOST, port), timeout=10, source_address=(source, 0)
+            )
             sock = context.wrap_socket(raw, server_hostname="localhost")
         except OSError:
             time.sleep(0.05)
@@ -225,13 +241,17 @@ def _send_quietly(sock: ssl.SSLSocket, payload: bytes) -> None:
 # -- the runs -------------------------------------------------------------------------------
 
 
+Sender = Callable[[int, str, str, float, Any], None]
+"""A sender's process: (port, CA file, its source address, seconds, the queue for its answers)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Attack:
     """An attack: its senders (a process each), and which of them are legitimate callers."""
 
     name: str
-    senders: tuple[tuple[Callable[[int, str, float, Any], None], int], ...]
-    legitimate: tuple[Callable[[int, str, float, Any], None], ...] = ()
+    senders: tuple[tuple[Sender, int], ...]
+    legitimate: tuple[Sender, ...] = ()
     """Senders that stand for callers that read their answers: their failures are drops."""
 
 
@@ -327,7 +347,10 @@ def _attack(
     for sender, count in attack.senders:
         for _ in range(count):
             queue = spawn.Queue()
-            process = spawn.Process(target=sender, args=(port, cafile, seconds, queue), daemon=True)
+            source = f"127.0.1.{len(started) + 1}"
+            process = spawn.Process(
+                target=sender, args=(port, cafile, source, seconds, queue), daemon=True
+            )
             process.start()
             started.append((sender, queue, process))
     time.sleep(2.0)  # the senders have loaded Python, built their bodies and sent

@@ -53,6 +53,17 @@ second, per-admission metrics as plain counters exported at scrape time,
 `gc.freeze()` after start-up and a higher collection threshold, orjson.""",
     ),
     (
+        "policy-objects",
+        """\
+**A MirrorPolicy change to admission**: a real etcd and kube-apiserver, 1,000
+namespaces each holding a MirrorPolicy, mirrorgate serving the objects alone
+(no policy file); one MirrorPolicy's mirror is patched at a time, and dry-run
+Pods are created in its namespace until one carries the new mirror. The wait
+is the watch event, one composition of every object, the swap and an
+admission: the composition dominates it (its in-process cost is the policy
+bench's).""",
+    ),
+    (
         "secrets",
         """\
 **With pull secrets**: a real etcd and kube-apiserver with an audit log, the
@@ -65,7 +76,10 @@ copy per `--reconcile-interval`, no write in etcd), not admission. Making a
 copy for the first Pod of a namespace is three API calls (claim the record,
 create the Secret, record its uid), the price of reading no Secret outside
 mirrorgate's namespace; the first Pod of any fresh namespace costs the API
-server far more than that, with or without a webhook.""",
+server far more than that, with or without a webhook. In the same run, the
+first Pods of new namespaces whose credential has `delivery: kubelet`: the
+image is rewritten and no Secret is made, so no API call is on the
+admission path.""",
     ),
     (
         "abuse",
@@ -123,12 +137,15 @@ that reads), 6.9 MB of 1,000-deep nested lists, 2.3 million empty lists,
 (`bench/abuse_attacks.py`). Beside each, one client of 2 KB Pod reviews over
 a keep-alive connection; the same client alone just before, on the same
 server, is that attack's baseline. *before* is the previous version's
-server under the same run, in the same sitting (`--baseline-server`).
-Targets: victim p99 ≤ 100 ms and none over 1 s, no legitimate review
-dropped or answered past the webhook's 5 s, each attack's own answers within
-5 s (an answer may be a refusal naming the bound the attack crossed). A
-client refused for its count of chunks is closed while it is still sending,
-and sees the connection closed (SSLEOFError) rather than the refusal.""",
+server under the same run, in the same sitting (`--baseline-server`): the
+code before issue 29. Targets: victim p99 ≤ 100 ms and none over 1 s, no
+legitimate review dropped or answered past the webhook's 5 s, each attack's
+own answers within 5 s (an answer may be a refusal naming the bound the
+attack crossed). A client refused for its count of chunks is refused while
+most of its body is still to come; the chunk senders read while they send,
+as HTTP clients such as Go's do, and stop at the refusal. The server waits
+for the rest of such a body at most its TLS shutdown timeout (2 s), so a
+sender that cannot read in time sees the connection closed (SSLEOFError).""",
     ),
     (
         "abuse-policy-queue",
@@ -140,6 +157,18 @@ Policy reviews take turns by caller (`webhook/edge/fairqueue.py`). Targets: no
 legitimate update refused unjudged, each within the webhook's 5 s, and the
 flood's own answers within 5 s. *baseline* here is the previous version's
 server in the same sitting (`--baseline-server`).""",
+    ),
+    (
+        "kubelet",
+        """\
+**Secretless pulls**: a real etcd and kube-apiserver, mirrorgate with
+`--kubelet-port`, Pod-bound tokens from TokenRequest and a kubelet certificate
+from the API server's client CA (`bench/kubelet_bench.py`). The round trip is
+the real `mirrorgate-credential-provider` run as the kubelet runs it, a process
+per pull, from its start to its exit with the login: *warm* when the token's
+verdict is kept, *cold* when each pull carries a token never seen (a
+TokenReview each), alternating in the same rounds. Throughput: the server
+pinned to one CPU, kept-alive clients, warm verdicts, every answer checked.""",
     ),
     (
         "pods",
@@ -156,6 +185,27 @@ mirrorgate changes; the node does the same work for both. A third series,
 the baseline again in the same rounds, is the run's noise floor: a
 difference smaller than that is not a finding. With fewer than 100 Pods a
 p99 is the largest sample.""",
+    ),
+    (
+        "objects",
+        """\
+**Policy as objects** (`bench/objects_bench.py`, in-process): a
+ClusterMirrorPolicy of 10 rules and a robot credential per team, alone and
+with a MirrorPolicy in each of 1,000 namespaces (the team's own docker.io
+rule on its Harbor project, with its robot), in one run. `compose` is the
+CPU time of composing every object (what a replica does when one of them or
+a namespace's labels change); the memory is what the composition and the
+admission cache hold (`tracemalloc`). Admission CPU per Pod: a 5-container
+Pod admitted in each namespace in turn, through the admission cache, which
+keeps plans by (policy, shape), so Pods of a thousand namespace policies hit
+as Pods of one policy do; and, in the same run, through a cache of one policy
+at a time, as the admission cache was before (a Pod of another namespace's
+policy than the last empties it: the 10.7× of issue 30). A MirrorPolicy
+changed: composed again with the last composition, every other namespace
+keeps its policy object, and with it its plans. Here the cache holds 6,000
+entries (a plan and 5 resolutions per namespace) of its one bound of 8,192:
+with Pods of more namespace policies than that, in turn, it empties and
+refills as under any workload past its bound.""",
     ),
     (
         "health",

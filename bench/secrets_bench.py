@@ -33,9 +33,12 @@ Part 2, what a Pod waits for. mirrorgate is registered with the
 MutatingWebhookConfiguration of ``manifests/base``; N new namespaces labelled
 ``enforce`` and N unlabelled ones (no webhook is called for those: the
 baseline) each get a first and a second Pod through ``create_namespaced_pod``,
-interleaved so that drift weighs on all four series alike. A first Pod in an
-enforce namespace includes mirrorgate creating ``mirrorgate-bench-mirror``
-synchronously; a second one finds it in the informer cache. Sequential, one
+and so do N more enforce namespaces whose Pod's image is under a rule of a
+credential with ``delivery: kubelet`` (``bench-kubelet``), interleaved so that
+drift weighs on all six series alike. A first Pod in an enforce namespace
+includes mirrorgate creating ``mirrorgate-bench-mirror`` synchronously; a
+second one finds it in the informer cache; a ``delivery: kubelet`` Pod needs
+no Secret at all (no API call on its admission path), and none is made. Sequential, one
 request at a time: this is latency, not throughput. With N=40 the p99 is the
 largest sample; it is labelled so. Even without any webhook a first Pod is
 slow here (~50-90 ms against ~6 ms for the next): the API server's
@@ -75,6 +78,9 @@ from tests.e2e.harness.kube import create_namespace
 CREDENTIAL = "bench-mirror"
 SECRET = policy.pull_secret_name(CREDENTIAL)
 MIRROR_HOST = "mirror.corp.example"
+# A credential the node's plugin delivers: its images are rewritten, no Secret is made.
+KUBELET_CREDENTIAL = "bench-kubelet"
+KUBELET_SOURCE = "registry.kubelet.example"
 MODE_LABEL = "mirrorgate.io/mode"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 # The namespace pods.pod() writes into make bench's bodies: reused as they are.
@@ -92,8 +98,12 @@ mirrors:
   - source: ghcr.io
     mirror: {MIRROR_HOST}/ghcr
     credential: {CREDENTIAL}
+  - source: {KUBELET_SOURCE}
+    mirror: {MIRROR_HOST}/kubelet
+    credential: {KUBELET_CREDENTIAL}
 credentials:
   {CREDENTIAL}: {{namespaces: ['*']}}
+  {KUBELET_CREDENTIAL}: {{namespaces: ['*'], delivery: kubelet}}
 exclude:
   namespaces: [mirrorgate]
 """
@@ -377,9 +387,12 @@ class Latencies:
     baseline_second: list[float] = dataclasses.field(default_factory=list)
     webhook_first: list[float] = dataclasses.field(default_factory=list)
     webhook_second: list[float] = dataclasses.field(default_factory=list)
+    kubelet_first: list[float] = dataclasses.field(default_factory=list)
+    kubelet_second: list[float] = dataclasses.field(default_factory=list)
     secret_creates: int = 0
     other_secret_calls: list[AuditEvent] = dataclasses.field(default_factory=list)
     new_namespaces: list[str] = dataclasses.field(default_factory=list)
+    kubelet_namespaces: list[str] = dataclasses.field(default_factory=list)
 
 
 def pod_body(namespace: str, name: str, images: Sequence[str]) -> dict[str, Any]:
@@ -405,13 +418,16 @@ def create_pod(core: k8s.CoreV1Api, body: dict[str, Any]) -> tuple[float, dict[s
     return seconds, cast("dict[str, Any]", orjson.loads(response.data))
 
 
-def check_pod(stored: Mapping[str, Any], *, rewritten: bool) -> None:
+def check_pod(stored: Mapping[str, Any], *, rewritten: bool, secret: bool = True) -> None:
+    """Rewritten (with the pull secret attached, unless ``secret`` is false: the kubelet
+    delivers it), or untouched."""
     spec = stored["spec"]
     images = [c["image"] for c in spec["containers"]]
     secrets_ = [s["name"] for s in spec.get("imagePullSecrets") or []]
     where = f"{stored['metadata']['namespace']}/{stored['metadata']['name']}"
     if rewritten and (
-        secrets_ != [SECRET] or not all(i.startswith(f"{MIRROR_HOST}/") for i in images)
+        secrets_ != ([SECRET] if secret else [])
+        or not all(i.startswith(f"{MIRROR_HOST}/") for i in images)
     ):
         raise SystemExit(f"{where} was not rewritten: {images} {secrets_}")
     if not rewritten and (secrets_ or any(i.startswith(f"{MIRROR_HOST}/") for i in images)):
@@ -433,32 +449,48 @@ def first_pods(
         for i in range(args.namespaces + 1)
     ]
     plain = [create_namespace(api, f"bench-plain-{i:03d}") for i in range(args.namespaces + 1)]
+    kubelet = [
+        create_namespace(api, f"bench-kubelet-{i:03d}", {MODE_LABEL: "enforce"})
+        for i in range(args.namespaces + 1)
+    ]
+    # The same Pod, its images under the kubelet-delivered credential's rule.
+    kubelet_images = [f"{KUBELET_SOURCE}/{image.rpartition('/')[2]}" for image in images]
     mg.register(api, mg.webhook_configuration(kustomize), endpoint)
     time.sleep(1.0)  # the API server picks up webhook configurations from an informer
 
+    # (namespace, images, rewritten, pull secret attached) of each kind.
+    kinds = {
+        "plain": (plain, images, False, False),
+        "enforce": (enforce, images, True, True),
+        "kubelet": (kubelet, kubelet_images, True, False),
+    }
     # Index 0 of each is a warm-up (connections from the API server to
     # mirrorgate, mirrorgate's first create of part 2): run, checked, not kept.
-    for namespace, rewritten in ((enforce[0], True), (plain[0], False)):
+    for namespaces, pod_images, rewritten, secret in kinds.values():
         for name in ("first", "second"):
-            check_pod(create_pod(core, pod_body(namespace, name, images))[1], rewritten=rewritten)
+            stored = create_pod(core, pod_body(namespaces[0], name, pod_images))[1]
+            check_pod(stored, rewritten=rewritten, secret=secret)
 
-    out = Latencies(new_namespaces=enforce[1:])
+    out = Latencies(new_namespaces=enforce[1:], kubelet_namespaces=kubelet[1:])
+    series = {
+        ("plain", "first"): out.baseline_first,
+        ("enforce", "first"): out.webhook_first,
+        ("kubelet", "first"): out.kubelet_first,
+        ("plain", "second"): out.baseline_second,
+        ("enforce", "second"): out.webhook_second,
+        ("kubelet", "second"): out.kubelet_second,
+    }
+    order = list(kinds)
     started = time.time()
     for i in range(1, args.namespaces + 1):
-        steps = [
-            (plain[i], "first", out.baseline_first, False),
-            (enforce[i], "first", out.webhook_first, True),
-            (enforce[i], "second", out.webhook_second, True),
-            (plain[i], "second", out.baseline_second, False),
-        ]
-        # First Pods always precede second ones; which kind goes first flips.
-        if i % 2:
-            steps = [steps[1], steps[0], steps[3], steps[2]]
-        bodies = [pod_body(ns, name, images) for ns, name, _, _ in steps]
-        for (_, _, series, rewritten), body in zip(steps, bodies, strict=True):
-            seconds, stored = create_pod(core, body)
-            check_pod(stored, rewritten=rewritten)
-            series.append(seconds)
+        # First Pods always precede second ones; which kind goes first rotates.
+        turn = order[i % 3 :] + order[: i % 3]
+        for name in ("first", "second"):
+            bodies = [(kind, pod_body(kinds[kind][0][i], name, kinds[kind][1])) for kind in turn]
+            for kind, body in bodies:
+                seconds, stored = create_pod(core, body)
+                check_pod(stored, rewritten=kinds[kind][2], secret=kinds[kind][3])
+                series[(kind, name)].append(seconds)
     ended = time.time()
     time.sleep(0.2)
     calls = secret_calls(between(audit_events(audit_log), started, ended))
@@ -472,19 +504,30 @@ def first_pods(
         )
         if [s.metadata.name for s in found if s.metadata is not None] != [SECRET]:
             raise SystemExit(f"{namespace}: generated Secrets {found!r}")
+    for namespace in out.kubelet_namespaces:
+        found = k8s.CoreV1Api(api).list_namespaced_secret(namespace).items
+        if found:
+            raise SystemExit(f"{namespace}: Secrets under delivery: kubelet {found!r}")
     return out
 
 
-def admission_durations(log: str, namespaces: Sequence[str]) -> dict[str, list[float]]:
-    """mirrorgate's own time per admission (its log's duration_ms), by Pod name."""
-    wanted = set(namespaces)
-    found: dict[str, list[float]] = {}
+def admission_durations(log: str, lat: Latencies) -> dict[str, list[float]]:
+    """mirrorgate's own time per admission (its log's duration_ms), by Pod name, and
+    ``kubelet first`` / ``kubelet second`` for the namespaces of the kubelet delivery."""
+    kinds = {
+        **dict.fromkeys(lat.new_namespaces, ""),
+        **dict.fromkeys(lat.kubelet_namespaces, "kubelet "),
+    }
+    found: dict[str, list[float]] = {
+        key: [] for key in ("first", "second", "kubelet first", "kubelet second")
+    }
     for line in log.splitlines():
         if '"msg":"admission"' not in line:
             continue
         entry = orjson.loads(line)
-        if entry.get("namespace") in wanted:
-            found.setdefault(entry["pod"], []).append(entry["duration_ms"] / 1e3)
+        prefix = kinds.get(entry.get("namespace"))
+        if prefix is not None:
+            found.setdefault(prefix + entry["pod"], []).append(entry["duration_ms"] / 1e3)
     return found
 
 
@@ -562,8 +605,10 @@ def report_latency(
     rows = (
         ("first", "no webhook (baseline)", lat.baseline_first),
         ("first", "mirrorgate, Secret created", lat.webhook_first),
+        ("first", "mirrorgate, delivery: kubelet (no Secret)", lat.kubelet_first),
         ("second", "no webhook (baseline)", lat.baseline_second),
         ("second", "mirrorgate, Secret cached", lat.webhook_second),
+        ("second", "mirrorgate, delivery: kubelet (no Secret)", lat.kubelet_second),
     )
     for pod, kind, series in rows:
         print(
@@ -575,11 +620,16 @@ def report_latency(
         "| mirrorgate's own time p50 / max ms |"
     )
     print("| --- | ---: | ---: | ---: | ---: |")
-    for pod, webhook, baseline in (
-        ("first (new namespace)", lat.webhook_first, lat.baseline_first),
-        ("second", lat.webhook_second, lat.baseline_second),
+    for pod, webhook, baseline, own in (
+        ("first (new namespace)", lat.webhook_first, lat.baseline_first, durations["first"]),
+        (
+            "first, delivery: kubelet",
+            lat.kubelet_first,
+            lat.baseline_first,
+            durations["kubelet first"],
+        ),
+        ("second", lat.webhook_second, lat.baseline_second, durations["second"]),
     ):
-        own = durations.get(pod.split()[0], [])
         print(
             f"| {pod} | +{ms(pct(webhook, 0.5) - pct(baseline, 0.5))} ms | "
             f"{pct(webhook, 0.5) / pct(baseline, 0.5):.2f}× | "
@@ -592,9 +642,21 @@ def report_latency(
         else "; no other Secret call"
     )
     print(
+        "\n| first Pod of a new enforce namespace | p50 ms | p99 ms (max) |\n| --- | ---: | ---: |"
+    )
+    for kind, series in (
+        ("delivery: pullSecret (Secret created)", lat.webhook_first),
+        ("delivery: kubelet (no Secret)", lat.kubelet_first),
+    ):
+        print(f"| {kind} | {ms(pct(series, 0.5))} | {ms(pct(series, 0.99))} |")
+    ratio = pct(lat.kubelet_first, 0.5) / pct(lat.webhook_first, 0.5)
+    print(f"| kubelet / pullSecret, p50 | {ratio:.2f}× | |")
+    print(
         f"\nAudit log over the timed Pods: {lat.secret_creates} Secret creates by mirrorgate "
-        f"for {n} new namespaces{extra}. Every Pod checked: images and imagePullSecrets "
-        "rewritten in enforce namespaces, untouched in the others."
+        f"for {n} new namespaces of a pullSecret credential and {n} of a kubelet one{extra}. "
+        "Every Pod checked: images rewritten in enforce namespaces, with imagePullSecrets "
+        "for pullSecret and none for kubelet (whose namespaces hold no Secret), untouched "
+        "in the others."
     )
 
 
@@ -647,19 +709,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             apiserver_port = int(plane.url.rsplit(":", 1)[1])
             api = plane.api_client()
             mg.install_base(api, kustomize)
-            # What `kubectl create secret docker-registry bench-mirror ...` makes;
-            # a throwaway password, since no registry ever sees it.
-            payload = orjson.dumps(
-                dockerconfig.encode(MIRROR_HOST, "bench", secrets.token_urlsafe(16))
-            )
-            k8s.CoreV1Api(api).create_namespaced_secret(
-                mg.NAMESPACE,
-                k8s.V1Secret(
-                    metadata=k8s.V1ObjectMeta(name=CREDENTIAL, namespace=mg.NAMESPACE),
-                    type="kubernetes.io/dockerconfigjson",
-                    data={".dockerconfigjson": base64.b64encode(payload).decode()},
-                ),
-            )
+            # What `kubectl create secret docker-registry NAME ...` makes, for both
+            # credentials (the kubelet-delivered one is in the store too, for the
+            # plugin's endpoint; admission never reads it); a throwaway password,
+            # since no registry ever sees it.
+            for name in (CREDENTIAL, KUBELET_CREDENTIAL):
+                payload = orjson.dumps(
+                    dockerconfig.encode(MIRROR_HOST, name, secrets.token_urlsafe(16))
+                )
+                k8s.CoreV1Api(api).create_namespaced_secret(
+                    mg.NAMESPACE,
+                    k8s.V1Secret(
+                        metadata=k8s.V1ObjectMeta(name=name, namespace=mg.NAMESPACE),
+                        type="kubernetes.io/dockerconfigjson",
+                        data={".dockerconfigjson": base64.b64encode(payload).decode()},
+                    ),
+                )
             create_namespace(api, STEADY_NAMESPACE, {MODE_LABEL: "enforce"})
             kubeconfig = plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER, mg.SERVICE_ACCOUNT_GROUPS)
 
@@ -749,7 +814,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     with results.capture("secrets", command="make bench-secrets"):
         ratios = report_steady(state, args)
-        report_latency(latencies, admission_durations(log, latencies.new_namespaces), args)
+        report_latency(latencies, admission_durations(log, latencies), args)
         print(
             f"\nmirrorgate over the whole run: pull secret writes {writes}; "
             f"{len(problems)} warning/error log lines. Total {time.monotonic() - began:.0f} s "

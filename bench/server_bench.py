@@ -33,6 +33,7 @@ import dataclasses
 import itertools
 import os
 import pathlib
+import select
 import socket
 import ssl
 import statistics
@@ -104,8 +105,10 @@ UID_VARIANTS = 64
 class Connection:
     """One keep-alive HTTPS connection speaking just enough HTTP/1.1 for this server."""
 
-    def __init__(self, port: int, context: ssl.SSLContext) -> None:
-        raw = socket.create_connection((HOST, port), timeout=30)
+    def __init__(self, port: int, context: ssl.SSLContext, source: str | None = None) -> None:
+        raw = socket.create_connection(
+            (HOST, port), timeout=30, source_address=(source, 0) if source else None
+        )
         # As the API server's Go client does; without it the small bodies
         # would wait on Nagle and the latencies would measure that instead.
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -121,6 +124,36 @@ class Connection:
     def exchange(self, request: bytes) -> tuple[int, bytes]:
         """Send one request, return (status, body)."""
         self.sock.sendall(request)
+        return self._answer()
+
+    def exchange_reading_early(self, request: bytes, piece: int = 1 << 16) -> tuple[int, bytes]:
+        """As :meth:`exchange`, but sent as HTTP clients such as Go's send a body: an answer
+        that arrives while the request is still being sent (a refusal) ends the sending."""
+        view = memoryview(request)
+        for start in range(0, len(view), piece):
+            if self._answer_arrived():
+                break
+            self.sock.sendall(view[start : start + piece])
+        return self._answer()
+
+    def _answer_arrived(self) -> bool:
+        """Whether answer bytes have come (read into the buffer), without waiting."""
+        if not self.sock.pending() and not select.select([self.sock], [], [], 0)[0]:
+            return False
+        timeout = self.sock.gettimeout()
+        self.sock.setblocking(False)
+        try:
+            chunk = self.sock.recv(262144)
+        except ssl.SSLWantReadError:  # TLS records that carry no data (session tickets)
+            return False
+        finally:
+            self.sock.settimeout(timeout)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buffer += chunk
+        return True
+
+    def _answer(self) -> tuple[int, bytes]:
         while (end := self.buffer.find(b"\r\n\r\n")) < 0:
             self._fill()
         head = bytes(self.buffer[:end]).lower()

@@ -18,7 +18,13 @@ from mirrorgate.certs.files import (
     write_bundle,
 )
 from mirrorgate.certs.names import service_dns_names, split_identities, validate_dns_name
-from mirrorgate.certs.pem import ca_bundle_b64, certificate_expiry, subject_alternative_names
+from mirrorgate.certs.pem import (
+    ca_bundle_b64,
+    certificate_expiry,
+    encode_certificate,
+    load_certificates,
+    subject_alternative_names,
+)
 
 __all__ = [
     "CA_CERT",
@@ -31,8 +37,10 @@ __all__ = [
     "atomic_write",
     "ca_bundle_b64",
     "certificate_expiry",
+    "encode_certificate",
     "fsync_directory",
     "generate_bundle",
+    "load_certificates",
     "read_bundle",
     "service_dns_names",
     "split_identities",

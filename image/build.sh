@@ -14,6 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash image/deps.sh
+# The kubelet plugin for both architectures, cross-compiled with the host's Go (CGO off):
+# each platform's image carries its own at /opt/mirrorgate/libexec/mirrorgate-credential-provider.
+bash plugins/build.sh build/plugins >/dev/null
 # VERSION labels the image (org.opencontainers.image.version); pyproject.toml's by default.
 version="${VERSION:-$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)}"
 TAG="${TAG:-localhost/mirrorgate:$version}"

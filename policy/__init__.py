@@ -4,6 +4,7 @@ Values in, values out: nothing here reads files, the environment, the clock
 or the network (an import-linter contract in pyproject.toml checks it).
 """
 
+from mirrorgate.policy.composition import Composition, compose, from_policy, judge
 from mirrorgate.policy.decision import (
     IMAGE_OUTCOMES,
     MODE_LABEL,
@@ -13,19 +14,32 @@ from mirrorgate.policy.decision import (
     decide_image,
     exempt_pod,
 )
-from mirrorgate.policy.health import HEALTHY, Health, HealthSettings
+from mirrorgate.policy.failover import Choice, PassedOver, choose_mirror, health_warning
+from mirrorgate.policy.health import HEALTHY, NOT_PROBED, UNPROBED, Health, HealthSettings
 from mirrorgate.policy.loader import load
 from mirrorgate.policy.matching import Resolution, ResolutionOutcome
 from mirrorgate.policy.model import (
     AUDIT,
+    DELIVERIES,
     ENFORCE,
     MODES,
     CredentialGrant,
+    Delivery,
     FieldError,
     Mode,
     OnCredentialError,
     Policy,
     PolicyError,
+)
+from mirrorgate.policy.objects import (
+    API_VERSION,
+    CLUSTER_KIND,
+    DEFAULT_OBJECT_NAMESPACE,
+    NAMESPACED_KIND,
+    ObjectKey,
+    PolicyObject,
+    is_policy_object,
+    parse_object,
 )
 from mirrorgate.policy.planner import (
     CONTAINER_FIELDS,
@@ -57,26 +71,38 @@ from mirrorgate.policy.reference import (
     parse_normalized,
 )
 from mirrorgate.policy.rules import Mirror, MirrorRule, Source
-from mirrorgate.policy.sites import CONTAINER_NAME_LENGTH_MAX, container_count
+from mirrorgate.policy.sites import CONTAINER_NAME_LENGTH_MAX, NEVER, container_count
+from mirrorgate.policy.verdicts import Verdict
 
 __all__ = [
+    "API_VERSION",
     "AUDIT",
+    "CLUSTER_KIND",
     "CONTAINER_FIELDS",
     "CONTAINER_NAME_LENGTH_MAX",
+    "DEFAULT_OBJECT_NAMESPACE",
+    "DELIVERIES",
     "ENFORCE",
     "HEALTHY",
     "IMAGE_OUTCOMES",
     "MIRROR_POD_ANNOTATION",
     "MODES",
     "MODE_LABEL",
+    "NAMESPACED_KIND",
+    "NEVER",
+    "NOT_PROBED",
     "ORIGINAL_IMAGES_ANNOTATION",
     "PULL_SECRET_PREFIX",
     "REFERENCE_LENGTH_MAX",
     "SITE_FIELDS",
     "SKIP_LABEL",
     "UNMIRRORED_REASONS",
+    "UNPROBED",
+    "Choice",
+    "Composition",
     "ContainerField",
     "CredentialGrant",
+    "Delivery",
     "FieldError",
     "Health",
     "HealthSettings",
@@ -89,10 +115,13 @@ __all__ = [
     "Mirror",
     "MirrorRule",
     "Mode",
+    "ObjectKey",
     "OnCredentialError",
+    "PassedOver",
     "PodExemption",
     "Policy",
     "PolicyError",
+    "PolicyObject",
     "Resolution",
     "ResolutionOutcome",
     "RewritePlan",
@@ -100,14 +129,22 @@ __all__ = [
     "SiteField",
     "Source",
     "UnmirroredReason",
+    "Verdict",
     "audit_mode_line",
+    "choose_mirror",
+    "compose",
     "container_count",
     "decide_image",
     "exempt_pod",
     "find_image_sites",
+    "from_policy",
+    "health_warning",
+    "is_policy_object",
+    "judge",
     "load",
     "parse",
     "parse_normalized",
+    "parse_object",
     "plan",
     "planning_view",
     "prefix",

@@ -15,9 +15,15 @@ Outcomes, first the Pod's, then each image's:
 ``no-rule``           no mirror rule covers the image
 ``already-mirrored``  already under a rule's mirror prefix: final (a warning
                       when that rule's credential is not granted here)
-``not-granted``       a rule covers it, but its credential is not granted to
-                      the namespace: left as written with a warning, because a
-                      Pod must never point at a mirror it cannot authenticate to
+``pull-policy-never`` a rule covers it, but its container (or image volume)
+                      has pull policy ``Never``: the node uses the image it
+                      already has, so it is left as written (``skipPullPolicyNever``)
+``not-granted``       a rule covers it, but none of its credentials is granted
+                      to the namespace (or two are, by label): left as written
+                      with a warning, because a Pod must never point at a
+                      mirror it cannot authenticate to. The rule's
+                      ``onNotGranted`` may instead pass it to the next broader
+                      rule (``next``) or refuse the Pod (``deny``)
 ``rewrite``           replaced by the image on the mirror
 
 Admission alone adds ``credential-unavailable``: the pull secret the rewrite
@@ -36,6 +42,7 @@ from typing import Literal, NamedTuple
 from mirrorgate.policy.matching import Resolution
 from mirrorgate.policy.model import Policy
 from mirrorgate.policy.quoting import quote
+from mirrorgate.policy.rules import MirrorRule
 
 __all__ = [
     "IMAGE_OUTCOMES",
@@ -55,6 +62,7 @@ ImageOutcome = Literal[
     "invalid",
     "no-rule",
     "already-mirrored",
+    "pull-policy-never",
     "not-granted",
     "rewrite",
     "credential-unavailable",
@@ -66,6 +74,7 @@ IMAGE_OUTCOMES: tuple[ImageOutcome, ...] = (
     "invalid",
     "no-rule",
     "already-mirrored",
+    "pull-policy-never",
     "not-granted",
     "rewrite",
     "credential-unavailable",
@@ -109,11 +118,21 @@ class ImageDecision(NamedTuple):
 
     outcome: ImageOutcome
     resolution: Resolution
-    """The rule, the image on the mirror, the parsed reference."""
+    """The rule that decided, the image on its mirror, the parsed reference."""
     reason: str | None = None
     """Why the image stays as written (every outcome but ``rewrite``)."""
     warning: str | None = None
     """What admission tells the client about it (prefixed with the container), if anything."""
+    credential: str | None = None
+    """The deciding rule's credential granted to the namespace (``rewrite``,
+    ``already-mirrored``): the pull secret the Pod gets."""
+    passed: tuple[tuple[MirrorRule, str], ...] = ()
+    """The rules tried before the deciding one, each with why it was passed over
+    (``onNotGranted: next``), most specific first."""
+    denial: str | None = None
+    """Why the Pod is refused under enforce (``onNotGranted: deny``); audit warns instead."""
+    ambiguous: bool = False
+    """Two of the rule's credentials are granted to the namespace (``not-granted``)."""
 
 
 def decide_image(
@@ -122,10 +141,12 @@ def decide_image(
     namespace: str,
     mirror_policy: Policy,
     labels: Mapping[str, str] | None = None,
+    pull_never: bool = False,
 ) -> ImageDecision:
     """Admission's decision for an image in a non-exempt Pod of ``namespace``, from what
     ``mirror_policy`` resolves it to (:meth:`Policy.resolve`); ``labels`` are the
-    namespace's, for grants by ``namespaceSelector`` (None: not known)."""
+    namespace's, for grants by ``namespaceSelector`` (None: not known); ``pull_never``:
+    its container's ``imagePullPolicy`` (an image volume's ``pullPolicy``) is ``Never``."""
     image = found.image
     rule = found.rule
     if found.outcome == "invalid":
@@ -136,22 +157,84 @@ def decide_image(
         return ImageDecision("excluded", found, "matched by exclude.images")
     if rule is None:
         return ImageDecision("no-rule", found, "no mirror rule covers it")
-    not_granted = mirror_policy.not_granted(rule, namespace, labels)
+    if pull_never and mirror_policy.skip_pull_policy_never:
+        return ImageDecision(
+            "pull-policy-never",
+            found,
+            "its pull policy is Never: the node runs the image it already has "
+            "(skipPullPolicyNever)",
+        )
+    choice = mirror_policy.choose_credential(rule, namespace, labels)
     if found.outcome == "on-mirror":
         reason = f"already under the mirror of {rule.label}"
-        if not_granted is None:
-            return ImageDecision("already-mirrored", found, reason)
+        if choice.refusal is None:
+            return ImageDecision("already-mirrored", found, reason, credential=choice.credential)
         return ImageDecision(
             "already-mirrored",
             found,
-            f"{reason}, but {not_granted}",
-            f"image {quote(image)} is on a mirror but {not_granted}",
+            f"{reason}, but {choice.refusal}",
+            f"image {quote(image)} is on a mirror but {choice.refusal}",
         )
-    if not_granted is not None:
+    return _walk(found, namespace=namespace, mirror_policy=mirror_policy, labels=labels)
+
+
+def _walk(
+    found: Resolution,
+    *,
+    namespace: str,
+    mirror_policy: Policy,
+    labels: Mapping[str, str] | None,
+) -> ImageDecision:
+    """The first rule of ``found``'s chain that can be used in ``namespace`` decides;
+    ``onNotGranted`` says what a rule that cannot does."""
+    passed: list[tuple[MirrorRule, str]] = []
+    current = found
+    while True:
+        rule = current.rule
+        if current.outcome == "invalid" or rule is None:
+            error = current.error
+            return ImageDecision(
+                "invalid",
+                current,
+                error,
+                f"image {quote(found.image)} left as written: {error}",
+                passed=tuple(passed),
+            )
+        choice = mirror_policy.choose_credential(rule, namespace, labels)
+        refusal = choice.refusal
+        if refusal is None or _standby_granted(current, namespace, mirror_policy, labels):
+            # Of a list of mirrors, :func:`policy.failover.choose_mirror` picks the one (and
+            # its credential) by grant and health; ``credential`` is the first mirror's.
+            return ImageDecision(
+                "rewrite", current, credential=choice.credential, passed=tuple(passed)
+            )
+        if not choice.ambiguous and rule.on_not_granted == "next":
+            if current.broader is not None:
+                passed.append((rule, refusal))
+                current = current.broader
+                continue
+            refusal += "; no broader rule covers the image (onNotGranted: next)"
+        denial = None
+        if not choice.ambiguous and rule.on_not_granted == "deny":
+            denial = f"{refusal}, and {rule.label} says onNotGranted: deny"
+            refusal = denial
         return ImageDecision(
             "not-granted",
-            found,
-            not_granted,
-            f"image {quote(image)} left as written: {not_granted}",
+            current,
+            refusal,
+            f"image {quote(found.image)} left as written: {refusal}",
+            passed=tuple(passed),
+            denial=denial,
+            ambiguous=choice.ambiguous,
         )
-    return ImageDecision("rewrite", found)
+
+
+def _standby_granted(
+    found: Resolution, namespace: str, mirror_policy: Policy, labels: Mapping[str, str] | None
+) -> bool:
+    """Whether a later mirror of the rule's list is granted where its first is not
+    (:mod:`policy.failover` then passes the first over and chooses the credential)."""
+    return any(
+        mirror_policy.choose_credential(standby.rule, namespace, labels).refusal is None
+        for standby in found.standbys
+    )

@@ -13,7 +13,14 @@ from types import MappingProxyType
 
 from mirrorgate.policy.rules import MirrorRule
 
-__all__ = ["DEFAULT_HEALTH_SETTINGS", "HEALTHY", "Health", "HealthSettings"]
+__all__ = [
+    "DEFAULT_HEALTH_SETTINGS",
+    "HEALTHY",
+    "NOT_PROBED",
+    "UNPROBED",
+    "Health",
+    "HealthSettings",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -34,6 +41,10 @@ DEFAULT_HEALTH_SETTINGS = HealthSettings()
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
+NOT_PROBED = "not probed"
+"""A planned rewrite's health where no probe runs (``serve --no-health-probes``): "up"
+would claim what nobody checked."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Health:
@@ -49,11 +60,15 @@ class Health:
     """Mirror hosts (``host[:port]``) that are down, with the reason."""
     failing: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY)
     """Credentials that cannot log in to their mirror (or are misconfigured), with the reason."""
+    probed: bool = True
+    """False where no probe runs: a mirror without a problem is then not known to be up."""
     _hash: int = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(
-            self, "_hash", hash((frozenset(self.down.items()), frozenset(self.failing.items())))
+            self,
+            "_hash",
+            hash((frozenset(self.down.items()), frozenset(self.failing.items()), self.probed)),
         )
 
     def __hash__(self) -> int:
@@ -62,23 +77,32 @@ class Health:
     def __bool__(self) -> bool:
         return bool(self.down or self.failing)
 
-    def problem(self, rule: MirrorRule) -> str | None:
-        """Why ``rule``'s mirror cannot be used right now, naming the mirror; None when it can."""
+    def problem(self, rule: MirrorRule, credential: str | None) -> str | None:
+        """Why ``rule``'s mirror cannot be used right now with ``credential`` (the one of its
+        credentials the namespace is granted), naming the mirror; None when it can."""
         reason = self.down.get(rule.mirror.host)
         if reason is not None:
             return f"mirror {rule.mirror} of {rule.label} is down: {reason}"
-        if rule.credential is not None:
-            reason = self.failing.get(rule.credential)
+        if credential is not None:
+            reason = self.failing.get(credential)
             if reason is not None:
                 return (
-                    f"credential {rule.credential!r} of {rule.label} cannot log in to "
+                    f"credential {credential!r} of {rule.label} cannot log in to "
                     f"mirror {rule.mirror}: {reason}"
                 )
         return None
 
-    def status(self, rule: MirrorRule) -> str:
-        """``up``, or the problem: what the audit reports next to a planned rewrite."""
-        return self.problem(rule) or "up"
+    @property
+    def well(self) -> str:
+        """A rewrite's health without a problem: ``up``, or :data:`NOT_PROBED`."""
+        return "up" if self.probed else NOT_PROBED
+
+    def status(self, rule: MirrorRule, credential: str | None) -> str:
+        """``up`` (or :data:`NOT_PROBED`), or the problem: what the audit reports next to a
+        planned rewrite."""
+        return self.problem(rule, credential) or self.well
 
 
 HEALTHY = Health()
+UNPROBED = Health(probed=False)
+"""Nothing known, nothing wrong: the health where no probe runs."""

@@ -10,42 +10,75 @@ path and the bad value::
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import cast
 
-from mirrorgate.dnsnames import DNS_LABEL_RE
-from mirrorgate.policy import matching, reference, rulechecks, selectors
+from mirrorgate.policy import (
+    matching,
+    mirrorlists,
+    reference,
+    rulechecks,
+    selectors,
+    teamcredentials,
+)
 from mirrorgate.policy.collector import Collector, type_name
 from mirrorgate.policy.collector import json_quote as _quote
 from mirrorgate.policy.durations import parse_duration
 from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings
 from mirrorgate.policy.hosts import canonical_host, mirror_problem, registry_host_problem
 from mirrorgate.policy.model import (
+    DELIVERIES,
     ON_CREDENTIAL_ERROR,
     CredentialGrant,
+    Delivery,
     OnCredentialError,
     Policy,
     PolicyError,
 )
-from mirrorgate.policy.rules import ON_MIRROR_DOWN, Mirror, MirrorRule, OnMirrorDown, Scheme, Source
+from mirrorgate.policy.rules import (
+    CATCH_ALL,
+    ON_MIRROR_DOWN,
+    ON_NOT_GRANTED,
+    Mirror,
+    MirrorRule,
+    OnMirrorDown,
+    OnNotGranted,
+    Scheme,
+    Source,
+)
+from mirrorgate.policy.teamcredentials import CREDENTIAL_NAME_RE, parse_credential_name
 
 __all__ = ["CREDENTIAL_NAME_RE", "load", "probe_duration"]
 
-# A credential becomes the Secret `mirrorgate-<name>` and the label value
-# `mirrorgate.io/credential: <name>`: a DNS label fits both.
-CREDENTIAL_NAME_RE = DNS_LABEL_RE
 # Namespace globs: DNS-label characters plus the fnmatch wildcards.
 _NAMESPACE_GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}", re.ASCII)
 
-_TOP_LEVEL_KEYS = ("onCredentialError", "health", "mirrors", "exclude", "credentials")
+_TOP_LEVEL_KEYS = (
+    "onCredentialError",
+    "skipPullPolicyNever",
+    "health",
+    "mirrors",
+    "exclude",
+    "credentials",
+)
 # Fields a policy once had: what to do instead.
 _REMOVED_KEYS = {
     "mode": "the policy no longer sets the mode; remove this line. Each namespace's "
     "mirrorgate.io/mode label (enforce or audit) decides, and the server's "
     "--audit-only (the chart's mode: audit) makes the whole cluster report only",
 }
-_RULE_KEYS = ("source", "mirror", "credential", "onMirrorDown", "caFile", "insecureSkipVerify")
+_RULE_KEYS = (
+    "source",
+    "mirror",
+    "credential",
+    "onNotGranted",
+    "onMirrorDown",
+    "caFile",
+    "insecureSkipVerify",
+    "fixed",
+)
 # `mirror: http://host/path` declares a plain-HTTP mirror; `https://` is the
 # default spelled out. Only a rule's mirror takes a scheme.
 MIRROR_SCHEMES: tuple[Scheme, ...] = ("https", "http")
@@ -56,7 +89,7 @@ _HEALTH_KEYS = ("interval", "timeout", "failureThreshold", "successThreshold")
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
 MAX_THRESHOLD = 100
 _EXCLUDE_KEYS = ("images", "namespaces")
-_GRANT_KEYS = ("namespaces", "namespaceSelector", "registry", "provider")
+_GRANT_KEYS = ("namespaces", "namespaceSelector", "registry", "provider", "delivery")
 # A provider is named as in the kubelet's CredentialProviderConfig: a file
 # name in the plugin directory.
 _PROVIDER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -66,6 +99,8 @@ def _parse_source(value: object, path: str, errors: Collector) -> Source | None:
     if not isinstance(value, str) or not value:
         errors.add(path, f"must be a registry host or host/path, got {_quote(value)}")
         return None
+    if value == CATCH_ALL:
+        return Source(host="", path="", wildcard=True)
     if value.startswith("*."):
         suffix = value[2:]
         if (
@@ -126,15 +161,45 @@ def _parse_rule_mirror(value: object, path: str, errors: Collector) -> tuple[Mir
     return _parse_mirror(value, path, errors), scheme
 
 
-def _parse_credential_name(value: object, path: str, errors: Collector) -> str | None:
-    if isinstance(value, str) and CREDENTIAL_NAME_RE.fullmatch(value):
-        return value
-    errors.add(
-        path,
-        f"{_quote(value)} is not a valid credential name "
-        "(lower-case letters, digits and '-', at most 63 characters)",
+def _rule_mirror(
+    entry: mirrorlists.MirrorEntry,
+    index: int,
+    source: Source | None,
+    grants: Mapping[str, CredentialGrant],
+    seen_mirrors: dict[tuple[str, str], str],
+    errors: Collector,
+) -> MirrorRule | None:
+    """One mirror of the rule ``mirrors[index]`` as a rule of its own (None: invalid)."""
+    mirror, scheme = _parse_rule_mirror(entry.url, entry.url_path, errors)
+    where = entry.prefix
+    credentials = teamcredentials.parse_rule_credentials(
+        entry.fields.get("credential"), f"{where}.credential", mirror, grants, errors
     )
-    return None
+    ca_file, skip_verify = rulechecks.transport_problems(entry.fields, where, scheme, errors)
+    key = matching.mirror_key(mirror, https=scheme == "https") if mirror is not None else None
+    if key is not None and key in seen_mirrors:
+        # Two sources under one mirror path collide (ghcr.io/org/app and
+        # quay.io/org/app would become the same image).
+        errors.add(
+            entry.url_path,
+            f"{_quote(str(mirror))} is already the mirror of "
+            f"{seen_mirrors[key]}; give each source its own mirror path",
+        )
+        return None
+    if source is None or mirror is None or key is None:
+        return None
+    rule = MirrorRule(
+        index=index,
+        source=source,
+        mirror=mirror,
+        credentials=credentials,
+        ca_file=ca_file,
+        scheme=scheme,
+        skip_verify=skip_verify,
+        position=entry.position,
+    )
+    seen_mirrors[key] = rule.label
+    return rule
 
 
 def _parse_namespace_globs(value: object, path: str, errors: Collector) -> tuple[str, ...]:
@@ -206,9 +271,12 @@ def _parse_health(value: object, errors: Collector) -> HealthSettings:
     return HealthSettings(interval=interval, timeout=timeout, **thresholds)
 
 
-def load(document: object) -> Policy:
+def load(document: object, *, known: Mapping[str, CredentialGrant] | None = None) -> Policy:
     """Validate a decoded policy document and build the :class:`Policy`.
 
+    ``known`` are credentials defined elsewhere that its rules may name (the
+    other ClusterMirrorPolicies', the cluster's for a MirrorPolicy); the
+    policy's ``grants`` are the document's own.
     Raises :class:`PolicyError` listing every problem, each with its path.
     """
     errors = Collector()
@@ -222,13 +290,16 @@ def load(document: object) -> Policy:
             "onCredentialError",
             f"{_quote(on_error)} is not one of: {', '.join(ON_CREDENTIAL_ERROR)}",
         )
+    skip_never = top.get("skipPullPolicyNever", True)
+    if not isinstance(skip_never, bool):
+        errors.add("skipPullPolicyNever", f"must be true or false, got {_quote(skip_never)}")
 
     grants: dict[str, CredentialGrant] = {}
     seen_registries: dict[Mirror, str] = {}
     grants_doc = errors.mapping(top.get("credentials"), "credentials", None)
     for name, grant_doc in grants_doc.items():
         where = f"credentials.{name}"
-        if _parse_credential_name(name, where, errors) is None:
+        if parse_credential_name(name, where, errors) is None:
             continue
         grant = errors.mapping(grant_doc, where, _GRANT_KEYS)
         selector = (
@@ -272,17 +343,28 @@ def load(document: object) -> Policy:
                 "(a file name in --credential-provider-bin-dir)",
             )
             provider = None
+        delivery = grant.get("delivery", "pullSecret")
+        if delivery not in DELIVERIES:
+            errors.add(
+                f"{where}.delivery",
+                f"{_quote(delivery)} is not one of: {', '.join(DELIVERIES)}",
+            )
+            delivery = "pullSecret"
         grants[name] = CredentialGrant(
             name=name,
             namespaces=namespaces,
             registry=registry,
             provider=provider,
             selector=selector,
+            delivery=cast("Delivery", delivery),
         )
 
+    # What rules may name: the document's own credentials and the ones known elsewhere
+    # (only the own are the policy's: their globs compiled, their warnings given).
+    available = {**(known or {}), **grants}
     rules: list[MirrorRule] = []
     seen_sources: dict[Source, int] = {}
-    seen_mirrors: dict[tuple[str, str], int] = {}
+    seen_mirrors: dict[tuple[str, str], str] = {}
     for i, rule_doc in enumerate(errors.sequence(top.get("mirrors"), "mirrors")):
         where = f"mirrors[{i}]"
         if not isinstance(rule_doc, Mapping):
@@ -299,38 +381,22 @@ def load(document: object) -> Policy:
             if "source" in rule
             else None
         )
-        mirror, scheme = (
-            _parse_rule_mirror(rule.get("mirror"), f"{where}.mirror", errors)
-            if "mirror" in rule
-            else (None, "https")
-        )
-        credential = None
-        if rule.get("credential") is not None:
-            credential = _parse_credential_name(rule["credential"], f"{where}.credential", errors)
-            if credential is not None and credential not in grants:
-                errors.add(
-                    f"{where}.credential",
-                    f"{_quote(credential)} is not granted to any "
-                    f"namespace: add credentials.{credential}.namespaces",
-                )
-            elif (
-                credential is not None
-                and mirror is not None
-                and not grants[credential].covers(mirror)
-            ):
-                errors.add(
-                    f"{where}.credential",
-                    f"credential {_quote(credential)} is for "
-                    f"{_quote(str(grants[credential].registry))}, which does not cover "
-                    f"the mirror {_quote(str(mirror))}: the kubelet would not send it",
-                )
+        on_not_granted = rule.get("onNotGranted", "skip")
+        if on_not_granted not in ON_NOT_GRANTED:
+            errors.add(
+                f"{where}.onNotGranted",
+                f"{_quote(on_not_granted)} is not one of: {', '.join(ON_NOT_GRANTED)}",
+            )
         on_down = rule.get("onMirrorDown", "fallback")
         if on_down not in ON_MIRROR_DOWN:
             errors.add(
                 f"{where}.onMirrorDown",
                 f"{_quote(on_down)} is not one of: {', '.join(ON_MIRROR_DOWN)}",
             )
-        ca_file, skip_verify = rulechecks.transport_problems(rule, where, scheme, errors)
+        fixed = rule.get("fixed", False)
+        if not isinstance(fixed, bool):
+            errors.add(f"{where}.fixed", f"must be true or false, got {_quote(fixed)}")
+            fixed = False
         if source is not None and source in seen_sources:
             written = rule["source"]
             same = "" if written == str(source) else f" (as {_quote(str(source))})"
@@ -338,35 +404,26 @@ def load(document: object) -> Policy:
                 f"{where}.source",
                 f"{_quote(written)}{same} is already the source of mirrors[{seen_sources[source]}]",
             )
-        mirror_key = (
-            matching.mirror_key(mirror, https=scheme == "https") if mirror is not None else None
-        )
-        if mirror_key is not None and mirror_key in seen_mirrors:
-            # Two sources under one mirror path collide (ghcr.io/org/app and
-            # quay.io/org/app would become the same image).
-            errors.add(
-                f"{where}.mirror",
-                f"{_quote(str(mirror))} is already the mirror of "
-                f"mirrors[{seen_mirrors[mirror_key]}]; give each source its own mirror path",
-            )
-        if source is None or mirror is None or mirror_key is None:
+        entries = mirrorlists.mirror_entries(rule, where, errors) if "mirror" in rule else []
+        built = [
+            _rule_mirror(entry, i, source, available, seen_mirrors, errors) for entry in entries
+        ]
+        if source is None or not entries or None in built:
             continue
         seen_sources[source] = i
-        seen_mirrors[mirror_key] = i
-        rules.append(
-            MirrorRule(
-                index=i,
-                source=source,
-                mirror=mirror,
-                credential=credential,
+        rules += [
+            dataclasses.replace(
+                r,
                 on_mirror_down=cast("OnMirrorDown", on_down),
-                ca_file=ca_file,
-                scheme=scheme,
-                skip_verify=skip_verify,
+                on_not_granted=cast("OnNotGranted", on_not_granted),
+                fixed=fixed,
             )
-        )
+            for r in built
+            if r is not None
+        ]
 
     rulechecks.check_nested_mirrors(rules, errors)
+    teamcredentials.check_shared_grants(rules, available, errors)
     rulechecks.check_mirror_transports(rules, errors)
     health = _parse_health(top.get("health"), errors)
 
@@ -384,6 +441,10 @@ def load(document: object) -> Policy:
         exclude_namespaces=exclude_namespaces,
         grants=grants,
         on_credential_error=cast("OnCredentialError", on_error),
+        skip_pull_policy_never=skip_never is not False,
         health=health,
-        warnings=rulechecks.warnings(rules, grants),
+        warnings=(
+            *rulechecks.warnings(rules, grants),
+            *teamcredentials.selector_warnings(rules, grants),
+        ),
     )

@@ -7,7 +7,12 @@ Precedence, most specific first:
 2. the source with the same host and the longest repository-path prefix,
    then the source that is the exact host;
 3. the longest wildcard suffix (``*.gcr.io`` covers ``eu.gcr.io``, not
-   ``gcr.io`` itself).
+   ``gcr.io`` itself);
+4. the catch-all ``*``, for any host without a port that nothing above covers.
+
+A rule whose credentials are not granted in a namespace may say
+``onNotGranted: next``: then the next rule down this list that covers the
+image decides (:attr:`Resolution.broader`).
 
 Every lookup is a dictionary probe per path component or host label, so
 1,000 rules cost what one rule costs.
@@ -21,8 +26,8 @@ Hosts are compared as the network sees them (:func:`hosts.network_host`):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Iterator
+from typing import Literal, NamedTuple
 
 from mirrorgate.policy import reference
 from mirrorgate.policy.hosts import DOCKER_HUB_ALIASES, canonical_host, network_host
@@ -33,11 +38,19 @@ __all__ = [
     "Resolution",
     "ResolutionOutcome",
     "RuleIndex",
+    "Standby",
     "mirror_key",
     "rewritten_name",
 ]
 
 ResolutionOutcome = Literal["rewrite", "on-mirror", "excluded", "unmatched", "invalid"]
+
+
+class Standby(NamedTuple):
+    """A later mirror of a rule's list, with the image on it."""
+
+    rule: MirrorRule
+    new_image: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,6 +70,23 @@ class Resolution:
     shows beside the domain as written (``rewrite``, ``on-mirror``, ``excluded``)."""
     error: str | None = None
     """Why the image is not a valid reference (``invalid`` only)."""
+    standbys: tuple[Standby, ...] = ()
+    """The rule's other mirrors after ``rule``, in order, each with the image on it
+    (``rewrite`` only): admission takes the first the probes find up (:mod:`policy.failover`)."""
+    broader: Resolution | None = None
+    """What the next broader rule that covers the image resolves it to, where ``rule`` says
+    ``onNotGranted: next`` (and so on down the chain); None otherwise."""
+
+    def new_images(self) -> Iterator[str]:
+        """The image on each mirror the chain may send this one to, most specific first
+        (each rule's mirrors in their order)."""
+        found: Resolution | None = self
+        while found is not None:
+            if found.new_image is not None:
+                yield found.new_image
+            for standby in found.standbys:
+                yield standby.new_image
+            found = found.broader
 
 
 def compared_host(
@@ -126,14 +156,18 @@ class RuleIndex:
     def __init__(self, rules: Iterable[MirrorRule]) -> None:
         self._sources: dict[tuple[str, str], MirrorRule] = {}
         self._wildcards: dict[str, MirrorRule] = {}
+        self._catch_all: MirrorRule | None = None
         # By scheme: ``:443`` is the default port of an HTTPS mirror only.
         self._https_mirrors: dict[tuple[str, str], MirrorRule] = {}
         self._http_mirrors: dict[tuple[str, str], MirrorRule] = {}
         for rule in rules:
-            if rule.source.wildcard:
-                self._wildcards[rule.source.host] = rule
+            # A rule's mirror list shares one source: the first entry stands for it.
+            if rule.source.catch_all:
+                self._catch_all = self._catch_all or rule
+            elif rule.source.wildcard:
+                self._wildcards.setdefault(rule.source.host, rule)
             else:
-                self._sources[(rule.source.host, rule.source.path)] = rule
+                self._sources.setdefault((rule.source.host, rule.source.path), rule)
             https = rule.scheme == "https"
             mirrors = self._https_mirrors if https else self._http_mirrors
             mirrors[mirror_key(rule.mirror, https=https)] = rule
@@ -153,29 +187,38 @@ class RuleIndex:
 
     def source_rule(self, ref: reference.ImageReference) -> MirrorRule | None:
         """The most specific rule whose source covers ``ref``."""
+        return next(self.source_rules(ref), None)
+
+    def source_rules(self, ref: reference.ImageReference) -> Iterator[MirrorRule]:
+        """Every rule whose source covers ``ref``, most specific first (see the module)."""
         host = canonical_host(ref.domain)
         if self._sources:
             for prefix in _prefixes(canonical_path(ref.domain, ref.path)):
                 rule = self._sources.get((host, prefix))
                 if rule is not None:
-                    return rule
-        if self._wildcards and ":" not in host:
+                    yield rule
+        if ":" in host:
+            # A port has no place in a repository path: a host with one is on its own.
+            return
+        if self._wildcards:
             # Strip one leading label at a time: the longest suffix first.
             cut = host.find(".")
             while cut != -1:
                 rule = self._wildcards.get(host[cut + 1 :])
                 if rule is not None:
-                    return rule
+                    yield rule
                 cut = host.find(".", cut + 1)
-        return None
+        if self._catch_all is not None:
+            yield self._catch_all
 
 
 def rewritten_name(rule: MirrorRule, ref: reference.ImageReference) -> str:
     """The repository name on the mirror (without tag or digest).
 
     ``mirror + "/" +`` the normalised path after the source prefix; for a
-    wildcard source the matched host stays as the first path component, so
-    that images of different registries cannot collide on one mirror.
+    wildcard source (and the catch-all) the matched host stays as the first
+    path component, so that images of different registries cannot collide on
+    one mirror: ``nginx`` is ``<mirror>/docker.io/library/nginx`` under ``*``.
     """
     path = canonical_path(ref.domain, ref.path)
     if rule.source.wildcard:

@@ -13,11 +13,12 @@ a policy that is valid.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fnmatch
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from mirrorgate.policy import matching, reference
 from mirrorgate.policy.health import DEFAULT_HEALTH_SETTINGS, HealthSettings
@@ -30,9 +31,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
     "AUDIT",
+    "DELIVERIES",
     "ENFORCE",
     "MODES",
+    "CredentialChoice",
     "CredentialGrant",
+    "Delivery",
     "FieldError",
     "Mode",
     "OnCredentialError",
@@ -48,6 +52,12 @@ AUDIT: Mode = "audit"
 MODES: tuple[Mode, ...] = (ENFORCE, AUDIT)
 OnCredentialError = Literal["skip", "deny"]
 ON_CREDENTIAL_ERROR: tuple[OnCredentialError, ...] = ("skip", "deny")
+Delivery = Literal["pullSecret", "kubelet"]
+"""How a granted namespace's Pods get a credential's login: ``pullSecret`` copies it into
+the namespace as ``mirrorgate-<name>`` and attaches it; ``kubelet`` leaves no copy anywhere,
+and the node's credential-provider plugin fetches it for each pull, for the Pod's service
+account (docs/security.md)."""
+DELIVERIES: tuple[Delivery, ...] = ("pullSecret", "kubelet")
 
 # The control plane pulls its own images before any webhook can help it;
 # rewriting them risks a cluster that cannot restart. Not configurable.
@@ -98,6 +108,13 @@ class CredentialGrant:
     """A kubelet credential-provider plugin that issues this login; None: the store."""
     selector: LabelSelector | None = None
     """``namespaceSelector``: namespaces whose labels it matches are granted too."""
+    delivery: Delivery = "pullSecret"
+    """How the login reaches the kubelet: a Secret copy per namespace, or the plugin."""
+
+    @property
+    def pull_secret(self) -> bool:
+        """Whether a granted namespace holds a copy (``delivery: pullSecret``)."""
+        return self.delivery == "pullSecret"
 
     def covers(self, mirror: Mirror) -> bool:
         """Whether images under ``mirror`` fall under this credential's scope."""
@@ -118,6 +135,9 @@ class Policy:
     exclude_namespaces: tuple[str, ...]
     grants: Mapping[str, CredentialGrant]
     on_credential_error: OnCredentialError = "skip"
+    skip_pull_policy_never: bool = True
+    """``skipPullPolicyNever``: images of containers (and image volumes) whose pull policy
+    is ``Never`` stay as written: the node has them already and will not pull them."""
     health: HealthSettings = DEFAULT_HEALTH_SETTINGS
     warnings: tuple[FieldError, ...] = ()
     """What is valid but unsafe (verification skipped, credentials over plain HTTP):
@@ -129,6 +149,7 @@ class Policy:
     _excluded_image: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
     _excluded_namespace: re.Pattern[str] | None = dataclasses.field(init=False, repr=False)
     _grant_patterns: dict[str, re.Pattern[str] | None] = dataclasses.field(init=False, repr=False)
+    _mirror_lists: dict[int, tuple[MirrorRule, ...]] = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         derived = {
@@ -142,9 +163,18 @@ class Policy:
             "_grant_patterns": {
                 name: _compile_globs(grant.namespaces) for name, grant in self.grants.items()
             },
+            "_mirror_lists": _mirror_lists(self.rules),
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
+
+    def with_rules(self, rules: tuple[MirrorRule, ...]) -> Policy:
+        """This policy with ``rules`` instead of its own, all else shared (the compiled globs
+        too): a namespace's policy, its MirrorPolicies' rules beside the cluster's."""
+        clone = copy.copy(self)
+        object.__setattr__(clone, "rules", rules)  # frozen: set once, here
+        object.__setattr__(clone, "index", matching.RuleIndex(rules))
+        return clone
 
     def resolve(self, image: str) -> matching.Resolution:
         """What this policy does with ``image``, namespace aside.
@@ -180,37 +210,45 @@ class Policy:
                 reference=ref,
                 host=matching.compared_host(ref, rule, on_mirror=True),
             )
-        rule = self.index.source_rule(ref)
+        return self._through(image, ref, self.index.source_rules(ref))
+
+    def _through(
+        self, image: str, ref: reference.ImageReference, rules: Iterator[MirrorRule]
+    ) -> matching.Resolution:
+        """``ref`` under the first of ``rules``, and under the next ones while each rule says
+        ``onNotGranted: next`` (the chain is as long as the rules that cover one image)."""
+        rule = next(rules, None)
         if rule is None:
             return matching.Resolution(image=image, outcome="unmatched", reference=ref)
-        new_name = matching.rewritten_name(rule, ref)
-        try:
-            new_ref = reference.parse_normalized(new_name + str(ref)[len(ref.name) :])
-        except reference.InvalidReferenceError as error:
-            # e.g. a mirror path that pushes the repository past 255 characters.
-            return matching.Resolution(
-                image=image,
-                outcome="invalid",
-                reference=ref,
-                error=f"the name on {rule.label}'s mirror would be invalid: {error.reason}",
-            )
-        if new_ref.domain != rule.mirror.host:
-            # The image is the source prefix itself and the mirror has no path:
-            # the bare mirror host would be read as a Docker Hub name.
-            return matching.Resolution(
-                image=image,
-                outcome="invalid",
-                reference=ref,
-                error=f"{rule.label}'s mirror has no repository path to hold this image",
-            )
+        mirrors = self.mirror_list(rule)
+        images: list[str] = []
+        for candidate in mirrors:
+            new_image, problem = _on_mirror(candidate, ref)
+            if new_image is None:
+                # Every mirror of a rule must hold every image of its source.
+                return matching.Resolution(
+                    image=image, outcome="invalid", reference=ref, error=problem
+                )
+            images.append(new_image)
+        broader = self._through(image, ref, rules) if rule.on_not_granted == "next" else None
+        if broader is not None and broader.outcome == "unmatched":
+            broader = None  # no broader rule: the chain ends here
         return matching.Resolution(
             image=image,
             outcome="rewrite",
             rule=rule,
-            new_image=str(new_ref),
+            new_image=images[0],
             reference=ref,
             host=matching.compared_host(ref, rule, on_mirror=False),
+            standbys=tuple(
+                matching.Standby(r, new) for r, new in zip(mirrors[1:], images[1:], strict=True)
+            ),
+            broader=broader,
         )
+
+    def mirror_list(self, rule: MirrorRule) -> tuple[MirrorRule, ...]:
+        """Every mirror of ``rule``'s entry in ``mirrors``, in order (one, for most rules)."""
+        return self._mirror_lists.get(rule.index, (rule,))
 
     def is_image_excluded(self, ref: reference.ImageReference) -> bool:
         """Whether an ``exclude.images`` glob matches the reference as the network sees it.
@@ -256,37 +294,95 @@ class Policy:
         self, credential: str, namespace: str, labels: Mapping[str, str] | None = None
     ) -> bool:
         """Whether ``namespace`` (with ``labels``; None: not known) may receive ``credential``."""
-        pattern = self._grant_patterns.get(credential)
-        if pattern is not None and pattern.fullmatch(namespace) is not None:
+        if self._by_name(credential, namespace):
             return True
         grant = self.grants.get(credential)
         selector = grant.selector if grant is not None else None
         return selector is not None and labels is not None and selector.matches(labels)
 
-    def not_granted(
+    def choose_credential(
         self, rule: MirrorRule, namespace: str, labels: Mapping[str, str] | None = None
-    ) -> str | None:
-        """Why ``rule``'s mirror is off limits in ``namespace``, or None when it is not.
+    ) -> CredentialChoice:
+        """Which of ``rule``'s credentials a Pod in ``namespace`` uses, or why it can use none.
 
         The one statement of the grant check and its wording, for admission
         warnings, ``explain`` and ``audit`` alike. ``labels`` are the
         namespace's, as mirrorgate's own cache holds them; None while they
-        are not known, when only the names can grant.
+        are not known, when only the names can grant. Two granted (possible
+        only by ``namespaceSelector``: the loader refuses it by name) is no
+        choice at all: mirrorgate never guesses which team's robot to use.
         """
-        credential = rule.credential
-        if credential is None or self.is_granted(credential, namespace, labels):
-            return None
-        reason = (
-            f"credential {credential!r} of {rule.label} is not granted to namespace "
-            f"{quote(namespace)}"
+        names = rule.credentials
+        if not names:
+            return CredentialChoice(None)
+        granted = [c for c in names if self.is_granted(c, namespace, labels)]
+        if len(granted) == 1:
+            return CredentialChoice(granted[0])
+        if granted:
+            by_label = [c for c in granted if not self._by_name(c, namespace)]
+            how = f" (by credentials.{by_label[0]}.namespaceSelector)" if by_label else ""
+            return CredentialChoice(
+                None,
+                f"credentials {granted[0]!r} and {granted[1]!r} of {rule.label} are both "
+                f"granted to namespace {quote(namespace)}{how}; mirrorgate does not choose "
+                "between them",
+                ambiguous=True,
+            )
+        which = (
+            f"credential {names[0]!r}"
+            if len(names) == 1
+            else f"none of the credentials {', '.join(map(repr, names))}"
         )
-        grant = self.grants.get(credential)
-        if grant is not None and grant.selector is not None and labels is None:
+        verb = "is not granted" if len(names) == 1 else "is granted"
+        reason = f"{which} of {rule.label} {verb} to namespace {quote(namespace)}"
+        selecting = [c for c in names if (g := self.grants.get(c)) and g.selector is not None]
+        if selecting and labels is None:
             reason += (
-                f" (its labels, which credentials.{credential}.namespaceSelector reads, "
+                f" (its labels, which credentials.{selecting[0]}.namespaceSelector reads, "
                 "are not known yet)"
             )
-        return reason
+        return CredentialChoice(None, reason)
+
+    def _by_name(self, credential: str, namespace: str) -> bool:
+        pattern = self._grant_patterns.get(credential)
+        return pattern is not None and pattern.fullmatch(namespace) is not None
+
+
+class CredentialChoice(NamedTuple):
+    """What :meth:`Policy.choose_credential` found for one rule in one namespace."""
+
+    credential: str | None
+    """The credential to use (None: the rule needs none, or none can be used)."""
+    refusal: str | None = None
+    """Why the rule cannot be used in the namespace (None: it can)."""
+    ambiguous: bool = False
+    """The refusal is that two credentials are granted, not that none is."""
+
+
+def _mirror_lists(rules: Sequence[MirrorRule]) -> dict[int, tuple[MirrorRule, ...]]:
+    """The rules that list several mirrors, by index: their entries in order."""
+    lists: dict[int, list[MirrorRule]] = {}
+    for rule in rules:
+        if rule.position is not None:
+            lists.setdefault(rule.index, []).append(rule)
+    return {index: tuple(entries) for index, entries in lists.items()}
+
+
+def _on_mirror(
+    rule: MirrorRule, ref: reference.ImageReference
+) -> tuple[str, None] | tuple[None, str]:
+    """``ref`` on ``rule``'s mirror, or why it cannot be there."""
+    new_name = matching.rewritten_name(rule, ref)
+    try:
+        new_ref = reference.parse_normalized(new_name + str(ref)[len(ref.name) :])
+    except reference.InvalidReferenceError as error:
+        # e.g. a mirror path that pushes the repository past 255 characters.
+        return None, f"the name on {rule.label}'s mirror would be invalid: {error.reason}"
+    if new_ref.domain != rule.mirror.host:
+        # The image is the source prefix itself and the mirror has no path:
+        # the bare mirror host would be read as a Docker Hub name.
+        return None, f"{rule.label}'s mirror has no repository path to hold this image"
+    return str(new_ref), None
 
 
 def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:

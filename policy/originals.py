@@ -103,7 +103,8 @@ def existing_record(
 
     ``sites`` are the images planned and ``resolve`` what the policy makes of
     an image: an entry is kept when its key is one of ``sites`` and the
-    original resolves to a rewrite onto exactly that site's image. One
+    original resolves to a rewrite onto exactly that site's image (by its rule,
+    or by a broader rule its chain falls through to). One
     resolution per kept candidate, so the cost is bounded by the Pod's
     containers, not by the record's size.
     """
@@ -126,7 +127,8 @@ def existing_record(
     kept: dict[str, str] = {}
     for key, original in record.items():
         current = images.get(key)
-        if current is not None and resolve(original).new_image == current:
+        # Under onNotGranted: next, the image may be on any mirror of the chain.
+        if current is not None and current in resolve(original).new_images():
             kept[key] = original
     if len(kept) == len(record):
         return Record(kept, False, None)

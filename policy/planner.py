@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import NamedTuple
 
+from mirrorgate.policy import failover
 from mirrorgate.policy.decision import (
     MIRROR_POD_ANNOTATION,
     SKIP_LABEL,
@@ -40,6 +41,7 @@ from mirrorgate.policy.plans import (
 from mirrorgate.policy.quoting import quote
 from mirrorgate.policy.sites import (
     CONTAINER_FIELDS,
+    NEVER,
     SITE_FIELDS,
     ContainerField,
     ImageSite,
@@ -111,6 +113,9 @@ class ShapeKey(NamedTuple):
     ephemeral_containers: tuple[tuple[str, str], ...] | None
     image_volumes: tuple[tuple[int, str, str], ...]
     """Each image volume's index among the volumes (its patch's pointer), name and reference."""
+    pull_never: tuple[tuple[int, int], ...] = ()
+    """Where the pull policy is ``Never``: (list, index), the lists numbered in
+    :data:`SITE_FIELDS` order (volumes by their index among the volumes)."""
 
 
 def shape_key(pod: Mapping[str, object], namespace: str, health: Health) -> ShapeKey | None:
@@ -146,20 +151,23 @@ def shape_key(pod: Mapping[str, object], namespace: str, health: Health) -> Shap
     if not all(v is None or type(v) is str for v in (skip, originals, *(secrets or ()))):
         return None
     lists: list[tuple[tuple[str, str], ...] | None] = []
-    for _, containers in container_lists(spec):
+    never: list[tuple[int, int]] = []
+    for number, (_, containers) in enumerate(container_lists(spec)):
         if containers is None:
             lists.append(None)
             continue
         if type(containers) is not list:
             return None
         pairs: list[tuple[str, str]] = []
-        for container in containers:
+        for index, container in enumerate(containers):
             if type(container) is not dict:
                 return None
             name, image = container.get("name"), container.get("image")
             if type(name) is not str or not name or type(image) is not str:
                 return None
             pairs.append((name, image))
+            if container.get("imagePullPolicy") == NEVER:
+                never.append((number, index))
         lists.append(tuple(pairs))
     volumes = spec.get("volumes")
     if volumes is not None and type(volumes) is not list:
@@ -172,10 +180,12 @@ def shape_key(pod: Mapping[str, object], namespace: str, health: Health) -> Shap
         if type(name) is not str or not name or type(reference) is not str:
             return None
         triples.append((index, name, reference))
+        if type(source) is dict and source.get("pullPolicy") == NEVER:
+            never.append((len(CONTAINER_FIELDS), index))
     # The health is the probes' last conclusion, one value until they change it.
     return ShapeKey(
         namespace,
-        health or None,
+        health if health or not health.probed else None,
         skip,
         MIRROR_POD_ANNOTATION in annotations,
         originals,
@@ -185,6 +195,7 @@ def shape_key(pod: Mapping[str, object], namespace: str, health: Health) -> Shap
         lists[1],
         lists[2],
         tuple(triples),
+        tuple(never),
     )
 
 
@@ -217,6 +228,8 @@ def plan(
     stay as written with a warning naming the mirror (``onMirrorDown:
     fallback``) or are rewritten anyway (``keep``). A pull secret that could
     not be made is the caller's to apply afterwards (:meth:`RewritePlan.without`).
+    A credential of ``delivery: kubelet`` has no pull secret: its images are
+    rewritten and recorded like any other, and the plan asks for no Secret.
 
     ``resolve`` answers :meth:`Policy.resolve` for ``mirror_policy``; a caller
     that keeps resolutions passes its own (the webhook's admission cache).
@@ -263,6 +276,7 @@ def plan(
     fallbacks = 0
     unattachable: list[tuple[ImageSite, str]] = []
     unmirrored: dict[str, UnmirroredReason] = {}
+    denials: list[str] = []
     for site in sites:
         key = site.key
         if previous is not None and previous.get(key) == site.image:
@@ -272,13 +286,18 @@ def plan(
             namespace=namespace,
             mirror_policy=mirror_policy,
             labels=namespace_labels,
+            pull_never=site.pull_never,
         )
         outcomes[key] = decision.outcome
         if decision.warning is not None:
             warnings.append(f"{site.shown}: {decision.warning}")
         rule = decision.resolution.rule
         if decision.outcome == "not-granted":
-            unmirrored[key] = "not-granted"
+            unmirrored[key] = "credential-ambiguous" if decision.ambiguous else "not-granted"
+            if decision.denial is not None:
+                denials.append(f"{site.shown}: image {quote(site.image)}: {decision.denial}")
+        elif decision.outcome == "pull-policy-never":
+            unmirrored[key] = "pull-policy-never"
         elif decision.outcome == "invalid" and decision.resolution.reference is not None:
             unmirrored[key] = "invalid"  # a valid reference, under a rule it cannot follow
         if (
@@ -287,7 +306,25 @@ def plan(
             or decision.warning is not None
         ):
             continue
-        credential = rule.credential
+        new_image = decision.resolution.new_image
+        credential = decision.credential
+        choice = None
+        if decision.outcome == "rewrite":
+            choice = failover.choose_mirror(
+                decision.resolution,
+                health=health,
+                mirror_policy=mirror_policy,
+                namespace=namespace,
+                labels=namespace_labels,
+            )
+            # decide_image said ``rewrite``: some mirror of the rule is granted.
+            assert choice is not None
+            rule, new_image, credential = choice.rule, choice.new_image, choice.credential
+        grant = mirror_policy.grants.get(credential) if credential is not None else None
+        if grant is not None and not grant.pull_secret:
+            # delivery: kubelet: the node's plugin fetches the login for each pull, so
+            # there is no Secret to make or attach, and nothing an operation cannot add.
+            credential = None
         if credential is not None:
             # Decided once per credential: a Pod's images mostly share one.
             if credential not in refusals:
@@ -306,31 +343,23 @@ def plan(
                     )
                 )
                 continue
-        status = "up"
-        if health and decision.outcome == "rewrite":
-            problem = health.problem(rule)
-            if problem is not None:
-                if rule.on_mirror_down == "fallback":
-                    outcomes[key] = unmirrored[key] = "mirror-unhealthy"
-                    warnings.append(
-                        f"{site.shown}: image {quote(site.image)} left as written: "
-                        f"{problem} (onMirrorDown: fallback)"
-                    )
-                    fallbacks += 1
-                    continue
-                warnings.append(
-                    f"{site.shown}: image {quote(site.image)} rewritten although "
-                    f"{problem} (onMirrorDown: keep)"
-                )
-                status = problem
+        status = health.well
+        if choice is not None:
+            note = failover.health_warning(site.image, choice)
+            if note is not None:
+                warnings.append(f"{site.shown}: {note}")
+            if choice.problem is not None and rule.on_mirror_down == "fallback":
+                outcomes[key] = unmirrored[key] = "mirror-unhealthy"
+                fallbacks += 1
+                continue
+            status = choice.problem or status
         if credential is not None:
             needed.add(credential)
             credential_sites.append((site, credential))
         if decision.outcome == "already-mirrored":
             continue
-        new_image = decision.resolution.new_image
         assert new_image is not None
-        rewrites.append(ImageRewrite(site, new_image, rule.label, status))
+        rewrites.append(ImageRewrite(site, new_image, rule.label, status, str(rule.mirror)))
         if can_annotate and originals.get(key) != site.image:
             # The original of what is there now: a later webhook's or an
             # update's new image replaces whatever the record said before.
@@ -352,6 +381,7 @@ def plan(
         unmirrored=unmirrored,
         unattachable=tuple(unattachable),
         rebuilt=rebuilt,
+        denials=tuple(denials),
     )
 
 

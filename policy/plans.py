@@ -33,16 +33,20 @@ UnmirroredReason = Literal[
     "invalid",
     "audit",
     "too-many-containers",
+    "pull-policy-never",
+    "credential-ambiguous",
 ]
 """Why an image a rule covers was admitted as written (the metric's ``reason`` label).
 
-The planner gives the first four, for each image: its pull secret could not be
-made or attached (``onCredentialError: skip``, or an operation that cannot add
-one); its mirror is down (``onMirrorDown: fallback``); its credential is not
-granted to the namespace; or its name on the mirror would not be a valid
-reference. Admission adds ``audit`` (the namespace only reports) and
-``too-many-containers`` (an audit namespace's Pod past ``serve
---max-containers``, not planned at all).
+The planner gives the first four and the last two, for each image: its pull
+secret could not be made or attached (``onCredentialError: skip``, or an
+operation that cannot add one); its mirror is down (``onMirrorDown:
+fallback``); its credential is not granted to the namespace; its name on the
+mirror would not be a valid reference; its pull policy is ``Never``
+(``skipPullPolicyNever``); or two of its rule's credentials are granted to the
+namespace (by label), and mirrorgate does not choose. Admission adds ``audit``
+(the namespace only reports) and ``too-many-containers`` (an audit namespace's
+Pod past ``serve --max-containers``, not planned at all).
 """
 UNMIRRORED_REASONS: tuple[UnmirroredReason, ...] = get_args(UnmirroredReason)
 
@@ -60,7 +64,11 @@ class ImageRewrite(NamedTuple):
     rule_label: str
     """The rule that decided it, as ``mirrors[N]``."""
     health: str = "up"
-    """``up``, or the health problem its rule's ``onMirrorDown: keep`` rewrote it through."""
+    """``up`` (``not probed`` without probes), or the health problem its rule's
+    ``onMirrorDown: keep`` rewrote it through."""
+    mirror: str = ""
+    """The mirror it goes to, as written (``host[/path]``): of a rule's list, the one chosen
+    (the ``mirror`` label of ``mirrorgate_images_rewritten_by_mirror_total``)."""
 
 
 def credential_warning(site: ImageSite, reason: str, *, mirrored: bool) -> str:
@@ -104,6 +112,9 @@ class RewritePlan:
     rebuilt: bool = False
     """The Pod's record held what is not mirrorgate's (:mod:`policy.originals`): it is
     written anew even where nothing is added to it."""
+    denials: tuple[str, ...] = ()
+    """Why an enforce namespace refuses the Pod: images under a rule that says
+    ``onNotGranted: deny`` where none of its credentials is granted (audit only warns)."""
 
     def without(self, failures: Mapping[str, str]) -> RewritePlan:
         """This plan with the images of the credentials in ``failures`` left as written.

@@ -20,9 +20,9 @@ __all__ = ["planning_view"]
 _METADATA_KEYS = ("name", "generateName", "namespace")
 _LABEL_KEYS = (SKIP_LABEL,)
 _ANNOTATION_KEYS = (MIRROR_POD_ANNOTATION, ORIGINAL_IMAGES_ANNOTATION)
-_CONTAINER_KEYS = ("name", "image")
+_CONTAINER_KEYS = ("name", "image", "imagePullPolicy")
 _VOLUME_KEYS = ("name", "image")
-_VOLUME_IMAGE_KEYS = ("reference",)
+_VOLUME_IMAGE_KEYS = ("reference", "pullPolicy")
 _ABSENT = object()
 _Pod = TypeVar("_Pod")
 

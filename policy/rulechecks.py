@@ -25,8 +25,8 @@ def check_mirror_transports(rules: Sequence[MirrorRule], errors: Collector) -> N
         ):
             if mine != theirs:
                 errors.add(
-                    f"{rule.label}.{key}",
-                    f"{json_quote(mine)} differs from {other.label}.{key} "
+                    rule.field(key),
+                    f"{json_quote(mine)} differs from {other.field(key)} "
                     f"({json_quote(theirs)}) on the same mirror host "
                     f"{json_quote(rule.mirror.host)}",
                 )
@@ -72,17 +72,18 @@ def warnings(
         if rule.skip_verify:
             found.append(
                 FieldError(
-                    f"{rule.label}.insecureSkipVerify",
+                    rule.field("insecureSkipVerify"),
                     f"TLS certificates of {json_quote(rule.mirror.host)} are not verified: anyone "
                     "on the network path can serve images (and read credentials) in its name",
                 )
             )
-        if rule.scheme == "http" and rule.credential is not None:
+        if rule.scheme == "http" and rule.credentials:
             found.append(
                 FieldError(
-                    f"{rule.label}.mirror",
+                    rule.field("mirror"),
                     f"{json_quote(rule.mirror_url)} is plain HTTP but needs credential "
-                    f"{json_quote(rule.credential)}: the login would cross the network in clear",
+                    f"{', '.join(map(json_quote, rule.credentials))}: the login would cross "
+                    "the network in clear",
                 )
             )
     for name, grant in grants.items():
@@ -129,7 +130,7 @@ def check_nested_mirrors(rules: Sequence[MirrorRule], errors: Collector) -> None
             outer = by_prefix.get((host, parent))
             if outer is not None:
                 errors.add(
-                    f"{rule.label}.mirror",
+                    rule.field("mirror"),
                     f"{json_quote(str(rule.mirror))} lies under {json_quote(str(outer.mirror))}, "
                     f"the mirror of {outer.label}; mirror paths must not nest",
                 )

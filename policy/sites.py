@@ -12,6 +12,7 @@ from mirrorgate.policy.quoting import quote
 __all__ = [
     "CONTAINER_FIELDS",
     "CONTAINER_NAME_LENGTH_MAX",
+    "NEVER",
     "SITE_FIELDS",
     "VOLUMES",
     "ContainerField",
@@ -36,6 +37,9 @@ SiteField = Literal["containers", "initContainers", "ephemeralContainers", "volu
 """Where a Pod names an image: its three container lists, and ``spec.volumes[].image.reference``
 (image volumes, beta and on by default since Kubernetes 1.35)."""
 SITE_FIELDS: tuple[SiteField, ...] = (*CONTAINER_FIELDS, VOLUMES)
+NEVER = "Never"
+"""The pull policy under which the kubelet never pulls (``imagePullPolicy``, an image
+volume's ``pullPolicy``)."""
 # Container (and volume) names are DNS labels (RFC 1123); admission sees a Pod before the
 # API server validates it, so a longer one can still arrive here.
 CONTAINER_NAME_LENGTH_MAX = 63
@@ -55,6 +59,9 @@ class ImageSite:
     image: str
     unique: bool = True
     """No other container of the same list has this name."""
+    pull_never: bool = False
+    """Its ``imagePullPolicy`` (an image volume's ``pullPolicy``) is ``Never``: the kubelet
+    runs only what the node already has."""
 
     @property
     def key(self) -> str:
@@ -196,7 +203,8 @@ def _find_volume_sites(
                 f"{_shown_name(VOLUMES, name)}: image is not a mapping; left as written"
             )
         elif type(image := source.get("reference")) is str:
-            sites.append(ImageSite(VOLUMES, index, name, image))
+            never = source.get("pullPolicy") == NEVER
+            sites.append(ImageSite(VOLUMES, index, name, image, pull_never=never))
         elif image is not None:  # a missing reference, the API server reports itself
             warnings.append(
                 f"{_shown_name(VOLUMES, name)}: image.reference is not a string; left as written"
@@ -223,7 +231,8 @@ def _find_sites(
         if type(container) is dict:
             name, image = container.get("name"), container.get("image")
             if type(name) is str and name and type(image) is str:
-                sites.append(ImageSite(field, index, name, image))
+                never = container.get("imagePullPolicy") == NEVER
+                sites.append(ImageSite(field, index, name, image, pull_never=never))
                 continue
         if not isinstance(container, Mapping):
             warnings.append(f"spec.{field}[{index}] is not a mapping; left as written")
@@ -236,4 +245,5 @@ def _find_sites(
         elif not isinstance(image, str):
             warnings.append(f"{_shown_name(field, name)}: image is not a string; left as written")
         else:
-            sites.append(ImageSite(field, index, name, image))
+            never = container.get("imagePullPolicy") == NEVER
+            sites.append(ImageSite(field, index, name, image, pull_never=never))

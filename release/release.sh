@@ -5,7 +5,9 @@
 #   DIST/mirrorgate-X.Y.Z.oci.tar    the image, one OCI archive (an index) for PLATFORMS
 #   DIST/mirrorgate-X.Y.Z.cdx.json   CycloneDX SBOM: the image's Python and Debian packages
 #   DIST/mirrorgate-X.Y.Z.tgz        the Helm chart, version and appVersion X.Y.Z
-#   DIST/SHA256SUMS                  of the three
+#   DIST/mirrorgate-credential-provider-X.Y.Z-linux-{amd64,arm64}
+#                                    the kubelet plugin, static, for both architectures
+#   DIST/SHA256SUMS                  of them all
 #
 # VERSION must be pyproject.toml's (the one place it is set) and have its
 # section in CHANGELOG.md. PLATFORMS defaults to linux/amd64 linux/arm64; a
@@ -86,8 +88,16 @@ helm="$(bash tests/controlplane/build.sh --path helm)"
 "$helm" package manifests/helm/mirrorgate --version "$version" --app-version "$version" \
   --destination "$DIST" >/dev/null
 
-# 4. The checksums, then everything checked as a user of the release would.
-(cd "$DIST" && sha256sum -- *.oci.tar *.cdx.json *.tgz > SHA256SUMS)
+# 4. The kubelet plugin, cross-compiled for both architectures (plugins/build.sh; the image
+# built above carries the same build).
+plugins="$(bash plugins/build.sh)"
+for arch in amd64 arm64; do
+  cp "$plugins/linux-$arch/mirrorgate-credential-provider" \
+    "$DIST/mirrorgate-credential-provider-$version-linux-$arch"
+done
+
+# 5. The checksums, then everything checked as a user of the release would.
+(cd "$DIST" && sha256sum -- *.oci.tar *.cdx.json *.tgz mirrorgate-credential-provider-* > SHA256SUMS)
 # Every image is run, a foreign one through qemu as it was built.
 verify=("$PY" -m release.verify --dist "$DIST" --version "$version" --platforms "$PLATFORMS"
         --helm "$helm")

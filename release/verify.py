@@ -5,6 +5,7 @@
   from the archive (a foreign one through qemu), runs as its architecture,
   prints ``mirrorgate X.Y.Z`` for ``--version``, holds exactly the locked
   distributions and exactly the SBOM's Debian packages (of its own architecture);
+* each kubelet plugin binary is a static ELF executable of its architecture;
 * the chart is stamped ``version`` and ``appVersion`` X.Y.Z and passes
   ``helm lint --strict``;
 * the SBOM is valid CycloneDX 1.5 (its JSON schema, strict) and lists exactly the
@@ -19,8 +20,10 @@ Exit 0 with one line per check, or 1 naming every problem found.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
+import struct
 import subprocess
 import sys
 import tarfile
@@ -40,6 +43,7 @@ __all__ = [
     "check_chart",
     "check_image",
     "check_packages",
+    "check_plugin",
     "check_sbom",
     "check_sums",
     "main",
@@ -55,13 +59,42 @@ class ReleaseError(Exception):
     """A release file is not what it should be: says which and how."""
 
 
+PLUGIN = "mirrorgate-credential-provider"
+PLUGIN_ARCHITECTURES = ("amd64", "arm64")
+"""The kubelet plugin is cross-compiled, so every release carries both, whatever PLATFORMS."""
+ELF_MACHINES = {"amd64": 62, "arm64": 183}
+"""ELF ``e_machine``: EM_X86_64 and EM_AARCH64."""
+
+
 def artifacts(version: str) -> dict[str, str]:
     """What a release directory holds, beside SHA256SUMS: role → file name."""
     return {
         "image": f"mirrorgate-{version}.oci.tar",
         "chart": f"mirrorgate-{version}.tgz",
         "sbom": f"mirrorgate-{version}.cdx.json",
+        **{f"plugin-{arch}": f"{PLUGIN}-{version}-linux-{arch}" for arch in PLUGIN_ARCHITECTURES},
     }
+
+
+def check_plugin(path: Path, arch: str) -> str:
+    """``path`` is a 64-bit little-endian ELF executable for ``arch`` with no program
+    interpreter: static, so that it runs on a node whatever its libc."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ReleaseError(f"{path.name}: not a 64-bit little-endian ELF file")
+    e_type, e_machine = struct.unpack_from("<HH", data, 16)
+    if e_type != 2 or e_machine != ELF_MACHINES[arch]:
+        raise ReleaseError(
+            f"{path.name}: ELF type {e_type}, machine {e_machine}; expected an executable "
+            f"(2) for {arch} ({ELF_MACHINES[arch]})"
+        )
+    (phoff,) = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    for index in range(phnum):
+        (p_type,) = struct.unpack_from("<I", data, phoff + index * phentsize)
+        if p_type == 3:  # PT_INTERP: linked against a dynamic loader
+            raise ReleaseError(f"{path.name}: dynamically linked (it names an interpreter)")
+    return f"{path.name}: a static linux/{arch} executable"
 
 
 def check_sums(dist: Path) -> str:
@@ -284,6 +317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         lambda: check_image(files["image"], args.version, args.platforms.split(), files["sbom"]),
         lambda: check_chart(files["chart"], args.version, args.helm),
         lambda: check_sbom(files["sbom"], args.version),
+        *(
+            functools.partial(check_plugin, files[f"plugin-{arch}"], arch)
+            for arch in PLUGIN_ARCHITECTURES
+        ),
     ]
     problems = 0
     for run in checks:

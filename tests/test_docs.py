@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import yaml
 from bench import figures, results
 from mirrorgate import policy
 from mirrorgate.certs import CertificateAuthority
-from mirrorgate.policy import loader
+from mirrorgate.policy import crdschema, fields, loader, mirrorlists, verdicts
 from mirrorgate.webhook import cli
 from tests.webhook.serving import client_context, serve
 
@@ -51,6 +52,7 @@ def test_the_reference_lists_exactly_the_fields_the_loader_accepts() -> None:
     expected = {
         *loader._TOP_LEVEL_KEYS,
         *(f"mirrors[].{key}" for key in loader._RULE_KEYS),
+        *(f"mirrors[].mirror[].{key}" for key in mirrorlists.ENTRY_KEYS),
         *(f"exclude.{key}" for key in loader._EXCLUDE_KEYS),
         *(f"health.{key}" for key in loader._HEALTH_KEYS),
         *(f"credentials.<name>.{key}" for key in loader._GRANT_KEYS),
@@ -63,10 +65,24 @@ RULE = {"source": "docker.io", "mirror": "m.example/hub"}
 DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
     "onCredentialError": ({}, lambda p: p.on_credential_error),
     "mirrors": ({}, lambda p: list(p.rules)),
-    "mirrors[].credential": ({"mirrors": [RULE]}, lambda p: p.rules[0].credential),
+    "skipPullPolicyNever": ({}, lambda p: p.skip_pull_policy_never),
+    "mirrors[].credential": ({"mirrors": [RULE]}, lambda p: list(p.rules[0].credentials)),
+    "mirrors[].onNotGranted": ({"mirrors": [RULE]}, lambda p: p.rules[0].on_not_granted),
     "mirrors[].onMirrorDown": ({"mirrors": [RULE]}, lambda p: p.rules[0].on_mirror_down),
     "mirrors[].caFile": ({"mirrors": [RULE]}, lambda p: p.rules[0].ca_file),
     "mirrors[].insecureSkipVerify": ({"mirrors": [RULE]}, lambda p: p.rules[0].skip_verify),
+    **{
+        f"mirrors[].mirror[].{key}": (
+            {"mirrors": [{"source": "docker.io", "mirror": ["m.example/hub", "n.example/hub"]}]},
+            lambda p, read=read: read(p.rules[1]),
+        )
+        for key, read in (
+            ("credential", lambda r: list(r.credentials)),
+            ("caFile", lambda r: r.ca_file),
+            ("insecureSkipVerify", lambda r: r.skip_verify),
+        )
+    },
+    "mirrors[].fixed": ({"mirrors": [RULE]}, lambda p: p.rules[0].fixed),
     "health": (
         {},
         lambda p: {
@@ -92,6 +108,10 @@ DEFAULTS: dict[str, tuple[dict[str, Any], Any]] = {
         {"credentials": {"a": {"namespaces": ["*"]}}},
         lambda p: p.grants["a"].provider,
     ),
+    "credentials.<name>.delivery": (
+        {"credentials": {"a": {"namespaces": ["*"]}}},
+        lambda p: p.grants["a"].delivery,
+    ),
     "credentials.<name>.namespaceSelector": (
         {"credentials": {"a": {"namespaces": ["shop"]}}},
         lambda p: p.grants["a"].selector,
@@ -105,7 +125,12 @@ def test_each_documented_default_is_the_loaders(field: str) -> None:
     default = reference_rows()[field][1]
     if default == "required":
         assert field not in DEFAULTS
-        assert field in {"mirrors[].source", "mirrors[].mirror", "credentials.<name>.namespaces"}
+        assert field in {
+            "mirrors[].source",
+            "mirrors[].mirror",
+            "mirrors[].mirror[].url",
+            "credentials.<name>.namespaces",
+        }
         return
     document, read = DEFAULTS[field]
     assert read(policy.load(document)) == yaml.safe_load(default)
@@ -117,8 +142,36 @@ def yaml_blocks(text: str) -> list[str]:
 
 @pytest.mark.parametrize("example", yaml_blocks(REFERENCE))
 def test_every_reference_example_loads(example: str) -> None:
-    """Each example of the reference is a valid policy."""
-    assert isinstance(policy.load(yaml.safe_load(example)), policy.Policy)
+    """Each example of the reference is a valid policy, or objects that are all accepted."""
+    documents = list(yaml.safe_load_all(example))
+    if not any(policy.is_policy_object(d) for d in documents):
+        assert isinstance(policy.load(documents[0]), policy.Policy)
+        return
+    composition = policy.compose([policy.parse_object(d) for d in documents])
+    assert composition.verdicts
+    assert not composition.refused
+
+
+def test_the_reference_documents_both_kinds_as_the_crds_define_them() -> None:
+    """The kinds table against the generated CRDs: scope and spec fields; and every
+    reason a refusal gives."""
+    table = REFERENCE.split("<!-- kinds:", 1)[1].split("<!-- end of kinds -->", 1)[0]
+    rows = {
+        cells[0].strip("`"): cells[1:]
+        for line in table.splitlines()
+        if len(cells := [c.strip() for c in line.split("|")[1:-1]]) == 4
+        and cells[0].startswith("`")
+    }
+    assert set(rows) == set(policy.objects.KINDS)
+    top = {f.path for f in fields.FIELDS if "." not in f.path and "[]" not in f.path}
+    for kind, (scope, spec, _) in rows.items():
+        crd = crdschema.crd(kind)  # type: ignore[arg-type]
+        assert crd["spec"]["scope"].lower() == scope
+        documented = top if spec == "every field of the table above" else {"mirrors"}
+        assert set(crdschema.spec_schema(kind)["properties"]) == documented  # type: ignore[arg-type]
+    section = REFERENCE.split("## ClusterMirrorPolicy and MirrorPolicy", 1)[1].split("\n## ", 1)[0]
+    for reason in typing.get_args(verdicts.Reason):
+        assert f"`{reason}`" in section or reason == "Accepted"
 
 
 def test_the_reference_lists_every_outcome() -> None:

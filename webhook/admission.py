@@ -10,7 +10,7 @@ or stale. Planning is final: what the cluster answers is applied to the plan
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 import orjson
@@ -301,7 +301,7 @@ def _unattachable_message(plan: policy.RewritePlan, operation: Operation) -> str
 async def admit(
     rev: review.Review,
     *,
-    mirror_policy: policy.Policy,
+    mirror_policy: policy.Policy | Callable[[str], policy.Policy],
     mode: policy.Mode,
     secrets: PullSecrets,
     health: policy.Health = policy.HEALTHY,
@@ -309,6 +309,9 @@ async def admit(
     cache: AdmissionCache | None = None,
 ) -> Decision:
     """Decide on one review. Raises :class:`review.BadReview` for malformed requests only.
+
+    ``mirror_policy`` is the policy, or what gives the Pod's namespace its own (in a
+    cluster, a namespace with a MirrorPolicy has one: ``LoadedPolicy.policy_for``).
 
     ``health`` is the probes' last conclusion, passed in: deciding never waits
     for the network. A Pod of more than ``max_containers`` images is not
@@ -323,17 +326,18 @@ async def admit(
         return screened
     request = rev.request
     obj, namespace, name, operation = screened
+    chosen = mirror_policy(namespace) if callable(mirror_policy) else mirror_policy
 
     admitted = _planned(
         request,
         obj,
         namespace=namespace,
-        mirror_policy=mirror_policy,
+        mirror_policy=chosen,
         operation=operation,
         health=health,
         cache=AdmissionCache() if cache is None else cache,
         # Read only where a grant selects by label: memory, never the API.
-        labels=secrets.namespace_labels(namespace) if mirror_policy.has_selectors else None,
+        labels=secrets.namespace_labels(namespace) if chosen.has_selectors else None,
     )
     plan = admitted.plan
     if plan.skipped is not None:
@@ -362,7 +366,11 @@ async def admit(
             plan,
         )
 
-    if plan.unattachable and (operation == "update" or mirror_policy.on_credential_error == "deny"):
+    if plan.denials:  # onNotGranted: deny; audit has warned of them above
+        message = "mirrorgate: " + "; ".join(plan.denials)
+        return Decision(review.denied(rev, message), mode, "denied", namespace, name, plan=plan)
+
+    if plan.unattachable and (operation == "update" or chosen.on_credential_error == "deny"):
         return Decision(
             review.denied(rev, _unattachable_message(plan, operation)),
             mode,
@@ -376,7 +384,7 @@ async def admit(
         stale = secrets.missing(namespace, plan.credentials)
         failures = await secrets.ensure(namespace, stale) if stale else {}
         if failures:
-            if mirror_policy.on_credential_error == "deny":
+            if chosen.on_credential_error == "deny":
                 reasons = "; ".join(
                     f"pull secret {policy.pull_secret_name(c)!r}: {why}"
                     for c, why in sorted(failures.items())

@@ -1,26 +1,32 @@
 """The admission cache: the one owner of what admission keeps between requests.
 
 The replicas of a workload reach admission as Pods of one shape
-(:func:`policy.shape_key`), and Pods repeat the same few images. For the
-policy in force, this cache keeps
+(:func:`policy.shape_key`), and Pods repeat the same few images. For each
+policy in force (in a cluster, the cluster's and each namespace's with a
+MirrorPolicy: :meth:`policy.Composition.policy_for`), this cache keeps
 
 * by (health, shape): the plan, and what admission derives from it alone (the
   encoded patch, audit mode's report), made once for every Pod of the shape;
 * by image string: what the policy resolves it to (:meth:`policy.Policy.resolve`),
   for the Pods it plans.
 
-Everything in it is charged against one budget: :data:`MAX_ENTRIES` entries
-and an estimate of the bytes they hold, :data:`MAX_BYTES`. Passing either
-empties the whole cache rather than growing it (a stream of unique images or
-shapes costs a refill, never memory), and one entry costing more than a
-sixteenth of the bytes is not kept at all: it would evict everything else for
-one caller's benefit. A new policy empties it too: a cache never answers for
-a policy other than the one it was filled under.
+Each entry is kept under the policy it was made with, by that policy's identity: an
+answer is never given for another policy, and Pods of a thousand namespaces, each
+with a policy of its own, hit as Pods of one policy do (a shape names its namespace
+anyway). Everything in it is charged against one budget: :data:`MAX_ENTRIES` entries
+and an estimate of the bytes they hold, :data:`MAX_BYTES`. Passing either empties
+the whole cache rather than growing it (a stream of unique images or shapes costs a
+refill, never memory), and one entry costing more than a sixteenth of the bytes is
+not kept at all: it would evict everything else for one caller's benefit. When a
+new composition is served, :meth:`AdmissionCache.retain` drops what was made under
+policies no longer in force and keeps the rest: a composition keeps every policy
+that did not change as the same object (:func:`policy.compose`), so a change in one
+namespace costs that namespace's plans only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from mirrorgate import policy
 
@@ -88,65 +94,94 @@ def _cost(key: policy.ShapeKey, plan: policy.RewritePlan) -> int | None:
     return size + sum(map(len, plan.warnings))
 
 
+class _Kept:
+    """What is kept for one policy, and the bytes charged for it."""
+
+    __slots__ = ("admitted", "held", "resolutions")
+
+    def __init__(self) -> None:
+        self.admitted: dict[tuple[policy.ShapeKey, frozenset[str] | None], Admitted] = {}
+        self.resolutions: dict[str, policy.Resolution] = {}
+        self.held = 0
+
+
 class AdmissionCache:
-    """Plans by shape and resolutions by image, for one policy at a time (see the module)."""
+    """Plans by shape and resolutions by image, for each policy in force (see the module)."""
 
     def __init__(self, *, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
         self.held = 0
         """Bytes charged for what is kept now."""
-        self._policy: policy.Policy | None = None
-        self._admitted: dict[tuple[policy.ShapeKey, frozenset[str] | None], Admitted] = {}
-        self._resolutions: dict[str, policy.Resolution] = {}
+        self._entries = 0
+        self._kept: dict[policy.Policy, _Kept] = {}
+        """By the policy's identity (a :class:`policy.Policy` compares by identity)."""
+        self._live: frozenset[policy.Policy] | None = None
+        """The policies in force (:meth:`retain`); None: any policy may be kept."""
 
     def __len__(self) -> int:
-        return len(self._admitted) + len(self._resolutions)
+        return self._entries
 
     @property
     def shapes(self) -> int:
-        """Shapes whose plan is kept."""
-        return len(self._admitted)
+        """Shapes whose plan is kept, under every policy."""
+        return sum(len(kept.admitted) for kept in self._kept.values())
+
+    @property
+    def policies(self) -> int:
+        """Policies something is kept for."""
+        return len(self._kept)
 
     def resolved(self, image: str) -> bool:
-        """Whether what ``image`` resolves to is kept."""
-        return image in self._resolutions
+        """Whether what ``image`` resolves to is kept (under any policy)."""
+        return any(image in kept.resolutions for kept in self._kept.values())
 
     def clear(self) -> None:
-        self._admitted.clear()
-        self._resolutions.clear()
-        self.held = 0
+        self._kept.clear()
+        self._entries = self.held = 0
 
-    def _make_room(self, cost: int) -> bool:
-        """Make room for an entry of ``cost`` bytes and charge it; False if it is not kept."""
+    def retain(self, policies: Iterable[policy.Policy]) -> None:
+        """Keep only what was made under ``policies`` (the ones in force now), and from now
+        on keep nothing for any other: a review still planned under the composition before
+        is answered, not remembered."""
+        self._live = live = frozenset(policies)
+        for gone in [p for p in self._kept if p not in live]:
+            kept = self._kept.pop(gone)
+            self._entries -= len(kept.admitted) + len(kept.resolutions)
+            self.held -= kept.held
+
+    def _room(self, mirror_policy: policy.Policy, cost: int) -> _Kept | None:
+        """Where an entry of ``cost`` bytes under ``mirror_policy`` goes, room made and the
+        entry charged; None: it is not kept."""
         if cost * 16 > self.max_bytes:
-            return False
-        if len(self) >= self.max_entries or self.held + cost > self.max_bytes:
+            return None
+        live = self._live
+        if live is not None and mirror_policy not in live:
+            return None
+        if self._entries >= self.max_entries or self.held + cost > self.max_bytes:
             self.clear()
+        kept = self._kept.get(mirror_policy)
+        if kept is None:
+            kept = self._kept[mirror_policy] = _Kept()
         self.held += cost
-        return True
-
-    def _for(self, mirror_policy: policy.Policy) -> None:
-        if mirror_policy is not self._policy:
-            self.clear()
-            self._policy = mirror_policy
+        kept.held += cost
+        self._entries += 1
+        return kept
 
     def resolver(self, mirror_policy: policy.Policy) -> Callable[[str], policy.Resolution]:
         """:meth:`policy.Policy.resolve` for ``mirror_policy``, answered from the cache."""
-        self._for(mirror_policy)
-        kept = self._resolutions
+        kept_for = self._kept
 
         def resolve(image: str) -> policy.Resolution:
-            found = kept.get(image)
+            kept = kept_for.get(mirror_policy)
+            found = kept.resolutions.get(image) if kept is not None else None
             if found is None:
                 found = mirror_policy.resolve(image)
                 # Kept at the cost of three copies of the image: as written,
                 # rewritten, and in the parsed parts. A longer one cannot be valid.
-                if (
-                    len(image) <= policy.REFERENCE_LENGTH_MAX
-                    and self._policy is mirror_policy
-                    and self._make_room(3 * len(image) + 3 * ENTRY_OVERHEAD)
-                ):
-                    kept[image] = found
+                if len(image) <= policy.REFERENCE_LENGTH_MAX:
+                    room = self._room(mirror_policy, 3 * len(image) + 3 * ENTRY_OVERHEAD)
+                    if room is not None:
+                        room.resolutions[image] = found
             return found
 
         return resolve
@@ -165,7 +200,6 @@ class AdmissionCache:
         ``namespace_labels`` count only through the credentials their
         ``namespaceSelector`` grants: the key holds those, not the labels.
         """
-        self._for(mirror_policy)
         shape = policy.shape_key(pod, namespace, health)
         key = (
             None
@@ -175,7 +209,8 @@ class AdmissionCache:
             else (shape, None)
         )
         if key is not None:
-            found = self._admitted.get(key)
+            kept = self._kept.get(mirror_policy)
+            found = kept.admitted.get(key) if kept is not None else None
             if found is not None:
                 return found
         made = Admitted(
@@ -190,6 +225,7 @@ class AdmissionCache:
         )
         if key is not None and shape is not None:
             cost = _cost(shape, made.plan)
-            if cost is not None and self._make_room(cost):
-                self._admitted[key] = made
+            room = None if cost is None else self._room(mirror_policy, cost)
+            if room is not None:
+                room.admitted[key] = made
         return made

@@ -22,6 +22,8 @@ from mirrorgate.webhook.commands import (
     cluster_audit,
     credentials,
     export,
+    export_crio,
+    migrate,
     offline,
     plugin_host,
 )
@@ -143,8 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="explain what mirrorgate makes of image references",
         description="Print one JSON object per image, in order: what admission would do with "
         "it in a Pod of the namespace. `outcome` is one of excluded, skipped, "
-        "invalid, no-rule, already-mirrored, not-granted, rewrite (null without "
-        "--policy); with -o table, one row per image instead. Exit 1 when an "
+        "invalid, no-rule, already-mirrored, pull-policy-never, not-granted, rewrite "
+        "(null without --policy); `chain` lists the rules passed over (onNotGranted: "
+        "next); with -o table, one row per image instead. Exit 1 when an "
         "image is invalid or admission would warn about it.",
     )
     explain.add_argument("--policy", metavar="FILE", help="policy YAML file (optional)")
@@ -169,7 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a label of the namespace, for grants by namespaceSelector (repeatable)",
     )
+    explain.add_argument(
+        "--pull-policy",
+        choices=("Always", "IfNotPresent", "Never"),
+        help="the container's imagePullPolicy (Never: left as written under skipPullPolicyNever)",
+    )
     _mode_argument(explain)
+    explain.add_argument(
+        "--probe",
+        action="store_true",
+        help="probe the mirrors of the images' rules once (GET /v2/, no login) and choose "
+        "among a rule's mirrors as admission would; without it every mirror counts as up",
+    )
     explain.add_argument(
         "-o", "--output", choices=("json", "table"), default="json", help="(default: %(default)s)"
     )
@@ -191,6 +205,20 @@ def build_parser() -> argparse.ArgumentParser:
         "encrypted credential store (offline)",
     )
     check.set_defaults(run=offline.run_policy_check)
+    migrate_command = policy_commands.add_parser(
+        "migrate",
+        help="print the ClusterMirrorPolicy for a policy file",
+        description="Print the ClusterMirrorPolicy whose spec is the policy FILE (its text "
+        "and comments kept), for `kubectl apply -f -`. FILE may be the mirrorgate-policy "
+        "ConfigMap as `kubectl get -o yaml` prints it, or - for standard input.",
+    )
+    migrate_command.add_argument("file", metavar="FILE")
+    migrate_command.add_argument(
+        "--name",
+        default=migrate.DEFAULT_NAME,
+        help="the object's name (default: %(default)s)",
+    )
+    migrate_command.set_defaults(run=migrate.run)
 
     serve = commands.add_parser(
         "serve",
@@ -214,85 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     plugin_host.add_arguments(host)
     host.set_defaults(run=plugin_host.run)
 
-    cred_commands = _group(
-        commands, "credentials", "the encrypted file credential store; check any credential"
+    credentials.add_commands(
+        _group(
+            commands, "credentials", "the encrypted file credential store; check any credential"
+        ),
+        store_arguments=_store_arguments,
+        source_arguments=_source_arguments,
     )
-    add = cred_commands.add_parser(
-        "add",
-        help="add or replace a credential (password from stdin)",
-        description="Add or replace credential NAME: a login for the mirror REGISTRY "
-        "(host[:port][/path]: a path scopes the login to that part of the "
-        "registry, as the kubelet matches it). The password is read from "
-        "standard input, or user and password from a docker config.json "
-        "(--from-docker-config).",
-    )
-    add.add_argument("name", metavar="NAME")
-    add.add_argument(
-        "--registry",
-        required=True,
-        metavar="HOST[:PORT][/PATH]",
-        help="the mirror, or the part of it, the login is for",
-    )
-    add.add_argument("--username", metavar="USER")
-    add.add_argument(
-        "--password-stdin",
-        action="store_true",
-        help="read the password from standard input (required with --username)",
-    )
-    add.add_argument(
-        "--from-docker-config",
-        metavar="FILE",
-        help="take REGISTRY's login from a docker config.json instead",
-    )
-    _store_arguments(add, required=True)
-    add.set_defaults(run=credentials.run_add)
-    listing = cred_commands.add_parser("list", help="list credentials (never their passwords)")
-    _store_arguments(listing, required=True)
-    listing.set_defaults(run=credentials.run_list)
-    remove = cred_commands.add_parser("remove", help="remove a credential")
-    remove.add_argument("name", metavar="NAME")
-    _store_arguments(remove, required=True)
-    remove.set_defaults(run=credentials.run_remove)
-    checking = cred_commands.add_parser(
-        "check",
-        help="resolve a credential through its source, as serve would",
-        description="Resolve credential NAME for IMAGE through its source (the Kubernetes "
-        "store, the file store, or its provider plugin when the policy names one) "
-        "and print {credential, source, registry, username, expires} as JSON; "
-        "never the password. Exit 1 when the source gives no usable login.",
-    )
-    checking.add_argument("name", metavar="NAME")
-    checking.add_argument(
-        "--image",
-        required=True,
-        metavar="IMAGE",
-        help="an image under the mirror that uses the credential, or, "
-        "with --policy, a source image: checked as the policy "
-        "rewrites it",
-    )
-    checking.add_argument(
-        "--policy", metavar="FILE", help="the policy (a credential's provider and registry scope)"
-    )
-    _source_arguments(checking)
-    checking.set_defaults(run=credentials.run_check)
-    migrating = cred_commands.add_parser(
-        "migrate",
-        help="rewrite a v1 credential store as v2 (keeps FILE.v1)",
-        description="Rewrite the v1 store FILE (as mirrorgate 0.1.0 wrote it) as a v2 store "
-        "with the same key and credentials; the v1 file is kept as FILE.v1. A v2 "
-        "store is left untouched.",
-    )
-    _store_arguments(migrating, required=True)
-    migrating.set_defaults(run=credentials.run_migrate)
-    keygen = cred_commands.add_parser(
-        "generate-key",
-        help="make a new store key",
-        description="Print a new random 32-byte store key (base64), or write it to FILE with "
-        "mode 0600. Keep it apart from the store: a key file, or "
-        "$MIRRORGATE_STORE_KEY.",
-    )
-    keygen.add_argument("--out", default="-", metavar="FILE")
-    keygen.set_defaults(run=credentials.run_generate_key)
 
     certs_commands = _group(commands, "certs", "CA and serving certificates")
     generate = certs_commands.add_parser(
@@ -398,17 +354,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="directory to write into, e.g. /etc/containerd/certs.d",
     )
+    containerd.add_argument(
+        "--mirror-ca",
+        metavar="FILE",
+        help="a PEM bundle of your mirrors' private CAs (serve's --mirror-ca, the chart's "
+        "mirrorCA): every verified HTTPS mirror without a caFile trusts it, copied as "
+        f"{export.MIRROR_CA_FILE} beside its hosts.toml",
+    )
     containerd.set_defaults(run=export.run_containerd)
     cri_o = runtimes.add_parser(
         "cri-o",
         help="print a registries.conf drop-in for CRI-O",
         description=f"Print a containers-registries.conf v2 drop-in (install it as "
-        f"{export.CRI_O_DROP_IN}). Wildcard sources cannot be expressed: they are "
+        f"{export_crio.CRI_O_DROP_IN}). Wildcard sources cannot be expressed: they are "
         "reported on stderr and left out; exit 1 then. Credentials are never "
         "written.",
     )
     cri_o.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
-    cri_o.set_defaults(run=export.run_cri_o)
+    cri_o.set_defaults(run=export_crio.run_cri_o)
     return parser
 
 

@@ -7,9 +7,18 @@
 #   tests/controlplane/build.sh etcd       # build or reuse one target
 #   tests/controlplane/build.sh --print    # print the cache directory
 #   tests/controlplane/build.sh --path etcd  # print one binary's cached path
+#   tests/controlplane/build.sh --k8s-version  # print the Kubernetes version in use
+#
+# K8S_VERSION=vX.Y.Z selects another Kubernetes release for every Kubernetes
+# binary (kube-apiserver, kubelet, the controllers): `make test-versions` runs
+# the suite so against each minor of tests/e2e/versions.py, each cached apart.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.37.2}"
+if [[ ! "$K8S_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]]; then
+  echo "K8S_VERSION must be a release such as v1.37.2, not ${K8S_VERSION@Q}" >&2
+  exit 2
+fi
 # The newest 3.6.x the module proxy has (v3.6.7 is not there).
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 # v5.8.3 needs go >= 1.27; v5.8.2 is the newest that builds with go 1.26 (v5.8.0
@@ -21,6 +30,9 @@ PROMTOOL_VERSION="${PROMTOOL_VERSION:-v0.316.0}"
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 # actionlint checks the release workflow (.github/workflows/release.yml).
 ACTIONLINT_VERSION="${ACTIONLINT_VERSION:-v1.7.12}"
+# kubectl, the client users run, is one version whatever K8S_VERSION is: the suite runs
+# `kubectl explain` and `kubectl get` of its CRDs against every server minor it tests.
+KUBECTL_VERSION="${KUBECTL_VERSION:-v1.37.2}"
 # The node's runtime: the newest v2 release the module proxy serves (kind, GKE
 # and EKS ship 2.x). containerd, ctr and the runc shim share this version.
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
@@ -28,11 +40,13 @@ CACHE="${MIRRORGATE_CACHE:-$HOME/.cache/mirrorgate}"
 BIN="$CACHE/bin"
 
 if [[ "${1:-}" == "--print" ]]; then echo "$BIN"; exit 0; fi
+if [[ "${1:-}" == "--k8s-version" ]]; then echo "$K8S_VERSION"; exit 0; fi
 # `--path NAME` prints where NAME's pinned version lives, built or not: the e2e
 # harness asks this script so the versions are pinned in this one file only.
 if [[ "${1:-}" == "--path" ]]; then
   case "${2:-}" in
-    kube-apiserver|kubectl|kubelet|kube-controller-manager|kube-scheduler|kube-proxy) echo "$BIN/$2-$K8S_VERSION" ;;
+    kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|kube-proxy) echo "$BIN/$2-$K8S_VERSION" ;;
+    kubectl) echo "$BIN/kubectl-$KUBECTL_VERSION" ;;
     etcd) echo "$BIN/etcd-$ETCD_VERSION" ;;
     kustomize) echo "$BIN/kustomize-$KUSTOMIZE_VERSION" ;;
     promtool) echo "$BIN/promtool-$PROMTOOL_VERSION" ;;
@@ -72,7 +86,10 @@ build_kubernetes() {
   echo "building $cmd $K8S_VERSION (cold build: 10-20 minutes on two cores)" >&2
   # Stamp the version as upstream's release builds do; without it /version
   # reports gitVersion "v0.0.0-master+$Format:%H$" (major/minor are right).
+  # Before 1.31 /version's major and minor come from ldflags too (empty without them).
+  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
+  ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
   (cd "$work" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "k8s.io/kubernetes/cmd/$cmd")
   mv "$out.tmp" "$out"
@@ -112,7 +129,8 @@ build_containerd() {
 if (($#)); then targets=("$@"); else targets=(kube-apiserver etcd kustomize); fi
 for t in "${targets[@]}"; do
   case "$t" in
-    kube-apiserver|kubectl|kubelet|kube-controller-manager|kube-scheduler|kube-proxy) build_kubernetes "$t" ;;
+    kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|kube-proxy) build_kubernetes "$t" ;;
+    kubectl) (K8S_VERSION="$KUBECTL_VERSION" && build_kubernetes kubectl) ;;
     etcd) build_module_cmd etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
     kustomize) build_module_cmd kustomize "$KUSTOMIZE_VERSION" sigs.k8s.io/kustomize/kustomize/v5 sigs.k8s.io/kustomize/kustomize/v5 ;;
     # Prometheus tags its Go module v0.3xx.y for release 3.xx.y.

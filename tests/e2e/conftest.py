@@ -131,6 +131,12 @@ def kustomize(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="session")
+def kubectl(request: pytest.FixtureRequest) -> Path:
+    """Path of the pinned kubectl binary built by tests/controlplane/build.sh."""
+    return built(request, "kubectl")
+
+
+@pytest.fixture(scope="session")
 def promtool(request: pytest.FixtureRequest) -> Path:
     """Path of the pinned promtool binary built by tests/controlplane/build.sh."""
     return built(request, "promtool")

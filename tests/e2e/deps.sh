@@ -7,7 +7,8 @@
 #     and iproute2 (`ip`, with which the suite removes the node's netns and links);
 #     shellcheck, with which actionlint checks the release workflow's scripts;
 #   * kube-apiserver, etcd, kustomize, promtool, helm, actionlint (the release
-#     workflow's linter), and for the node kubelet, kube-controller-manager,
+#     workflow's linter), kubectl (`kubectl explain` and `kubectl get` of the policy
+#     objects), and for the node kubelet, kube-controller-manager,
 #     kube-scheduler and containerd 2 (with ctr and its runc shim), built from
 #     the Go module proxy by tests/controlplane/build.sh, cached by version
 #     outside the work tree.
@@ -47,4 +48,4 @@ install_packages() {
 
 install_packages
 bash tests/controlplane/build.sh kube-apiserver etcd kustomize promtool helm \
-  kubelet kube-controller-manager kube-scheduler containerd actionlint
+  kubelet kube-controller-manager kube-scheduler containerd actionlint kubectl

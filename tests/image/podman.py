@@ -35,10 +35,17 @@ def podman(
     return done
 
 
-def build(script: str, *, env: dict[str, str] | None = None, timeout: float = 1200) -> str:
-    """Run one of the image/ scripts; returns the image name it prints last."""
+def build(
+    script: str,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 1200,
+    root: Path = REPO_ROOT,
+) -> str:
+    """Run one of the image/ scripts of the tree at ``root`` (this one, or an earlier
+    release's); returns the image name it prints last."""
     done = subprocess.run(
-        ["bash", str(REPO_ROOT / "image" / script)],
+        ["bash", str(root / "image" / script)],
         capture_output=True,
         text=True,
         timeout=timeout,

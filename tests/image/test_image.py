@@ -71,6 +71,24 @@ def test_nothing_in_the_image_is_writable_by_its_user(image: str) -> None:
     assert done.stdout == ""
 
 
+def test_carries_the_kubelet_plugin_of_its_architecture(image: str) -> None:
+    """/opt/mirrorgate/libexec/mirrorgate-credential-provider: a static executable of the
+    image's own architecture, runnable by anyone (the chart's DaemonSet copies it out)."""
+    probe = (
+        "import os, platform\n"
+        "p = '/opt/mirrorgate/libexec/mirrorgate-credential-provider'\n"
+        "head = open(p, 'rb').read(20)\n"
+        "machine = {'x86_64': 62, 'aarch64': 183}[platform.machine()]\n"
+        "print(os.access(p, os.X_OK), head[:4] == b'\\x7fELF', "
+        "int.from_bytes(head[18:20], 'little') == machine)\n"
+    )
+    done = podman(
+        "run", "--rm", "--user", RUN_AS, "--network=none", *ULIMITS,
+        "--entrypoint", "python3", image, "-c", probe,
+    )  # fmt: skip
+    assert done.stdout == "True True True\n"
+
+
 def test_holds_exactly_the_locked_distributions_and_no_installer(image: str) -> None:
     """What the image runs is what image/requirements.lock pins (setuptools and
     pip removed after the build), plus mirrorgate itself."""

@@ -1,8 +1,10 @@
 """The image's trust store: Debian's CA store for public mirrors and cloud APIs, and the
-chart's `mirrorCA` added to it by the chart's own initContainer, run from the image as
-the kubelet runs it (the `image` marker; the chart rendered by the pinned helm). Both
-consumers are checked: mirrorgate's own probes (Python's ssl) and a Go program verifying
-as the credential-provider plugins do (`go/tls-get`), each with a real handshake."""
+chart's `mirrorCA` added to it: by serve itself for its probes (`--mirror-ca`, the
+mounted bundle), and by the chart's own initContainer for the credential-provider
+plugins, run from the image as the kubelet runs it (the `image` marker; the chart
+rendered by the pinned helm). Both consumers are checked: mirrorgate's own probes
+(Python's ssl) and a Go program verifying as the plugins do (`go/tls-get`), each with a
+real handshake."""
 
 from __future__ import annotations
 
@@ -27,11 +29,14 @@ KEY = "bundle.pem"
 # plugins), and the one Debian's OpenSSL (Python's ssl) is built to load.
 SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Run inside the image: the trust store mirrorgate's probes use (probes.tls_context
-# without a caFile), what it holds, and a probe of the mirror given as argv[1].
+# without a caFile, with the --mirror-ca bundle given as argv[2]), what it holds, and a
+# probe of the mirror given as argv[1].
 PROBE = """\
 import json, os, sys
+from mirrorgate.webhook.commands.serve import reloaders
 from mirrorgate.webhook.mirrorhealth import probes
-context = probes.tls_context(None)
+bundle = reloaders.read_bundle(sys.argv[2]) if sys.argv[2:] else None
+context = probes.tls_context(None, mirror_ca=bundle)
 names = {value for cert in context.get_ca_certs() for rdn in cert["subject"]
          for key, value in rdn if key == "commonName"}
 answer = probes.check_mirror(sys.argv[1], context=context, timeout=10) if sys.argv[1:] else None
@@ -113,10 +118,24 @@ def test_the_system_roots_are_debian_s_ca_store(image: str, tls_get: Path) -> No
 
 @pytest.fixture(scope="module")
 def chart_pod(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The Deployment's Pod spec as the chart renders it for `mirrorCA`."""
+    """The Deployment's Pod spec as the chart renders it for `mirrorCA`, with plugins."""
     home = tmp_path_factory.mktemp("helm-home")
+    plugins = {
+        "credentialProviders.config.apiVersion": "kubelet.config.k8s.io/v1",
+        "credentialProviders.config.kind": "CredentialProviderConfig",
+        "credentialProviders.config.providers[0].name": "ecr-credential-provider",
+        "credentialProviders.config.providers[0].matchImages[0]": "*.dkr.ecr.*.amazonaws.com",
+        "credentialProviders.config.providers[0].defaultCacheDuration": "12h",
+        "credentialProviders.config.providers[0].apiVersion": (
+            "credentialprovider.kubelet.k8s.io/v1"
+        ),
+        "credentialProviders.image.repository": "registry.example/providers",
+        "credentialProviders.image.digest": "sha256:" + "c" * 64,
+    }
     objects = h.template(
-        built_binary("helm"), home, {"mirrorCA.configMap": "mirror-ca", "mirrorCA.key": KEY}
+        built_binary("helm"),
+        home,
+        {"mirrorCA.configMap": "mirror-ca", "mirrorCA.key": KEY, **plugins},
     )
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
@@ -172,24 +191,30 @@ def _init(image: str, spec: dict[str, Any], hosts: dict[str, Path]) -> tuple[int
 def test_mirror_ca_is_added_to_the_system_roots(
     image: str, chart_pod: dict[str, Any], tls_get: Path, tmp_path: Path
 ) -> None:
-    """The chart's initContainer and environment, run from the image: a mirror whose
-    certificate a private CA signed is probed up through the TLS handshake (and reached
-    by Go), and the store still holds every Debian root. Without `mirrorCA` both fail
-    verification: the private CA is what made the difference."""
+    """The chart's containers, run from the image: serve's probes (the bundle its
+    --mirror-ca names, no SSL_CERT_FILE) and the plugin host's Go plugins (the
+    initContainer's trust store, which SSL_CERT_FILE names) each reach a mirror whose
+    certificate a private CA signed through the TLS handshake, and still trust every
+    Debian root. Without `mirrorCA` both fail verification: the private CA is what
+    made the difference."""
     ca = certs.CertificateAuthority.generate(common_name=PRIVATE_CA)
     pair = ca.issue_serving(dns_names=["localhost"], ips=["127.0.0.1"])
     hosts = _lay_out(tmp_path, ca.cert_pem)
     assert _init(image, chart_pod, hosts) == (0, "")
     (container,) = chart_pod["containers"]
-    env = [arg for e in container["env"] for arg in ("--env", f"{e['name']}={e['value']}")]
-    chart = (*env, *_volumes(container, hosts))
+    (host,) = [c for c in chart_pod["initContainers"] if c["name"] == "plugin-host"]
+    assert "SSL_CERT_FILE" not in {e["name"] for e in container.get("env", [])}
+    (bundle,) = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--mirror-ca=")]
+    env = [arg for e in host["env"] for arg in ("--env", f"{e['name']}={e['value']}")]
+    plugins = (*env, *_volumes(host, hosts))
     with https_server(pair, tmp_path, answer(401)) as mirror:
-        given, alone = _probe(image, mirror, options=chart), _probe(image, mirror)
+        given = _probe(image, mirror, bundle, options=tuple(_volumes(container, hosts)))
+        alone = _probe(image, mirror)
         go_given, go_alone = (
-            _go_get(image, tls_get, mirror, options=chart),
+            _go_get(image, tls_get, mirror, options=plugins),
             _go_get(image, tls_get, mirror),
         )
-    assert given["env"] == "/etc/mirrorgate-trust/ca-certificates.crt"
+    assert given["env"] is None
     assert given["probe"] == [True, "HTTP 401"]
     assert given["cas"] == alone["cas"] + 1
     assert set(given["names"]) == {*alone["names"], PRIVATE_CA}
@@ -199,9 +224,10 @@ def test_mirror_ca_is_added_to_the_system_roots(
     assert go_given == {"roots": given["cas"], "status": 401}
     assert go_alone["roots"] == alone["cas"]
     assert "x509: certificate signed by unknown authority" in go_alone["error"]
-    # The mirror-ca volume is still mounted for whatever names it (a plugin's CA_FILE).
+    # The mirror-ca volume is mounted in the plugin host too, for a plugin that names it
+    # (a CA_FILE of its own).
     assert f"/etc/mirrorgate-ca/{KEY}" in {
-        f"{m['mountPath']}/{KEY}" for m in container["volumeMounts"] if m["name"] == "mirror-ca"
+        f"{m['mountPath']}/{KEY}" for m in host["volumeMounts"] if m["name"] == "mirror-ca"
     }
 
 

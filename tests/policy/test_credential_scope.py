@@ -39,7 +39,7 @@ def test_two_credentials_on_one_host_with_different_paths_load() -> None:
     )
     assert loaded.grants["team-a"].registry == Mirror(HOST, "team-a")
     assert loaded.grants["team-b"].registry == Mirror(HOST, "team-b")
-    assert [r.credential for r in loaded.rules] == ["team-a", "team-b"]
+    assert [r.credentials for r in loaded.rules] == [("team-a",), ("team-b",)]
 
 
 INVALID = [

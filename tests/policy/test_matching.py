@@ -335,7 +335,7 @@ def test_prefixes(path: str, expected: list[str]) -> None:
 )
 def test_rewritten_name(source: Source, mirror: Mirror, image: str, name: str) -> None:
     """rewritten_name joins the mirror and the remainder of the path."""
-    rule = MirrorRule(index=0, source=source, mirror=mirror, credential=None)
+    rule = MirrorRule(index=0, source=source, mirror=mirror, credentials=())
     assert matching.rewritten_name(rule, reference.parse_normalized(image)) == name
 
 

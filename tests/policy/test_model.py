@@ -49,15 +49,15 @@ def test_issue_example_loads() -> None:
             0,
             Source("docker.io", "", False),
             Mirror("harbor.corp.example", "dockerhub-proxy"),
-            "harbor-pull",
+            ("harbor-pull",),
         ),
         MirrorRule(
             1,
             Source("quay.io", "prometheus", False),
             Mirror("mirror.corp.example", "prometheus"),
-            None,
+            (),
         ),
-        MirrorRule(2, Source("gcr.io", "", True), Mirror("mirror.corp.example", "gcr"), None),
+        MirrorRule(2, Source("gcr.io", "", True), Mirror("mirror.corp.example", "gcr"), ()),
     )
     assert loaded.exclude_images == ("registry.k8s.io/pause:*",)
     assert loaded.exclude_namespaces == ("kube-system",)
@@ -78,7 +78,7 @@ VALID = [
         {
             "rules": (
                 MirrorRule(
-                    0, Source("docker.io", "", False), Mirror("mirror.corp.example", "m"), None
+                    0, Source("docker.io", "", False), Mirror("mirror.corp.example", "m"), ()
                 ),
             )
         },
@@ -92,7 +92,7 @@ VALID = [
                     0,
                     Source("docker.io", "bitnami", False),
                     Mirror("mirror.corp.example", "m"),
-                    None,
+                    (),
                 ),
             )
         },
@@ -106,7 +106,7 @@ VALID = [
                     0,
                     Source("localhost:5000", "", False),
                     Mirror("mirror.corp.example:8443", "local"),
-                    None,
+                    (),
                 ),
             )
         },
@@ -116,7 +116,7 @@ VALID = [
         {"mirrors": [_rule("localhost", "localhost:5001")]},
         {
             "rules": (
-                MirrorRule(0, Source("localhost", "", False), Mirror("localhost:5001", ""), None),
+                MirrorRule(0, Source("localhost", "", False), Mirror("localhost:5001", ""), ()),
             )
         },
         id="localhost-and-mirror-without-path",
@@ -126,7 +126,7 @@ VALID = [
         {
             "rules": (
                 MirrorRule(
-                    0, Source("[2001:db8::1]:5000", "team", False), Mirror("[::1]:5001", "v6"), None
+                    0, Source("[2001:db8::1]:5000", "team", False), Mirror("[::1]:5001", "v6"), ()
                 ),
             )
         },
@@ -137,7 +137,7 @@ VALID = [
         {
             "rules": (
                 MirrorRule(
-                    0, Source("quay.io", "org/team", False), Mirror("m.example", "a/b-c"), None
+                    0, Source("quay.io", "org/team", False), Mirror("m.example", "a/b-c"), ()
                 ),
             )
         },
@@ -147,10 +147,8 @@ VALID = [
         {"mirrors": [_rule("docker.io", "m.example/a"), _rule("docker.io/library", "m.example/b")]},
         {
             "rules": (
-                MirrorRule(0, Source("docker.io", "", False), Mirror("m.example", "a"), None),
-                MirrorRule(
-                    1, Source("docker.io", "library", False), Mirror("m.example", "b"), None
-                ),
+                MirrorRule(0, Source("docker.io", "", False), Mirror("m.example", "a"), ()),
+                MirrorRule(1, Source("docker.io", "library", False), Mirror("m.example", "b"), ()),
             )
         },
         id="host-and-path-of-same-host",
@@ -159,8 +157,8 @@ VALID = [
         {"mirrors": [_rule("*.gcr.io", "m.example/a"), _rule("gcr.io", "m.example/b")]},
         {
             "rules": (
-                MirrorRule(0, Source("gcr.io", "", True), Mirror("m.example", "a"), None),
-                MirrorRule(1, Source("gcr.io", "", False), Mirror("m.example", "b"), None),
+                MirrorRule(0, Source("gcr.io", "", True), Mirror("m.example", "a"), ()),
+                MirrorRule(1, Source("gcr.io", "", False), Mirror("m.example", "b"), ()),
             )
         },
         id="wildcard-and-exact-host-differ",
@@ -207,7 +205,7 @@ CRED_MSG = (
 NAMESPACES_REQUIRED = (
     "is required (or namespaceSelector): the namespaces whose Pods may use this credential"
 )
-TOP_FIELDS = "onCredentialError, health, mirrors, exclude, credentials"
+TOP_FIELDS = "onCredentialError, skipPullPolicyNever, health, mirrors, exclude, credentials"
 
 INVALID = [
     pytest.param(None, [("", "the policy is empty")], id="empty-document"),
@@ -258,7 +256,7 @@ INVALID = [
             (
                 "mirrors[0].target",
                 "unknown field (expected one of: source, mirror, credential, "
-                "onMirrorDown, caFile, insecureSkipVerify)",
+                "onNotGranted, onMirrorDown, caFile, insecureSkipVerify, fixed)",
             )
         ],
         id="rule-unknown-field",
@@ -393,9 +391,37 @@ INVALID = [
         id="credential-empty",
     ),
     pytest.param(
-        {"mirrors": [_rule("docker.io", credential=["a"])]},
-        [("mirrors[0].credential", f'["a"] {CRED_MSG}')],
+        {"mirrors": [_rule("docker.io", credential=["a", "B", "a", 5])]},
+        [
+            (
+                "mirrors[0].credential[0]",
+                '"a" is not granted to any namespace: add credentials.a.namespaces',
+            ),
+            ("mirrors[0].credential[1]", f'"B" {CRED_MSG}'),
+            ("mirrors[0].credential[2]", '"a" is listed twice'),
+            ("mirrors[0].credential[3]", f"5 {CRED_MSG}"),
+        ],
         id="credential-list",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", credential=[])]},
+        [
+            (
+                "mirrors[0].credential",
+                "is an empty list: name at least one credential, or leave the field out",
+            )
+        ],
+        id="credential-empty-list",
+    ),
+    pytest.param(
+        {"mirrors": [_rule("docker.io", onNotGranted="fall")]},
+        [("mirrors[0].onNotGranted", '"fall" is not one of: skip, next, deny')],
+        id="on-not-granted",
+    ),
+    pytest.param(
+        {"skipPullPolicyNever": "yes"},
+        [("skipPullPolicyNever", 'must be true or false, got "yes"')],
+        id="skip-pull-policy-never",
     ),
     pytest.param(
         {"mirrors": [_rule("docker.io", credential="a" * 64)]},
@@ -467,10 +493,20 @@ INVALID = [
             (
                 "credentials.a.secret",
                 "unknown field (expected one of: namespaces, namespaceSelector, registry, "
-                "provider)",
+                "provider, delivery)",
             )
         ],
         id="grant-unknown-field",
+    ),
+    pytest.param(
+        {"credentials": {"a": {"namespaces": ["*"], "delivery": "Kubelet"}}},
+        [("credentials.a.delivery", '"Kubelet" is not one of: pullSecret, kubelet')],
+        id="grant-delivery-unknown",
+    ),
+    pytest.param(
+        {"credentials": {"a": {"namespaces": ["*"], "delivery": ["kubelet"]}}},
+        [("credentials.a.delivery", '["kubelet"] is not one of: pullSecret, kubelet')],
+        id="grant-delivery-list",
     ),
     pytest.param(
         {"credentials": {"a": {"namespaces": ["Team", "", 3]}}},

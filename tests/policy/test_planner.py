@@ -457,6 +457,68 @@ def test_can_add_pull_secrets_false_with_secret_present() -> None:
     assert (result.pull_secrets, result.credentials, result.warnings) == ((), ("harbor-pull",), ())
 
 
+KUBELET_POLICY = policy.load(
+    {
+        "mirrors": [
+            {"source": "docker.io", "mirror": HUB, "credential": "harbor-pull"},
+            {"source": "ghcr.io", "mirror": "mirror.corp.example/ghcr", "credential": "team-only"},
+        ],
+        "credentials": {
+            "harbor-pull": {"namespaces": ["*"], "delivery": "kubelet"},
+            "team-only": {"namespaces": ["*"]},
+        },
+    }
+)
+
+
+def test_kubelet_delivery_rewrites_and_records_but_attaches_nothing() -> None:
+    """``delivery: kubelet``: rewritten and recorded, no pull secret asked for or attached;
+    a ``pullSecret`` credential in the same Pod still gets its own."""
+    pod = _pod("nginx", "ghcr.io/team/app:1")
+    result = policy.plan(pod, namespace="shop", mirror_policy=KUBELET_POLICY)
+    assert _rewrites(result) == {
+        "containers/c0": f"{HUB}/library/nginx",
+        "containers/c1": "mirror.corp.example/ghcr/team/app:1",
+    }
+    assert (result.pull_secrets, result.credentials) == ((TEAM_SECRET,), ("team-only",))
+    assert result.original_images == {
+        "containers/c0": "nginx",
+        "containers/c1": "ghcr.io/team/app:1",
+    }
+    assert [c for _, c in result.credential_sites] == ["team-only"]
+    applied = _apply(pod, result)
+    assert applied["spec"]["imagePullSecrets"] == [{"name": TEAM_SECRET}]
+
+
+def test_kubelet_delivery_rewrites_where_no_pull_secret_can_be_added() -> None:
+    """An update (or ephemeral container) cannot add imagePullSecrets; a kubelet-delivered
+    credential needs none, so its image is rewritten there, not left unattachable."""
+    pod = _pod("nginx")
+    result = policy.plan(
+        pod, namespace="shop", mirror_policy=KUBELET_POLICY, can_add_pull_secrets=False
+    )
+    assert _rewrites(result) == {"containers/c0": f"{HUB}/library/nginx"}
+    assert (result.unattachable, result.pull_secrets, result.warnings) == ((), (), ())
+    assert policy.plan(
+        pod, namespace="shop", mirror_policy=POLICY, can_add_pull_secrets=False
+    ).unattachable, "the pullSecret delivery of the same image must still need its Secret"
+
+
+def test_kubelet_delivery_keeps_the_grant() -> None:
+    """No copy does not mean every namespace: an ungranted one is still left as written."""
+    result = policy.plan(
+        _pod("nginx"),
+        namespace="shop",
+        mirror_policy=policy.load(
+            {
+                "mirrors": [{"source": "docker.io", "mirror": HUB, "credential": "harbor-pull"}],
+                "credentials": {"harbor-pull": {"namespaces": ["team-a"], "delivery": "kubelet"}},
+            }
+        ),
+    )
+    assert (_rewrites(result), result.outcomes) == ({}, {"containers/c0": "not-granted"})
+
+
 def test_can_annotate_false_rewrites_without_recording() -> None:
     """Where metadata cannot change, images are still rewritten but no annotation is planned."""
     pod = _pod("nginx", "quay.io/x/y", imagePullSecrets=[{"name": HARBOR_SECRET}])

@@ -210,8 +210,13 @@ def test_credentials_only_where_granted(scenario: Scenario) -> None:
     for secret in plan.pull_secrets:
         assert names.count(secret) == 1
     for rewrite in plan.rewrites:
-        needed = _rule(mirror_policy, rewrite.rule_label).credential
-        assert needed is None or policy.pull_secret_name(needed) in names
+        needed = [
+            c
+            for c in _rule(mirror_policy, rewrite.rule_label).credentials
+            if mirror_policy.is_granted(c, namespace)
+        ]
+        assert len(needed) <= 1
+        assert all(policy.pull_secret_name(c) in names for c in needed)
 
 
 @PROPERTY_SETTINGS

@@ -85,11 +85,11 @@ def test_unknown_labels_grant_nothing_and_say_so() -> None:
     loaded = _policy({"matchLabels": {TEAM: "a"}})
     assert not loaded.is_granted("robot", "team-a", None)
     (rule,) = loaded.rules
-    reason = loaded.not_granted(rule, "team-a", None)
+    reason = loaded.choose_credential(rule, "team-a", None).refusal
     assert reason is not None
     assert "credentials.robot.namespaceSelector" in reason
     assert "not known yet" in reason
-    assert loaded.not_granted(rule, "team-a", {TEAM: "a"}) is None
+    assert loaded.choose_credential(rule, "team-a", {TEAM: "a"}) == ("robot", None, False)
 
 
 def test_plan_uses_the_namespace_labels() -> None:

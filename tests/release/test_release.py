@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import struct
 import subprocess
 import tarfile
 import time
@@ -494,12 +495,14 @@ def test_make_release_builds_and_verifies_every_artifact(tmp_path: Path) -> None
     assert debian["ca-certificates"].architecture == "all"
     verified = [line for line in done.stdout.splitlines() if line.startswith("verified ")]
     assert verified == [
-        "verified SHA256SUMS: 3 files, every one matches",
+        "verified SHA256SUMS: 5 files, every one matches",
         f"verified {files['image']}: {NATIVE} (x86_64): each runs, says mirrorgate {VERSION} "
         "and holds exactly the locked distributions and the SBOM's Debian packages",
         f"verified {files['chart']}: version and appVersion {VERSION}, helm lint --strict passes",
         f"verified {files['sbom']}: CycloneDX 1.5, exactly the {len(locked_in_image())} "
         f"locked distributions and {len(debian)} Debian packages of debian-12",
+        f"verified {files['plugin-amd64']}: a static linux/amd64 executable",
+        f"verified {files['plugin-arm64']}: a static linux/arm64 executable",
     ], done.stdout + done.stderr
     assert (
         subprocess.run(
@@ -551,3 +554,47 @@ def test_emulation_is_set_up_for_the_command_only() -> None:
     assert flags is not None
     assert "F" in flags[1]
     assert state() == before
+
+
+def _elf(machine: int, *, interpreter: bool = False, e_type: int = 2) -> bytes:
+    """A 64-bit little-endian ELF header with one program header (PT_LOAD or PT_INTERP)."""
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<HH", header, 16, e_type, machine)
+    struct.pack_into("<Q", header, 32, 64)  # e_phoff: right after this header
+    struct.pack_into("<HH", header, 54, 56, 1)  # e_phentsize, e_phnum
+    program = bytearray(56)
+    struct.pack_into("<I", program, 0, 3 if interpreter else 1)
+    return bytes(header + program)
+
+
+@pytest.mark.parametrize(
+    ("content", "arch", "problem"),
+    [
+        (_elf(62), "amd64", None),
+        (_elf(183), "arm64", None),
+        (_elf(62), "arm64", "machine 62; expected an executable \\(2\\) for arm64 \\(183\\)"),
+        (_elf(62, interpreter=True), "amd64", "dynamically linked"),
+        (_elf(62, e_type=3), "amd64", "ELF type 3"),
+        (b"#!/bin/sh\n", "amd64", "not a 64-bit little-endian ELF file"),
+    ],
+)
+def test_the_plugin_check_wants_a_static_binary_of_its_architecture(
+    tmp_path: Path, content: bytes, arch: str, problem: str | None
+) -> None:
+    path = tmp_path / f"mirrorgate-credential-provider-{VERSION}-linux-{arch}"
+    path.write_bytes(content)
+    if problem is None:
+        assert verify.check_plugin(path, arch) == f"{path.name}: a static linux/{arch} executable"
+    else:
+        with pytest.raises(verify.ReleaseError, match=problem):
+            verify.check_plugin(path, arch)
+
+
+def test_the_built_plugins_pass_the_release_check(tmp_path: Path) -> None:
+    """plugins/build.sh, as `make release` runs it, builds what the check accepts."""
+    out = tmp_path / "plugins"
+    subprocess.run(["bash", "plugins/build.sh", str(out)], cwd=REPO_ROOT, check=True, timeout=1200)
+    for arch in verify.PLUGIN_ARCHITECTURES:
+        built = out / f"linux-{arch}" / verify.PLUGIN
+        assert verify.check_plugin(built, arch).endswith(f"a static linux/{arch} executable")

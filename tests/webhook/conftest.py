@@ -48,7 +48,7 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
 @pytest.fixture
 def screener() -> Iterator[offload.Screener]:
     """The worker process that screens large reviews, started and stopped with the test."""
-    made = offload.Screener()
+    made = offload.Screener(max_waiting=64)
     made.start()
     yield made
     made.stop()
@@ -63,7 +63,7 @@ def workerless(monkeypatch: pytest.MonkeyPatch) -> offload.Screener:
         raise OSError(38, "Function not implemented")
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_process)
-    made = offload.Screener()
+    made = offload.Screener(max_waiting=64)
     made.start()
     return made
 

@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 
 from mirrorgate import policy
 from mirrorgate.policy import reference
-from mirrorgate.webhook import admissioncache, patch
+from mirrorgate.webhook import admissioncache, patch, policyfile
 from mirrorgate.webhook.admissioncache import AdmissionCache
+from mirrorgate.webhook.edge import app
+from tests.webhook.fakes import RecordingPullSecrets
 
 POLICY_DOCUMENT = {
     "mirrors": [
@@ -280,7 +282,7 @@ def test_resolution_is_memoised() -> None:
 
 
 def test_what_is_derived_from_a_plan_is_kept_beside_it_and_goes_with_it() -> None:
-    """The cache, not the frozen plan, holds the patch; a new policy drops both."""
+    """The cache, not the frozen plan, holds the patch; a new policy served drops both."""
     mirror_policy, cache = fresh_policy(), AdmissionCache()
     pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
     admitted = cache.admitted(
@@ -305,6 +307,7 @@ def test_what_is_derived_from_a_plan_is_kept_beside_it_and_goes_with_it() -> Non
     gone = weakref.ref(plan)
     del admitted, plan
     newer = fresh_policy()
+    cache.retain([newer])  # what the server does when it serves a new policy
     again = cache.admitted(pod, namespace="ns", mirror_policy=newer, health=policy.HEALTHY)
     assert gone() is None  # nothing of the cache keeps the old policy's plan alive
     assert again.plan == full_plan(pod, "ns", newer)
@@ -339,3 +342,105 @@ def test_an_entry_over_a_sixteenth_of_the_bytes_is_not_kept() -> None:
     )
     assert not cache.resolved(long)
     assert cache.resolved("nginx")  # and nothing else was evicted for it
+
+
+def team_objects(count: int, *, moved: int | None = None) -> list[policy.PolicyObject]:
+    """A cluster policy and ``count`` namespaces, each with a MirrorPolicy of its own
+    (``moved``'s mirror elsewhere)."""
+    cluster = {
+        "apiVersion": policy.API_VERSION,
+        "kind": policy.CLUSTER_KIND,
+        "metadata": {"name": "base"},
+        "spec": POLICY_DOCUMENT,
+    }
+    teams = [
+        {
+            "apiVersion": policy.API_VERSION,
+            "kind": policy.NAMESPACED_KIND,
+            "metadata": {"name": "own", "namespace": f"team-{i}"},
+            "spec": {
+                "mirrors": [
+                    {"source": "docker.io", "mirror": f"m.example/team-{i}{'-v2' * (i == moved)}"}
+                ]
+            },
+        }
+        for i in range(count)
+    ]
+    return [policy.parse_object(o) for o in (cluster, *teams)]
+
+
+def team_policies(count: int) -> policy.Composition:
+    return policy.compose(team_objects(count))
+
+
+def test_pods_of_many_namespace_policies_hit_in_turn() -> None:
+    """The cause of issue 30's 10.7×: a cache of one policy emptied itself for each
+    namespace's. Keyed by policy, Pods of namespaces in turn are planned once each."""
+    composition = team_policies(50)
+    cache = AdmissionCache()
+    cache.retain(composition.policies)
+    namespaces = [*composition.namespaced, "plain"]
+    pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
+    first = {ns: cached_plan(cache, pod, ns, composition.policy_for(ns)) for ns in namespaces}
+    for _ in range(3):
+        for ns in namespaces:
+            assert (
+                cached_plan(cache, copy.deepcopy(pod), ns, composition.policy_for(ns))
+                is (first[ns])
+            )
+    assert (cache.shapes, cache.policies) == (51, 51)
+    (rewrite,) = first["team-7"].rewrites
+    assert rewrite.new_image == "m.example/team-7/library/nginx"
+    (plain,) = first["plain"].rewrites
+    assert plain.new_image == "mirror.corp.example/hub/library/nginx"
+
+
+def test_a_policy_not_in_force_is_answered_and_not_kept() -> None:
+    """A review planned under the composition before (still in flight at the swap) gets
+    its own policy's plan, and nothing of it is kept."""
+    composition, stale = team_policies(2), fresh_policy()
+    cache = AdmissionCache()
+    cache.retain(composition.policies)
+    pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
+    assert cached_plan(cache, pod, "team-0", stale) == full_plan(pod, "team-0", stale)
+    assert (len(cache), cache.policies) == (0, 0)
+
+
+def test_a_changed_namespace_policy_replans_that_namespace_only() -> None:
+    """Composed again with the last composition, the namespaces whose rules did not
+    change keep their policy object, so the cache keeps their plans."""
+    before = team_policies(3)
+    cache = AdmissionCache()
+    cache.retain(before.policies)
+    pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
+    kept = {ns: cached_plan(cache, pod, ns, before.policy_for(ns)) for ns in before.namespaced}
+    after = policy.compose(team_objects(3, moved=1), previous=before)
+    assert after.cluster is before.cluster
+    assert [after.namespaced[ns] is before.namespaced[ns] for ns in before.namespaced] == [
+        True,
+        False,
+        True,
+    ]
+    cache.retain(after.policies)
+    assert cache.shapes == 2
+    for ns in ("team-0", "team-2"):
+        assert cached_plan(cache, pod, ns, after.policy_for(ns)) is kept[ns]
+    (moved,) = cached_plan(cache, pod, "team-1", after.policy_for("team-1")).rewrites
+    assert moved.new_image == "m.example/team-1-v2/library/nginx"
+
+
+def test_the_server_keeps_nothing_for_a_policy_it_no_longer_serves() -> None:
+    """The runtime tells its cache of every policy it swaps in."""
+    data = json.dumps(POLICY_DOCUMENT).encode()
+    old, new = (policyfile.read_policy("policy.yaml", data=data) for _ in range(2))
+    runtime = app.Runtime(policy=old, secrets=RecordingPullSecrets())
+    cache = runtime.admission_cache
+    pod = spec_pod({"containers": [{"name": "a", "image": "nginx"}]})
+    cached_plan(cache, pod, "ns", old.policy_for("ns"))
+    assert (cache.policies, cache.shapes) == (1, 1)
+    runtime.set_policy(new)
+    assert (cache.policies, len(cache)) == (0, 0)
+    cached_plan(cache, pod, "ns", old.policy_for("ns"))  # a review still in flight
+    assert len(cache) == 0
+    cached_plan(cache, pod, "ns", new.policy_for("ns"))
+    assert (cache.policies, cache.shapes) == (1, 1)

@@ -45,6 +45,17 @@ ALLOWED = {
     ),
     ("edge/offload.py", "run_in_executor"): "one large review screened, within its request",
     ("edge/app.py", "asyncio.to_thread"): "one policy review judged, within its request",
+    ("kubeletcreds/tokens.py", "ensure_future"): (
+        "one TokenReview per token in flight, shared by its askers; bounded by the review's "
+        "timeout and the reviews' fair queue"
+    ),
+    ("kubeletcreds/tokens.py", "asyncio.to_thread"): (
+        "one TokenReview's API call, within its timeout, four at a time (the fair queue)"
+    ),
+    ("edge/gone.py", "ensure_future"): (
+        "a request's work and the wait for its client to leave, within the request; the "
+        "work is cancelled when the client leaves first"
+    ),
     ("credentials/pullsecrets.py", "asyncio.to_thread"): (
         "one admission's pull secrets, within the credential deadline"
     ),

@@ -144,13 +144,17 @@ def padded(obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
 def test_large_reviews_are_screened_in_a_worker_process(screener: offload.Screener) -> None:
     """Decided there when no policy is needed; otherwise handed back to be planned here."""
     wide = orjson.dumps(padded(pod(*[PROM_IMAGE] * 2000), dry_run=True, uid="wide"))
-    screened = asyncio.run(screener.screen(wide, mode="enforce", max_containers=1000))
+    screened = asyncio.run(
+        screener.screen(wide, mode="enforce", max_containers=1000, caller="api-server")
+    )
     assert screened is not None
     assert not isinstance(screened, review_.Review)
     uid, dry_run, decision = screened
     assert (uid, dry_run, decision.outcome) == ("wide", True, "denied")
     assert decision.body["response"]["status"]["message"] == refused(2000, 1000)
-    audited = asyncio.run(screener.screen(wide, mode="audit", max_containers=1000))
+    audited = asyncio.run(
+        screener.screen(wide, mode="audit", max_containers=1000, caller="api-server")
+    )
     assert audited is not None
     assert not isinstance(audited, review_.Review)
     assert audited[2].unmirrored == (("too-many-containers", 2000),)
@@ -158,7 +162,9 @@ def test_large_reviews_are_screened_in_a_worker_process(screener: offload.Screen
     # Handed back to be planned here: decoded once, in the worker, and reduced to
     # what admission reads (the padding stays behind).
     narrow = orjson.dumps(padded(pod(PROM_IMAGE), uid="narrow"))
-    handed = asyncio.run(screener.screen(narrow, mode="enforce", max_containers=1000))
+    handed = asyncio.run(
+        screener.screen(narrow, mode="enforce", max_containers=1000, caller="api-server")
+    )
     assert isinstance(handed, review_.Review)
     assert handed.uid == "narrow"
     assert len(orjson.dumps(handed.request)) < len(narrow) // 100
@@ -166,7 +172,11 @@ def test_large_reviews_are_screened_in_a_worker_process(screener: offload.Screen
 
     malformed = padded(pod(PROM_IMAGE), uid="bad", namespace="Not_A_Namespace")
     with pytest.raises(review_.BadReview) as caught:
-        asyncio.run(screener.screen(orjson.dumps(malformed), mode="enforce", max_containers=1000))
+        asyncio.run(
+            screener.screen(
+                orjson.dumps(malformed), mode="enforce", max_containers=1000, caller="api-server"
+            )
+        )
     assert (caught.value.uid, str(caught.value)) == (
         "bad",
         "namespace 'Not_A_Namespace' is not a namespace name",
@@ -260,7 +270,9 @@ def test_a_review_of_too_many_lists_is_refused_undecoded(screener: offload.Scree
         b'"options":{', b'"options":{"x":' + orjson.dumps([[]] * offload.MAX_STRUCTURES) + b","
     )
     with pytest.raises(review_.BadReview) as caught:
-        asyncio.run(screener.screen(lists, mode="enforce", max_containers=1000))
+        asyncio.run(
+            screener.screen(lists, mode="enforce", max_containers=1000, caller="api-server")
+        )
     assert str(caught.value) == (
         f"request body holds {own + offload.MAX_STRUCTURES + 1:,} lists and objects, more "
         f"than the {offload.MAX_STRUCTURES:,} an AdmissionReview may hold"
@@ -268,6 +280,8 @@ def test_a_review_of_too_many_lists_is_refused_undecoded(screener: offload.Scree
     obj = pod(PROM_IMAGE)
     obj["metadata"]["annotations"] = {"brackets": "[" * (2 * offload.MAX_STRUCTURES)}
     handed = asyncio.run(
-        screener.screen(orjson.dumps(review(obj)), mode="enforce", max_containers=1000)
+        screener.screen(
+            orjson.dumps(review(obj)), mode="enforce", max_containers=1000, caller="api-server"
+        )
     )
     assert isinstance(handed, review_.Review)

@@ -47,8 +47,12 @@ EXPLAIN_KEYS = {
     "result",
     "credential",
     "credentialRegistry",
+    "delivery",
     "match",
     "warning",
+    "chain",
+    "denied",
+    "mirrors",
 }
 
 
@@ -426,8 +430,12 @@ def test_explain_without_policy_shows_the_reference_only(mirrorgate: Any) -> Non
         "result": None,
         "credential": None,
         "credentialRegistry": None,
+        "delivery": None,
         "match": None,
         "warning": None,
+        "chain": [],
+        "denied": False,
+        "mirrors": None,
     }
 
 
@@ -448,13 +456,26 @@ def test_explain_with_policy_names_rule_result_and_credential(
         "source": "docker.io",
         "mirror": "harbor.corp.example/dockerhub-proxy",
         "scheme": "https",
+        "credentials": ["harbor-pull"],
     }
     assert hub["result"] == HUB_MIRRORED
     assert hub["credential"] == "harbor-pull"
+    assert hub["delivery"] == "pullSecret"
     assert hub["outcome"] == "rewrite"
+    # A rule of one mirror: that mirror, chosen.
+    assert hub["mirrors"] == [
+        {
+            "rule": "mirrors[0]",
+            "mirror": "harbor.corp.example/dockerhub-proxy",
+            "credentials": ["harbor-pull"],
+            "status": "chosen",
+            "reason": None,
+        }
+    ]
     assert hub["reference"]["normalized"] == "docker.io/library/nginx:1.27"
     assert prom["result"] == PROM_MIRRORED
     assert prom["credential"] is None
+    assert prom["delivery"] is None
     assert unmatched["outcome"] == "no-rule"
     assert unmatched["result"] == UNMATCHED_IMAGE
     assert unmatched["rule"] is None
@@ -492,8 +513,12 @@ def test_explain_invalid_image(mirrorgate: Any, policy_file: Path) -> None:
         "result": "Nginx",
         "credential": None,
         "credentialRegistry": None,
+        "delivery": None,
         "match": None,
         "warning": "image 'Nginx' left as written: repository name must be lowercase",
+        "chain": [],
+        "denied": False,
+        "mirrors": None,
     }
     assert valid["valid"] is True
 
@@ -523,6 +548,22 @@ def test_policy_check_valid(mirrorgate: Any, tmp_path: Path) -> None:
     assert result.out.count("\n") == 1
     assert "valid" in result.out
     assert "2 mirror rules" in result.out
+
+
+def test_explain_and_policy_check_show_a_kubelet_delivery(mirrorgate: Any, tmp_path: Path) -> None:
+    """``delivery: kubelet`` is named by explain (JSON and table) and by policy check's summary."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        policies.POLICY.replace('{namespaces: ["*"]}', "{namespaces: [shop], delivery: kubelet}")
+    )
+    assert "delivery: kubelet" in path.read_text()
+    [entry] = explained(mirrorgate("explain", "--policy", str(path), "-n", "shop", HUB_IMAGE))
+    assert (entry["result"], entry["delivery"]) == (HUB_MIRRORED, "kubelet")
+    table = mirrorgate("explain", "--policy", str(path), "-n", "shop", "-o", "table", HUB_IMAGE)
+    assert f"→ {HUB_MIRRORED} (credential harbor-pull, delivery kubelet)" in table.out
+    result = mirrorgate("policy", "check", str(path))
+    assert result.code == 0
+    assert result.out.rstrip().endswith("1 credential grant; delivery kubelet: harbor-pull)")
 
 
 @pytest.mark.parametrize(
@@ -803,6 +844,7 @@ EVERY_SERVE_OPTION: list[tuple[list[str], str, Any]] = [
     (["--reload-interval", "0.5"], "reload_interval", 0.5),
     (["--log-level", "debug"], "log_level", "debug"),
     (["--no-health-probes"], "health_probes", False),
+    (["--mirror-ca", "/etc/mirrorgate-ca/ca.crt"], "mirror_ca", "/etc/mirrorgate-ca/ca.crt"),
     (["--tls-secret", "certs"], "tls_secret", "certs"),
     (["--ca-secret", "authority"], "ca_secret", "authority"),
     (["--ca-configmap", "published"], "ca_configmap", "published"),
@@ -823,6 +865,10 @@ EVERY_SERVE_OPTION: list[tuple[list[str], str, Any]] = [
     (["--credential-provider-timeout", "3"], "credential_provider_timeout", 3.0),
     (["--credential-deadline", "1.5"], "credential_deadline", 1.5),
     (["--reconcile-interval", "5"], "reconcile_interval", 5.0),
+    (["--kubelet-port", "8444"], "kubelet_port", 8444),
+    (["--kubelet-client-ca", "kubelets.crt"], "kubelet_client_ca", "kubelets.crt"),
+    (["--kubelet-audience", "gate"], "kubelet_audience", "gate"),
+    (["--kubelet-cache-duration", "60"], "kubelet_cache_duration", 60.0),
 ]
 EVERY_LIMIT: dict[str, Any] = {
     "max_connections": 7,

@@ -272,7 +272,8 @@ def test_explain_prints_a_table_on_request_and_json_by_default(policy_file: Path
     width = len("ghcr.io/x/y:1")
     assert out.splitlines() == [
         f"{'IMAGE':<{width}}  OUTCOME           DETAIL",
-        f"{HUB_IMAGE:<{width}}  rewrite           → {HUB_MIRRORED} (credential harbor-pull)",
+        f"{HUB_IMAGE:<{width}}  rewrite           → {HUB_MIRRORED} "
+        "(credential harbor-pull, delivery pullSecret)",
         f"{'ghcr.io/x/y:1':<{width}}  no-rule           no mirror rule covers it",
         f"{'Bad:1':<{width}}  invalid           repository name must be lowercase",
         f"{'':<{width}}  warning: image 'Bad:1' left as written: repository name must be lowercase",

@@ -78,6 +78,7 @@ class Record:
     unsent: int = 0
     waiting: bool = False
     """Pipelined requests queued behind the answer."""
+    peer: str = "127.0.0.1"
     output: int = 0
     closed: str | None = None
 

@@ -11,7 +11,7 @@ import asyncio
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import pytest
@@ -63,13 +63,23 @@ def policy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def explain(
-    policy_path: Path, namespace: str, labels: dict[str, str], image: str
-) -> dict[str, Any]:
+class Case(NamedTuple):
+    """One image of a one-container Pod in a namespace, with the Pod's labels."""
+
+    namespace: str
+    labels: dict[str, str]
+    image: str
+    pull_policy: str | None = None
+    """The container's imagePullPolicy (None: not written)."""
+
+
+def explain(policy_path: Path, case: Case) -> dict[str, Any]:
     out, err = io.StringIO(), io.StringIO()
-    label_args = [arg for key, value in labels.items() for arg in ("-l", f"{key}={value}")]
+    args = [arg for key, value in case.labels.items() for arg in ("-l", f"{key}={value}")]
+    if case.pull_policy is not None:
+        args += ["--pull-policy", case.pull_policy]
     code = cli.main(
-        ["explain", "--policy", str(policy_path), "-n", namespace, *label_args, image],
+        ["explain", "--policy", str(policy_path), "-n", case.namespace, *args, case.image],
         out=out,
         err=err,
     )
@@ -79,13 +89,13 @@ def explain(
     return explained
 
 
-def admit(
-    policy_path: Path, namespace: str, labels: dict[str, str], image: str
-) -> tuple[admission.Decision, dict[str, Any]]:
+def admit(policy_path: Path, case: Case) -> tuple[admission.Decision, dict[str, Any]]:
     """Admission's decision on a one-container Pod, and the Pod as the API server stores it."""
-    obj = pod(image)
-    obj["metadata"]["labels"] = labels
-    body = review(obj, namespace=namespace)
+    obj = pod(case.image)
+    obj["metadata"]["labels"] = case.labels
+    if case.pull_policy is not None:
+        obj["spec"]["containers"][0]["imagePullPolicy"] = case.pull_policy
+    body = review(obj, namespace=case.namespace)
     mirror_policy = policyfile.read_policy(policy_path).policy
     decision = asyncio.run(
         admission.admit(
@@ -99,9 +109,9 @@ def admit(
     return decision, apply(obj, patch_ops(response))
 
 
-def assert_agree(policy_path: Path, namespace: str, labels: dict[str, str], image: str) -> str:
-    explained = explain(policy_path, namespace, labels, image)
-    decision, admitted = admit(policy_path, namespace, labels, image)
+def assert_agree(policy_path: Path, case: Case) -> str:
+    explained = explain(policy_path, case)
+    decision, admitted = admit(policy_path, case)
     assert decision.plan is not None
     assert explained["outcome"] == decision.plan.outcomes["containers/c0"]
     assert explained["result"] == admitted["spec"]["containers"][0]["image"]
@@ -118,12 +128,30 @@ def test_explain_agrees_with_admission(
     policy_path: Path, namespace: str, labels: dict[str, str], image: str, outcome: str
 ) -> None:
     """The outcome, the resulting image and the warning are admission's, for every outcome."""
-    assert assert_agree(policy_path, namespace, labels, image) == outcome
+    assert assert_agree(policy_path, Case(namespace, labels, image)) == outcome
+
+
+PULL_POLICY_CASES = [
+    # namespace, image, imagePullPolicy, outcome
+    ("team-a", "nginx:1.27", "Never", "pull-policy-never"),
+    ("other", "nginx:1.27", "Never", "pull-policy-never"),  # no grant needed: never pulled
+    ("team-a", "nginx:1.27", "IfNotPresent", "rewrite"),
+    ("team-a", "registry.example.org/app:1", "Never", "no-rule"),
+    ("team-a", "registry.k8s.io/pause:3.10", "Never", "excluded"),
+]
+
+
+@pytest.mark.parametrize(("namespace", "image", "pull_policy", "outcome"), PULL_POLICY_CASES)
+def test_explain_agrees_with_admission_on_the_pull_policy(
+    policy_path: Path, namespace: str, image: str, pull_policy: str, outcome: str
+) -> None:
+    assert assert_agree(policy_path, Case(namespace, {}, image, pull_policy)) == outcome
 
 
 def test_the_table_covers_every_offline_outcome() -> None:
     """Every outcome explain can give has a case (the admission-only ones need a cluster)."""
-    assert {case[3] for case in CASES} == set(policy.IMAGE_OUTCOMES) - {
+    covered = {case[3] for case in CASES} | {case[3] for case in PULL_POLICY_CASES}
+    assert covered == set(policy.IMAGE_OUTCOMES) - {
         "credential-unavailable",
         "mirror-unhealthy",
     }
@@ -143,4 +171,4 @@ def test_explain_agrees_with_admission_property(
 ) -> None:
     """Any namespace, skip label and image: explain and admission agree."""
     labels = {} if skip is None else {"mirrorgate.io/skip": skip}
-    assert assert_agree(policy_path, namespace, labels, image) in policy.IMAGE_OUTCOMES
+    assert assert_agree(policy_path, Case(namespace, labels, image)) in policy.IMAGE_OUTCOMES

@@ -19,7 +19,7 @@ import pytest
 
 from mirrorgate import policy
 from mirrorgate.webhook import cli, policyfile
-from mirrorgate.webhook.commands import export
+from mirrorgate.webhook.commands import export_crio
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "export"
 POLICY = GOLDEN / "policy.yaml"
@@ -223,7 +223,7 @@ def test_containerd_rewrites_files_in_place(containerd_out: tuple[Result, Path])
 
 
 def registries_conf() -> dict[str, Any]:
-    return tomllib.loads(export.cri_o(rules()).files["registries.conf"])
+    return tomllib.loads(export_crio.cri_o(rules()).files["registries.conf"])
 
 
 def test_registries_conf_structure() -> None:
@@ -359,3 +359,93 @@ def test_unwritable_out_is_a_config_error(tmp_path: Path) -> None:
     result = run("export", "containerd", "--policy", str(POLICY), "--out", str(blocker))
     assert result.code == 2
     assert result.err.splitlines()[-1].startswith(f"mirrorgate: error: {blocker}: cannot write")
+
+
+# --- several mirrors per source ------------------------------------------------
+
+FAILOVER = """\
+mirrors:
+  - source: docker.io
+    mirror:
+      - url: harbor-a.corp.example/hub
+        credential: a-pull
+      - url: harbor-b.corp.example/hub
+        caFile: /etc/mirrorgate/ca/b.pem
+      - http://cache.corp.example:5000/hub
+  - source: quay.io/org
+    mirror: [mirror.corp.example/org, standby.corp.example/org]
+credentials:
+  a-pull: {namespaces: [shop]}
+"""
+
+
+def test_containerd_lists_a_rule_s_mirrors_in_order(tmp_path: Path) -> None:
+    path = write_policy(tmp_path, FAILOVER)
+    result = run("export", "containerd", "--policy", path, "--out", str(tmp_path / "d"))
+    parsed = hosts_files(tmp_path / "d")
+    assert list(parsed["docker.io"]["host"].items()) == [
+        (
+            "https://harbor-a.corp.example/v2/hub",
+            {"capabilities": ["pull", "resolve"], "override_path": True},
+        ),
+        (
+            "https://harbor-b.corp.example/v2/hub",
+            {
+                "capabilities": ["pull", "resolve"],
+                "override_path": True,
+                "ca": "/etc/mirrorgate/ca/b.pem",
+            },
+        ),
+        (
+            "http://cache.corp.example:5000/v2/hub",
+            {"capabilities": ["pull", "resolve"], "override_path": True},
+        ),
+    ]
+    # Each mirror reached other than by verified HTTPS gets its own file, as for one mirror.
+    assert sorted(parsed) == [
+        "cache.corp.example:5000",
+        "docker.io",
+        "harbor-b.corp.example",
+    ]
+    text = (tmp_path / "d" / "docker.io" / "hosts.toml").read_text()
+    assert "# containerd tries the mirrors in this order first, then the server." in text
+    assert "# The mirror harbor-a.corp.example/hub needs credential 'a-pull'." in text
+    # The path rule is one warning for the whole rule, naming its mirrors in order.
+    assert (
+        "warning: mirrors[1] (quay.io/org → mirror.corp.example/org, standby.corp.example/org): "
+        "not exported: hosts.toml configures whole registries" in result.err
+    )
+    assert result.err.count("warning: ") == 1, result.err
+    # The first host is the one containerd asks first: the first mirror's image.
+    image = "nginx:1.27"
+    assert containerd_manifest_url(parsed, image) == registry_manifest_url(
+        str(policyfile.read_policy(Path(path)).policy.resolve(image).new_image)
+    )
+
+
+def test_cri_o_lists_a_rule_s_mirrors_in_order(tmp_path: Path) -> None:
+    result = run("export", "cri-o", "--policy", write_policy(tmp_path, FAILOVER))
+    assert result.code == 0, result.err
+    registries = tomllib.loads(result.out)["registry"]
+    assert [
+        (r.get("prefix"), [(m["location"], m.get("insecure", False)) for m in r.get("mirror", [])])
+        for r in registries
+    ] == [
+        (
+            "docker.io",
+            [
+                ("harbor-a.corp.example/hub", False),
+                ("harbor-b.corp.example/hub", False),
+                ("cache.corp.example:5000/hub", True),
+            ],
+        ),
+        ("quay.io/org", [("mirror.corp.example/org", False), ("standby.corp.example/org", False)]),
+        (None, []),  # the plain-HTTP mirror host itself, for images rewritten to it
+    ]
+    assert (
+        "# mirrors[0].mirror[0]: docker.io → harbor-a.corp.example/hub (needs credential 'a-pull')"
+        in result.out
+    )
+    assert (
+        "the mirror harbor-b.corp.example is verified with /etc/mirrorgate/ca/b.pem" in result.err
+    )

@@ -10,7 +10,7 @@ import pytest
 
 from mirrorgate import policy
 from mirrorgate.webhook import policyfile
-from mirrorgate.webhook.commands import export
+from mirrorgate.webhook.commands import export, export_crio
 
 CA = "/etc/containerd/certs.d/cache.dev.example:5443/ca.crt"
 # A dev cluster's two caches: a plain-HTTP one, and an HTTPS one with a private CA
@@ -148,7 +148,7 @@ def test_cri_o_marks_plain_http_and_unverified_mirrors_insecure() -> None:
             ]
         }
     )
-    result = export.cri_o(mirror_policy)
+    result = export_crio.cri_o(mirror_policy)
     registries = tomllib.loads(result.files["registries.conf"])["registry"]
     assert [
         (

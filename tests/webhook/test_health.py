@@ -4,6 +4,7 @@ show, `policy check --store`, and that deciding an admission never touches the n
 from __future__ import annotations
 
 import io
+import json
 import socket
 import sys
 import threading
@@ -16,13 +17,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mirrorgate import policy
+from mirrorgate.certs import CertificateAuthority
 from mirrorgate.webhook import cli
+from mirrorgate.webhook.commands.serve import wiring
+from mirrorgate.webhook.commands.serve.settings import Settings
 from mirrorgate.webhook.credentials import filestore
 from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.mirrorhealth import monitor
 from tests.webhook import policies, reviews, scrape
 from tests.webhook.harness import make_harness
+from tests.webhook.serving import write_pair
 
 SETTINGS = policy.HealthSettings(
     interval=1.0, timeout=0.5, failure_threshold=3, success_threshold=2
@@ -149,14 +154,17 @@ def test_monitor_publishes_store_problems_without_probing() -> None:
     )
     watcher.probe_round()
     watcher.probe_round()  # no change: nothing published again
-    assert recorder.published == [policy.Health(failing={"team": "not in the credential store"})]
+    # Without probes nothing is known to be up: the health says it was not probed.
+    assert recorder.published == [
+        policy.Health(failing={"team": "not in the credential store"}, probed=False)
+    ]
     assert watcher.problems() == {"credential team": "not in the credential store"}
     page = scrape.samples(metrics_.render()[0].decode())
     assert page[("mirrorgate_credential_valid", frozenset({("credential", "team")}))] == 0.0
     assert not [key for key in page if key[0] == "mirrorgate_mirror_up"]
     store["team"] = _credential("team", "other.example:5000")
     watcher.probe_round()
-    assert recorder.published[-1] == policy.HEALTHY
+    assert recorder.published[-1] == policy.UNPROBED
     assert watcher.problems() == {}
 
 
@@ -334,3 +342,33 @@ def test_unreadable_ca_file_counts_as_a_down_mirror(tmp_path: Path) -> None:
     assert watcher.problems() == {"mirror m.example": f"down: {reason}"}
     page = scrape.samples(metrics_.render()[0].decode())
     assert page[("mirrorgate_mirror_up", frozenset({("mirror", "m.example/hub")}))] == 0.0
+
+
+def test_without_probes_the_audit_says_nothing_was_probed(
+    tmp_path: Path, ca: CertificateAuthority
+) -> None:
+    """serve --no-health-probes: the audit's health beside a planned rewrite is
+    "not probed", never "up" (which no probe established), in the warnings and in
+    the audit annotations alike; serve's wiring holds UNPROBED from the start."""
+    cert, key = write_pair(tmp_path, ca.issue_serving(dns_names=["localhost"]))
+    (tmp_path / "policy.yaml").write_text(policies.POLICY)
+    built = wiring.build(
+        Settings(
+            policy=str(tmp_path / "policy.yaml"),
+            tls_cert=str(cert),
+            tls_key=str(key),
+            health_probes=False,
+        )
+    )
+    assert built.runtime.health == policy.UNPROBED
+    made = make_harness(tmp_path)
+    made.runtime.health = built.runtime.health
+    with made.client:
+        answer = made.post("/audit", reviews.review(reviews.pod(reviews.PROM_IMAGE)))
+    response = answer["response"]
+    assert response["warnings"] == [
+        f"mirrorgate audit: containers/c0 would use {reviews.PROM_MIRRORED} (was "
+        f"{reviews.PROM_IMAGE}); health: not probed",
+    ]
+    rewrites = json.loads(response["auditAnnotations"]["rewrites"])
+    assert rewrites["containers/c0"]["health"] == "not probed"

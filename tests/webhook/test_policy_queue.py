@@ -194,10 +194,10 @@ def blocked_judge(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, lis
     release, judged = threading.Event(), []
     real = policyreview.judge_body
 
-    def judge(payload: bytes) -> policyreview.Judged:
+    def judge(payload: bytes, stored: policyreview.Stored) -> policyreview.Judged:
         judged.append(orjson.loads(payload)["request"]["uid"])
         release.wait(10)
-        return real(payload)
+        return real(payload, stored)
 
     monkeypatch.setattr(policyreview, "judge_body", judge)
     return release, judged

@@ -48,12 +48,14 @@ RBAC_TEXT = (
 class StaticStore:
     def __init__(self, credentials: Mapping[str, Credential]) -> None:
         self.credentials = dict(credentials)
+        self.waiting: str | None = None
+        """What the store's problem() says: a store not listed yet."""
 
     def snapshot(self) -> Mapping[str, Credential]:
         return self.credentials
 
     def problem(self) -> str | None:
-        return None
+        return self.waiting
 
     def subscribe(self, callback: Callable[[], Any]) -> None:
         pass
@@ -290,8 +292,44 @@ def reconciler(client: ScriptedKube, record: dict[str, Any]) -> Reconciler:
         }
     )
     return Reconciler(
-        made, made.client, mirror_policy=lambda: mirror_policy, is_leader=lambda: True
+        made,
+        made.client,
+        mirror_policy=lambda: mirror_policy,
+        policy_problem=lambda: None,
+        is_leader=lambda: True,
     )
+
+
+def test_no_pass_runs_before_the_policy_objects_are_composed_and_the_store_is_listed() -> None:
+    """Until the objects are composed a replica serves the empty policy, which grants
+    nothing, and a store not listed yet holds nothing: a pass then would delete every
+    copy as unwanted. A replica that takes the Lease as it starts (the old leader
+    stopping in a rollout, as in the upgrade from 0.1.0) waits for both."""
+    client = ScriptedKube({("DELETE", "secrets"): lambda body: {}})
+    made = reconciler(client, record_object(uid="u", created="2020-01-01T00:00:00Z"))
+    made.mirror_policy = lambda: policy.compose([]).cluster  # what serve serves meanwhile
+    waiting: dict[str, str] = {"policy": "policy objects: not composed yet"}
+    made.policy_problem = lambda: waiting.get("policy")
+    store = made.provisioner.store
+    assert isinstance(store, StaticStore)
+    store.waiting = "credential-store: not synced yet"
+    made.provisioner.optin.informer.synced.set()
+    made.provisioner.records.informer.synced.set()
+    made.interval = 0.1
+    made.start()
+    try:
+        ends = time.monotonic() + 0.6  # six re-assertions due meanwhile
+        while time.monotonic() < ends:
+            made.trigger()
+            time.sleep(0.05)
+        assert client.calls == []
+        assert not made._ready()
+        store.waiting = None
+        assert not made._ready()  # the policy is still not the cluster's
+        waiting.clear()
+        assert made._ready()
+    finally:
+        made.stop()
 
 
 def test_a_pass_reasserts_every_copy_each_interval_however_often_it_is_triggered() -> None:
@@ -339,10 +377,12 @@ def test_a_claim_never_completed_is_dropped_after_a_minute(age: int, dropped: bo
 
 
 def test_reassertion_forgets_a_copy_replaced_by_someone_else() -> None:
-    """The uid precondition fails: the Secret there is not ours; only our record goes."""
+    """The uid precondition fails and the name is taken: the Secret there is not ours;
+    only our record goes."""
     client = ScriptedKube(
         {
             ("PUT", "secrets"): kube.Conflict(409, "Conflict", "UID mismatch"),
+            ("POST", "secrets"): kube.AlreadyExists(409, "AlreadyExists", "exists"),
             ("DELETE", "configmaps"): lambda body: {},
         }
     )
@@ -352,8 +392,58 @@ def test_reassertion_forgets_a_copy_replaced_by_someone_else() -> None:
         record_object(uid="secret-uid", created="2020-01-01T00:00:00Z", fingerprint=fingerprint),
     )
     assert made.reconcile_once(reassert=True)["failed"] == 1
-    assert [(m, r) for m, r, _ in client.calls] == [("PUT", "secrets"), ("DELETE", "configmaps")]
+    assert [(m, r) for m, r, _ in client.calls] == [
+        ("PUT", "secrets"),
+        ("POST", "secrets"),
+        ("DELETE", "configmaps"),
+    ]
     assert made.provisioner.records.all() == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(kube.NotFound(404, "NotFound", "secrets not found"), id="not-found"),
+        # Kubernetes 1.30: the uid precondition, unmet by no object at all.
+        pytest.param(
+            kube.Conflict(409, "Conflict", "Precondition failed: UID in object meta: "),
+            id="conflict-1.30",
+        ),
+    ],
+)
+def test_reassertion_brings_back_a_deleted_copy_whatever_the_api_server_answers(
+    answer: kube.KubeError,
+) -> None:
+    """A deleted copy is created again and its record follows the new uid, whether the
+    replace of the deleted Secret is answered NotFound or, as on 1.30, Conflict."""
+    client = ScriptedKube(
+        {
+            ("PUT", "secrets"): answer,
+            ("POST", "secrets"): lambda body: {
+                **body,
+                "metadata": {**body["metadata"], "uid": "new"},
+            },
+            ("PUT", "configmaps"): lambda body: dict(body),
+        }
+    )
+    fingerprint = Fingerprints(KEY).of(CREDENTIAL)
+    made = reconciler(
+        client,
+        record_object(uid="secret-uid", created="2020-01-01T00:00:00Z", fingerprint=fingerprint),
+    )
+    assert made.reconcile_once(reassert=True) == {
+        "updated": 0,
+        "restored": 1,
+        "deleted": 0,
+        "failed": 0,
+    }
+    assert [(m, r) for m, r, _ in client.calls] == [
+        ("PUT", "secrets"),
+        ("POST", "secrets"),
+        ("PUT", "configmaps"),
+    ]
+    (record,) = made.provisioner.records.all()
+    assert record.uid == "new"
 
 
 def test_a_copy_whose_record_failed_is_recorded_later_not_taken_for_foreign() -> None:

@@ -38,6 +38,7 @@ class Informer(Loop):
         field_selector: str | None = None,
         on_change: Callable[[str, dict[str, Any]], Any] | None = None,
         watch_timeout: int = 60,
+        missing_ok: bool = False,
     ) -> None:
         super().__init__(f"informer-{name}")
         self.client, self.path, self.name = client, path, name
@@ -47,6 +48,9 @@ class Informer(Loop):
         self.items: dict[Key, dict[str, Any]] = {}
         self.synced = threading.Event()
         self.error: str | None = None
+        self.missing_ok = missing_ok
+        """A kind the API server does not serve (a 404 on the list: its CRD is not
+        installed) counts as listed and empty, and is listed again until it is served."""
 
     def problem(self) -> str | None:
         if not self.synced.is_set():
@@ -77,6 +81,21 @@ class Informer(Loop):
             self._notify("SYNC", obj)
         return version
 
+    def _missing(self, error: str) -> None:
+        news = not self.synced.is_set() or bool(self.items)
+        if news:
+            logger.warning(
+                "kind not served by the API server; taken as empty",
+                extra={"fields": {"informer": self.name, "error": error}},
+            )
+        gone, self.items = list(self.items.values()), {}
+        self.synced.set()
+        self.error = None
+        for obj in gone:
+            self._notify("DELETED", obj)
+        if news and not gone:
+            self._notify("SYNC", {})  # listed (as empty) for the first time
+
     def _run(self) -> None:
         backoff = 0.5
         while not self.stopping:
@@ -105,6 +124,11 @@ class Informer(Loop):
             except kube.Gone:
                 continue  # relist from scratch
             except kube.KubeError as error:
+                if self.missing_ok and isinstance(error, kube.NotFound):
+                    self._missing(str(error))
+                    self.pause(backoff)
+                    backoff = min(backoff * 2, 10.0)
+                    continue
                 self.error = str(error)
                 logger.warning(
                     "informer error; retrying",

@@ -358,3 +358,8 @@ def leases_path(namespace: str, name: str | None = None) -> str:
 def webhook_configuration_path(name: str | None = None) -> str:
     path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
     return f"{path}/{quote(name)}" if name else path
+
+
+def validating_webhook_configuration_path(name: str | None = None) -> str:
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    return f"{path}/{quote(name)}" if name else path

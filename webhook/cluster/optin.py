@@ -61,6 +61,15 @@ class NamespaceOptIn:
         labels = (found.get("metadata") or {}).get("labels") or {}
         return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
+    def all_labels(self) -> dict[str, Mapping[str, str]]:
+        """Every namespace's labels as the cache holds them (what a composition of the
+        policy objects grants MirrorPolicies by)."""
+        found: dict[str, Mapping[str, str]] = {}
+        for (_, name), obj in list(self.informer.items.items()):
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            found[name] = {k: v for k, v in labels.items() if isinstance(v, str)}
+        return found
+
     def exists(self, namespace: str) -> bool:
         return ("", namespace) in self.informer.items
 

@@ -26,9 +26,17 @@ from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyreview import POLICY_KEY, POLICY_LABEL
 
-__all__ = ["ACCEPTED", "PolicyState"]
+__all__ = ["ACCEPTED", "DEPRECATED", "DEPRECATION", "REJECTED", "PolicyState"]
 
 ACCEPTED = "mirrorgate-policy-accepted"
+REJECTED = "PolicyRejected"
+DEPRECATED = "PolicyConfigMapDeprecated"
+"""The reasons of the Warning Events on the policy ConfigMap (mirrorgate-writes allows
+these and no others there)."""
+DEPRECATION = (
+    "the ConfigMap policy is deprecated and served for one minor version more; "
+    "`mirrorgate policy migrate` prints it as a ClusterMirrorPolicy (docs/upgrading.md)"
+)
 ACCEPTED_LABEL_VALUE = "accepted"
 """The copy's :data:`POLICY_LABEL` value ("true" marks the policy itself, whose
 refusals are reported on it)."""
@@ -52,7 +60,7 @@ class PolicyState(Loop):
         self.client, self.namespace = client, namespace
         self._lock = threading.Lock()
         self._accepted: tuple[bytes, str] | None = None
-        self._refusals: list[tuple[str, str]] = []
+        self._refusals: list[tuple[str, str]] = []  # (reason, message) of Events to write
 
     def load_accepted(self) -> bytes | None:
         """The last accepted policy's bytes; None when there is none (or it cannot be read)."""
@@ -78,8 +86,16 @@ class PolicyState(Loop):
 
     def rejected(self, error: str, *, serving: str) -> None:
         """Report a refused policy as an Event on the policy object (in the background)."""
+        self._event(REJECTED, f"serving policy {serving}; refused {error}")
+
+    def deprecated(self, path: str) -> None:
+        """Report that the policy is served from a ConfigMap, as a Warning Event on it (in
+        the background): the ConfigMap policy is served for one minor version more."""
+        self._event(DEPRECATED, f"{path}: {DEPRECATION}")
+
+    def _event(self, reason: str, message: str) -> None:
         with self._lock:
-            self._refusals = [*self._refusals, (error, serving)][-self.REFUSALS_KEPT :]
+            self._refusals = [*self._refusals, (reason, message)][-self.REFUSALS_KEPT :]
         self.trigger()
 
     def _run(self) -> None:
@@ -88,8 +104,8 @@ class PolicyState(Loop):
                 accepted, self._accepted = self._accepted, None
                 refusals, self._refusals = self._refusals, []
             wait = 3600.0
-            for error, serving in refusals:  # reported once, at best
-                self._attempt(functools.partial(self._report, error, serving))
+            for reason, message in refusals:  # reported once, at best
+                self._attempt(functools.partial(self._report, reason, message))
             if accepted is not None and not self._attempt(functools.partial(self._save, *accepted)):
                 with self._lock:  # unless a newer one came meanwhile, try it again
                     self._accepted = self._accepted or accepted
@@ -145,11 +161,11 @@ class PolicyState(Loop):
             extra={"fields": {"configmap": f"{self.namespace}/{ACCEPTED}", "version": version}},
         )
 
-    def _report(self, error: str, serving: str) -> None:
+    def _report(self, reason: str, message: str) -> None:
         objects, _ = self.client.list(
             kube.configmaps_path(self.namespace), label_selector=f"{POLICY_LABEL}=true"
         )
-        message = f"serving policy {serving}; refused {error}"[:EVENT_MESSAGE_MAX]
+        message = message[:EVENT_MESSAGE_MAX]
         for obj in objects:
             metadata = obj["metadata"]
             now = _now()
@@ -170,7 +186,7 @@ class PolicyState(Loop):
                         "uid": metadata.get("uid"),
                     },
                     "type": "Warning",
-                    "reason": "PolicyRejected",
+                    "reason": reason,
                     "message": message,
                     "source": {"component": "mirrorgate"},
                     "reportingComponent": "mirrorgate",

@@ -7,12 +7,9 @@ that is not near expiry, creating or renewing what is missing, expired or
 damaged; that the ConfigMap ``--ca-configmap`` publishes the CA certificate
 (for Prometheus and anyone else who verifies mirrorgate: no key); that the
 serving files the server reads are written from the TLS Secret (and the
-server's certificate watcher picks them up); and that every webhook of the
-MutatingWebhookConfiguration carries that CA as its ``caBundle``. That
-configuration is also watched: a replace-style apply (``kubectl replace``,
-``helm upgrade --force``) stores it without ``caBundle``, and the API server
-then cannot verify mirrorgate until it is set again, so a change to it wakes
-the check at once.
+server's certificate watcher picks them up); and that every webhook of its
+two webhook configurations carries that CA as its ``caBundle``
+(:mod:`.cabundle`, which also watches them).
 
 The CA's key is in a Secret of its own: whoever may read the serving pair
 or the CA certificate (a scraper, a sidecar) cannot mint a certificate the
@@ -38,8 +35,7 @@ from typing import Any
 from mirrorgate import certs
 from mirrorgate.certs import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY
 from mirrorgate.webhook.background import Loop
-from mirrorgate.webhook.cluster import kube
-from mirrorgate.webhook.cluster.informer import Informer
+from mirrorgate.webhook.cluster import cabundle, kube
 from mirrorgate.webhook.logs import logger
 
 __all__ = ["SelfManagedCertificates"]
@@ -110,17 +106,10 @@ class SelfManagedCertificates(Loop):
         self.cert_file = directory / TLS_CERT
         self.key_file = directory / TLS_KEY
         self.problem: str | None = None
-        self._bundle: str | None = None  # the caBundle (base64) last set or found set
-        self.informer = (
+        self.bundles = (
             None
             if webhook_configuration is None
-            else Informer(
-                client,
-                kube.webhook_configuration_path(),
-                name="webhook-configuration",
-                field_selector=f"metadata.name={webhook_configuration}",
-                on_change=self._configuration_changed,
-            )
+            else cabundle.CABundles(client, webhook_configuration, wake=self.trigger)
         )
 
     # -- the Secrets ------------------------------------------------------------------
@@ -292,65 +281,8 @@ class SelfManagedCertificates(Loop):
         )
 
     def ensure_ca_bundle(self, ca_pem: bytes) -> bool:
-        """Set caBundle on every webhook of the configuration; True if it changed.
-
-        A configuration that does not exist yet (installed after the server,
-        or being re-applied) is not an error: the next round sets it.
-        """
-        if self.webhook_configuration is None:
-            return False
-        path = kube.webhook_configuration_path(self.webhook_configuration)
-        bundle = base64.b64encode(ca_pem).decode()
-        for _ in range(3):
-            try:
-                configuration = self.client.get(path)
-            except kube.NotFound:
-                logger.warning(
-                    "webhook configuration not found; caBundle not set yet",
-                    extra={"fields": {"name": self.webhook_configuration}},
-                )
-                return False
-            webhooks = configuration.get("webhooks") or []
-            operations = [
-                {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
-                for i, webhook in enumerate(webhooks)
-                if (webhook.get("clientConfig") or {}).get("caBundle") != bundle
-            ]
-            self._bundle = bundle
-            if not operations:
-                return False
-            # Guard on the version we read: after a concurrent edit (another
-            # replica woken by the same change), whose failed test the API
-            # server answers 422 Invalid, read again.
-            version = (configuration.get("metadata") or {}).get("resourceVersion")
-            try:
-                self.client.patch(
-                    path,
-                    [
-                        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-                        *operations,
-                    ],
-                    patch_type="json",
-                )
-            except kube.KubeError as error:
-                if error.status != 422:
-                    raise
-                continue
-            logger.info(
-                "caBundle updated",
-                extra={
-                    "fields": {
-                        "webhookconfiguration": self.webhook_configuration,
-                        "webhooks": len(operations),
-                    }
-                },
-            )
-            return True
-        raise kube.KubeError(
-            0,
-            "Conflict",
-            f"MutatingWebhookConfiguration {self.webhook_configuration} kept changing under us",
-        )
+        """Set caBundle on every webhook of both configurations; True if it changed."""
+        return self.bundles is not None and self.bundles.ensure(ca_pem)
 
     def reconcile(self) -> None:
         data = self.ensure_secret()
@@ -374,18 +306,6 @@ class SelfManagedCertificates(Loop):
 
     # -- the loop ---------------------------------------------------------------------
 
-    def _configuration_changed(self, kind: str, configuration: dict[str, Any]) -> None:
-        """The informer's callback: wake the check when a webhook lost our caBundle."""
-        if kind == "DELETED":
-            return  # nothing to set; a new one comes as ADDED
-        bundles = {
-            (webhook.get("clientConfig") or {}).get("caBundle")
-            for webhook in configuration.get("webhooks") or []
-        }
-        # Before any caBundle was set (None: the configuration came after us), any change.
-        if bundles and (self._bundle is None or bundles != {self._bundle}):
-            self.trigger()
-
     def _run(self) -> None:
         wait, failures = self.check_interval, 0
         while True:
@@ -407,10 +327,10 @@ class SelfManagedCertificates(Loop):
 
     def start(self) -> None:
         super().start()
-        if self.informer is not None:
-            self.informer.start()
+        if self.bundles is not None:
+            self.bundles.start()
 
     def stop(self) -> None:
         super().stop()
-        if self.informer is not None:
-            self.informer.stop()
+        if self.bundles is not None:
+            self.bundles.stop()

@@ -3,8 +3,14 @@
 Outcomes, per container image and namespace
 -------------------------------------------
 ``rewrite``      a rule covers it; admission would replace it by ``new_image``
-``not-granted``  a rule covers it, but the rule's credential is not granted to
-                 the namespace: admission would leave it as written
+                 (``reason`` names the rules passed over, ``onNotGranted: next``)
+``not-granted``  a rule covers it, but none of the rule's credentials is granted
+                 to the namespace: admission would leave it as written (or
+                 refuse the Pod in enforce, ``onNotGranted: deny``: the reason
+                 says so)
+``pull-never``   a rule covers it, but its container's ``imagePullPolicy`` is
+                 ``Never`` (``skipPullPolicyNever``): left as written, and never
+                 pulled, so not unmirrored
 ``unmatched``    no rule covers it
 ``invalid``      not a valid image reference (or its mirror name would not be)
 ``on-mirror``    already under a rule's mirror prefix (``reason`` is set when
@@ -23,8 +29,8 @@ opting a namespace in would change.
 
 "Unmirrored" (``--fail-on unmirrored``, ``summary.unmirrored``) counts the
 containers whose image is not already on a mirror: outcomes ``rewrite``,
-``not-granted``, ``unmatched`` and ``invalid``. Excluded images, excluded
-namespaces and skipped Pods never count.
+``not-granted``, ``unmatched`` and ``invalid``. Excluded images, images
+whose pull policy is Never, excluded namespaces and skipped Pods never count.
 
 JSON output (``-o json``), version 1
 ------------------------------------
@@ -57,7 +63,8 @@ lists are sorted, and new keys may be added within version 1::
           "containers": {...outcome counts...},
           "images": [                            # by outcome (order above), then most
             {                                    # Pods first, then image
-              "image": "nginx:1.27",             # exactly as written in the Pod
+              "image": "nginx:1.27",             # exactly as written in the Pod (a row per
+                                                 # image and pull policy Never or not)
               "outcome": "rewrite",
               "pods": 2000,                      # Pods using it (skipped ones aside)
               "containers": 2000,                # containers using it
@@ -98,7 +105,9 @@ __all__ = [
 
 JSON_VERSION = 1
 
-AuditOutcome = Literal["rewrite", "not-granted", "unmatched", "invalid", "on-mirror", "excluded"]
+AuditOutcome = Literal[
+    "rewrite", "not-granted", "unmatched", "invalid", "on-mirror", "pull-never", "excluded"
+]
 # Display order: what needs attention first.
 OUTCOMES: tuple[AuditOutcome, ...] = (
     "rewrite",
@@ -106,6 +115,7 @@ OUTCOMES: tuple[AuditOutcome, ...] = (
     "unmatched",
     "invalid",
     "on-mirror",
+    "pull-never",
     "excluded",
 )
 UNMIRRORED: frozenset[AuditOutcome] = frozenset({"rewrite", "not-granted", "unmatched", "invalid"})
@@ -129,28 +139,74 @@ class Verdict:
 
 
 # Version 1 of the JSON names two of admission's outcomes as it always has.
-_V1_NAMES: dict[str, AuditOutcome] = {"no-rule": "unmatched", "already-mirrored": "on-mirror"}
+_V1_NAMES: dict[str, AuditOutcome] = {
+    "no-rule": "unmatched",
+    "already-mirrored": "on-mirror",
+    "pull-policy-never": "pull-never",
+}
 
 
-def judge(mirror_policy: policy.Policy, image: str, namespace: str) -> Verdict:
-    """The audit outcome of ``image`` in ``namespace``: admission's own decision."""
+def judge(
+    mirror_policy: policy.Policy,
+    image: str,
+    namespace: str,
+    health: policy.Health | None = None,
+    *,
+    pull_never: bool = False,
+) -> Verdict:
+    """The audit outcome of ``image`` in ``namespace``: admission's own decision.
+
+    ``health`` is what a probe of the mirrors found (None: not probed): of a rule's
+    several mirrors, the verdict names the one that would serve. ``pull_never``: the
+    container's ``imagePullPolicy`` is ``Never``.
+    """
     decision = policy.decide_image(
-        mirror_policy.resolve(image), namespace=namespace, mirror_policy=mirror_policy
+        mirror_policy.resolve(image),
+        namespace=namespace,
+        mirror_policy=mirror_policy,
+        pull_never=pull_never,
     )
     outcome = _V1_NAMES.get(decision.outcome, cast("AuditOutcome", decision.outcome))
     rule = decision.resolution.rule
-    label, credential = (rule.label, rule.credential) if rule is not None else (None, None)
+    label = rule.label if rule is not None else None
+    only = rule.credentials[0] if rule is not None and len(rule.credentials) == 1 else None
+    credential = decision.credential or only
     if outcome in ("excluded", "unmatched"):
         return Verdict(outcome)
+    passed = "; ".join(f"passed over {r.label}: {why}" for r, why in decision.passed) or None
     if outcome == "rewrite":
-        return Verdict(
-            outcome, new_image=decision.resolution.new_image, rule=label, credential=credential
+        choice = policy.choose_mirror(
+            decision.resolution,
+            health=health or policy.HEALTHY,
+            mirror_policy=mirror_policy,
+            namespace=namespace,
+            labels=None,
         )
-    # A reason only where admission would warn: the Pod would not get what it needs.
-    reason = decision.reason if decision.warning is not None else None
+        assert choice is not None  # decide_image said rewrite: some mirror is granted
+        return Verdict(
+            outcome,
+            new_image=choice.new_image,
+            rule=choice.rule.label,
+            credential=choice.credential,
+            reason=passed,
+            health=None if health is None else _health(choice),
+        )
+    # A reason only where admission would warn (the Pod would not get what it
+    # needs), or where the Pod's own pull policy keeps the image as written.
+    reason = decision.reason if decision.warning is not None or outcome == "pull-never" else None
     if outcome == "not-granted":
-        reason = f"{reason}; left as written"
+        then = "refused in enforce" if decision.denial is not None else "left as written"
+        reason = f"{reason}; {then}"
     return Verdict(outcome, rule=label, credential=credential, reason=reason)
+
+
+def _health(choice: policy.Choice) -> str:
+    """``up``, or why the mirror cannot be used now; a later mirror serving says why the
+    ones before it were passed over."""
+    if choice.problem is not None:
+        return choice.problem
+    down = [p.reason for p in choice.passed if p.health]
+    return f"up (failed over: {'; '.join(down)})" if down else "up"
 
 
 @dataclasses.dataclass(slots=True)
@@ -170,7 +226,8 @@ class NamespaceReport:
     excluded: bool
     pods: int = 0
     skipped_pods: int = 0
-    images: dict[str, ImageTally] = dataclasses.field(default_factory=dict)
+    images: dict[tuple[str, bool], ImageTally] = dataclasses.field(default_factory=dict)
+    """By image as written and whether its pull policy is Never."""
 
     def add_pod(self, pod: Mapping[str, Any], mirror_policy: policy.Policy) -> None:
         self.pods += 1
@@ -189,17 +246,18 @@ class NamespaceReport:
             self.skipped_pods += 1
             return
         sites, _ = policy.find_image_sites(pod)  # malformed containers: the API rejects them
-        seen: set[str] = set()
+        seen: set[tuple[str, bool]] = set()
         for site in sites:
-            tally = self.images.get(site.image)
+            key = (site.image, site.pull_never)
+            tally = self.images.get(key)
             if tally is None:
                 # Judged once per image and namespace, however many replicas use it.
-                tally = self.images[site.image] = ImageTally(
-                    judge(mirror_policy, site.image, self.name)
+                tally = self.images[key] = ImageTally(
+                    judge(mirror_policy, site.image, self.name, pull_never=site.pull_never)
                 )
             tally.containers += 1
-            if site.image not in seen:
-                seen.add(site.image)
+            if key not in seen:
+                seen.add(key)
                 tally.pods += 1
 
     def counts(self) -> dict[AuditOutcome, int]:
@@ -212,7 +270,7 @@ class NamespaceReport:
         """Images by outcome, then most Pods first, then name: stable for diffs."""
         order = {outcome: i for i, outcome in enumerate(OUTCOMES)}
         return sorted(
-            self.images.items(),
+            ((image, tally) for (image, _), tally in self.images.items()),
             key=lambda item: (order[item[1].verdict.outcome], -item[1].pods, item[0]),
         )
 
@@ -240,7 +298,7 @@ class Report:
         containers = dict.fromkeys(OUTCOMES, 0)
         images: dict[AuditOutcome, set[str]] = {o: set() for o in OUTCOMES}
         for ns in self.namespaces.values():
-            for image, tally in ns.images.items():
+            for (image, _), tally in ns.images.items():
                 containers[tally.verdict.outcome] += tally.containers
                 images[tally.verdict.outcome].add(image)
         return containers, {o: len(s) for o, s in images.items()}

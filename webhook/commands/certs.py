@@ -1,5 +1,5 @@
 """`mirrorgate certs generate|inject`: a CA and serving certificate for the webhook Service,
-and the caBundle set on its MutatingWebhookConfiguration."""
+and the caBundle set on its Mutating- and ValidatingWebhookConfiguration."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def run_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def run_inject(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from mirrorgate import certs
-    from mirrorgate.webhook.cluster import kube
+    from mirrorgate.webhook.cluster import cabundle, kube
 
     try:
         ca_pem = pathlib.Path(args.ca).read_bytes()
@@ -54,17 +54,25 @@ def run_inject(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ConfigError(f"{args.ca}: {error}") from None
     try:
         client = kube.Kube.connect(kubeconfig=args.kubeconfig, context=args.context)
-        path = kube.webhook_configuration_path(args.webhook_config)
-        configuration = client.get(path)
-        webhooks = configuration.get("webhooks") or []
-        for webhook in webhooks:
-            webhook.setdefault("clientConfig", {})["caBundle"] = bundle
-        client.replace(path, configuration)  # carries resourceVersion: no lost update
+        for kind, path_of in cabundle.KINDS.items():
+            path = path_of(args.webhook_config)
+            try:
+                configuration = client.get(path)
+            except kube.NotFound:
+                if kind == "MutatingWebhookConfiguration":
+                    raise
+                # An install from before the policy webhook moved has no validating one.
+                print(f"no {kind} {args.webhook_config}: left alone", file=err)
+                continue
+            webhooks = configuration.get("webhooks") or []
+            for webhook in webhooks:
+                webhook.setdefault("clientConfig", {})["caBundle"] = bundle
+            client.replace(path, configuration)  # carries resourceVersion: no lost update
+            print(
+                f"set caBundle on {len(webhooks)} webhook{'s' if len(webhooks) != 1 else ''} of "
+                f"{kind} {args.webhook_config}",
+                file=err,
+            )
     except kube.KubeError as error:
         raise ConfigError(f"certs inject: {error}") from None
-    print(
-        f"set caBundle on {len(webhooks)} webhook{'s' if len(webhooks) != 1 else ''} of "
-        f"MutatingWebhookConfiguration {args.webhook_config}",
-        file=err,
-    )
     return EXIT_OK

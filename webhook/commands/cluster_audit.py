@@ -18,7 +18,6 @@ server or a missing permission (the message names the verb and resource).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
@@ -30,6 +29,7 @@ from mirrorgate.webhook.commands.audit_report import (
     FAIL_ON,
     NamespaceReport,
     Report,
+    judge,
     namespace_mode,
 )
 from mirrorgate.webhook.commands.audit_table import render_table, thousands
@@ -182,22 +182,27 @@ def audit_cluster(
 
 
 def add_mirror_health(report: Report, mirror_policy: policy.Policy) -> None:
-    """Probe, once each, the mirrors of the planned rewrites; note their health beside them."""
+    """Probe, once each, the mirrors of the planned rewrites (every mirror of their rules);
+    judge those images again with what was found, the health beside each."""
     from mirrorgate.webhook.mirrorhealth import monitor
 
     by_label = {rule.label: rule for rule in mirror_policy.rules}
     tallies = [
-        t
+        (ns.name, key, t)
         for ns in report.namespaces.values()
-        for t in ns.images.values()
+        for key, t in ns.images.items()
         if t.verdict.outcome == "rewrite" and t.verdict.rule in by_label
     ]
-    hosts = sorted({by_label[str(t.verdict.rule)].mirror.host for t in tallies})
+    hosts = sorted(
+        {
+            r.mirror.host
+            for _, _, t in tallies
+            for r in mirror_policy.mirror_list(by_label[str(t.verdict.rule)])
+        }
+    )
     health = monitor.probe_mirrors(mirror_policy, hosts)
-    for tally in tallies:
-        tally.verdict = dataclasses.replace(
-            tally.verdict, health=health.status(by_label[str(tally.verdict.rule)])
-        )
+    for namespace, (image, pull_never), tally in tallies:
+        tally.verdict = judge(mirror_policy, image, namespace, health, pull_never=pull_never)
 
 
 def _add_pods(

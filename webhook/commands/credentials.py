@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
-from typing import TextIO
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
 
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
@@ -15,6 +15,7 @@ from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.errors import ConfigError
 
 __all__ = [
+    "add_commands",
     "run_add",
     "run_check",
     "run_generate_key",
@@ -187,3 +188,89 @@ def run_generate_key(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"wrote a new store key to {args.out} (mode 0600); keep it apart from the store", file=err
     )
     return EXIT_OK
+
+
+def add_commands(
+    cred_commands: argparse._SubParsersAction[Any],
+    *,
+    store_arguments: Callable[..., None],
+    source_arguments: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """The subcommands of ``mirrorgate credentials``; the store and source options are the
+    CLI's, shared with serve's flag table."""
+    add = cred_commands.add_parser(
+        "add",
+        help="add or replace a credential (password from stdin)",
+        description="Add or replace credential NAME: a login for the mirror REGISTRY "
+        "(host[:port][/path]: a path scopes the login to that part of the "
+        "registry, as the kubelet matches it). The password is read from "
+        "standard input, or user and password from a docker config.json "
+        "(--from-docker-config).",
+    )
+    add.add_argument("name", metavar="NAME")
+    add.add_argument(
+        "--registry",
+        required=True,
+        metavar="HOST[:PORT][/PATH]",
+        help="the mirror, or the part of it, the login is for",
+    )
+    add.add_argument("--username", metavar="USER")
+    add.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password from standard input (required with --username)",
+    )
+    add.add_argument(
+        "--from-docker-config",
+        metavar="FILE",
+        help="take REGISTRY's login from a docker config.json instead",
+    )
+    store_arguments(add, required=True)
+    add.set_defaults(run=run_add)
+    listing = cred_commands.add_parser("list", help="list credentials (never their passwords)")
+    store_arguments(listing, required=True)
+    listing.set_defaults(run=run_list)
+    remove = cred_commands.add_parser("remove", help="remove a credential")
+    remove.add_argument("name", metavar="NAME")
+    store_arguments(remove, required=True)
+    remove.set_defaults(run=run_remove)
+    checking = cred_commands.add_parser(
+        "check",
+        help="resolve a credential through its source, as serve would",
+        description="Resolve credential NAME for IMAGE through its source (the Kubernetes "
+        "store, the file store, or its provider plugin when the policy names one) "
+        "and print {credential, source, registry, username, expires} as JSON; "
+        "never the password. Exit 1 when the source gives no usable login.",
+    )
+    checking.add_argument("name", metavar="NAME")
+    checking.add_argument(
+        "--image",
+        required=True,
+        metavar="IMAGE",
+        help="an image under the mirror that uses the credential, or, "
+        "with --policy, a source image: checked as the policy "
+        "rewrites it",
+    )
+    checking.add_argument(
+        "--policy", metavar="FILE", help="the policy (a credential's provider and registry scope)"
+    )
+    source_arguments(checking)
+    checking.set_defaults(run=run_check)
+    migrating = cred_commands.add_parser(
+        "migrate",
+        help="rewrite a v1 credential store as v2 (keeps FILE.v1)",
+        description="Rewrite the v1 store FILE (as mirrorgate 0.1.0 wrote it) as a v2 store "
+        "with the same key and credentials; the v1 file is kept as FILE.v1. A v2 "
+        "store is left untouched.",
+    )
+    store_arguments(migrating, required=True)
+    migrating.set_defaults(run=run_migrate)
+    keygen = cred_commands.add_parser(
+        "generate-key",
+        help="make a new store key",
+        description="Print a new random 32-byte store key (base64), or write it to FILE with "
+        "mode 0600. Keep it apart from the store: a key file, or "
+        "$MIRRORGATE_STORE_KEY.",
+    )
+    keygen.add_argument("--out", default="-", metavar="FILE")
+    keygen.set_defaults(run=run_generate_key)

@@ -100,19 +100,35 @@ def _from_store(name: str, sources: Sources) -> tuple[str, Credential]:
 def admitted_image(name: str, image: str, mirror_policy: policy.Policy) -> str:
     """``image`` as admission would write it: a source image through its rule's mirror.
 
-    An image already on a mirror, or that no rule rewrites, is checked as given.
-    CheckFailed when the rule that rewrites it uses another credential than ``name``.
+    An image already on a mirror, or that no rule rewrites, is checked as given; of a
+    rule's several mirrors, the first whose credential is ``name``. CheckFailed when
+    no mirror of the rule that rewrites it uses ``name``.
     """
     found = mirror_policy.resolve(image)
     if found.outcome != "rewrite" or found.rule is None or found.new_image is None:
         return image
-    if found.rule.credential != name:
-        uses = f"credential {found.rule.credential!r}" if found.rule.credential else "no credential"
-        raise CheckFailed(
-            f"image {image!r} is rewritten by {found.rule.label} to "
-            f"{found.new_image!r}, which uses {uses}, not {name!r}"
-        )
-    return found.new_image
+    # Under onNotGranted: next, a broader rule of the chain may be the one that uses it;
+    # of a rule's several mirrors, the first that does.
+    link: policy.Resolution | None = found
+    while link is not None:
+        if link.rule is not None and link.new_image is not None:
+            mirrors = ((link.rule, link.new_image), *link.standbys)
+            for rule, new_image in mirrors:
+                if name in rule.credentials:
+                    return new_image
+        link = link.broader
+    names = found.rule.credentials
+    uses = (
+        "no credential"
+        if not names
+        else f"credential {names[0]!r}"
+        if len(names) == 1
+        else f"credentials {', '.join(map(repr, names))}"
+    )
+    raise CheckFailed(
+        f"image {image!r} is rewritten by {found.rule.label} to "
+        f"{found.new_image!r}, which uses {uses}, not {name!r}"
+    )
 
 
 def check(

@@ -28,6 +28,8 @@ def explain_image(
     labels: Mapping[str, str] | None = None,
     mode: str = ENFORCE,
     namespace_labels: Mapping[str, str] | None = None,
+    health: policy.Health = policy.HEALTHY,
+    pull_policy: str | None = None,
 ) -> dict[str, Any]:
     """What admission would do with ``image`` in a Pod of ``namespace``, as a JSON-ready object.
 
@@ -37,7 +39,12 @@ def explain_image(
     is the effective one (see :data:`MODES`): under audit, ``result`` is the
     image as written and a rewrite is only reported. ``namespace_labels`` are
     the namespace's (``--namespace-label``), for grants by ``namespaceSelector``;
-    none given, it has none.
+    none given, it has none. ``pull_policy`` is the container's ``imagePullPolicy``.
+    ``chain`` lists the rules tried and passed over before the deciding one
+    (``onNotGranted: next``), each with why; ``denied`` is whether the Pod would
+    be refused (``onNotGranted: deny``, enforce only). ``health`` is what probes
+    found (``--probe``; all up without it): of a rule's mirrors, ``mirrors`` shows
+    each and which one serves.
     """
     explained: dict[str, Any] = {
         "image": image,
@@ -51,8 +58,12 @@ def explain_image(
         "result": None,
         "credential": None,
         "credentialRegistry": None,
+        "delivery": None,
         "match": None,
         "warning": None,
+        "chain": [],
+        "denied": False,
+        "mirrors": None,
     }
     try:
         ref = policy.parse_normalized(image)
@@ -82,14 +93,35 @@ def explain_image(
         namespace=namespace,
         mirror_policy=mirror_policy,
         labels=namespace_labels if namespace_labels is not None else {},
+        pull_never=pull_policy == policy.NEVER,
     )
     explained.update(
         outcome=decision.outcome,
         reason=decision.reason,
         warning=decision.warning,
-        match=_match(found),
+        match=_match(decision.resolution),
+        chain=[
+            {"rule": rule.label, "source": str(rule.source), "reason": why}
+            for rule, why in decision.passed
+        ],
+        denied=decision.denial is not None and mode == ENFORCE,
     )
     rule = decision.resolution.rule
+    result = decision.resolution.new_image
+    credential = decision.credential
+    if decision.outcome == "rewrite":
+        choice = policy.choose_mirror(
+            decision.resolution,
+            health=health,
+            mirror_policy=mirror_policy,
+            namespace=namespace,
+            labels=namespace_labels if namespace_labels is not None else {},
+        )
+        assert choice is not None  # decide_image said rewrite: some mirror is granted
+        rule, result, credential = choice.rule, choice.new_image, choice.credential
+        explained.update(
+            _health_verdict(image, choice), mirrors=_mirrors(decision.resolution, choice)
+        )
     if rule is not None:
         explained.update(
             rule={
@@ -97,16 +129,58 @@ def explain_image(
                 "source": str(rule.source),
                 "mirror": str(rule.mirror),
                 "scheme": rule.scheme,
+                "credentials": list(rule.credentials),
+                # The object it is in, when it is in one (a policy file's is not).
+                **({"object": rule.origin} if rule.origin else {}),
             },
-            credential=rule.credential,
+            # The one the namespace would use; where none can be, the rule's only one.
+            credential=credential or (rule.credentials[0] if len(rule.credentials) == 1 else None),
         )
-        grant = mirror_policy.grants.get(rule.credential) if rule.credential is not None else None
+        credential = explained["credential"]
+        grant = mirror_policy.grants.get(credential) if credential is not None else None
+        if grant is not None:
+            # pullSecret: a copy in the namespace; kubelet: the node's plugin, no copy.
+            explained["delivery"] = grant.delivery
         if grant is not None and grant.registry is not None:
             # The key of the generated .dockerconfigjson; null: the store entry's own.
             explained["credentialRegistry"] = str(grant.registry)
-    if decision.outcome == "rewrite" and mode == ENFORCE:
-        explained["result"] = decision.resolution.new_image
+    if explained["outcome"] == "rewrite" and mode == ENFORCE:
+        explained["result"] = result
     return explained
+
+
+def _health_verdict(image: str, choice: policy.Choice) -> dict[str, Any]:
+    """The outcome, reason and warning admission gives under the probes' health."""
+    verdict: dict[str, Any] = {}
+    warning = policy.health_warning(image, choice)
+    if warning is not None:
+        verdict["warning"] = warning
+    if choice.problem is not None and choice.rule.on_mirror_down == "fallback":
+        verdict.update(outcome="mirror-unhealthy", reason=choice.problem)
+    return verdict
+
+
+def _mirrors(found: policy.Resolution, choice: policy.Choice) -> list[dict[str, Any]]:
+    """Each mirror of the rule in order: the one chosen, those passed over and why, and
+    those after it, not tried."""
+    assert found.rule is not None
+    reasons = {p.rule.label: p.reason for p in choice.passed}
+    rows = []
+    for rule in (found.rule, *(s.rule for s in found.standbys)):
+        if rule == choice.rule and (choice.problem is None or rule.on_mirror_down == "keep"):
+            status = "chosen"
+        else:
+            status = "passed-over" if rule.label in reasons else "not-tried"
+        rows.append(
+            {
+                "rule": rule.label,
+                "mirror": str(rule.mirror),
+                "credentials": list(rule.credentials),
+                "status": status,
+                "reason": reasons.get(rule.label),
+            }
+        )
+    return rows
 
 
 def _match(found: policy.Resolution) -> dict[str, str | None] | None:
@@ -121,9 +195,9 @@ def _match(found: policy.Resolution) -> dict[str, str | None] | None:
     if found.outcome == "excluded" or rule is None:
         field, configured = "exclude.images", None
     elif found.outcome == "on-mirror":
-        field, configured = f"{rule.label}.mirror", rule.mirror.host
+        field, configured = rule.field("mirror"), rule.mirror.host
     else:
-        field, configured = f"{rule.label}.source", str(rule.source).partition("/")[0]
+        field, configured = rule.field("source"), str(rule.source).partition("/")[0]
     return {
         "host": found.reference.domain,
         "comparedAs": found.host,
@@ -150,10 +224,14 @@ def _explain_detail(explained: Mapping[str, Any]) -> str:
 
 def _outcome_detail(explained: Mapping[str, Any]) -> str:
     if explained["outcome"] == "rewrite":
-        credential = f" (credential {explained['credential']})" if explained["credential"] else ""
+        credential = (
+            f" (credential {explained['credential']}, delivery {explained['delivery']})"
+            if explained["credential"]
+            else ""
+        )
         if explained["result"] == explained["image"]:
             return f"audit mode: not rewritten (would go to {explained['rule']['mirror']})"
-        return f"→ {explained['result']}{credential}"
+        return f"→ {explained['result']}{credential}{_passed_over(explained['mirrors'])}"
     if not explained["valid"]:
         return str(explained["error"])
     if explained["outcome"] is None:
@@ -161,23 +239,59 @@ def _outcome_detail(explained: Mapping[str, Any]) -> str:
     return str(explained["reason"])
 
 
+def _passed_over(mirrors: Sequence[Mapping[str, Any]] | None) -> str:
+    """The mirrors of a list passed over before the one chosen, for the table."""
+    passed = [
+        f"{m['mirror']}: {m['reason']}" for m in mirrors or () if m["status"] == "passed-over"
+    ]
+    return f"; passed over {'; '.join(passed)}" if passed else ""
+
+
 def render_explain_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """One row per image: IMAGE, OUTCOME, then the new image or why it stays; warnings
     on a line of their own below their image."""
     width = max(len("IMAGE"), *(len(row["image"]) for row in rows))
-    lines = [f"{'IMAGE':<{width}}  {'OUTCOME':<16}  DETAIL"]
-    for row in rows:
-        outcome = row["outcome"] or ("invalid" if not row["valid"] else "valid")
-        lines.append(f"{row['image']:<{width}}  {outcome:<16}  {_explain_detail(row)}")
+    outcomes = [row["outcome"] or ("invalid" if not row["valid"] else "valid") for row in rows]
+    column = max(16, *map(len, outcomes))
+    lines = [f"{'IMAGE':<{width}}  {'OUTCOME':<{column}}  DETAIL"]
+    for row, outcome in zip(rows, outcomes, strict=True):
+        lines.append(f"{row['image']:<{width}}  {outcome:<{column}}  {_explain_detail(row)}")
+        for passed in row["chain"]:
+            lines.append(f"{'':<{width}}  passed over {passed['rule']}: {passed['reason']}")
         if row["warning"] is not None:
             lines.append(f"{'':<{width}}  warning: {row['warning']}")
     return "\n".join(lines) + "\n"
 
 
+def _probe(mirror_policy: policy.Policy, images: Sequence[str]) -> policy.Health:
+    """One probe of each mirror the images could go to: what ``--probe`` chooses with."""
+    from mirrorgate.webhook.mirrorhealth import monitor
+
+    hosts = {
+        rule.mirror.host
+        for found in map(mirror_policy.resolve, images)
+        if found.outcome == "rewrite" and found.rule is not None
+        for rule in (found.rule, *(s.rule for s in found.standbys))
+    }
+    return monitor.probe_mirrors(mirror_policy, sorted(hosts))
+
+
 def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    mirror_policy = policyfile.read_policy(args.policy).policy if args.policy else None
     labels = dict(_label(text) for text in args.label)
     namespace_labels = dict(_label(text) for text in args.namespace_label)
+    # A MirrorPolicy granted by namespaceSelector is judged with the labels given.
+    mirror_policy = (
+        policyfile.read_policy(
+            args.policy, namespace_labels={args.namespace: namespace_labels}
+        ).composition.policy_for(args.namespace)
+        if args.policy
+        else None
+    )
+    health = (
+        _probe(mirror_policy, args.images)
+        if args.probe and mirror_policy is not None
+        else policy.HEALTHY
+    )
     rows = [
         explain_image(
             image,
@@ -186,6 +300,8 @@ def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             labels=labels,
             mode=args.mode,
             namespace_labels=namespace_labels,
+            health=health,
+            pull_policy=args.pull_policy,
         )
         for image in args.images
     ]

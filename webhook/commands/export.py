@@ -22,12 +22,17 @@ mirrors, without admission rewriting images:
 
     How the mirror is reached goes with it: an ``http://`` mirror gets an
     ``http://`` host URL, a rule's ``caFile`` becomes ``ca``, and
-    ``insecureSkipVerify: true`` becomes ``skip_verify = true``. A mirror
+    ``insecureSkipVerify: true`` becomes ``skip_verify = true``. With
+    ``--mirror-ca FILE`` (the bundle ``serve --mirror-ca`` and the chart's
+    ``mirrorCA`` give the probes), every other HTTPS mirror gets ``ca =
+    "mirrorgate-ca.crt"``, a copy of the bundle written beside its hosts.toml
+    (containerd reads a relative ``ca`` from the file's own directory, and
+    adds it to the system roots), so the node needs no path of the Pod's. A mirror
     reached other than by verified HTTPS also gets a hosts.toml of its own
     (``DIR/<mirror host>/hosts.toml``): admission rewrites images to the
     mirror host, and containerd must know how to reach it for those too.
 
-``mirrorgate export cri-o --policy FILE``
+``mirrorgate export cri-o --policy FILE`` (:mod:`webhook.commands.export_crio`)
     prints a containers-registries.conf(5) v2 drop-in for
     ``/etc/containers/registries.conf.d/``: one ``[[registry]]`` per rule,
     ``prefix``/``location`` the source and one ``[[registry.mirror]]`` the
@@ -48,6 +53,10 @@ What cannot be expressed is reported on stderr, rule by rule, and left out
   the path will use that rule's mirror.
 * containerd, a wildcard source (``*.gcr.io``): there is one directory per
   registry host and no wildcard directory.
+* containerd and CRI-O, the catch-all source (``*``): containerd's
+  ``_default`` directory and registries.conf's mirrors send an image to the
+  mirror under its own path, but the catch-all's mirror holds it under
+  ``<mirror>/<registry host>/<path>``.
 * CRI-O, a wildcard source: registries.conf does accept ``prefix =
   "*.gcr.io"``, but a mirror location then replaces the whole matched host
   (``eu.gcr.io/p/app`` → ``<mirror>/p/app``), while mirrorgate's mirrors keep
@@ -73,16 +82,22 @@ import json
 import os
 import pathlib
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TextIO
 
 from mirrorgate import policy
 from mirrorgate.policy.reference import DEFAULT_DOMAIN
 from mirrorgate.webhook import policyfile
 from mirrorgate.webhook.commands import EXIT_FINDINGS, EXIT_OK
+from mirrorgate.webhook.commands.serve import reloaders
 from mirrorgate.webhook.errors import ConfigError
 
-__all__ = ["CRI_O_DROP_IN", "Export", "containerd", "cri_o", "run_containerd", "run_cri_o"]
+__all__ = [
+    "MIRROR_CA_FILE",
+    "Export",
+    "containerd",
+    "run_containerd",
+]
 
 # Docker Hub's registry API host; `docker.io` itself only redirects.
 DOCKER_HUB_SERVER = "https://registry-1.docker.io"
@@ -112,12 +127,27 @@ def _describe(rule: policy.MirrorRule) -> str:
     return f"{rule.label} ({rule.source} → {rule.mirror})"
 
 
+def _rules(mirror_policy: policy.Policy) -> list[tuple[policy.MirrorRule, ...]]:
+    """Each entry of ``mirrors`` as its mirrors in order (one for most rules)."""
+    return [mirror_policy.mirror_list(r) for r in mirror_policy.rules if r.position in (None, 0)]
+
+
+def _describe_rule(mirrors: Sequence[policy.MirrorRule]) -> str:
+    """A rule and its mirrors in order, for messages about the whole rule."""
+    first = mirrors[0]
+    return f"mirrors[{first.index}] ({first.source} → {', '.join(str(r.mirror) for r in mirrors)})"
+
+
+def _needs(rule: policy.MirrorRule) -> str:
+    """The rule's credentials as the notes name them: ``'a'``, or ``'a' or 'b'`` (per team)."""
+    return " or ".join(map(repr, rule.credentials))
+
+
 def _credential_notes(rules: Iterable[policy.MirrorRule], runtime: str) -> list[str]:
-    needing = [r for r in rules if r.credential is not None]
+    needing = [r for r in rules if r.credentials]
     notes = [f"no credentials are written ({runtime}); {ADMISSION_HINT}"]
     notes += [
-        f"{_describe(r)}: the mirror needs credential {r.credential!r}, which this "
-        f"file cannot carry"
+        f"{_describe(r)}: the mirror needs credential {_needs(r)}, which this file cannot carry"
         for r in needing
     ]
     return notes
@@ -126,39 +156,79 @@ def _credential_notes(rules: Iterable[policy.MirrorRule], runtime: str) -> list[
 # --- containerd ------------------------------------------------------------
 
 
-def containerd(mirror_policy: policy.Policy) -> Export:
-    """One ``<host>/hosts.toml`` per source registry with a whole-host rule."""
-    whole = {
-        r.source.host: r for r in mirror_policy.rules if not r.source.wildcard and not r.source.path
-    }
+MIRROR_CA_FILE = "mirrorgate-ca.crt"
+"""The ``--mirror-ca`` bundle's copy beside each hosts.toml that trusts it."""
+
+
+def containerd(mirror_policy: policy.Policy, *, mirror_ca: str | None = None) -> Export:
+    """One ``<host>/hosts.toml`` per source registry with a whole-host rule.
+
+    ``mirror_ca`` (PEM): the CAs every HTTPS mirror without a ``caFile`` of its own, and
+    verified, is trusted with, written beside each hosts.toml that names it.
+    """
+    if mirror_ca is not None:
+        mirror_policy = mirror_policy.with_rules(
+            tuple(_trusting(r, mirror_ca) for r in mirror_policy.rules)
+        )
+    rules = _rules(mirror_policy)
+    whole = {m[0].source.host: m for m in rules if not (m[0].source.wildcard or m[0].source.path)}
     warnings: list[str] = []
-    for rule in mirror_policy.rules:
-        if rule.source.wildcard:
+    for mirrors in rules:
+        source = mirrors[0].source
+        if source.catch_all:
             warnings.append(
-                f"{_describe(rule)}: not exported: containerd has one hosts.toml "
+                f"{_describe_rule(mirrors)}: not exported: containerd's _default hosts.toml "
+                "cannot put the registry host into the mirror's path "
+                f"({mirrors[0].mirror}/<host>/…); give each registry its own rule to export it"
+            )
+        elif source.wildcard:
+            warnings.append(
+                f"{_describe_rule(mirrors)}: not exported: containerd has one hosts.toml "
                 "per registry host and no wildcard hosts"
             )
-        elif rule.source.path:
-            warnings.append(_partial_warning(rule, whole.get(rule.source.host)))
-    files = {f"{host}/hosts.toml": _hosts_toml(rule) for host, rule in sorted(whole.items())}
-    mirror_files, mirror_warnings = _mirror_hosts(mirror_policy, whole)
+        elif source.path:
+            warnings.append(_partial_warning(mirrors, whole.get(source.host)))
+    files = {f"{host}/hosts.toml": _hosts_toml(m) for host, m in sorted(whole.items())}
+    mirror_files, mirror_warnings = _mirror_hosts(mirror_policy.rules, whole)
     files.update(sorted(mirror_files.items()))
     warnings += mirror_warnings
+    if mirror_ca is not None:
+        named = f"ca = {_toml_string(MIRROR_CA_FILE)}"
+        files.update(
+            {
+                str(pathlib.PurePosixPath(path).with_name(MIRROR_CA_FILE)): mirror_ca
+                for path, text in list(files.items())
+                if named in text
+            }
+        )
     notes = _credential_notes(
-        whole.values(), "containerd no longer supports plain-text credentials in hosts.toml"
+        (r for m in whole.values() for r in m),
+        "containerd no longer supports plain-text credentials in hosts.toml",
     )
     return Export(files=files, warnings=warnings, notes=notes)
 
 
-def _partial_warning(rule: policy.MirrorRule, whole: policy.MirrorRule | None) -> str:
+def _trusting(rule: policy.MirrorRule, mirror_ca: str | None) -> policy.MirrorRule:
+    """``rule`` with the mirror CA's copy as its ``caFile``, where it is verified HTTPS
+    without a caFile of its own."""
+    if mirror_ca is None or rule.scheme != "https" or rule.ca_file or rule.skip_verify:
+        return rule
+    return dataclasses.replace(rule, ca_file=MIRROR_CA_FILE)
+
+
+def _partial_warning(
+    mirrors: Sequence[policy.MirrorRule], whole: Sequence[policy.MirrorRule] | None
+) -> str:
     text = (
-        f"{_describe(rule)}: not exported: hosts.toml configures whole registries, not "
+        f"{_describe_rule(mirrors)}: not exported: hosts.toml configures whole registries, not "
         f"repository paths"
     )
     if whole is not None:
+        several = "s" if len(whole) > 1 else ""
         text += (
-            f"; with these files, {rule.source} images are pulled through "
-            f"{whole.label}'s mirror {whole.mirror} instead"
+            f"; with these files, {mirrors[0].source} images are pulled through "
+            f"mirrors[{whole[0].index}]'s mirror{several} "
+            f"{', '.join(str(r.mirror) for r in whole)} instead"
         )
     return text
 
@@ -196,7 +266,7 @@ def _transport_lines(rule: policy.MirrorRule) -> list[str]:
 
 
 def _mirror_hosts(
-    mirror_policy: policy.Policy, sources: Iterable[str]
+    rules: Iterable[policy.MirrorRule], sources: Iterable[str]
 ) -> tuple[dict[str, str], list[str]]:
     """A hosts.toml for each mirror host reached other than by verified HTTPS.
 
@@ -207,7 +277,7 @@ def _mirror_hosts(
     taken = set(sources)
     files: dict[str, str] = {}
     warnings: list[str] = []
-    for rule in mirror_policy.rules:
+    for rule in rules:
         host = rule.mirror.host
         if not _special_transport(rule) or f"{host}/hosts.toml" in files:
             continue
@@ -239,107 +309,42 @@ def _mirror_host_toml(rule: policy.MirrorRule) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _hosts_toml(rule: policy.MirrorRule) -> str:
-    url, override = mirror_url(rule)
+def _hosts_toml(mirrors: Sequence[policy.MirrorRule]) -> str:
+    """A source's hosts.toml: one ``[host]`` table per mirror of its rule, in the rule's
+    order, which is the order containerd tries them in."""
+    first = mirrors[0]
+    several = len(mirrors) > 1
     lines = [
-        f"# containerd hosts.toml for {rule.source}",
-        f"# written by `mirrorgate export containerd` from the policy's {rule.label}:",
-        f"# {rule.source} → {rule.mirror}.",
-        "# containerd tries the mirror first, then the server.",
+        f"# containerd hosts.toml for {first.source}",
+        f"# written by `mirrorgate export containerd` from the policy's mirrors[{first.index}]:",
+        f"# {first.source} → {', '.join(str(r.mirror) for r in mirrors)}.",
+        "# containerd tries the mirrors in this order first, then the server."
+        if several
+        else "# containerd tries the mirror first, then the server.",
         "#",
         "# No credentials are written here: containerd no longer supports plain-text",
         "# registry credentials in hosts.toml. For an authenticated mirror, use",
         "# mirrorgate's admission webhook: it rewrites the image and attaches a pull secret.",
     ]
-    if rule.credential is not None:
-        lines.append(f"# This mirror needs credential {rule.credential!r}.")
     lines += [
-        f"server = {_toml_string(server_url(rule.source.host))}",
-        "",
-        f"[host.{_toml_string(url)}]",
-        f"  capabilities = [{', '.join(_toml_string(c) for c in CAPABILITIES)}]",
+        f"# The mirror {r.mirror} needs credential {_needs(r)}."
+        if several
+        else f"# This mirror needs credential {_needs(r)}."
+        for r in mirrors
+        if r.credentials
     ]
-    if override:
-        lines.append("  override_path = true")
-    lines += _transport_lines(rule)
+    lines.append(f"server = {_toml_string(server_url(first.source.host))}")
+    for rule in mirrors:
+        url, override = mirror_url(rule)
+        lines += [
+            "",
+            f"[host.{_toml_string(url)}]",
+            f"  capabilities = [{', '.join(_toml_string(c) for c in CAPABILITIES)}]",
+        ]
+        if override:
+            lines.append("  override_path = true")
+        lines += _transport_lines(rule)
     return "\n".join(lines) + "\n"
-
-
-# --- CRI-O -----------------------------------------------------------------
-
-CRI_O_DROP_IN = "/etc/containers/registries.conf.d/50-mirrorgate.conf"
-
-
-def cri_o(mirror_policy: policy.Policy) -> Export:
-    """A registries.conf v2 drop-in with one ``[[registry]]`` per expressible rule."""
-    warnings: list[str] = []
-    blocks: list[str] = []
-    for rule in mirror_policy.rules:
-        if rule.source.wildcard:
-            warnings.append(
-                f"{_describe(rule)}: not exported: a registries.conf mirror replaces the whole "
-                f"host matched by {rule.source}, but mirrorgate's mirror keeps that host as "
-                f"the first path component ({rule.mirror}/<host>/…)"
-            )
-            continue
-        blocks.append(_registry_block(rule))
-    insecure_hosts = {r.mirror.host: r for r in mirror_policy.rules if _insecure(r)}
-    blocks += [_insecure_mirror_block(r) for r in insecure_hosts.values()]
-    header = [
-        "# containers-registries.conf(5) v2 drop-in for CRI-O, written by",
-        "# `mirrorgate export cri-o`. Install it on every node as",
-        f"# {CRI_O_DROP_IN}.",
-        "# CRI-O tries each mirror first, then the location.",
-        "#",
-        "# No credentials are written here: registries.conf has no place for them. For an",
-        "# authenticated mirror, use mirrorgate's admission webhook: it rewrites the image",
-        "# and attaches a pull secret.",
-    ]
-    text = "\n".join(header) + "\n" + "".join(f"\n{block}" for block in blocks)
-    notes = _credential_notes(
-        (r for r in mirror_policy.rules if not r.source.wildcard),
-        "registries.conf has no place for them",
-    )
-    cas = {r.mirror.host: r.ca_file for r in mirror_policy.rules if r.ca_file is not None}
-    notes += [
-        f"the mirror {host} is verified with {ca}: CRI-O reads it from "
-        f"/etc/containers/certs.d/{host}/ca.crt (copy it there)"
-        for host, ca in cas.items()
-    ]
-    return Export(files={"registries.conf": text}, warnings=warnings, notes=notes)
-
-
-def _insecure(rule: policy.MirrorRule) -> bool:
-    """registries.conf's ``insecure``: plain HTTP, or TLS without verification."""
-    return rule.scheme == "http" or rule.skip_verify
-
-
-def _registry_block(rule: policy.MirrorRule) -> str:
-    prefix = str(rule.source)
-    credential = f" (needs credential {rule.credential!r})" if rule.credential else ""
-    insecure = "insecure = true\n" if _insecure(rule) else ""
-    return (
-        f"# {rule.label}: {rule.source} → {rule.mirror}{credential}\n"
-        f"[[registry]]\n"
-        f"prefix = {_toml_string(prefix)}\n"
-        f"location = {_toml_string(prefix)}\n"
-        f"\n"
-        f"[[registry.mirror]]\n"
-        f"location = {_toml_string(str(rule.mirror))}\n"
-        f"{insecure}"
-    )
-
-
-def _insecure_mirror_block(rule: policy.MirrorRule) -> str:
-    """The mirror host itself, for the images admission rewrote to it."""
-    host = rule.mirror.host
-    why = "plain HTTP" if rule.scheme == "http" else "TLS not verified (insecureSkipVerify)"
-    return (
-        f"# the mirror host {host} itself ({why}), for images rewritten to it\n"
-        f"[[registry]]\n"
-        f"location = {_toml_string(host)}\n"
-        f"insecure = true\n"
-    )
 
 
 # --- the commands ----------------------------------------------------------
@@ -367,8 +372,23 @@ def _write_atomically(path: pathlib.Path, text: str) -> None:
         raise
 
 
+def _cluster_policy(path: str, err: TextIO) -> policy.Policy:
+    """The cluster's rules: a node's configuration serves every namespace, so a
+    MirrorPolicy's rules (one namespace's) are said on stderr and left out."""
+    loaded = policyfile.read_policy(path)
+    for rules in loaded.composition.team_rules.values():
+        for rule in rules:
+            print(
+                f"warning: {rule.label}: not exported: a namespace's rule cannot be node "
+                "configuration (admission applies it)",
+                file=err,
+            )
+    return loaded.policy
+
+
 def run_containerd(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    export = containerd(policyfile.read_policy(args.policy).policy)
+    mirror_ca = None if args.mirror_ca is None else reloaders.read_bundle(args.mirror_ca)
+    export = containerd(_cluster_policy(args.policy, err), mirror_ca=mirror_ca)
     status = _report(export, err)
     directory = pathlib.Path(args.out)
     try:
@@ -381,11 +401,4 @@ def run_containerd(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not export.files:
         print("warning: no rule could be exported; nothing written", file=err)
         status = EXIT_FINDINGS
-    return status
-
-
-def run_cri_o(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    export = cri_o(policyfile.read_policy(args.policy).policy)
-    status = _report(export, err)
-    out.write(export.files["registries.conf"])
     return status

@@ -130,11 +130,14 @@ def pod_of(document: dict[str, Any]) -> dict[str, Any] | None:
 def rewrite_documents(
     documents: Sequence[Any],
     *,
-    mirror_policy: policy.Policy,
+    mirror_policy: policy.Policy | policy.Composition,
     namespace: str | None,
     mode: str = ENFORCE,
 ) -> tuple[list[Any], list[list[patch.Operation]], list[str]]:
     """Each Pod, and each workload's Pod, as admission would admit it; patches; warnings.
+
+    ``mirror_policy`` is a policy file's, or the objects' composition: then each
+    Pod is planned with its namespace's policy.
 
     Workloads (:data:`TEMPLATE_PATHS`) come out as the Pod their controller
     would create, mutated: mirrorgate never changes the templates themselves.
@@ -143,6 +146,11 @@ def rewrite_documents(
     (the namespace's label, or a server run with --audit-only) Pods come out
     unchanged and every planned rewrite is a warning.
     """
+    composition = (
+        mirror_policy
+        if isinstance(mirror_policy, policy.Composition)
+        else policy.from_policy(mirror_policy)
+    )
     outputs: list[Any] = []
     patches: list[list[patch.Operation]] = []
     warnings: list[str] = []
@@ -159,7 +167,11 @@ def rewrite_documents(
             warnings.append(f"{prefix}no Pod template with a spec at {path}")
             continue
         pod_namespace = namespace or _metadata(document).get("namespace") or DEFAULT_NAMESPACE
-        plan = policy.plan(obj, namespace=str(pod_namespace), mirror_policy=mirror_policy)
+        plan = policy.plan(
+            obj,
+            namespace=str(pod_namespace),
+            mirror_policy=composition.policy_for(str(pod_namespace)),
+        )
         warnings.extend(prefix + w for w in plan.warnings)
         if mode == AUDIT:
             warnings.extend(prefix + policy.audit_mode_line(r) for r in plan.rewrites)
@@ -232,7 +244,7 @@ def _read_documents(path: str, stdin: TextIO) -> tuple[list[Any], str]:
 
 
 def run_rewrite(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    mirror_policy = policyfile.read_policy(args.policy).policy
+    mirror_policy = policyfile.read_policy(args.policy).composition
     documents, source = _read_documents(args.filename, sys.stdin)
     try:
         outputs, patches, warnings = rewrite_documents(
@@ -269,15 +281,28 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # The store (its key first) is read before anything is printed: a store that
     # cannot be read is a usage error (exit 2), never "valid" and then an error.
     stored = None if args.store_file is None else _read_store(args)
+    verdicts = loaded.composition.verdicts
+    rules = len(mirror_policy.rules) + sum(map(len, loaded.composition.team_rules.values()))
+    objects = f"{len(verdicts)} object{'s' if len(verdicts) != 1 else ''}, " if verdicts else ""
     print(
-        f"{args.file}: valid (version {loaded.version}, "
-        f"{len(mirror_policy.rules)} mirror rule{'s' if len(mirror_policy.rules) != 1 else ''}, "
+        f"{args.file}: valid (version {loaded.version}, {objects}"
+        f"{rules} mirror rule{'s' if rules != 1 else ''}, "
         f"{len(mirror_policy.grants)} credential grant"
-        f"{'s' if len(mirror_policy.grants) != 1 else ''})",
+        f"{'s' if len(mirror_policy.grants) != 1 else ''}{_deliveries(mirror_policy)})",
         file=out,
     )
     for warning in mirror_policy.warnings:  # valid, though rarely meant: said, not failed
         print(f"  warning: {warning}", file=out)
+    for key, verdict in verdicts.items():
+        if not verdict.accepted:  # only for want of its namespace's labels
+            print(
+                f"  warning: {key}: not judged: {verdict.message.splitlines()[0]}; "
+                "explain -n NAMESPACE --namespace-label judges it with them",
+                file=out,
+            )
+        elif key.kind != policy.CLUSTER_KIND:  # the cluster's are in the policy's warnings
+            for warning in verdict.warnings:
+                print(f"  warning: {key}: {warning}", file=out)
     if stored is None:
         return EXIT_OK
     from mirrorgate.webhook.mirrorhealth import monitor
@@ -287,6 +312,16 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # The same words the server logs and lists in /readyz.
         print(f"  credential {name}: {why} ({args.store_file})", file=out)
     return EXIT_FINDINGS if problems else EXIT_OK
+
+
+def _deliveries(mirror_policy: policy.Policy) -> str:
+    """``; delivery pullSecret: a, b; delivery kubelet: c``: who holds each login (a copy in
+    every granted namespace, or no one but the kubelet's plugin), in the one summary line."""
+    groups = [
+        (delivery, sorted(n for n, g in mirror_policy.grants.items() if g.delivery == delivery))
+        for delivery in policy.DELIVERIES
+    ]
+    return "".join(f"; delivery {d}: {', '.join(names)}" for d, names in groups if names)
 
 
 def _read_store(args: argparse.Namespace) -> Mapping[str, Credential]:

@@ -291,9 +291,9 @@ def policy_problems(
             problems.append(f"credentials.{name}.provider: {grant.provider!r} is not in {source}")
             continue
         for rule in mirror_policy.rules:
-            if rule.credential == name and not provider.matches(str(rule.mirror)):
+            if name in rule.credentials and not provider.matches(str(rule.mirror)):
                 problems.append(
-                    f"{rule.label}.mirror: {str(rule.mirror)!r} (credential "
+                    f"{rule.field('mirror')}: {str(rule.mirror)!r} (credential "
                     f"{name!r}) does not match provider {provider.name!r}'s "
                     f"matchImages ({', '.join(provider.match_images)})"
                 )

@@ -369,7 +369,11 @@ class PullSecretProvisioner:
         try:
             self.client.replace(path, body, timeout=deadline.left())
             uid, action = record.uid, "updated"
-        except kube.NotFound:
+        except (kube.NotFound, kube.Conflict):
+            # Ours is gone (NotFound; a Kubernetes 1.30 API server answers Conflict, the
+            # uid precondition unmet by no object), or a Secret of that name is another
+            # object than ours (Conflict). The create tells which: it fails only for the
+            # other object, and then ours is forgotten.
             del body["metadata"]["uid"]
             try:
                 uid = self.client.create(
@@ -379,10 +383,6 @@ class PullSecretProvisioner:
                 self.records.drop(record, timeout=deadline.left())
                 raise self._foreign(record) from None
             action = "created"
-        except kube.Conflict:
-            # A Secret of that name, but another object than ours: forget ours.
-            self.records.drop(record, timeout=deadline.left())
-            raise self._foreign(record) from None
         if (uid, want) != (record.uid, record.fingerprint):
             with contextlib.suppress(kube.Conflict):  # another replica recorded it first
                 self.records.complete(record, uid=uid, fingerprint=want, timeout=deadline.left())

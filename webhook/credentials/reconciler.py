@@ -38,6 +38,7 @@ class Reconciler(Loop):
         client: kube.Kube,
         *,
         mirror_policy: Callable[[], policy.Policy],
+        policy_problem: Callable[[], str | None],
         is_leader: Callable[[], bool],
         interval: float = 30.0,
     ) -> None:
@@ -45,6 +46,8 @@ class Reconciler(Loop):
         self.provisioner = provisioner
         self.client = client
         self.mirror_policy = mirror_policy
+        self.policy_problem = policy_problem
+        """Why ``mirror_policy`` is not the cluster's yet (None: it is)."""
         self.is_leader = is_leader
         self.interval = interval
         """Seconds between passes; every periodic pass re-asserts every copy (the heal bound)."""
@@ -52,10 +55,17 @@ class Reconciler(Loop):
         provisioner.optin.subscribe(self.trigger)
 
     def _ready(self) -> bool:
+        # Nothing before the policy and the store are read: the policy served until the
+        # objects are composed grants nothing, and a store not listed yet holds no
+        # credential, so a pass would take every copy for unwanted and delete it. A
+        # replica can lead before then: one that takes the Lease as it starts (an old
+        # leader stopping in a rollout, a whole Deployment starting at once).
         return (
             self.is_leader()
             and self.provisioner.optin.informer.synced.is_set()
             and self.provisioner.records.informer.synced.is_set()
+            and self.provisioner.store.problem() is None
+            and self.policy_problem() is None
         )
 
     def _run(self) -> None:
@@ -90,6 +100,10 @@ class Reconciler(Loop):
             return "namespace is excluded by the policy"
         if not mirror_policy.is_granted(credential, namespace, optin.labels(namespace)):
             return "the policy no longer grants the credential to the namespace"
+        grant = mirror_policy.grants.get(credential)
+        if grant is not None and not grant.pull_secret:
+            # The kubelet's plugin fetches it now: a copy would only be a login to read.
+            return "the credential's delivery is kubelet"
         if credential not in self.provisioner.store.snapshot():
             return "the credential is no longer in the store"
         return None

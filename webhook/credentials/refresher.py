@@ -57,7 +57,7 @@ def renew_at(issued: datetime.datetime, expires: datetime.datetime) -> datetime.
 def probe_image(mirror_policy: policy.Policy, credential: str) -> str | None:
     """The image a plugin is asked about for ``credential``: the first mirror that uses it."""
     for rule in mirror_policy.rules:
-        if rule.credential == credential:
+        if credential in rule.credentials:
             return str(rule.mirror)
     return None
 

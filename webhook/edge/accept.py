@@ -45,6 +45,8 @@ class TlsAcceptor(asyncio.Protocol):
         raw = cast("asyncio.Transport", transport)
         http = self.http
         http.raw = raw
+        address = raw.get_extra_info("peername")
+        http.peer = str(address[0]) if address else ""
         if not http.table.admit(http):
             raw.abort()
             return
@@ -100,9 +102,12 @@ class TlsAcceptor(asyncio.Protocol):
 
 
 def protocol_factory(
-    table: ConnectionTable, context: ssl.SSLContext
+    table: ConnectionTable,
+    context: ssl.SSLContext,
+    protocol: type[LimitedHttpProtocol] = LimitedHttpProtocol,
 ) -> Callable[..., asyncio.Protocol]:
-    """What uvicorn calls per accepted connection (its ``http_protocol_class``).
+    """What uvicorn calls per accepted connection (its ``http_protocol_class``): ``protocol``
+    (a :class:`LimitedHttpProtocol`) behind a :class:`TlsAcceptor`.
 
     Raises ConfigError, naming what is missing, if the installed uvicorn
     lacks a private hook the edge uses (:func:`webhook.edge.hooks.check`):
@@ -116,7 +121,7 @@ def protocol_factory(
         app_state: dict[str, Any],
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> asyncio.Protocol:
-        http = LimitedHttpProtocol(config, server_state, app_state, _loop, table=table)
+        http = protocol(config, server_state, app_state, _loop, table=table)
         return TlsAcceptor(http, context)
 
     return accept

@@ -27,7 +27,7 @@ from mirrorgate import policy
 from mirrorgate.policy import HEALTHY, Health
 from mirrorgate.webhook import admission, logs, policyreview, review
 from mirrorgate.webhook.admissioncache import AdmissionCache
-from mirrorgate.webhook.edge import fairqueue, monitoring, offload
+from mirrorgate.webhook.edge import fairqueue, gone, monitoring, offload
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.policyfile import LoadedPolicy
@@ -38,8 +38,12 @@ __all__ = [
     "MAX_BODY_BYTES",
     "REFUSALS_LOGGED",
     "REFUSAL_LOG_INTERVAL",
+    "BodyTooLarge",
     "Runtime",
+    "Unreadable",
     "create_app",
+    "read_body",
+    "send_json",
 ]
 
 AUDIT_ONLY = "audit-only"
@@ -78,14 +82,20 @@ class Runtime:
     """The worker that screens large reviews off the event loop; None: all on the loop."""
     on_policy_change: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     admission_cache: AdmissionCache = dataclasses.field(default_factory=AdmissionCache)
-    """What admission keeps between requests, for the policy in force."""
+    """What admission keeps between requests, for the policies in force."""
+    policy_objects: policyreview.Stored = policyreview.alone
+    """The policy objects a new one is judged beside (in a cluster, the informers')."""
 
     @property
     def mode(self) -> str:
         return AUDIT_ONLY if self.audit_only else BY_NAMESPACE_LABEL
 
+    def __post_init__(self) -> None:
+        self.admission_cache.retain(self.policy.composition.policies)
+
     def set_policy(self, loaded: LoadedPolicy) -> None:
         self.policy = loaded
+        self.admission_cache.retain(loaded.composition.policies)
         self.metrics.set_policy(loaded.version, self.mode)
         for callback in self.on_policy_change:
             callback()
@@ -97,8 +107,30 @@ def _content_type_ok(value: str) -> bool:
     return value.split(";", 1)[0].strip().lower() == "application/json"
 
 
-class _Unreadable(Exception):
+class Unreadable(Exception):
     """The client went away before the whole body arrived."""
+
+
+class BodyTooLarge(Exception):
+    """The body went past the endpoint's limit (``str()`` says which)."""
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The request body, read to its end; BodyTooLarge past ``limit`` bytes, Unreadable when
+    the client leaves first."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise Unreadable
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body exceeds the {limit}-byte limit")
+        if not message.get("more_body", False):
+            return b"".join((*chunks, chunk)) if chunks else chunk
+        chunks.append(chunk)
 
 
 class AdmissionEndpoint:
@@ -127,19 +159,10 @@ class AdmissionEndpoint:
             raise review.BadReview(
                 f"request body of {declared.decode()} bytes exceeds the {MAX_BODY_BYTES}-byte limit"
             )
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                raise _Unreadable
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise review.BadReview(f"request body exceeds the {MAX_BODY_BYTES}-byte limit")
-            if not message.get("more_body", False):
-                return b"".join((*chunks, chunk)) if chunks else chunk
-            chunks.append(chunk)
+        try:
+            return await read_body(receive, MAX_BODY_BYTES)
+        except BodyTooLarge as error:
+            raise review.BadReview(str(error)) from None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -152,7 +175,11 @@ class AdmissionEndpoint:
             screened = None
             if runtime.screener is not None and offload.for_the_worker(body):
                 screened = await runtime.screener.screen(
-                    body, mode=mode, max_containers=runtime.max_containers
+                    body,
+                    mode=mode,
+                    max_containers=runtime.max_containers,
+                    caller=_caller(scope),
+                    left=gone.event(scope),
                 )
             if screened is None or isinstance(screened, review.Review):
                 # Decoded once: by the worker (which hands back what planning reads), or here.
@@ -160,7 +187,7 @@ class AdmissionEndpoint:
                 uid, dry_run = rev.uid, bool(rev.request.get("dryRun", False))
                 decision = await admission.admit(
                     rev,
-                    mirror_policy=loaded.policy,
+                    mirror_policy=loaded.policy_for,
                     mode=mode,
                     secrets=runtime.secrets,
                     health=runtime.health,
@@ -175,9 +202,9 @@ class AdmissionEndpoint:
                 "bad admission request",
                 extra={"fields": {"endpoint": endpoint, "uid": error.uid, "error": str(error)}},
             )
-            await _send_json(send, error.review(), status=400)
+            await send_json(send, error.review(), status=400)
             return
-        except _Unreadable:
+        except (Unreadable, gone.ClientGone):
             return  # nobody is left to answer
         except Exception:
             runtime.metrics.errors.labels(endpoint, "internal").inc()
@@ -185,7 +212,7 @@ class AdmissionEndpoint:
                 logger.exception(
                     "admission request unreadable", extra={"fields": {"endpoint": endpoint}}
                 )
-                await _send_json(send, {"error": "the request body could not be read"}, status=400)
+                await send_json(send, {"error": "the request body could not be read"}, status=400)
                 return
             # A bug of ours never reaches the caller as a traceback or a 500. In an
             # enforce namespace the Pod is refused, so that a covered image is never
@@ -213,7 +240,7 @@ class AdmissionEndpoint:
                 "duration_ms": round(seconds * 1000, 3),
             }
         )
-        await _send_json(send, decision.body)
+        await send_json(send, decision.body)
 
 
 REFUSALS_LOGGED = 10
@@ -233,7 +260,8 @@ carry (`python -m bench.policy_queue_bench` measures it)."""
 
 
 class PolicyEndpoint(AdmissionEndpoint):
-    """``POST /validate-policy``: writes of the policy ConfigMap (:mod:`webhook.policyreview`).
+    """``POST /validate-policy``: writes of the policy ConfigMap and the policy objects
+    (:mod:`webhook.policyreview`).
 
     Reading a policy holds a core and the GIL wherever it runs in the
     server: a review over :data:`offload.LARGE_POLICY_REVIEW_BYTES` is judged
@@ -261,8 +289,12 @@ class PolicyEndpoint(AdmissionEndpoint):
                 screener = self.runtime.screener
                 if len(body) > offload.LARGE_POLICY_REVIEW_BYTES and screener is not None:
                     with contextlib.suppress(offload.Unavailable):
-                        return await screener.judge_policy(body)
-                return await asyncio.to_thread(policyreview.judge_body, body)
+                        judged = await screener.judge_policy(body)
+                        if judged is not None:
+                            return judged
+                return await asyncio.to_thread(
+                    policyreview.judge_body, body, self.runtime.policy_objects
+                )
         except (fairqueue.Full, offload.Busy) as error:
             why = str(error) or (
                 f"{offload.MAX_QUEUED_POLICY_REVIEWS} policy reviews are already waiting to be "
@@ -276,15 +308,16 @@ class PolicyEndpoint(AdmissionEndpoint):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
-        peer = scope.get("client")
         try:
             body = await self._body(scope, receive)
-            answer, user = await self._judged(body, str(peer[0]) if peer else "unknown")
+            answer, user = await gone.unless_gone(
+                gone.event(scope), self._judged(body, _caller(scope))
+            )
         except review.BadReview as error:
             runtime.metrics.errors.labels(self.endpoint, "bad-request").inc()
-            await _send_json(send, error.review(), status=400)
+            await send_json(send, error.review(), status=400)
             return
-        except _Unreadable:
+        except (Unreadable, gone.ClientGone):
             return
         response = answer["response"]
         runtime.metrics.policy_reviews.labels("allowed" if response["allowed"] else "denied").inc()
@@ -294,10 +327,17 @@ class PolicyEndpoint(AdmissionEndpoint):
                 policyreview.refusal_kind(message),
                 {"uid": response["uid"], "user": user, "error": message},
             )
-        await _send_json(send, answer)
+        await send_json(send, answer)
 
 
-async def _send_json(send: Send, body: Any, status: int = 200) -> None:
+def _caller(scope: Scope) -> str:
+    """Whom a review's turn in a queue belongs to: the peer's address (with ``serve
+    --client-ca``, every caller holds the API server's certificate)."""
+    peer = scope.get("client")
+    return str(peer[0]) if peer else "unknown"
+
+
+async def send_json(send: Send, body: Any, status: int = 200) -> None:
     payload = orjson.dumps(body)
     await send(
         {

@@ -91,6 +91,8 @@ class Connection(Protocol):
     unsent: int
     """Answer bytes unsent when its client stopped reading (while the table holds it as
     stalled)."""
+    peer: str
+    """The client's address without its port: callers are told apart by it."""
 
     def queued(self) -> bool:
         """Whether pipelined requests wait behind the one being answered (parsed or not)."""
@@ -264,14 +266,19 @@ class ConnectionTable:
     def relieve(self, reader: Connection) -> None:
         """Over the body budget: close the connections holding bodies, the abuser's kind first.
 
-        In this order, each kind oldest first: a client that does not read
-        its answers (its bodies wait on it, for up to the write timeout); a
-        client with pipelined requests read ahead of an answer; a body read
-        in progress, the longest-running first and ``reader``'s last. A
-        client that reads its answers and sends one request at a time is
-        closed only when such clients alone hold the budget: before this
-        order, answers unread held the budget and the bodies of the clients
-        that read were the ones closed.
+        In this order: a client that does not read its answers (its bodies
+        wait on it, for up to the write timeout), oldest first; a client with
+        pipelined requests read ahead of an answer, oldest first; then a
+        connection of the caller (peer address) holding the most body bytes,
+        if it holds more than ``reader``'s caller, its body read in progress
+        first, else its largest; then a body read in progress, the
+        longest-running first and ``reader``'s last. A client that reads its
+        answers and sends one request at a time is closed only when such
+        clients alone hold the budget, and then the heaviest caller's first:
+        before this order, answers unread held the budget and the bodies of
+        the clients that read were the ones closed, and then clients that
+        each held one body waiting for the review worker (each 7 MiB, where
+        the API server sends at most 3 MiB) had the API server's closed.
         """
         while self.buffered > self.limits.max_buffered_bytes:
             holder = self._holder(reader)
@@ -285,12 +292,26 @@ class ConnectionTable:
             if connection.buffered:
                 return connection
         body_read = None
+        by_caller: dict[str, int] = {}
         for connection in self.open:
-            if connection.buffered and connection.state is State.BUSY and connection.queued():
+            if not connection.buffered:
+                continue
+            if connection.state is State.BUSY and connection.queued():
                 return connection
             if body_read is None and connection is not reader and connection.state is State.BODY:
                 body_read = connection
+            by_caller[connection.peer] = by_caller.get(connection.peer, 0) + connection.buffered
+        heaviest = max(by_caller, key=by_caller.__getitem__, default=reader.peer)
+        if by_caller.get(heaviest, 0) > by_caller.get(reader.peer, 0):
+            return self._heaviest_holder(heaviest)
         return body_read or reader
+
+    def _heaviest_holder(self, peer: str) -> Connection:
+        """``peer``'s connection to close: its oldest body read in progress, else the one
+        holding the most."""
+        held = [c for c in self.open if c.peer == peer and c.buffered]
+        reading = [c for c in held if c.state is State.BODY]
+        return reading[0] if reading else max(held, key=lambda c: c.buffered)
 
     def _sweep(self) -> None:
         """Close connections whose head or body is late, or whose answer waits unread too

@@ -14,7 +14,8 @@ Past ``total`` places in all, the caller holding the most places gives up its
 newest waiting review (refused with :class:`Full` too) to a caller holding
 fewer, and only when no caller holds more than the newcomer would is the
 newcomer refused: a flood shrinks to its share, never queued without a bound,
-and each refusal says which bound it met.
+and each refusal says which bound it met. ``slots`` turns run at once (1 for
+the policy reviews, which each hold a core; more for work that waits on I/O).
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ class _Evicted(Exception):
 class FairQueue:
     """One turn at a time, given to callers in rotation (see the module's docstring)."""
 
-    def __init__(self, *, per_caller: int, total: int, what: str) -> None:
-        self.per_caller, self.total, self.what = per_caller, total, what
+    def __init__(self, *, per_caller: int, total: int, what: str, slots: int = 1) -> None:
+        self.per_caller, self.total, self.what, self.slots = per_caller, total, what, slots
         self._held: dict[str, int] = {}
         """Places per caller: waiting or holding the turn."""
         self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
         """Waiters by caller; the dict's order is the rotation."""
-        self._busy = False
+        self._running = 0
+        """Turns held: at most ``slots``."""
 
     @property
     def places(self) -> int:
@@ -98,8 +100,8 @@ class FairQueue:
     async def _acquire(self, caller: str) -> None:
         """Wait for the turn; a caller that leaves meanwhile gives back its place (and the
         turn, if it was handed it as it left)."""
-        if not self._busy:
-            self._busy = True
+        if self._running < self.slots:
+            self._running += 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(caller, collections.deque()).append(future)
@@ -134,4 +136,4 @@ class FairQueue:
             if not future.done():
                 future.set_result(None)
                 return
-        self._busy = False
+        self._running -= 1

@@ -98,6 +98,7 @@ INSTANCE_ATTRIBUTES = {
         "headers",
         "url",
         "client",
+        "scope",
     ),
     f"{_IMPL}.RequestResponseCycle": ("response_complete", "body", "message_event"),
     "uvicorn.config.Config": ("http_protocol_class",),

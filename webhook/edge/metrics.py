@@ -46,6 +46,9 @@ class _AdmissionCounts(Collector):
         self.admissions: dict[tuple[str, str, str], int] = {}
         self.rewritten = self.would_rewrite = self.warnings = 0
         self.fallbacks = 0
+        self.by_mirror: dict[str, int] = {}
+        """Images rewritten (enforce), by the mirror they went to: of a rule's list, the one
+        the probes found up."""
         # Every reason from the start, at 0: alerts use increase(), which needs a series.
         self.unmirrored: dict[str, int] = dict.fromkeys(policy.UNMIRRORED_REASONS, 0)
         self.latency: dict[str, list[int]] = {}
@@ -89,6 +92,15 @@ class _AdmissionCounts(Collector):
         for reason, count in self.unmirrored.items():
             unmirrored.add_metric([reason], count)
         yield unmirrored
+        by_mirror = CounterMetricFamily(
+            "mirrorgate_images_rewritten_by_mirror",
+            "Images rewritten to a mirror (enforce mode), by the mirror as written; for a rule "
+            "with several mirrors, the one that served (the first the probes found up).",
+            labels=["mirror"],
+        )
+        for mirror, count in sorted(self.by_mirror.items()):
+            by_mirror.add_metric([mirror], count)
+        yield by_mirror
         latency = HistogramMetricFamily(
             "mirrorgate_admission_duration_seconds",
             "Time to answer an admission review.",
@@ -139,6 +151,19 @@ class Metrics:
         self.policy_reload_failures = prom.Counter(
             "mirrorgate_policy_reload_failures", "Policy files rejected on reload.", registry=r
         )
+        self.policy_configmap = prom.Gauge(
+            "mirrorgate_policy_configmap_in_use",
+            "1 while a policy file (the ConfigMap policy, deprecated) is served in a cluster "
+            "beside the policy objects: migrate it (docs/upgrading.md).",
+            registry=r,
+        )
+        self.policy_objects = prom.Gauge(
+            "mirrorgate_policy_objects",
+            "ClusterMirrorPolicy and MirrorPolicy objects in the composition in force, by "
+            "kind and whether they are accepted (true) or refused (false).",
+            ["kind", "accepted"],
+            registry=r,
+        )
         self.pull_secret_writes = prom.Counter(
             "mirrorgate_pull_secret_writes",
             "Generated pull secrets created, updated, deleted, or failed to ensure.",
@@ -177,6 +202,12 @@ class Metrics:
             ["credential"],
             registry=r,
         )
+        self.mirror_hosts_unprobed = prom.Gauge(
+            "mirrorgate_mirror_hosts_unprobed",
+            "Mirror hosts that MirrorPolicies name beyond the probes' cap, which are not "
+            "probed: their rules cannot fail over or fall back while the mirror is down.",
+            registry=r,
+        )
         self.certificate_expiry = prom.Gauge(
             "mirrorgate_certificate_expiry_timestamp_seconds",
             "When the serving certificate in use expires (Unix time).",
@@ -194,6 +225,24 @@ class Metrics:
             "(header-timeout, body-timeout, write-timeout, evicted, refused, body-budget, "
             "output-budget, header-limit, bad-request, handshake-failed).",
             ["reason"],
+            registry=r,
+        )
+        self.kubelet_logins = prom.Counter(
+            "mirrorgate_kubelet_credential_logins",
+            "Mirror logins given to kubelets (serve --kubelet-port).",
+            registry=r,
+        )
+        self.kubelet_refusals = prom.Counter(
+            "mirrorgate_kubelet_credential_refusals",
+            "Kubelet credential requests refused, by reason (docs/operations.md).",
+            ["reason"],
+            registry=r,
+        )
+        self.token_reviews = prom.Counter(
+            "mirrorgate_token_reviews",
+            "Service-account tokens of kubelet credential requests, by result: cached, "
+            "reviewed, refused (by the API server), busy, failed.",
+            ["result"],
             registry=r,
         )
         self.open_connections = prom.Gauge(
@@ -222,6 +271,10 @@ class Metrics:
                 counts.would_rewrite += decision.rewrites
             else:
                 counts.rewritten += decision.rewrites
+                if decision.plan is not None:
+                    by_mirror = counts.by_mirror
+                    for rewrite in decision.plan.rewrites:
+                        by_mirror[rewrite.mirror] = by_mirror.get(rewrite.mirror, 0) + 1
         counts.warnings += decision.warnings
         for reason, images in decision.unmirrored:
             counts.unmirrored[reason] += images
@@ -249,7 +302,13 @@ class Metrics:
     def set_health(
         self, *, mirror_up: Mapping[str, bool], credential_valid: Mapping[str, bool]
     ) -> None:
-        """The health gauges, exactly these series (a reload may have dropped some)."""
+        """The health gauges, exactly these series (a reload may have dropped some).
+
+        Each mirror's rewrite counter exists from then on, at 0, so that an alert on a
+        standby mirror's increase() sees its first failover.
+        """
+        for mirror in mirror_up:
+            self.counts.by_mirror.setdefault(mirror, 0)
         for gauge, values in (
             (self.mirror_up, mirror_up),
             (self.credential_valid, credential_valid),

@@ -29,6 +29,14 @@ loop. At most
 :data:`MAX_QUEUED_POLICY_REVIEWS` wait for the worker or are in it; past
 that :class:`Busy` is raised, and the endpoint refuses the policy unjudged.
 
+Admission reviews take turns for the worker by caller (the peer's address,
+:class:`~webhook.edge.fairqueue.FairQueue`): one caller's large reviews wait
+behind each other, and a review of another caller waits behind at most one
+of each. A review whose client has gone while it waited leaves the queue
+(:mod:`webhook.edge.gone`). Each connection has at most one review being
+answered, so the queue holds at most one per open connection and is never
+full below the connection limit it is sized to.
+
 One worker, started with the server; if it dies, the next large review
 starts another, and the one in hand is decoded (or judged) in the server, as
 when no worker can be started at all (no ``/dev/shm`` for its semaphores, a
@@ -51,6 +59,7 @@ from typing import TypeVar
 
 from mirrorgate import policy
 from mirrorgate.webhook import admission, policyreview, review
+from mirrorgate.webhook.edge import fairqueue, gone
 from mirrorgate.webhook.logs import logger
 
 __all__ = [
@@ -165,10 +174,19 @@ def _worker_setup() -> None:
 class Screener:
     """The worker process that screens large reviews (see the module's docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_waiting: int) -> None:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._unavailable = False
         self._policy_reviews = 0
+        self._turns = fairqueue.FairQueue(
+            per_caller=max_waiting, total=max_waiting, what="large reviews"
+        )
+        """Admission reviews' turns for the worker (see the module's docstring)."""
+
+    @property
+    def waiting(self) -> int:
+        """Admission reviews waiting for their turn or in the worker."""
+        return self._turns.places
 
     def start(self) -> None:
         """Start the worker now, so that the first large review does not wait for it."""
@@ -209,19 +227,36 @@ class Screener:
             raise Unavailable from None
 
     async def screen(
-        self, body: bytes, *, mode: policy.Mode, max_containers: int
+        self,
+        body: bytes,
+        *,
+        mode: policy.Mode,
+        max_containers: int,
+        caller: str,
+        left: asyncio.Event | None = None,
     ) -> Verdict | None:
-        """The worker's verdict on ``body``; None: no worker could take it, decode it here.
+        """The worker's verdict on ``body``, in ``caller``'s turn; None: no worker could take
+        it (or no turn was left: the queue is sized never to be full), decode it here.
 
-        Raises :class:`review.BadReview` for a malformed review, as decoding here would.
+        Raises :class:`review.BadReview` for a malformed review, as decoding here would,
+        and :class:`~webhook.edge.gone.ClientGone` when ``left`` is set first.
         """
         try:
-            return await self._call(_screen, body, mode, max_containers)
-        except Unavailable:
+            return await gone.unless_gone(
+                left, self._screen_in_turn(body, mode, max_containers, caller)
+            )
+        except (Unavailable, fairqueue.Full):
             return None
 
-    async def judge_policy(self, body: bytes) -> policyreview.Judged:
-        """:func:`webhook.policyreview.judge_body` in the worker.
+    async def _screen_in_turn(
+        self, body: bytes, mode: policy.Mode, max_containers: int, caller: str
+    ) -> Verdict:
+        async with self._turns.turn(caller):
+            return await self._call(_screen, body, mode, max_containers)
+
+    async def judge_policy(self, body: bytes) -> policyreview.Judged | None:
+        """:func:`webhook.policyreview.judge_in_worker`: None for a policy object, which is
+        judged beside the stored ones, which only the server holds.
 
         Raises :class:`Busy` when the queue is full, :class:`Unavailable` when no worker
         can judge it, and :class:`review.BadReview` for a malformed review.
@@ -230,6 +265,6 @@ class Screener:
             raise Busy
         self._policy_reviews += 1
         try:
-            return await self._call(policyreview.judge_body, body)
+            return await self._call(policyreview.judge_in_worker, body)
         finally:
             self._policy_reviews -= 1

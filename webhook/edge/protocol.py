@@ -26,6 +26,7 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from mirrorgate.webhook.edge import gone
 from mirrorgate.webhook.edge.connections import ConnectionTable, State
 
 __all__ = ["MAX_CHUNKS", "LimitedHttpProtocol"]
@@ -120,6 +121,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.after_drain: Callable[[], None] | None = None
         """The next pipelined request's start, held while the client does not read the answer
         before it: a client that does not read gets no more work done for it."""
+        self.peer = ""
+        """The client's address, once TCP has one (:mod:`.accept`)."""
+        self.gone = asyncio.Event()
+        """Set when the connection is lost: each request's scope holds it (:mod:`.gone`)."""
 
     # -- the table's view ---------------------------------------------------
 
@@ -285,6 +290,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["extensions"] = {gone.GONE: {"event": self.gone}}  # scope: private hook
         # A request began: the connection is no longer idle. (Not any byte:
         # the parser skips a stray CRLF between requests, and the idle
         # timer must keep running through it.)
@@ -382,6 +388,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self.table.defer(self, start)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.gone.set()
         if self.transport is None:
             # TLS reports a handshake that never completed (timed out, refused,
             # or the client left) before start_tls returns to the acceptor.

@@ -11,11 +11,13 @@ swapped context brings its own trust store; whether a client certificate is
 required stays the base context's (OpenSSL copies the verify mode once, when
 the connection is made), and never changes while the server runs.
 
-Two kinds: the admission listener's, which with a client CA (``serve
+Three kinds: the admission listener's, which with a client CA (``serve
 --client-ca``) completes no handshake without a certificate from that CA (the
 API server's, from its AdmissionConfiguration), and the metrics listener's
 (``serve --metrics-port``), the same serving certificate without client
-authentication (Prometheus and the kubelet's probes present none).
+authentication (Prometheus and the kubelet's probes present none), and the kubelet credential
+listener's (``serve --kubelet-port``), which completes no handshake without a
+kubelet's client certificate (``serve --kubelet-client-ca``).
 """
 
 from __future__ import annotations
@@ -79,10 +81,19 @@ class _Kind:
 class CertificateReloader:
     """Holds the live server contexts and swaps them when the files change."""
 
-    def __init__(self, cert_file: str, key_file: str, client_ca: str | None = None) -> None:
+    def __init__(
+        self,
+        cert_file: str,
+        key_file: str,
+        client_ca: str | None = None,
+        *,
+        kubelet_ca: str | None = None,
+    ) -> None:
         self.cert_file, self.key_file, self.client_ca = cert_file, key_file, client_ca
+        self.kubelet_ca = kubelet_ca
         self._admission = _Kind(cert_file, key_file, client_ca)
         self._metrics = _Kind(cert_file, key_file, None)
+        self._kubelet = _Kind(cert_file, key_file, kubelet_ca) if kubelet_ca else None
         self.loads = 1
 
     @property
@@ -95,9 +106,21 @@ class CertificateReloader:
         """The metrics listener's: the same certificate, no client certificate asked for."""
         return self._metrics.base
 
+    @property
+    def kubelet_base(self) -> ssl.SSLContext | None:
+        """The kubelet credential listener's: a kubelet's client certificate required."""
+        return self._kubelet.base if self._kubelet is not None else None
+
     def reload(self) -> None:
         """Load the files again; on error keep serving the previous contexts."""
         admission = server_context(self.cert_file, self.key_file, self.client_ca)
         metrics = server_context(self.cert_file, self.key_file)
+        kubelet = (
+            server_context(self.cert_file, self.key_file, self.kubelet_ca)
+            if self._kubelet is not None
+            else None
+        )
         self._admission.current, self._metrics.current = admission, metrics
+        if self._kubelet is not None and kubelet is not None:
+            self._kubelet.current = kubelet
         self.loads += 1

@@ -1,8 +1,9 @@
 """The background health of mirrors and credentials, published to admission as a value.
 
 A thread probes, once per ``health.interval`` (start to start), every mirror
-host the policy names (``GET /v2/``) and, where the host is up, logs in with
-every credential the policy uses on it. Consecutive results move each
+host the policies in force name (``GET /v2/``: the cluster's, and those the
+namespaces' MirrorPolicies add, up to a cap: :mod:`.targets`) and, where the
+host is up, logs in with every credential the policies use on it. Consecutive results move each
 target between up and down by the policy's thresholds; the first result for
 a target decides at once. Whenever the conclusion changes, a new
 :class:`policy.Health` is handed to ``publish``: admission reads that value
@@ -29,70 +30,29 @@ from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.mirrorhealth import probes
+from mirrorgate.webhook.mirrorhealth.targets import (
+    MAX_TEAM_HOSTS,
+    Targets,
+    TeamRules,
+    Transport,
+    credential_problems,
+    probed_targets,
+)
 
 __all__ = ["HealthMonitor", "credential_problems", "probe_mirrors"]
 
 MAX_PROBE_THREADS = 8
-
-
-def _registry_host(registry: str) -> str:
-    return registry.partition("/")[0].lower()
-
-
-def credential_problems(
-    mirror_policy: policy.Policy, credentials: Mapping[str, Credential]
-) -> dict[str, str]:
-    """Policy credentials that cannot serve their rules, by name, with why.
-
-    Missing from the store, or for a registry host other than the mirror
-    host of a rule that uses it: the generated pull secret would not
-    authenticate the kubelet to the mirror.
-    """
-    problems: dict[str, str] = {}
-    for rule in mirror_policy.rules:
-        name = rule.credential
-        if name is None or name in problems:
-            continue
-        credential = credentials.get(name)
-        if credential is None:
-            problems[name] = "not in the credential store"
-        elif _registry_host(credential.registry) != rule.mirror.host.lower():
-            problems[name] = (
-                f"is for registry {_registry_host(credential.registry)!r}, not "
-                f"{rule.mirror.host!r}, the mirror host of {rule.label}"
-            )
-    return problems
-
-
-@dataclasses.dataclass(frozen=True)
-class _Transport:
-    """How a mirror host is reached: plain HTTP, or TLS with its CA file and verification.
-
-    The policy makes every rule on one host agree on it.
-    """
-
-    plain: bool = False
-    ca_file: str | None = None
-    skip_verify: bool = False
-
-    @classmethod
-    def of(cls, rule: policy.MirrorRule) -> _Transport:
-        return cls(plain=rule.scheme == "http", ca_file=rule.ca_file, skip_verify=rule.skip_verify)
-
-    def context(self) -> ssl.SSLContext | None:
-        """The probes' TLS context; None: plain HTTP. Raises ValueError for a bad CA file."""
-        return (
-            None if self.plain else probes.tls_context(self.ca_file, skip_verify=self.skip_verify)
-        )
+UNPROBED_SHOWN = 5
+"""Hosts past the cap that the warning and /readyz name (the count says how many more)."""
 
 
 def probe_mirrors(mirror_policy: policy.Policy, hosts: Collection[str]) -> policy.Health:
     """One probe of each mirror host in ``hosts``, at once: for commands, not for the server."""
-    transports = {rule.mirror.host: _Transport.of(rule) for rule in mirror_policy.rules}
+    transports = {rule.mirror.host: Transport.of(rule) for rule in mirror_policy.rules}
 
     def probe(host: str) -> probes.Answer:
         try:
-            context = transports.get(host, _Transport()).context()
+            context = transports.get(host, Transport()).context()
         except ValueError as error:
             return probes.Answer(False, str(error))
         return probes.check_mirror(host, context=context, timeout=mirror_policy.health.timeout)
@@ -102,6 +62,22 @@ def probe_mirrors(mirror_policy: policy.Policy, hosts: Collection[str]) -> polic
     ) as pool:
         answers = dict(zip(hosts, pool.map(probe, hosts), strict=True))
     return policy.Health(down={host: a.reason for host, a in answers.items() if not a.ok})
+
+
+def _past_the_cap(unprobed: Mapping[str, tuple[str, ...]], cap: int) -> str:
+    """Which hosts past the cap are not probed, and what that means for their rules."""
+    shown = sorted(unprobed)[:UNPROBED_SHOWN]
+    more = len(unprobed) - len(shown)
+    named = ", ".join(
+        f"{host} ({', '.join(unprobed[host][:3])}{', ...' if len(unprobed[host]) > 3 else ''})"
+        for host in shown
+    )
+    return (
+        f"{len(unprobed):,} mirror host{'s' if len(unprobed) != 1 else ''} of MirrorPolicies "
+        f"past the cap of {cap} more than the cluster's: {named}"
+        f"{f' and {more:,} more' if more else ''}; not probed, so their rules rewrite as if "
+        "the mirror were up (no failover, no fallback while it is down)"
+    )
 
 
 @dataclasses.dataclass
@@ -128,41 +104,6 @@ class _Track:
         return False
 
 
-@dataclasses.dataclass(frozen=True)
-class _Targets:
-    """What one policy and one store snapshot ask to be probed."""
-
-    hosts: Mapping[str, _Transport]
-    """Mirror host → how it is reached."""
-    logins: Mapping[str, tuple[str, str]]
-    """Credential → (mirror host, a repository under the mirror's path to scope a token to)."""
-    misconfigured: Mapping[str, str]
-    mirrors: Mapping[str, str]
-    """Each rule's mirror as written → its host (the gauge's label)."""
-
-
-def _targets(mirror_policy: policy.Policy, credentials: Mapping[str, Credential]) -> _Targets:
-    hosts: dict[str, _Transport] = {}
-    logins: dict[str, tuple[str, str]] = {}
-    for rule in mirror_policy.rules:
-        hosts.setdefault(rule.mirror.host, _Transport.of(rule))
-        if rule.credential is not None and rule.credential not in logins:
-            path = rule.mirror.path
-            logins[rule.credential] = (
-                rule.mirror.host,
-                f"{path}/mirrorgate-health" if path else "mirrorgate-health",
-            )
-    misconfigured = credential_problems(mirror_policy, credentials)
-    for name in misconfigured:
-        logins.pop(name, None)
-    return _Targets(
-        hosts=hosts,
-        logins=logins,
-        misconfigured=misconfigured,
-        mirrors={str(r.mirror): r.mirror.host for r in mirror_policy.rules},
-    )
-
-
 class HealthMonitor(Loop):
     """Probes in a thread of its own; ``publish`` receives every new health value.
 
@@ -170,6 +111,8 @@ class HealthMonitor(Loop):
     cannot be read (not synced yet): credentials then keep their last state.
     Without a store at all (``credentials`` None), no credential is checked.
     ``probe`` false checks the configuration only and makes no network call.
+    ``team_rules`` gives the namespaces' own rules (a cluster's MirrorPolicies), whose
+    mirrors are probed beside the cluster's ``mirror_policy`` (up to ``cap`` hosts more).
     """
 
     def __init__(
@@ -180,16 +123,24 @@ class HealthMonitor(Loop):
         publish: Callable[[policy.Health], None],
         metrics: Metrics,
         probe: bool = True,
+        mirror_ca: Callable[[], str] | None = None,
+        team_rules: Callable[[], TeamRules] | None = None,
+        cap: int = MAX_TEAM_HOSTS,
     ) -> None:
         # Stopping waits for the round in hand (at most two probe timeouts).
         super().__init__("mirrorgate-health", stop_timeout=30)
         self._mirror_policy, self._credentials = mirror_policy, credentials
         self._publish, self._metrics, self._probe = publish, metrics, probe
+        self._mirror_ca = mirror_ca
+        self._team_rules, self._cap = team_rules, cap
+        self._unprobed: Mapping[str, tuple[str, ...]] = {}
         self._hosts: dict[str, _Track] = {}
         self._logins: dict[str, _Track] = {}
         self._misconfigured: Mapping[str, str] = {}
-        self._health = policy.HEALTHY
-        self._contexts: dict[_Transport, tuple[int, ssl.SSLContext | None]] = {}
+        # Without probes nothing is known to be up, and the audit says so.
+        self._well = policy.HEALTHY if probe else policy.UNPROBED
+        self._health = self._well
+        self._contexts: dict[Transport, tuple[int, ssl.SSLContext | None]] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=MAX_PROBE_THREADS, thread_name_prefix="mirrorgate-probe"
         )
@@ -205,10 +156,14 @@ class HealthMonitor(Loop):
     def problems(self) -> Mapping[str, str]:
         """What /readyz lists: down mirrors and credentials that cannot serve, with why."""
         health = self._health  # one value, replaced whole by the probe thread
-        return {
+        found = {
             **{f"mirror {host}": f"down: {why}" for host, why in sorted(health.down.items())},
             **{f"credential {name}": why for name, why in sorted(health.failing.items())},
         }
+        unprobed = self._unprobed  # replaced whole by the probe thread
+        if unprobed:
+            found["mirror probes"] = _past_the_cap(unprobed, self._cap)
+        return found
 
     def _run(self) -> None:
         while not self.stopping:
@@ -227,7 +182,12 @@ class HealthMonitor(Loop):
         mirror_policy = self._mirror_policy()
         settings = mirror_policy.health
         snapshot = self._credentials() if self._credentials is not None else None
-        targets = _targets(mirror_policy, snapshot or {})
+        targets = probed_targets(
+            mirror_policy,
+            snapshot or {},
+            self._team_rules() if self._team_rules is not None else None,
+            cap=self._cap,
+        )
         if snapshot is None:
             # No store (nothing to check), or one not readable yet (credentials
             # keep the state they had): no login, no verdict on the configuration.
@@ -235,13 +195,14 @@ class HealthMonitor(Loop):
             targets = dataclasses.replace(targets, logins={}, misconfigured=known)
         self._forget(targets, logins=snapshot is not None or self._credentials is None)
         self._note_misconfigured(targets.misconfigured)
+        self._note_unprobed(targets.unprobed)
         if self._probe:
             self._probe_targets(targets, snapshot, settings)
         self._conclude(targets)
 
     def _probe_targets(
         self,
-        targets: _Targets,
+        targets: Targets,
         snapshot: Mapping[str, Credential] | None,
         settings: policy.HealthSettings,
     ) -> None:
@@ -294,20 +255,22 @@ class HealthMonitor(Loop):
                     settings,
                 )
 
-    def _context(self, transport: _Transport) -> ssl.SSLContext | None:
+    def _context(self, transport: Transport) -> ssl.SSLContext | None:
         """A TLS context per transport (None: plain HTTP), made again when its CA file changes.
 
         Loading a trust store parses every certificate in it: once per change, not per probe.
-        The system store (or ``SSL_CERT_FILE``) is fixed for the process's life.
+        The system store (or ``SSL_CERT_FILE``) is fixed for the process's life; the
+        ``--mirror-ca`` bundle added to it is read as its reloader has it now.
         """
         ca_file = transport.ca_file
+        mirror_ca = self._mirror_ca() if self._mirror_ca and ca_file is None else None
         try:
-            stamp = os.stat(ca_file).st_mtime_ns if ca_file is not None else 0
+            stamp = os.stat(ca_file).st_mtime_ns if ca_file is not None else hash(mirror_ca)
         except OSError as error:
             raise ValueError(f"cannot read caFile {ca_file!r}: {error.strerror}") from None
         found = self._contexts.get(transport)
         if found is None or found[0] != stamp:
-            found = self._contexts[transport] = (stamp, transport.context())
+            found = self._contexts[transport] = (stamp, transport.context(mirror_ca))
         return found[1]
 
     def _observe(
@@ -348,7 +311,16 @@ class HealthMonitor(Loop):
             logger.info("credential configuration fixed", extra={"fields": {"credential": name}})
         self._misconfigured = dict(misconfigured)
 
-    def _forget(self, targets: _Targets, *, logins: bool) -> None:
+    def _note_unprobed(self, unprobed: Mapping[str, tuple[str, ...]]) -> None:
+        if unprobed.keys() != self._unprobed.keys() and unprobed:
+            logger.warning(
+                "mirror hosts of MirrorPolicies past the probes' cap are not probed",
+                extra={"fields": {"why": _past_the_cap(unprobed, self._cap)}},
+            )
+        self._unprobed = dict(unprobed)
+        self._metrics.mirror_hosts_unprobed.set(len(unprobed))
+
+    def _forget(self, targets: Targets, *, logins: bool) -> None:
         """Drop targets the policy no longer names (after a reload)."""
         pairs: list[tuple[dict[str, _Track], Collection[str]]] = [
             (self._hosts, targets.hosts.keys())
@@ -361,7 +333,7 @@ class HealthMonitor(Loop):
         for transport in self._contexts.keys() - set(targets.hosts.values()):
             del self._contexts[transport]
 
-    def _conclude(self, targets: _Targets) -> None:
+    def _conclude(self, targets: Targets) -> None:
         down = {host: t.reason for host, t in self._hosts.items() if t.up is False}
         failing = {name: t.reason for name, t in self._logins.items() if t.up is False}
         failing.update(targets.misconfigured)
@@ -374,11 +346,13 @@ class HealthMonitor(Loop):
         valid = {name: t.up is True for name, t in self._logins.items() if t.up is not None}
         valid.update(dict.fromkeys(targets.misconfigured, False))
         self._metrics.set_health(mirror_up=up, credential_valid=valid)
-        # All well is always the one HEALTHY value, whatever came before.
+        # All well is always the one HEALTHY (or UNPROBED) value, whatever came before.
         health = (
-            policy.Health(down=MappingProxyType(down), failing=MappingProxyType(failing))
+            policy.Health(
+                down=MappingProxyType(down), failing=MappingProxyType(failing), probed=self._probe
+            )
             if down or failing
-            else policy.HEALTHY
+            else self._well
         )
         if (health.down, health.failing) != (self._health.down, self._health.failing):
             self._health = health

@@ -49,8 +49,12 @@ class _Failed(Exception):
     """The exchange did not complete; the message says why, in an operator's words."""
 
 
-def tls_context(ca_file: str | None, *, skip_verify: bool = False) -> ssl.SSLContext:
-    """The system trust store (``SSL_CERT_FILE`` replaces it), or only ``ca_file``'s CAs.
+def tls_context(
+    ca_file: str | None, *, skip_verify: bool = False, mirror_ca: str | None = None
+) -> ssl.SSLContext:
+    """The system trust store (``SSL_CERT_FILE`` replaces it) with ``mirror_ca``'s CAs
+    added (PEM, ``serve --mirror-ca``), or only ``ca_file``'s CAs: a rule's own caFile
+    is the whole trust for its mirror.
 
     ``skip_verify``: no verification at all (the policy's ``insecureSkipVerify``).
     """
@@ -60,6 +64,8 @@ def tls_context(ca_file: str | None, *, skip_verify: bool = False) -> ssl.SSLCon
         raise ValueError(
             f"cannot load caFile {ca_file!r}: {getattr(error, 'strerror', None) or error}"
         ) from None
+    if ca_file is None and mirror_ca:
+        context.load_verify_locations(cadata=mirror_ca)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if skip_verify:
         context.check_hostname = False

@@ -188,7 +188,8 @@ def image_rows(namespace: Mapping[str, Any]) -> list[tuple[str, str, int, int, s
 
 def no_outcomes(**counts: int) -> dict[str, int]:
     zero = dict.fromkeys(
-        ("rewrite", "not-granted", "unmatched", "invalid", "on-mirror", "excluded"), 0
+        ("rewrite", "not-granted", "unmatched", "invalid", "on-mirror", "pull-never", "excluded"),
+        0,
     )
     return {**zero, **{k.replace("_", "-"): v for k, v in counts.items()}}
 

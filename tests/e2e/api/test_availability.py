@@ -67,7 +67,6 @@ def test_sixteen_creators_keep_20_pods_per_second_counted_by_the_api_server(
     assert load.achieved_rate >= 18.0
     assert counts.admissions == len(load.outcomes)
     assert (counts.fail_open, counts.rejected, len(unrewritten)) == (0, 0, 0)
-    assert counts.p99_bound_s <= 0.1
 
 
 @pytest.mark.parametrize("policy", ["Ignore", "Fail"])

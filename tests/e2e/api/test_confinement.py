@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import re
 import secrets
 import textwrap
@@ -175,22 +176,29 @@ def test_service_account_writes_only_labelled_mirrorgate_pull_secrets(
     assert {k: SECRETS_REFUSAL in v for k, v in refused.items()} == dict.fromkeys(refused, True)
 
 
-def _patch(api: k8s.ApiClient, operations: list[dict[str, Any]]) -> None:
-    k8s.AdmissionregistrationV1Api(api).patch_mutating_webhook_configuration(
+def _patch(api: k8s.ApiClient, operations: list[dict[str, Any]], kind: str = "mutating") -> None:
+    getattr(k8s.AdmissionregistrationV1Api(api), f"patch_{kind}_webhook_configuration")(
         "mirrorgate", operations
     )
 
 
-def test_service_account_changes_nothing_but_ca_bundle(installed: Installed) -> None:
-    """Adding a rule (say, Secrets, to receive every Secret write), repointing the URL, an
-    ownerReference or a finalizer are refused; changing caBundle, what mirrorgate does, is
+def _read(api: k8s.ApiClient, kind: str) -> Any:
+    return getattr(k8s.AdmissionregistrationV1Api(api), f"read_{kind}_webhook_configuration")(
+        "mirrorgate"
+    )
+
+
+@pytest.mark.parametrize("kind", ["mutating", "validating"])
+def test_service_account_changes_nothing_but_ca_bundle(installed: Installed, kind: str) -> None:
+    """In either webhook configuration (the Pod webhooks, the policy's validators): adding a
+    rule (say, Secrets, to receive every Secret write), repointing the URL, a failurePolicy,
+    an ownerReference or a finalizer are refused; changing caBundle, what mirrorgate does, is
     allowed."""
     plane = installed.control_plane
     wait_in_force(plane, "kube-system")
+    patch = functools.partial(_patch, kind=kind)
     with plane.api_client() as admin:
-        before = k8s.AdmissionregistrationV1Api(admin).read_mutating_webhook_configuration(
-            "mirrorgate"
-        )
+        before = _read(admin, kind)
     assert before.webhooks
     bundle = before.webhooks[0].client_config.ca_bundle
     assert isinstance(bundle, str)
@@ -203,9 +211,9 @@ def test_service_account_changes_nothing_but_ca_bundle(installed: Installed) -> 
     }
     with as_service_account(plane) as api:
         messages = [
-            refusal(_patch, api, [{"op": "add", "path": "/webhooks/0/rules/-", "value": rule}]),
+            refusal(patch, api, [{"op": "add", "path": "/webhooks/0/rules/-", "value": rule}]),
             refusal(
-                _patch,
+                patch,
                 api,
                 [
                     {
@@ -216,14 +224,20 @@ def test_service_account_changes_nothing_but_ca_bundle(installed: Installed) -> 
                 ],
             ),
             refusal(
-                _patch,
+                patch,
                 api,
-                [{"op": "replace", "path": "/webhooks/1/failurePolicy", "value": "Fail"}],
+                [
+                    {
+                        "op": "replace",
+                        "path": "/webhooks/1/failurePolicy",
+                        "value": "Fail",  # audit's and policies': Ignore
+                    }
+                ],
             ),
-            refusal(_patch, api, [{"op": "add", "path": "/metadata/labels/extra", "value": "x"}]),
+            refusal(patch, api, [{"op": "add", "path": "/metadata/labels/extra", "value": "x"}]),
             # An owner the garbage collector would delete the configuration with.
             refusal(
-                _patch,
+                patch,
                 api,
                 [
                     {
@@ -242,7 +256,7 @@ def test_service_account_changes_nothing_but_ca_bundle(installed: Installed) -> 
             ),
             # A finalizer that would keep a deleted configuration (and its rules) in force.
             refusal(
-                _patch,
+                patch,
                 api,
                 [{"op": "add", "path": "/metadata/finalizers", "value": ["example.com/hold"]}],
             ),
@@ -250,16 +264,14 @@ def test_service_account_changes_nothing_but_ca_bundle(installed: Installed) -> 
         # The control: a different caBundle (the same CA twice) goes through.
         doubled = base64.b64encode(base64.b64decode(bundle) * 2).decode()
         try:
-            _patch(
+            patch(
                 api,
                 [{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": doubled}],
             )
             with plane.api_client() as admin:
-                changed = k8s.AdmissionregistrationV1Api(admin).read_mutating_webhook_configuration(
-                    "mirrorgate"
-                )
+                changed = _read(admin, kind)
         finally:
-            _patch(
+            patch(
                 api,
                 [{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}],
             )
@@ -267,9 +279,7 @@ def test_service_account_changes_nothing_but_ca_bundle(installed: Installed) -> 
     assert changed.webhooks
     assert changed.webhooks[0].client_config.ca_bundle == doubled
     with plane.api_client() as admin:
-        after = k8s.AdmissionregistrationV1Api(admin).read_mutating_webhook_configuration(
-            "mirrorgate"
-        )
+        after = _read(admin, kind)
     assert after.webhooks == before.webhooks
 
 
@@ -287,6 +297,7 @@ def test_under_cert_manager_the_service_account_patches_no_webhook_configuration
         "Role",
         "RoleBinding",
         "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
         *mg.CONFINEMENT_KINDS,
     }
     with own_control_plane.api_client() as admin:
@@ -340,19 +351,20 @@ def test_under_cert_manager_the_service_account_patches_no_webhook_configuration
     assert "cert-manager keeps the certificates" in certificates[0]
     assert CONFIGMAPS_REFUSAL in certificates[2], certificates
     assert mg.RESERVED_REFUSAL in elsewhere
+    operations = [
+        {
+            "op": "add",
+            "path": "/webhooks/0/clientConfig/caBundle",
+            "value": base64.b64encode(b"x").decode(),
+        }
+    ]
     with as_service_account(own_control_plane) as api:
-        message = refusal(
-            _patch,
-            api,
-            [
-                {
-                    "op": "add",
-                    "path": "/webhooks/0/clientConfig/caBundle",
-                    "value": base64.b64encode(b"x").decode(),
-                }
-            ],
-        )
-    assert "mutatingwebhookconfigurations" in message
+        messages = [
+            refusal(functools.partial(_patch, kind=kind), api, operations)
+            for kind in ("mutating", "validating")
+        ]
+    assert "mutatingwebhookconfigurations" in messages[0]
+    assert "validatingwebhookconfigurations" in messages[1]
 
 
 def test_the_skip_label_policy_of_docs_security_keeps_tenants_from_the_skip_label(

@@ -48,6 +48,8 @@ EQUIVALENT = [
         id="cert-manager",
     ),
 ]
+EXAMPLE_POLICY = REPO_ROOT / "examples" / "helm" / "policy-values.yaml"
+"""The chart ships no policy: the install test passes this one (it grants `shop`)."""
 CREDENTIAL_VALUES = {
     "credentials.harbor-pull.registry": "harbor.corp.example",
     "credentials.harbor-pull.username": "robot$pull",
@@ -71,6 +73,69 @@ def _keyed(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any
     return keyed
 
 
+def _the_policy_apart(
+    charted: dict[tuple[str, str], dict[str, Any]],
+    kustomized: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    """The one difference, on purpose: the chart's policy is the ClusterMirrorPolicy
+    `mirrorgate` made from `policy:` (empty by default: no example survives in a user's
+    policy), its CRDs in crds/ (not rendered by `helm template`); the kustomize base still
+    serves the deprecated ConfigMap policy (its example) through `--policy`. Each side's
+    part is checked and taken out, so that the rest is compared field by field."""
+    cluster_policy = charted.pop(("ClusterMirrorPolicy", "mirrorgate"))
+    assert cluster_policy["spec"] == {"exclude": {"namespaces": [mg.NAMESPACE]}}
+    config_map = kustomized.pop(("ConfigMap", "mirrorgate-policy"))
+    assert config_map["metadata"]["labels"]["mirrorgate.io/policy"] == "true"
+    for name in ("clustermirrorpolicies.mirrorgate.io", "mirrorpolicies.mirrorgate.io"):
+        kustomized.pop(("CustomResourceDefinition", name))
+    spec = kustomized[("Deployment", "mirrorgate")]["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    container["args"].remove("--policy=/etc/mirrorgate/policy.yaml")
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "policy"]
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "policy"]
+
+
+def test_a_users_policy_is_rendered_whole_with_no_example_key(
+    helm: Path, home: Path, tmp_path: Path
+) -> None:
+    """#32: Helm deep-merges maps, and an example in values.yaml used to survive in a user's
+    policy (its `harbor-pull` grant, its `exclude.images`). A user's policy with other
+    credentials is rendered exactly as given (plus the release namespace's exclusion),
+    and `helm template --include-crds` renders both CRDs as manifests/base has them."""
+    example = yaml.safe_load(EXAMPLE_POLICY.read_text())
+    mine = {
+        "mirrors": [
+            {"source": "ghcr.io", "mirror": "mirror.team.example/ghcr", "credential": "ours"}
+        ],
+        "credentials": {"ours": {"namespaces": ["payments"]}},
+    }
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"policy": mine}))
+    objects = h.template(helm, home, files=[values])
+    (rendered,) = [o["spec"] for o in objects if o["kind"] == "ClusterMirrorPolicy"]
+    assert rendered == {**mine, "exclude": {"namespaces": [mg.NAMESPACE]}}
+    text = yaml.safe_dump(rendered)
+    for key in (*example["policy"]["credentials"], "harbor.corp.example", "registry.k8s.io"):
+        assert key not in text, key
+    assert "ConfigMap" not in {
+        o["kind"] for o in objects if o["metadata"]["name"] == "mirrorgate-policy"
+    }
+    with_crds = h.run(
+        helm, "template", "mirrorgate", str(h.CHART), "--include-crds", home=home
+    ).stdout
+    crds = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all(with_crds)
+        if d and d["kind"] == "CustomResourceDefinition"
+    }
+    shipped = {
+        (d := yaml.safe_load(path.read_text()))["metadata"]["name"]: d
+        for path in sorted((REPO_ROOT / "manifests" / "base" / "crds").glob("*.yaml"))
+    }
+    assert crds == shipped
+    assert set(crds) == {"clustermirrorpolicies.mirrorgate.io", "mirrorpolicies.mirrorgate.io"}
+
+
 @pytest.mark.parametrize(("values", "overlay"), EQUIVALENT)
 def test_chart_renders_what_the_overlay_renders(
     helm: Path, kustomize: Path, home: Path, values: dict[str, str], overlay: str
@@ -79,6 +144,7 @@ def test_chart_renders_what_the_overlay_renders(
     Namespace (Helm installs into a namespace, it does not own it)."""
     charted = _keyed(h.without_helm_labels(h.template(helm, home, values)))
     kustomized = _keyed([o for o in mg.render(kustomize, overlay) if o["kind"] != "Namespace"])
+    _the_policy_apart(charted, kustomized)
     assert sorted(charted) == sorted(kustomized)
     for key, obj in kustomized.items():
         assert charted[key] == obj, key
@@ -168,6 +234,8 @@ def test_every_chart_object_carries_helms_labels(helm: Path, home: Path) -> None
         {"certificates.mode": "cert-manager", **CREDENTIAL_VALUES},
         {"excludedNamespaces[0]": "shop", "image.digest": "sha256:" + "a" * 64},
         {"monitoring.enabled": "true", "monitoring.labels.release": "prometheus"},
+        {"hostNetwork": "true", "port": "10443", "metricsPort": "10444"},
+        {"spread": "preferred", "imagePullSecrets[0]": "a", "imagePullSecrets[1].name": "b"},
     ],
     ids=[
         "defaults",
@@ -175,6 +243,8 @@ def test_every_chart_object_carries_helms_labels(helm: Path, home: Path) -> None
         "cert-manager-credentials",
         "excluded-digest",
         "monitoring",
+        "host-network",
+        "preferred-spread-pull-secrets",
     ],
 )
 def test_lint_is_clean(helm: Path, home: Path, values: dict[str, str]) -> None:
@@ -233,6 +303,12 @@ EVERY_VALUE: dict[str, Any] = {
     ],
     "webhook": {"timeoutSeconds": 3, "failurePolicy": "Fail"},
     "image": {"pullPolicy": "Always"},
+    "imagePullSecrets": ["regcred", {"name": "mirror-pull"}],
+    "hostNetwork": True,
+    "dnsPolicy": "ClusterFirst",
+    "port": 10443,
+    "metricsPort": 10444,
+    "spread": "preferred",
     "mirrorCA": {"secret": "mirror-ca", "key": "bundle.pem"},
     "clientCA": {"configMap": "apiserver-webhook-ca", "key": "webhook-ca.pem"},
     "networkPolicy": {"controlPlaneCIDRs": ["10.0.0.0/28", "fd00::/120"]},
@@ -291,8 +367,12 @@ def test_every_value_lints_and_reaches_the_objects(
     # The certificates' names, and the Service the policy webhook calls, follow it too.
     assert "'platform-gate-tls'" in confined["spec"]["validations"][0]["expression"]
     assert "'platform-gate-ca'" in confined["spec"]["validations"][1]["expression"]
-    (webhooks,) = [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
-    assert {w["clientConfig"]["service"]["name"] for w in webhooks["webhooks"]} == {"platform-gate"}
+    configurations = [o for o in objects if o["kind"].endswith("WebhookConfiguration")]
+    assert len(configurations) == 2  # the Pod webhooks, and the policy's validators
+    for webhooks in configurations:
+        assert webhooks["metadata"]["name"] == "platform-gate"
+        services = {w["clientConfig"]["service"]["name"] for w in webhooks["webhooks"]}
+        assert services == {"platform-gate"}
     assert all(name.startswith(("platform-gate", "gate-sa")) for _, name in keyed), keyed
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     assert deployment["metadata"]["labels"]["app.kubernetes.io/name"] == "gate"
@@ -310,6 +390,9 @@ def test_every_value_lints_and_reaches_the_objects(
     ):
         assert spec[key] == EVERY_VALUE[key], key
     assert spec["serviceAccountName"] == "gate-sa"
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror-pull"}]
+    # dnsPolicy given wins over hostNetwork's ClusterFirstWithHostNet.
+    assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirst")
     trust, init, host = spec["initContainers"]
     assert init["image"] == (
         "registry.example.com/ecr-credential-provider:v1.34.0@sha256:" + "b" * 64
@@ -317,7 +400,8 @@ def test_every_value_lints_and_reaches_the_objects(
     assert init["command"] == EVERY_VALUE["credentialProviders"]["command"]
     assert init["imagePullPolicy"] == "Always"
     (container,) = spec["containers"]
-    # mirrorCA's bundle is added to the image's own roots by the image itself, at start.
+    # For the plugins, mirrorCA's bundle is added to the image's own roots by the
+    # image itself, at start; serve reads the mounted bundle (--mirror-ca) and follows it.
     assert trust["name"] == "trust-store"
     assert container["imagePullPolicy"] == "Always"
     assert (trust["image"], trust["imagePullPolicy"]) == (
@@ -339,9 +423,11 @@ def test_every_value_lints_and_reaches_the_objects(
         "--log-level=debug",
         "--reconcile-interval=60",
         "--credential-provider-config=/etc/mirrorgate-credential-providers/config.yaml",
-        "--metrics-port=9443",
+        "--port=10443",
+        "--metrics-port=10444",
         "--client-ca=/etc/mirrorgate-client-ca/webhook-ca.pem",
         "--credential-provider-socket=/run/mirrorgate-plugins/plugins.sock",
+        "--mirror-ca=/etc/mirrorgate-ca/bundle.pem",
     ):
         assert arg in args, arg
     # The plugins run in the plugin host, which gets mirrorCA's trust, not extraEnv.
@@ -349,16 +435,15 @@ def test_every_value_lints_and_reaches_the_objects(
     assert {e["name"]: e["value"] for e in host["env"]} == {"SSL_CERT_FILE": env_trust}
     assert "--audit-only" not in args
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env == {
-        "SSL_CERT_FILE": env_trust,
-        "HTTPS_PROXY": "http://proxy.corp.example:3128",
-    }
+    assert env == {"HTTPS_PROXY": "http://proxy.corp.example:3128"}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert mounts["azure-json"] == "/etc/kubernetes/azure"
     assert "azure-json" in volumes
     assert mounts["mirror-ca"] == "/etc/mirrorgate-ca"
-    assert mounts["trust-store"] == "/etc/mirrorgate-trust"
+    assert "trust-store" not in mounts
+    host_mounts = {m["name"]: m["mountPath"] for m in host["volumeMounts"]}
+    assert host_mounts["trust-store"] == "/etc/mirrorgate-trust"
     assert volumes["trust-store"] == {"name": "trust-store", "emptyDir": {"sizeLimit": "4Mi"}}
     assert volumes["mirror-ca"]["secret"] == {
         "secretName": "mirror-ca",
@@ -371,8 +456,8 @@ def test_every_value_lints_and_reaches_the_objects(
     }
     # The probes use the metrics port: the kubelet presents no client certificate.
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
-        "https": 8443,
-        "metrics": 9443,
+        "https": 10443,
+        "metrics": 10444,
     }
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"]["port"] == "metrics", probe
@@ -407,11 +492,54 @@ def test_every_value_lints_and_reaches_the_objects(
         if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "platform-gate"
     ]
     assert {
-        "resources": ["mutatingwebhookconfigurations"],
+        "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
         "resourceNames": ["platform-gate"],
         "apiGroups": ["admissionregistration.k8s.io"],
         "verbs": ["get", "list", "watch", "patch"],
     } in role["rules"]
+
+
+def _pod_spec(helm: Path, home: Path, values: dict[str, str]) -> dict[str, Any]:
+    (deployment,) = [o for o in h.template(helm, home, values) if o["kind"] == "Deployment"]
+    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return spec
+
+
+def test_replicas_spread_over_nodes_required_by_default(helm: Path, home: Path) -> None:
+    """The default spread is required (DoNotSchedule), honouring taints, counted per
+    revision; `preferred` only asks; a user's constraints replace it; no anti-affinity."""
+    (required,) = _pod_spec(helm, home, {})["topologySpreadConstraints"]
+    assert required == {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "nodeTaintsPolicy": "Honor",
+        "matchLabelKeys": ["pod-template-hash"],
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "mirrorgate"}},
+    }
+    assert "affinity" not in _pod_spec(helm, home, {})
+    (preferred,) = _pod_spec(helm, home, {"spread": "preferred"})["topologySpreadConstraints"]
+    assert preferred == required | {"whenUnsatisfiable": "ScheduleAnyway"}
+    own = {
+        "topologySpreadConstraints[0].maxSkew": "2",
+        "topologySpreadConstraints[0].topologyKey": "topology.kubernetes.io/zone",
+        "topologySpreadConstraints[0].whenUnsatisfiable": "DoNotSchedule",
+    }
+    (replaced,) = _pod_spec(helm, home, own)["topologySpreadConstraints"]
+    assert replaced["topologyKey"] == "topology.kubernetes.io/zone"
+
+
+def test_host_network_resolves_cluster_names_and_moves_the_ports(helm: Path, home: Path) -> None:
+    """hostNetwork brings ClusterFirstWithHostNet, and the ports go to serve, the
+    container and the probes (by name) together; without it no dnsPolicy is set."""
+    assert {"hostNetwork", "dnsPolicy"}.isdisjoint(_pod_spec(helm, home, {}))
+    spec = _pod_spec(helm, home, {"hostNetwork": "true", "port": "10250", "metricsPort": "10251"})
+    assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    (container,) = spec["containers"]
+    assert {"--port=10250", "--metrics-port=10251"} <= set(container["args"])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"https": 10250, "metrics": 10251}
+    assert container["readinessProbe"]["httpGet"]["port"] == "metrics"
 
 
 def test_an_existing_service_account_is_bound_not_made(helm: Path, home: Path) -> None:
@@ -434,12 +562,13 @@ def test_the_policy_excludes_the_release_namespace_by_its_name(helm: Path, home:
     """Wherever the chart is installed, its own namespace is excluded by name (not the
     literal `mirrorgate`), as the webhook's namespaceSelector excludes it."""
     for namespace in ("platform-admission", mg.NAMESPACE):
-        objects = h.template(helm, home, namespace=namespace)
-        (stored,) = [o for o in objects if o["kind"] == "ConfigMap"]
-        policy = yaml.safe_load(stored["data"]["policy.yaml"])
-        assert policy["exclude"]["namespaces"] == ["kube-system", namespace]
+        objects = h.template(helm, home, namespace=namespace, files=[EXAMPLE_POLICY])
+        (stored,) = [o["spec"] for o in objects if o["kind"] == "ClusterMirrorPolicy"]
+        assert stored["exclude"]["namespaces"] == ["kube-system", namespace]
         (configuration,) = [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
-        for webhook in configuration["webhooks"]:
+        (validators,) = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
+        (validator,) = [w for w in validators["webhooks"] if w["name"] == "policy.mirrorgate.io"]
+        for webhook in [*configuration["webhooks"], validator]:
             (by_name,) = [
                 e
                 for e in webhook["namespaceSelector"]["matchExpressions"]
@@ -448,25 +577,12 @@ def test_the_policy_excludes_the_release_namespace_by_its_name(helm: Path, home:
             assert namespace in by_name["values"]
     # A policy of one's own without an exclude section gets one.
     objects = h.template(helm, home, {"policy.exclude": "null"}, namespace="elsewhere")
-    (stored,) = [o for o in objects if o["kind"] == "ConfigMap"]
-    assert yaml.safe_load(stored["data"]["policy.yaml"])["exclude"] == {"namespaces": ["elsewhere"]}
+    (stored,) = [o["spec"] for o in objects if o["kind"] == "ClusterMirrorPolicy"]
+    assert stored["exclude"] == {"namespaces": ["elsewhere"]}
 
 
 def _notes(helm: Path, home: Path, mode: str) -> str:
-    """NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
-    done = h.run(
-        helm,
-        "install",
-        "mirrorgate",
-        str(h.CHART),
-        "--namespace",
-        mg.NAMESPACE,
-        "--dry-run=client",
-        "--set",
-        f"mode={mode}",
-        home=home,
-    )
-    return done.stdout[done.stdout.index("NOTES:") :]
+    return h.notes(helm, home, {"mode": mode})
 
 
 def test_notes_lead_from_audit_to_enforce_without_a_trap(helm: Path, home: Path) -> None:
@@ -506,9 +622,7 @@ def test_cloud_recipes_lint_render_and_suit_mirrorgate(
     config = yaml.safe_load(
         objects[("ConfigMap", "mirrorgate-credential-providers")]["data"]["config.yaml"]
     )
-    rules = policy.load(
-        yaml.safe_load(objects[("ConfigMap", "mirrorgate-policy")]["data"]["policy.yaml"])
-    )
+    rules = policy.load(objects[("ClusterMirrorPolicy", "mirrorgate")]["spec"])
     parsed = providerconfig.parse(config, source="credentialProviders.config")
     assert providerconfig.policy_problems(parsed, rules, source="credentialProviders.config") == []
     assert {g.provider for g in rules.grants.values() if g.provider} == set(parsed.providers)
@@ -552,6 +666,12 @@ def test_cloud_recipes_lint_render_and_suit_mirrorgate(
         ({"replica": "2"}, "'replica'"),
         ({"monitoring.enabled": "yes"}, "at '/monitoring/enabled'"),
         ({"monitoring.interval": "30 seconds"}, "at '/monitoring/interval'"),
+        ({"spread": "always"}, "at '/spread'"),
+        ({"hostNetwork": "yes"}, "at '/hostNetwork'"),
+        ({"dnsPolicy": "ClusterFirstWithHostnet"}, "at '/dnsPolicy'"),
+        ({"port": "70000"}, "at '/port'"),
+        ({"metricsPort": "8443"}, "port and metricsPort: both are 8443"),
+        ({"imagePullSecrets[0].nam": "regcred"}, "at '/imagePullSecrets/0'"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(
@@ -590,11 +710,52 @@ def test_render_is_accepted_by_server_side_dry_run(
 ) -> None:
     with own_control_plane.api_client() as api:
         cert_manager_crds(api)
-        namespace = create_namespace(api, namespace_name("helm-dry-run"))
-        objects = h.template(
-            helm, home, values, namespace=namespace, files=[every_value] if every else []
-        )
-        kube.apply(api, objects, dry_run=True)
+        _policy_crds(api)  # as `helm install` does first, from crds/
+        try:
+            namespace = create_namespace(api, namespace_name("helm-dry-run"))
+            objects = h.template(
+                helm, home, values, namespace=namespace, files=[every_value] if every else []
+            )
+            kube.apply(api, objects, dry_run=True)
+        finally:
+            _policy_crds(api, remove=True)  # the install test's helm makes its own
+
+
+def _policy_crds(api: k8s.ApiClient, *, remove: bool = False) -> None:
+    """The chart's crds/ created (not a dry run: a kind is served only once established),
+    or with ``remove`` deleted, returning once they are gone."""
+    extensions = k8s.ApiextensionsV1Api(api)
+    for path in sorted((h.CHART / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        if remove:
+            name = crd["metadata"]["name"]
+            extensions.delete_custom_resource_definition(name)
+
+            def gone(name: str = name) -> str | None:
+                try:
+                    extensions.read_custom_resource_definition(name)
+                except k8s.ApiException as error:
+                    if error.status == 404:
+                        return None
+                    raise
+                return "still there"
+
+            wait_until(gone, timeout=30, what=f"{name} deleted")
+            continue
+        try:
+            extensions.create_custom_resource_definition(crd)
+        except k8s.ApiException as error:
+            if error.status != 409:
+                raise
+
+        def established(name: str = crd["metadata"]["name"]) -> str | None:
+            found = extensions.read_custom_resource_definition(name)
+            conditions = {
+                c.type: c.status for c in (found.status and found.status.conditions) or ()
+            }
+            return None if conditions.get("Established") == "True" else f"{conditions}"
+
+        wait_until(established, timeout=30, what=f"{crd['metadata']['name']} established")
 
 
 def _get(
@@ -607,6 +768,11 @@ def _get(
     return found
 
 
+def _accepted(obj: dict[str, Any]) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions", [])
+    return any(c["type"] == "Accepted" and c["status"] == "True" for c in conditions)
+
+
 def _everything(api: k8s.ApiClient) -> set[tuple[str, str, str]]:
     """(kind, namespace, name) of every object of every listable resource."""
     client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
@@ -616,7 +782,11 @@ def _everything(api: k8s.ApiClient) -> set[tuple[str, str, str]]:
             continue  # the List kinds, and subresources (no list verb)
         if resource.kind in ("Event", "ComponentStatus"):
             continue  # events come and go; componentstatuses are not objects
-        for item in resource.get().items:
+        try:
+            items = resource.get().items
+        except dynamic.exceptions.NotFoundError:
+            continue  # a kind whose CRD was just deleted, still in discovery for a moment
+        for item in items:
             found.add((resource.kind, item.metadata.namespace or "", item.metadata.name))
     return found
 
@@ -645,6 +815,8 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
             "--namespace",
             mg.NAMESPACE,
             "--create-namespace",
+            "-f",
+            str(EXAMPLE_POLICY),
             home=home,
             kubeconfig=kubeconfig,
         )
@@ -659,6 +831,8 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
             str(h.CHART),
             "--namespace",
             mg.NAMESPACE,
+            "-f",
+            str(EXAMPLE_POLICY),
             "--set",
             "mode=enforce",
             *h.set_args(CREDENTIAL_VALUES),
@@ -685,13 +859,13 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
         assert [r["status"] for r in json.loads(history)] == ["superseded", "deployed"]
 
         # mirrorgate as the chart's ServiceAccount, with the policy the chart
-        # stored: its own certificates (Secret mirrorgate-tls, caBundle), the
-        # Lease, and a pull secret made for a Pod in the opted-in namespace.
-        policy = _get(api, "v1", "ConfigMap", "mirrorgate-policy")["data"]["policy.yaml"]
+        # made (the ClusterMirrorPolicy, no file): its own certificates (Secret
+        # mirrorgate-tls, caBundle), the Lease, and a pull secret made for a Pod
+        # in the opted-in namespace.
         server = mg.start_mirrorgate(
             tmp_path / "mirrorgate",
             own_control_plane,
-            policy=policy,
+            policy=None,
             tls_secret="mirrorgate-tls",
             args=[
                 "--store",
@@ -722,25 +896,20 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
             } in patch_ops(response_of(answer.json()))
             generated = _get(api, "v1", "Secret", "mirrorgate-harbor-pull", shop)
             assert generated["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "mirrorgate"
-            webhooks = _get(
-                api,
-                "admissionregistration.k8s.io/v1",
-                "MutatingWebhookConfiguration",
-                "mirrorgate",
-                None,
-            )["webhooks"]
-            assert all(w["clientConfig"]["caBundle"] for w in webhooks)
-            # Its copy of the accepted policy is judged by the webhook policy.mirrorgate.io,
-            # whose Service has no endpoints here (failurePolicy Fail): not written.
+            for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                webhooks = _get(api, "admissionregistration.k8s.io/v1", kind, "mirrorgate", None)
+                assert all(w["clientConfig"]["caBundle"] for w in webhooks["webhooks"]), kind
+            # The leader (the one replica) says the chart's policy is in force.
             wait_until(
                 lambda: (
                     None
-                    if "cannot record the policy's state" in server.logs()
-                    and "policy.mirrorgate.io" in server.logs()
-                    else "no refused write yet"
+                    if _accepted(
+                        _get(api, policy.API_VERSION, "ClusterMirrorPolicy", "mirrorgate", None)
+                    )
+                    else "no Accepted status yet"
                 ),
                 timeout=15,
-                what="the accepted policy's write refused",
+                what="the chart's ClusterMirrorPolicy Accepted",
             )
         finally:
             server.stop()
@@ -763,6 +932,16 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
             ("ConfigMap", mg.NAMESPACE, f"copy.{shop}.mirrorgate-harbor-pull"),  # its record
             ("Secret", shop, "mirrorgate-harbor-pull"),  # running Pods may still need it
         }
+        # The CRDs stay (Helm never deletes crds/: deleting one deletes its objects).
+        crds = {
+            *(
+                ("CustomResourceDefinition", "", f"{plural}.mirrorgate.io")
+                for plural in ("clustermirrorpolicies", "mirrorpolicies")
+            ),
+            # The API server's own entry for the group the CRDs serve.
+            ("APIService", "", f"{policy.API_VERSION.split('/')[1]}.mirrorgate.io"),
+        } - before
+        made_at_run_time |= crds
         assert _everything(api) - before == {("Namespace", "", mg.NAMESPACE), *made_at_run_time}
         assert before - _everything(api) == set()
         # docs/operations.md:
@@ -775,6 +954,7 @@ def test_install_upgrade_uninstall_leaves_only_what_is_meant_to_stay(
                 resource.delete(name=item.metadata.name, namespace=item.metadata.namespace)
         # What stays goes with `kubectl delete namespace mirrorgate`.
         assert _everything(api) - before == {
+            *crds,
             ("Namespace", "", mg.NAMESPACE),
             ("Secret", mg.NAMESPACE, "mirrorgate-tls"),
             ("Secret", mg.NAMESPACE, "mirrorgate-ca"),

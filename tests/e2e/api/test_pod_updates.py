@@ -16,6 +16,7 @@ from kubernetes import client as k8s
 from mirrorgate import policy
 from mirrorgate.webhook import admission
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness import versioned
 from tests.e2e.harness.apiload import DURATION, api_server_samples
 from tests.e2e.harness.apiload import _total as total
 from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS, metric, metrics_text
@@ -118,20 +119,37 @@ def test_an_update_needing_a_pull_secret_the_pod_lacks_is_refused(
     assert stored["spec"]["containers"][0]["image"] == f"{DOCKERHUB_MIRROR}/library/nginx:1.27"
 
 
-def test_an_image_volume_is_pulled_through_the_mirror(
-    installed: Installed, make_namespace: MakeNamespace
-) -> None:
-    """spec.volumes[].image.reference is rewritten, gets the pull secret, and is recorded."""
-    registry = installed.registry
+def _image_volume_pod(installed: Installed) -> dict[str, Any]:
     body = hub_pod()
     body["spec"]["containers"][0]["volumeMounts"] = [{"name": "tools", "mountPath": "/tools"}]
     body["spec"]["volumes"] = [
-        {"name": "app", "image": {"reference": registry.upstream_image}},
+        {"name": "app", "image": {"reference": installed.registry.upstream_image}},
         {"name": "tools", "image": {"reference": "busybox:1.36", "pullPolicy": "IfNotPresent"}},
     ]
+    return body
+
+
+def test_an_image_volume_is_pulled_through_the_mirror(
+    installed: Installed, make_namespace: MakeNamespace
+) -> None:
+    """spec.volumes[].image.reference is rewritten, gets the pull secret, and is recorded.
+
+    Needs 1.35 (image volumes on by default); before it, the documented fallback
+    (harness/versioned.py): removed after admission (1.34: the record names them),
+    refused by the API server (1.31-1.33), or (1.30) an emptyDir, so nothing is pulled."""
+    registry = installed.registry
     with installed.control_plane.api_client() as api:
         namespace = make_namespace(ENFORCE_LABELS)
-        created, warnings = create_pod(api, namespace, body)
+        made = versioned.create_with_image_volumes(api, namespace, _image_volume_pod(installed))
+    if made is None:
+        return
+    created, warnings = made
+    if not versioned.image_volumes():
+        records = {"containers/app": "docker.io/library/nginx:1.27"}
+        if versioned.image_volumes_admitted():  # 1.34: recorded, then removed after admission
+            records |= {"volumes/app": registry.upstream_image, "volumes/tools": "busybox:1.36"}
+        assert json.loads(created["metadata"]["annotations"][ANNOTATION]) == records
+        return
     volumes = created["spec"]["volumes"]
     assert volumes[0]["image"]["reference"] == registry.mirror_image
     assert volumes[1]["image"] == {

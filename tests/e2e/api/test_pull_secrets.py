@@ -286,6 +286,24 @@ def session_is_leader(api: k8s.ApiClient, installed: Installed) -> None:
     )
 
 
+def with_grant(installed: Installed, grant: str) -> tuple[str, str]:
+    """The session server's policy, and the same with the suite's grant replaced by ``grant``."""
+    original = installed.server.policy_path.read_text()
+    suite = f"{CREDENTIAL}: {{namespaces: ['*']}}"
+    assert suite in original
+    return original, original.replace(suite, f"{CREDENTIAL}: {grant}")
+
+
+def reload_until_gone(
+    api: k8s.ApiClient, installed: Installed, text: str, namespace: str, what: str
+) -> float:
+    """Seconds from serving policy ``text`` until the copy in ``namespace`` is deleted."""
+    since = time.monotonic()
+    rewrite_policy(installed.server, text)
+    wait_until(expect_gone(api, namespace, SECRET), timeout=CONVERGE, what=what, interval=0.05)
+    return elapsed(since)
+
+
 def removal_reason(installed: Installed, namespace: str, name: str) -> str:
     entry = wait_log(installed.server, "pull secret removed", secret=f"{namespace}/{name}")
     return str(entry["reason"])
@@ -464,10 +482,7 @@ def test_grant_revoked_by_policy_reload_deletes_copy(
 ) -> None:
     """A policy reload that stops granting the credential deletes the copy (and only there)."""
     registry = installed.registry
-    original = installed.server.policy_path.read_text()
-    grant = f"{CREDENTIAL}: {{namespaces: ['*']}}"
-    assert grant in original
-    revoked = original.replace(grant, f"{CREDENTIAL}: {{namespaces: ['e2e-*']}}")
+    original, revoked = with_grant(installed, "{namespaces: ['e2e-*']}")
     with installed.control_plane.api_client() as api:
         session_is_leader(api, installed)
         # Not e2e-*: the reloaded grant no longer covers it.
@@ -477,15 +492,9 @@ def test_grant_revoked_by_policy_reload_deletes_copy(
             create_pod(api, registry, evidence, namespace, upstream_pod(registry))
             assert read_secret(api, namespace, SECRET) is not None
         try:
-            since = time.monotonic()
-            rewrite_policy(installed.server, revoked)
-            wait_until(
-                expect_gone(api, outside, SECRET),
-                timeout=CONVERGE,
-                what="copy deleted after the grant was revoked",
-                interval=0.05,
+            seconds = reload_until_gone(
+                api, installed, revoked, outside, "copy deleted after the grant was revoked"
             )
-            seconds = elapsed(since)
             still = read_secret(api, inside, SECRET)
             # Admission agrees with the clean-up: no new copy, the image stays as written.
             created, warnings = create_pod(
@@ -506,6 +515,41 @@ def test_grant_revoked_by_policy_reload_deletes_copy(
         removal_reason(installed, outside, SECRET)
         == "the policy no longer grants the credential to the namespace"
     )
+
+
+def test_switching_to_kubelet_delivery_removes_copies_and_attaches_none(
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    evidence: Evidence,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """``delivery: kubelet`` deletes the credential's copies; Pods are still rewritten and
+    recorded, with no imagePullSecrets and no copy made (the kubelet's plugin logs in)."""
+    registry = installed.registry
+    original, kubelet = with_grant(installed, "{namespaces: ['*'], delivery: kubelet}")
+    with installed.control_plane.api_client() as api:
+        session_is_leader(api, installed)
+        before = make_namespace(ENFORCE_LABELS)
+        create_pod(api, registry, evidence, before, upstream_pod(registry))
+        assert read_secret(api, before, SECRET) is not None
+        try:
+            seconds = reload_until_gone(
+                api, installed, kubelet, before, "copy deleted after the delivery became kubelet"
+            )
+            after = make_namespace(ENFORCE_LABELS)
+            created, warnings = kube.create_pod(api, after, upstream_pod(registry, "after"))
+            evidence.text(f"warnings for {after}/after", warnings)
+            made = read_secret(api, after, SECRET)
+        finally:
+            rewrite_policy(installed.server, original)
+    record_property("kubelet_delivery_cleanup_seconds", seconds)
+    print(f"\nFIGURE kubelet_delivery_cleanup_seconds={seconds}")
+    assert created["spec"]["containers"][0]["image"] == registry.mirror_image
+    assert not created["spec"].get("imagePullSecrets"), created["spec"]["imagePullSecrets"]
+    assert made is None, f"a copy was made in {after} under delivery: kubelet"
+    originals = json.loads(annotations_of(created)[policy.ORIGINAL_IMAGES_ANNOTATION])
+    assert originals["containers/app"] == registry.upstream_image, originals
+    assert removal_reason(installed, before, SECRET) == "the credential's delivery is kubelet"
 
 
 def test_central_credential_deleted_removes_its_copies(
@@ -647,13 +691,21 @@ def test_rbac_forbidden_create_skips_then_denies(
     subject = kube.user_subject(user)
     with plane.api_client() as api:
         rbac = k8s.RbacAuthorizationV1Api(api)
-        # mirrorgate's own-namespace Role (store, records) and the Namespace
-        # informer, but not the ClusterRole that may write Secrets elsewhere.
+        # mirrorgate's own-namespace Role (store, records), the Namespace and policy
+        # objects' informers, but not the ClusterRole that may write Secrets elsewhere.
         cluster_role: Any = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": role},
-            "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}],
+            "rules": [
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+                # The policy objects, which a replica lists before it is ready.
+                {
+                    "apiGroups": ["mirrorgate.io"],
+                    "resources": ["clustermirrorpolicies", "mirrorpolicies"],
+                    "verbs": ["list", "watch"],
+                },
+            ],
         }
         rbac.create_cluster_role(cluster_role)
         kube.bind(rbac, role, ("ClusterRole", role), subject)

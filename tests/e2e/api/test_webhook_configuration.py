@@ -168,16 +168,26 @@ def test_stopped_webhook_follows_failure_policy(
 
 def test_manifests_choose_ignore_and_say_why(installed: Installed) -> None:
     """The shipped failurePolicy is Ignore for both Pod webhooks, with its reason written down;
-    Fail only for the policy ConfigMap's validator, which no Pod waits for."""
+    Fail only for the policy ConfigMap's validator, which no Pod waits for (the policy
+    objects' is Ignore: the composition judges an object stored unjudged). Both are in a
+    ValidatingWebhookConfiguration: validating webhooks run after every mutating one, so what
+    they judge is what is stored."""
     assert {w["name"]: w["failurePolicy"] for w in installed.configuration["webhooks"]} == {
         mg.ENFORCE_WEBHOOK: "Ignore",
         mg.AUDIT_WEBHOOK: "Ignore",
-        "policy.mirrorgate.io": "Fail",
     }
-    source = (REPO_ROOT / "manifests" / "base" / "mutatingwebhookconfiguration.yaml").read_text()
+    assert installed.validators["kind"] == "ValidatingWebhookConfiguration"
+    assert {w["name"]: w["failurePolicy"] for w in installed.validators["webhooks"]} == {
+        "policy.mirrorgate.io": "Fail",
+        "policies.mirrorgate.io": "Ignore",
+    }
+    base = REPO_ROOT / "manifests" / "base"
+    source = (base / "mutatingwebhookconfiguration.yaml").read_text()
     assert "failurePolicy: Ignore" in source
     assert "air-gapped" in source  # the documented reason to switch enforce to Fail
-    assert "Fail is safe here: only this one object waits for mirrorgate" in source
+    validators = (base / "validatingwebhookconfiguration.yaml").read_text()
+    assert "Fail is safe here: only this one object waits for mirrorgate" in validators
+    assert "what is judged is what is stored" in validators
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -190,6 +200,7 @@ def test_overlay_is_accepted_by_server_side_dry_run(
     assert {
         "Deployment",
         "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
         "ClusterRole",
         "Service",
         "PodDisruptionBudget",
@@ -203,7 +214,7 @@ def test_overlay_is_accepted_by_server_side_dry_run(
         # instead of the Service; a fresh name keeps the two apart.
         renamed = [
             {**obj, "metadata": {**obj["metadata"], "name": "mirrorgate-dry-run"}}
-            if obj["kind"] == "MutatingWebhookConfiguration"
+            if obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
             else obj
             for obj in objects
         ]

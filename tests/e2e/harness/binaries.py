@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,7 +13,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SH = REPO_ROOT / "tests" / "controlplane" / "build.sh"
 
 # Built from the Go module proxy by build.sh, which pins their versions.
-BUILT = ("kube-apiserver", "etcd", "kustomize", "promtool", "helm", "actionlint")
+BUILT = ("kube-apiserver", "etcd", "kustomize", "promtool", "helm", "actionlint", "kubectl")
 
 
 class MissingBinaryError(Exception):
@@ -39,6 +41,29 @@ def built_binary(name: str) -> Path:
             name, str(path), f"make e2e-deps  (or: bash tests/controlplane/build.sh {name})"
         )
     return path
+
+
+@functools.cache
+def kubernetes_version() -> tuple[int, int, int]:
+    """The Kubernetes release the suite runs (build.sh's, or ``K8S_VERSION=vX.Y.Z``), as
+    (1, minor, patch): the tests whose behaviour differs by minor ask it."""
+    out = subprocess.run(
+        ["bash", str(BUILD_SH), "--k8s-version"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    found = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", out.stdout.strip())
+    if found is None:
+        raise RuntimeError(f"build.sh names no Kubernetes version: {out.stderr.strip()}")
+    major, minor, patch = (int(part) for part in found.groups())
+    return major, minor, patch
+
+
+def kubernetes_minor() -> int:
+    """The minor of :func:`kubernetes_version` (30 for v1.30.14)."""
+    return kubernetes_version()[1]
 
 
 def docker_registry() -> Path:

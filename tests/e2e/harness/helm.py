@@ -70,6 +70,32 @@ def template(
     return [doc for doc in yaml.safe_load_all(output) if doc]
 
 
+def notes(helm: Path, home: Path, values: Mapping[str, str], files: Sequence[Path] = ()) -> str:
+    """NOTES.txt as `helm install -f FILE... --set ...` prints it (a client-side dry run: no
+    cluster)."""
+    done = run(
+        helm,
+        "install",
+        "mirrorgate",
+        str(CHART),
+        "--namespace",
+        mg.NAMESPACE,
+        "--dry-run=client",
+        *[arg for path in files for arg in ("-f", str(path))],
+        *set_args(values),
+        home=home,
+    )
+    return done.stdout[done.stdout.index("NOTES:") :]
+
+
+def provider_config(notes: str) -> dict[str, Any]:
+    """The kubelet's CredentialProviderConfig the NOTES print (kubeletPlugin), as data."""
+    text = notes[notes.index("apiVersion: kubelet.config.k8s.io/v1") :]
+    text = text.split("\n\n", 1)[0]
+    config: dict[str, Any] = yaml.safe_load(text)
+    return config
+
+
 def refused(helm: Path, home: Path, values: Mapping[str, str]) -> str:
     """What `helm template mirrorgate CHART --set ...` says on stderr, asserting it fails."""
     done = run(

@@ -31,6 +31,7 @@ import contextlib
 import json
 import re
 import secrets
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +43,9 @@ from kubernetes import client as k8s
 from tests.e2e.harness import helm as h
 from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness import nodepods, plugins
+from tests.e2e.harness.binaries import REPO_ROOT
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.fixtures_secrets import log_entries, metric, policy_version
+from tests.e2e.harness.fixtures_secrets import log_entries, metric
 from tests.e2e.harness.kube import create_namespace
 from tests.e2e.harness.node import GATEWAY, Node
 from tests.e2e.harness.procs import wait_until
@@ -70,8 +72,6 @@ METRICS_PORT = 9443
 """The ConfigMap holding the node registries' private CA, given to the chart as mirrorCA."""
 MIRROR_CA_FILE = "/etc/mirrorgate-ca/ca.crt"
 """Where the chart mounts it (the plugins' CA_FILE)."""
-TRUST_STORE_FILE = "/etc/mirrorgate-trust/ca-certificates.crt"
-"""Where SSL_CERT_FILE points: the image's system roots with mirrorCA's bundle added."""
 PROVIDERS_REPOSITORY = "mirrorgate-e2e/credential-providers"
 # Probes every 2 s, so the health scenarios see a stopped mirror within seconds, with
 # the chart's own 2 s timeout: shorter ones flap on this shared machine while it pushes
@@ -197,8 +197,8 @@ class Release:
     def control_plane(self) -> ControlPlane:
         return self.node.control_plane
 
-    def run_helm(self, *args: str, check: bool = True) -> None:
-        h.run(
+    def run_helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return h.run(
             self.helm,
             *args,
             "--namespace",
@@ -234,6 +234,21 @@ class Release:
         self.run_helm(
             "upgrade", "mirrorgate", str(h.CHART), "--reuse-values", "--force-conflicts", *args
         )
+
+    def revision(self) -> int:
+        """The release's current revision (`helm status`)."""
+        status = json.loads(self.run_helm("status", "mirrorgate", "-o", "json").stdout)
+        return int(status["version"])
+
+    def roll_back(self, revision: int) -> None:
+        """`helm rollback` to ``revision`` (its values, its policy); returns once both
+        replicas serve, the ClusterMirrorPolicy is Accepted for its generation and the
+        node's mirror is probed up again."""
+        self.run_helm("rollback", "mirrorgate", str(revision), "--force-conflicts")
+        with self.node.control_plane.api_client() as api:
+            wait_rolled_out(api)
+        self._wait_accepted(self._cluster_policy()["metadata"]["generation"])
+        self.wait_gauge("mirrorgate_mirror_up", 1.0, timeout=60, mirror=self.registry.host)
 
     def uninstall(self) -> None:
         self.run_helm("uninstall", "mirrorgate", "--wait", check=False)
@@ -277,39 +292,89 @@ class Release:
         )
 
     def set_policy(self, policy: dict[str, Any]) -> None:
-        """`helm upgrade` with ``policy`` as the chart's `policy` value; returns once every
-        replica serves what the ConfigMap now holds (they reload it; nothing restarts).
+        """`helm upgrade` with ``policy`` as the chart's `policy` value (its
+        ClusterMirrorPolicy); returns once the leader says it is Accepted for its new
+        generation and every replica serves one same composition, a new one if the policy
+        changed (they watch the object; nothing restarts).
 
         The whole policy: `--set policy.mirrors[0].x=y` would replace the list with a
         sparse one (the policy admission webhook refuses that, rightly)."""
+        before = self._policy_versions()
+        generation = self._cluster_policy()["metadata"]["generation"]
         self.upgrade("--set-json", f"policy={json.dumps(policy)}")
-        with self.node.control_plane.api_client() as api:
-            data = (
-                k8s.CoreV1Api(api)
-                .read_namespaced_config_map("mirrorgate-policy", mg.NAMESPACE)
-                .data
-                or {}
-            )
-        text = data["policy.yaml"]
-        version = policy_version(text)
 
         def served() -> str | None:
-            found = [
-                re.findall(r'mirrorgate_policy_info\{[^}]*version="([0-9a-f]+)"', m)
-                for m in self.metrics()
-            ]
-            return (
-                None
-                if found and all(v == [version] for v in found)
-                else f"replicas serve policy versions {found}, not {version}"
-            )
+            stored = self._cluster_policy()
+            status = stored.get("status") or {}
+            conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+            if status.get("observedGeneration") != stored["metadata"]["generation"]:
+                return f"status of generation {status.get('observedGeneration')} only"
+            if conditions.get("Accepted") != "True":
+                return f"ClusterMirrorPolicy not accepted: {status}"
+            found = self._policy_versions()
+            changed = stored["metadata"]["generation"] != generation
+            if len(set(found)) != 1 or (changed and set(found) <= set(before)):
+                return f"replicas serve policy versions {found} (before: {before})"
+            return None
 
         wait_until(
             served,
             timeout=POLICY_RELOAD_TIMEOUT,
-            what=f"policy {version} served by every replica",
+            what="the chart's policy served by every replica",
             interval=0.5,
         )
+
+    @contextlib.contextmanager
+    def policy_spec_replaced(self, spec: dict[str, Any]) -> Iterator[None]:
+        """The chart's ClusterMirrorPolicy holds ``spec`` meanwhile, written through the API
+        (not Helm, whose merge of reused values keeps keys set to null), and its own spec
+        again after; each time until the leader says the new generation is Accepted."""
+        stored = self._cluster_policy()
+        self._write_spec(stored, spec)
+        try:
+            yield
+        finally:
+            self._write_spec(self._cluster_policy(), stored["spec"])
+
+    def _write_spec(self, stored: dict[str, Any], spec: dict[str, Any]) -> None:
+        with self.node.control_plane.api_client() as api:
+            written: Any = k8s.CustomObjectsApi(api).replace_cluster_custom_object(
+                "mirrorgate.io",
+                "v1alpha1",
+                "clustermirrorpolicies",
+                "mirrorgate",
+                {**stored, "spec": spec},
+            )
+        self._wait_accepted(written["metadata"]["generation"])
+
+    def _wait_accepted(self, generation: int) -> None:
+        def accepted() -> str | None:
+            status = self._cluster_policy().get("status") or {}
+            conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+            if (
+                status.get("observedGeneration") != generation
+                or conditions.get("Accepted") != "True"
+            ):
+                return f"status {status} (generation {generation})"
+            return None
+
+        wait_until(
+            accepted, timeout=POLICY_RELOAD_TIMEOUT, what="the policy accepted", interval=0.5
+        )
+
+    def _cluster_policy(self) -> dict[str, Any]:
+        with self.node.control_plane.api_client() as api:
+            found: Any = k8s.CustomObjectsApi(api).get_cluster_custom_object(
+                "mirrorgate.io", "v1alpha1", "clustermirrorpolicies", "mirrorgate"
+            )
+        return dict(found)
+
+    def _policy_versions(self) -> list[str]:
+        return [
+            version
+            for m in self.metrics()
+            for version in re.findall(r'mirrorgate_policy_info\{[^}]*version="([0-9a-f]+)"', m)
+        ]
 
     def log_entries(self) -> list[dict[str, Any]]:
         with self.node.control_plane.api_client() as api:
@@ -344,11 +409,18 @@ def replicas(api: k8s.ApiClient, *, terminating: bool = False) -> list[k8s.V1Pod
 
 
 def rolled_out(api: k8s.ApiClient) -> str | None:
+    """None once the Deployment's current generation runs on both replicas, and nothing
+    else does, each Ready behind the Service, and caBundle is set."""
     deployment = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
         k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE)
     )
     status = deployment.get("status", {})
-    if status.get("availableReplicas") != 2 or status.get("updatedReplicas") != 2:
+    if (
+        status.get("observedGeneration") != deployment["metadata"]["generation"]
+        or status.get("updatedReplicas") != 2
+        or status.get("availableReplicas") != 2
+        or status.get("replicas") != 2
+    ):
         return f"Deployment status {status}"
     slices = (
         k8s.DiscoveryV1Api(api)
@@ -384,8 +456,15 @@ def _replica_logs(api: k8s.ApiClient, lines: int) -> str:
         try:
             tails.append(
                 f"{replica.metadata.name}:\n"
-                + core.read_namespaced_pod_log(
-                    str(replica.metadata.name), mg.NAMESPACE, previous=restarted, tail_lines=lines
+                # None while the container has not started (its status says why).
+                + (
+                    core.read_namespaced_pod_log(
+                        str(replica.metadata.name),
+                        mg.NAMESPACE,
+                        previous=restarted,
+                        tail_lines=lines,
+                    )
+                    or f"(no log yet; status {replica.status})"
                 )
             )
         except k8s.ApiException as failed:
@@ -419,13 +498,21 @@ def _route_to_api(api: k8s.ApiClient) -> None:
     )
 
 
-def push_image(registry: RegistryStack, tag: str, *, version: str | None = None) -> str:
-    """Build mirrorgate's image (image/build.sh) and push it to the node's upstream as
-    ``tag``; returns the local image name."""
+def push_image(
+    registry: RegistryStack,
+    tag: str,
+    *,
+    version: str | None = None,
+    root: Path = REPO_ROOT,
+    timeout: float = 1200,
+) -> str:
+    """Build mirrorgate's image (image/build.sh of the tree at ``root``: this one, or an
+    earlier release's) and push it to the node's upstream as ``tag``; returns the local
+    image name."""
     env = {"TAG": f"localhost/mirrorgate:{tag}"}
     if version is not None:
         env["VERSION"] = version
-    image = build("build.sh", env=env)
+    image = build("build.sh", env=env, root=root, timeout=timeout)
     push(
         image,
         f"{registry.upstream_host}/{REPOSITORY}:{tag}",

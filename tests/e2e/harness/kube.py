@@ -1,10 +1,13 @@
-"""Small Kubernetes helpers for e2e tests: namespaces, Pods, cert-manager CRDs, warnings."""
+"""Small Kubernetes helpers for e2e tests: namespaces, Pods, cert-manager CRDs, warnings,
+the real kubectl."""
 
 from __future__ import annotations
 
 import re
 import secrets
+import subprocess
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +17,19 @@ from kubernetes import dynamic
 # RFC 7234 warn-value as kube-apiserver sends it: `299 - "text"` (quotes escaped).
 _WARNING = re.compile(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"')
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def run_kubectl(kubectl: Path, kubeconfig: Path, *args: str) -> str:
+    """``kubectl ARGS`` as ``kubeconfig``'s user; its output (fails the test on an error)."""
+    done = subprocess.run(
+        [str(kubectl), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def namespace_name(hint: str) -> str:

@@ -63,8 +63,12 @@ def render(kustomize: Path, directory: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(output) if doc]
 
 
-def webhook_configuration(kustomize: Path) -> dict[str, Any]:
-    (found,) = [d for d in render(kustomize, "base") if d["kind"] == "MutatingWebhookConfiguration"]
+def webhook_configuration(
+    kustomize: Path, kind: str = "MutatingWebhookConfiguration"
+) -> dict[str, Any]:
+    """manifests/base's Pod webhooks, or with ``kind`` ValidatingWebhookConfiguration the
+    policy's validators."""
+    (found,) = [d for d in render(kustomize, "base") if d["kind"] == kind]
     return found
 
 
@@ -217,9 +221,11 @@ def installed_in(api: k8s.ApiClient, namespace: str) -> tuple[str, tuple[str, st
 
 
 def install_base(api: k8s.ApiClient, kustomize: Path) -> None:
-    """Namespace, ServiceAccount, RBAC and the ValidatingAdmissionPolicy confining its
-    writes, from manifests/base: what the server runs with."""
+    """The policy kinds' CRDs, Namespace, ServiceAccount, RBAC and the
+    ValidatingAdmissionPolicy confining its writes, from manifests/base: what the server
+    runs with."""
     kinds = {
+        "CustomResourceDefinition",
         "Namespace",
         "ServiceAccount",
         "ClusterRole",
@@ -268,7 +274,7 @@ def start_mirrorgate(
     workdir: Path,
     plane: ControlPlane,
     *,
-    policy: str,
+    policy: str | None,
     user: str = SERVICE_ACCOUNT_USER,
     groups: Sequence[str] = SERVICE_ACCOUNT_GROUPS,
     kubeconfig: Path | None = None,
@@ -383,7 +389,8 @@ def register(
             "url": f"{server.url}{path}",
             "caBundle": base64.b64encode(server.ca_pem).decode(),
         }
-        expressions = webhook["namespaceSelector"].setdefault("matchExpressions", [])
+        selector = webhook.setdefault("namespaceSelector", {})
+        expressions = selector.setdefault("matchExpressions", [])
         if namespace_label is not None:
             expressions.append(
                 {"key": namespace_label[0], "operator": "In", "values": [namespace_label[1]]}
@@ -393,22 +400,29 @@ def register(
             webhook["failurePolicy"] = failure_policy
     admission = k8s.AdmissionregistrationV1Api(api)
     # The generated client takes plain dicts at run time; its annotations say models.
+    kind = "validating" if body["kind"] == "ValidatingWebhookConfiguration" else "mutating"
     try:
-        existing = admission.read_mutating_webhook_configuration(name)
+        existing = getattr(admission, f"read_{kind}_webhook_configuration")(name)
     except k8s.ApiException as error:
         if error.status != 404:
             raise
-        admission.create_mutating_webhook_configuration(body)  # type: ignore[arg-type]
+        getattr(admission, f"create_{kind}_webhook_configuration")(body)
     else:
         assert existing.metadata is not None
         body["metadata"]["resourceVersion"] = existing.metadata.resource_version
-        admission.replace_mutating_webhook_configuration(name, body)  # type: ignore[arg-type]
+        getattr(admission, f"replace_{kind}_webhook_configuration")(name, body)
     return body
 
 
 def unregister(api: k8s.ApiClient, name: str) -> None:
-    try:
-        k8s.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(name)
-    except k8s.ApiException as error:
-        if error.status != 404:
-            raise
+    """Remove the webhook configurations named ``name``, of both kinds."""
+    admission = k8s.AdmissionregistrationV1Api(api)
+    for delete in (
+        admission.delete_mutating_webhook_configuration,
+        admission.delete_validating_webhook_configuration,
+    ):
+        try:
+            delete(name)
+        except k8s.ApiException as error:
+            if error.status != 404:
+                raise

@@ -37,21 +37,24 @@ stops (`nodehost.py`), under a machine-wide lock.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+import yaml
 from kubernetes import client as k8s
 
 from mirrorgate.certs.authority import CertificateAuthority
 from tests.e2e.harness import kube
-from tests.e2e.harness.binaries import MissingBinaryError, built_binary
+from tests.e2e.harness.binaries import MissingBinaryError, built_binary, kubernetes_minor
 from tests.e2e.harness.controlplane import ControlPlane, start_control_plane
 from tests.e2e.harness.nodehost import (
     BRIDGE,
@@ -61,7 +64,7 @@ from tests.e2e.harness.nodehost import (
     recover_unfinished,
 )
 from tests.e2e.harness.noderuntime import CNI_BIN_DIR, ContainerdRuntime, containerd_runtime
-from tests.e2e.harness.procs import ManagedProcess, free_port, stop_all, wait_until
+from tests.e2e.harness.procs import ManagedProcess, free_port, http_ok, stop_all, wait_until
 from tests.e2e.harness.registry import RegistryStack, start_registry_stack
 from tests.e2e.harness.testimages import PAUSE_REPOSITORY, PAUSE_TAG, pause_image, push_upstream
 
@@ -129,14 +132,48 @@ def cni_config(ipam_dir: Path) -> str:
     )
 
 
+ENSURE_SECRET_PULLED_SINCE = 35
+"""KEP-2535 (`KubeletEnsureSecretPulledImages`): beta and on by default from 1.35 (alpha,
+off, in 1.33 and 1.34; no such gate before). Below it a node's cached image serves any
+Pod that names it with IfNotPresent, credentials or not (docs/install.md)."""
+FAIL_CGROUP_V1_SINCE = 31
+"""`failCgroupV1` is a KubeletConfiguration field from 1.31."""
+
+
+def ensures_secret_pulled_images(minor: int) -> bool:
+    """Whether a kubelet of this minor re-checks credentials for a cached image by default."""
+    return minor >= ENSURE_SECRET_PULLED_SINCE
+
+
+def _version_settings(minor: int) -> str:
+    """The settings that exist only from some minor on: an older kubelet refuses an
+    unknown feature gate (and only warns of an unknown field)."""
+    settings = ""
+    if minor >= FAIL_CGROUP_V1_SINCE:
+        settings += (
+            "# This VM has cgroup v1 (hybrid layout), deprecated in 1.37: "
+            "true would refuse to start.\nfailCgroupV1: false\n"
+        )
+    if ensures_secret_pulled_images(minor):
+        # KEP-2535: an image the kubelet pulled with a Secret is reused by another Pod
+        # (IfNotPresent) only if that Pod has the same credentials. On by default from
+        # 1.35; set explicitly because scenario 7 depends on it. Older minors run with
+        # their default (none, or the alpha gate off), as clusters of that minor do.
+        settings += (
+            "featureGates:\n  KubeletEnsureSecretPulledImages: true\n"
+            "imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages\n"
+        )
+    return settings
+
+
 def kubelet_config(
-    workdir: Path, *, socket: Path, port: int, healthz_port: int, client_ca: Path
+    workdir: Path, *, socket: Path, port: int, healthz_port: int, client_ca: Path, minor: int
 ) -> str:
+    """The node's KubeletConfiguration for a kubelet of ``minor`` (1.x)."""
     return f"""\
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-# This VM has cgroup v1 (hybrid layout), deprecated in 1.37: true would refuse to start.
-failCgroupV1: false
+{_version_settings(minor)}\
 # No systemd manages cgroups here; containerd's runc is set to cgroupfs as well.
 cgroupDriver: cgroupfs
 # The VM may have swap; the test Pods do not care.
@@ -172,12 +209,6 @@ evictionHard: {{memory.available: "100Mi", nodefs.available: "2%", imagefs.avail
 syncFrequency: 5s
 # The cluster has no DNS (no CoreDNS image can be pulled); Pods use the host's resolv.conf.
 resolvConf: /etc/resolv.conf
-# KEP-2535: an image the kubelet pulled with a Secret is reused by another Pod
-# (IfNotPresent) only if that Pod has the same credentials. Beta and on by
-# default in 1.37; set explicitly because scenario 7 depends on it.
-featureGates:
-  KubeletEnsureSecretPulledImages: true
-imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages
 # The pause image is pre-pulled; nothing else may be garbage collected mid-test.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -260,6 +291,86 @@ class Node:
         self.processes.remove(current)
         self.socket.unlink(missing_ok=True)
         _run_containerd(self, extra, log_name)
+
+    @contextlib.contextmanager
+    def kubelet_reconfigured(
+        self, settings: Mapping[str, Any], args: Sequence[str], name: str
+    ) -> Iterator[Path]:
+        """The kubelet restarted with ``settings`` over its KubeletConfiguration and ``args``
+        added to its command line, then restarted as it was; yields the log of this run.
+
+        What a node's operator does to change a kubelet's flags: running Pods keep
+        running (their containers are containerd's) and stay Ready (a restarted kubelet
+        keeps the readiness of the containers that started before it).
+        """
+        [current] = [p for p in self.processes if p.name == "kubelet" and p.exited() is None]
+        original = list(current.argv)
+        base = self.workdir / "kubelet.yaml"
+        changed = self.workdir / f"kubelet-{name}.yaml"
+        changed.write_text(yaml.safe_dump({**yaml.safe_load(base.read_text()), **settings}))
+        argv = [f"--config={changed}" if a == f"--config={base}" else a for a in original]
+        log = self.workdir / f"kubelet-{name}.log"
+        self._restart_kubelet([*argv, *args], log)
+        try:
+            yield log
+        finally:
+            self._restart_kubelet(original, self.workdir / f"kubelet-{name}.restored.log")
+
+    def _restart_kubelet(self, argv: list[str], log: Path) -> None:
+        """Stop the kubelet by its PID, start ``argv``; wait for its /healthz and a renewal
+        of the node's Lease by the new process."""
+        [current] = [p for p in self.processes if p.name == "kubelet" and p.exited() is None]
+        current.stop()
+        self.processes.remove(current)
+        started = datetime.datetime.now(datetime.UTC)
+        kubelet = ManagedProcess("kubelet", argv, log)
+        self.processes.append(kubelet)
+        config = next(a.removeprefix("--config=") for a in argv if a.startswith("--config="))
+        port = yaml.safe_load(Path(config).read_text())["healthzPort"]
+        wait_until(
+            lambda: http_ok(
+                lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2, trust_env=False)
+            ),
+            timeout=NODE_READY_TIMEOUT,
+            what="the restarted kubelet's /healthz",
+            alive=kubelet.exited,
+        )
+        with self.control_plane.api_client() as api:
+            leases = k8s.CoordinationV1Api(api)
+
+            def renewed() -> str | None:
+                spec = leases.read_namespaced_lease(NODE_NAME, "kube-node-lease").spec
+                renew = spec.renew_time if spec else None
+                return None if renew and renew >= started else f"Lease renewed {renew}"
+
+            wait_until(
+                renewed,
+                timeout=NODE_READY_TIMEOUT,
+                what="the node's Lease renewed by the restarted kubelet",
+                interval=0.25,
+                alive=kubelet.exited,
+            )
+
+    def kubelet_configz(self) -> dict[str, Any]:
+        """The running kubelet's configuration, from its own /configz, asked as the API
+        server asks it (`kube-apiserver-kubelet-client`; the API server's node proxy
+        refuses this node's loopback address)."""
+        [kubelet] = [p for p in self.processes if p.name == "kubelet" and p.exited() is None]
+        config = next(
+            a.removeprefix("--config=") for a in kubelet.argv if a.startswith("--config=")
+        )
+        port = yaml.safe_load(Path(config).read_text())["port"]
+        pki = self.workdir / "pki"
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the kubelet's self-signed serving certificate
+        context.load_cert_chain(pki / "kubelet-client.crt", pki / "kubelet-client.key")
+        response = httpx.get(
+            f"https://127.0.0.1:{port}/configz", verify=context, timeout=10, trust_env=False
+        )
+        response.raise_for_status()
+        found: dict[str, Any] = response.json()["kubeletconfig"]
+        return found
 
     def write_hosts_toml(self, host: str, text: str) -> None:
         directory = self.hosts_dir / host
@@ -605,6 +716,7 @@ def _start_kubelet(node: Node, binary: Path) -> ManagedProcess:
             port=free_port(),
             healthz_port=free_port(),
             client_ca=plane.ca_path,
+            minor=kubernetes_minor(),
         )
     )
     kubeconfig = plane.kubeconfig_for(NODE_USER, [NODES_GROUP])

@@ -80,10 +80,12 @@ def pod(
     init_containers: Sequence[k8s.V1Container] = (),
     pull_secrets: Sequence[str] = (),
     labels: Mapping[str, str] | None = None,
+    service_account: str | None = None,
 ) -> k8s.V1Pod:
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name=name, labels=dict(labels or {}) or None),
         spec=k8s.V1PodSpec(
+            service_account_name=service_account,
             containers=list(containers),
             init_containers=list(init_containers) or None,
             image_pull_secrets=[k8s.V1LocalObjectReference(name=s) for s in pull_secrets] or None,

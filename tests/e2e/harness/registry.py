@@ -48,6 +48,10 @@ _ACCESS = re.compile(
 )
 
 
+# distribution's own log lines: `key=value` or `key="quoted value"`.
+_FIELD = re.compile(r'([\w.]+)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
 @dataclass(frozen=True)
 class Access:
     """One request a registry answered, from its access log."""
@@ -191,7 +195,9 @@ def _registry_config(
     """A registry's config; without ``tls_cert`` it serves plain HTTP, without ``auth`` anyone."""
     config: dict[str, Any] = {
         "version": "0.1",
-        "log": {"level": "info", "formatter": "text"},
+        # The mirror at debug: each request's handler line then names the user it
+        # authenticated (`msg=GetImageManifest auth.user.name=...`); at info only errors do.
+        "log": {"level": "debug" if name == "mirror" else "info", "formatter": "text"},
         "storage": {"filesystem": {"rootdirectory": str(workdir / f"{name}-data")}},
         "http": {
             "addr": addr,
@@ -263,6 +269,17 @@ def set_mirror_password(stack: RegistryStack, password: str) -> None:
     htpasswd = stack.workdir / "mirror.htpasswd"
     temporary = htpasswd.with_suffix(".tmp")
     temporary.write_text(htpasswd_line(stack.username, password) + "\n")
+    temporary.replace(htpasswd)  # a new mtime: the registry reloads it
+
+
+def add_mirror_users(stack: RegistryStack, users: Mapping[str, str]) -> None:
+    """More users (username → password) at the mirror, beside its own (robots, one per
+    team, of one proxy project): its htpasswd file is replaced whole, and re-read."""
+    htpasswd = stack.workdir / "mirror.htpasswd"
+    lines = htpasswd.read_text().splitlines()
+    lines += [htpasswd_line(username, password) for username, password in users.items()]
+    temporary = htpasswd.with_suffix(".tmp")
+    temporary.write_text("\n".join(lines) + "\n")
     temporary.replace(htpasswd)  # a new mtime: the registry reloads it
 
 
@@ -376,12 +393,60 @@ class DevCache:
     ca_path: Path | None
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    htpasswd: Path | None = None
 
     def access_log(self) -> list[Access]:
         return [
             Access(m["method"], m["path"], int(m["status"]), m["agent"])
             for m in _ACCESS.finditer(self.process.log_text())
         ]
+
+    def authorized(self) -> list[Access]:
+        """The requests its htpasswd check let in (distribution's ``authorized request``
+        line), each with the status its access log gave it: with one user in the file,
+        each is a request made with that user's current password."""
+        statuses: dict[str, int] = {}
+        let_in: list[dict[str, str]] = []
+        for fields in self._records():
+            if fields.get("msg") == "authorized request":
+                let_in.append(fields)
+            elif fields.get("msg") == "response completed" and "http.request.id" in fields:
+                statuses[fields["http.request.id"]] = int(fields["http.response.status"])
+        return [
+            Access(
+                f["http.request.method"],
+                f["http.request.uri"],
+                statuses.get(f["http.request.id"], 0),
+                f.get("http.request.useragent", ""),
+            )
+            for f in let_in
+        ]
+
+    def refused(self) -> list[tuple[str, str]]:
+        """The path and distribution's reason of each request its htpasswd check refused:
+        "invalid authorization credential" when none came, "authentication failure" for a
+        wrong one."""
+        return [
+            (fields.get("http.request.uri", ""), fields["msg"])
+            for fields in self._records()
+            if fields.get("msg", "").startswith("error authorizing context")
+        ]
+
+    def _records(self) -> list[dict[str, str]]:
+        """Its log, one ``key: value`` mapping per line."""
+        return [
+            {key: value.strip('"') for key, value in _FIELD.findall(line)}
+            for line in self.process.log_text().splitlines()
+        ]
+
+    def set_password(self, password: str) -> None:
+        """Change its user's password (the registry re-reads the file on its next request)."""
+        assert self.htpasswd is not None, "a cache without login"
+        assert self.username is not None
+        temporary = self.htpasswd.with_suffix(".tmp")
+        temporary.write_text(htpasswd_line(self.username, password) + "\n")
+        temporary.replace(self.htpasswd)
+        self.password = password
 
 
 def _ready(url: str, ca_file: Path | None, status: int) -> str | None:
@@ -399,18 +464,32 @@ def _ready(url: str, ca_file: Path | None, status: int) -> str | None:
 
 
 def start_dev_cache(
-    stack: RegistryStack, workdir: Path, *, address: str, tls: bool, login: bool
+    stack: RegistryStack,
+    workdir: Path,
+    *,
+    address: str,
+    tls: bool,
+    login: bool,
+    stack_certificate: bool = False,
+    username: str = "dev-puller",
 ) -> DevCache:
     """A pull-through cache of the stack's upstream on ``address`` (an IP), on a free port.
 
     ``tls``: HTTPS with a certificate for ``address`` from a private CA of its own
     (``ca.crt`` in ``workdir``); otherwise plain HTTP, as kind's local registry.
-    ``login``: htpasswd with a user of its own; otherwise anonymous pulls.
+    ``stack_certificate``: HTTPS with the stack's own certificate instead (it names the
+    stack's address, any port): a mirror whoever trusts the stack's CA trusts already.
+    ``login``: htpasswd with ``username`` and a password of its own; otherwise anonymous
+    pulls.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     host = f"{address}:{free_port()}"
     tls_cert = tls_key = ca_path = None
-    if tls:
+    if stack_certificate:
+        assert stack.host.rpartition(":")[0] == address, "the stack's certificate names its own"
+        ca_path, tls_cert = stack.ca_path, stack.workdir / "tls.crt"
+        tls_key = stack.workdir / "tls.key"
+    elif tls:
         ca = CertificateAuthority.generate(common_name="mirrorgate e2e dev cache CA")
         serving = ca.issue_serving(dns_names=[], ips=[address])
         ca_path, tls_cert, tls_key = workdir / "ca.crt", workdir / "tls.crt", workdir / "tls.key"
@@ -418,10 +497,10 @@ def start_dev_cache(
         tls_cert.write_bytes(serving.cert_pem)
         tls_key.write_bytes(serving.key_pem)
         tls_key.chmod(0o600)
-    username = password = None
+    password = htpasswd = None
     auth = None
     if login:
-        username, password = "dev-puller", secrets.token_urlsafe(18)
+        password = secrets.token_urlsafe(18)
         htpasswd = workdir / "htpasswd"
         htpasswd.write_text(htpasswd_line(username, password) + "\n")
         auth = {"htpasswd": {"realm": "mirrorgate-e2e-dev-cache", "path": str(htpasswd)}}
@@ -445,7 +524,7 @@ def start_dev_cache(
         env={"SSL_CERT_FILE": str(stack.ca_path)},
         redact=[stack.upstream_password, password or ""],
     )
-    scheme = "https" if tls else "http"
+    scheme = "https" if tls or stack_certificate else "http"
     try:
         wait_until(
             functools.partial(_ready, f"{scheme}://{host}/v2/", ca_path, 401 if login else 200),
@@ -456,4 +535,11 @@ def start_dev_cache(
     except BaseException:
         proc.stop()
         raise
-    return DevCache(host=host, process=proc, ca_path=ca_path, username=username, password=password)
+    return DevCache(
+        host=host,
+        process=proc,
+        ca_path=ca_path,
+        username=username if login else None,
+        password=password,
+        htpasswd=htpasswd,
+    )

@@ -98,10 +98,11 @@ def write_store(directory: Path, credentials: Sequence[Credential]) -> list[str]
 
 
 def serve_argv(
-    workdir: Path, policy: str, *, tls_secret: str | None = None
+    workdir: Path, policy: str | None, *, tls_secret: str | None = None
 ) -> tuple[list[str], int, Path]:
     """`mirrorgate serve` on a free loopback port, reloading every 0.2 s, with ``policy``
-    written under ``workdir``: its argv, port and policy file.
+    written under ``workdir``: its argv, port and policy file. ``policy`` None: no
+    ``--policy`` (in a cluster, the policy objects alone).
 
     Its certificates are generated under ``workdir``/tls, or with ``tls_secret`` it
     manages its own there.
@@ -124,13 +125,13 @@ def serve_argv(
     else:
         tls_args = ["--tls-secret", tls_secret, "--tls-dir", str(workdir / "tls")]
     policy_path = workdir / "policy.yaml"
-    policy_path.write_text(policy)
+    if policy is not None:
+        policy_path.write_text(policy)
     port = free_port()
     argv = [
         *MIRRORGATE,
         "serve",
-        "--policy",
-        str(policy_path),
+        *(["--policy", str(policy_path)] if policy is not None else []),
         *tls_args,
         "--host",
         "127.0.0.1",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -46,13 +47,17 @@ def central_credential(
     name: str = CREDENTIAL,
     password: str | None = None,
     host: str | None = None,
+    username: str | None = None,
 ) -> None:
     """What `kubectl create secret docker-registry NAME ... -n mirrorgate` makes (or updates),
     labelled as a central credential (`mirrorgate.io/credential=true`).
 
-    ``host`` is the `--docker-server` (default: the registry's mirror).
+    ``host`` is the `--docker-server` (default: the registry's mirror); ``username`` and
+    ``password`` the login (default: the mirror's own user).
     """
-    payload = json.dumps(registry.dockerconfigjson(password=password, host=host)).encode()
+    payload = json.dumps(
+        registry.dockerconfigjson(username=username, password=password, host=host)
+    ).encode()
     body = k8s.V1Secret(
         metadata=k8s.V1ObjectMeta(
             name=name, namespace=mg.NAMESPACE, labels={"mirrorgate.io/credential": "true"}
@@ -75,8 +80,11 @@ class Installed:
 
     server: mg.Mirrorgate
     configuration: dict[str, Any]
+    """The Pod webhooks (manifests/base's MutatingWebhookConfiguration)."""
     registry: RegistryStack
     control_plane: ControlPlane
+    validators: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The policy's validators (manifests/base's ValidatingWebhookConfiguration)."""
 
 
 def pod(
@@ -117,12 +125,15 @@ def install_mirrorgate(
         )
         configuration = mg.webhook_configuration(kustomize)
         mg.register(api, configuration, server, excluded_labels=mg.OWN_WEBHOOK_LABELS)
+        validators = mg.webhook_configuration(kustomize, "ValidatingWebhookConfiguration")
+        mg.register(api, validators, server, excluded_labels=mg.OWN_WEBHOOK_LABELS)
         try:
             yield Installed(
                 server=server,
                 configuration=configuration,
                 registry=registry,
                 control_plane=control_plane,
+                validators=validators,
             )
         finally:
             mg.unregister(api, "mirrorgate")

@@ -14,7 +14,9 @@ so only a non-loopback address shows that the runtime does what the exported
   from the export, the login from mirrorgate (`credentials add
   --from-docker-config`, then the pull secret it attaches);
 * scenario 1 of the node suite on containerd 2 with the deprecated
-  ``registry.configs.*.auth``: what that node-wide login does there.
+  ``registry.configs.*.auth``: what that node-wide login does there;
+* two mirrors for one source (issue #32): with the first stopped, Pods are
+  served from the second, with the second's login only.
 
 `containerd` in a registry's access log is the node; `Go-http-client` in the
 upstream's is a cache filling itself.
@@ -44,6 +46,7 @@ from tests.e2e.harness.fixtures_secrets import (
     register_for_suite,
     suite_namespace,
 )
+from tests.e2e.harness.incluster import Release
 from tests.e2e.harness.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.harness.node import GATEWAY, Node
 from tests.e2e.harness.nodepods import Workload, by_node, manifest_statuses, push_workload
@@ -51,7 +54,8 @@ from tests.e2e.harness.noderuntime import deprecated_registry_auth
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.registry import DevCache, start_dev_cache
 
-pytestmark = [pytest.mark.e2e, pytest.mark.node]
+# The dev mirrorgate is confined by the release's mirrorgate-writes (`node_installed`).
+pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.installed, pytest.mark.image]
 
 CACHE_FILLING = "Go-http-client"
 LOGIN = "dev-cache"
@@ -66,6 +70,9 @@ class Dev:
     node: Node
     plain: DevCache
     tls: DevCache
+    first: DevCache
+    """The first mirror of the failover rule (plain HTTP, anonymous); its test stops it."""
+    server: mg.Mirrorgate
     api: k8s.ApiClient
     namespace: str
     policy_file: Path
@@ -103,9 +110,11 @@ class Dev:
         return name, str(created["spec"]["containers"][0]["image"])
 
 
-def dev_policy(upstream: str, plain: DevCache, tls: DevCache) -> str:
+def dev_policy(upstream: str, plain: DevCache, tls: DevCache, first: DevCache) -> str:
     """Two paths of the upstream, each through one cache (a cache proxies the whole
-    upstream at its root, so ``upstream/P/x`` is ``cache/P/x``)."""
+    upstream at its root, so ``upstream/P/x`` is ``cache/P/x``), and a third through two
+    caches in order: ``first``, then the login cache. Probes are frequent, so that a
+    stopped cache is seen down within seconds (and patient: the test machine is shared)."""
     return (
         f"mirrors:\n"
         f"  - source: {upstream}/plain\n"
@@ -114,7 +123,14 @@ def dev_policy(upstream: str, plain: DevCache, tls: DevCache) -> str:
         f"    mirror: https://{tls.host}/tls\n"
         f"    caFile: {tls.ca_path}\n"
         f"    credential: {LOGIN}\n"
+        f"  - source: {upstream}/failover\n"
+        f"    mirror:\n"
+        f"      - http://{first.host}/failover\n"
+        f"      - url: https://{tls.host}/failover\n"
+        f"        caFile: {tls.ca_path}\n"
+        f"        credential: {LOGIN}\n"
         f"credentials:\n  {LOGIN}: {{namespaces: ['*']}}\n"
+        f"health: {{interval: 1s, timeout: 900ms, failureThreshold: 2}}\n"
     )
 
 
@@ -136,12 +152,18 @@ def _mirrorgate_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[
 
 @pytest.fixture(scope="module")
 def dev(
-    node_cluster: Node, kustomize: Path, tmp_path_factory: pytest.TempPathFactory
+    node_cluster: Node,
+    node_installed: Release,
+    kustomize: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Dev]:
     """A dev cluster's mirrorgate beside the session's release: a process of this module
     with the file store, in a namespace of its own (its Lease and key there, confined
     there by the release's ValidatingAdmissionPolicy), registered for this module's
-    namespace only. The release leaves that namespace's Pods alone: it has no grant."""
+    namespace only. The release leaves that namespace's Pods alone: it has no grant.
+
+    ``node_installed`` is asked for so that the release, and the mirrorgate-writes it
+    installs, exist even when this module runs alone."""
     node, stack = node_cluster, node_cluster.registry
     workdir = tmp_path_factory.mktemp("dev-caches")
     with contextlib.ExitStack() as stop:
@@ -151,8 +173,19 @@ def dev(
         stop.callback(plain.process.stop)
         tls = start_dev_cache(stack, workdir / "tls", address=NODE_ADDRESS, tls=True, login=True)
         stop.callback(tls.process.stop)
+        first = start_dev_cache(
+            stack, workdir / "first", address=NODE_ADDRESS, tls=False, login=False
+        )
+        stop.callback(first.process.stop)
         policy_file = workdir / "policy.yaml"
-        policy_file.write_text(dev_policy(stack.upstream_host, plain, tls))
+        policy_file.write_text(dev_policy(stack.upstream_host, plain, tls, first))
+        # This module's mirrorgate serves its file beside the policy objects of the cluster,
+        # and a file yields whole to a ClusterMirrorPolicy it conflicts with (the release's
+        # has the same upstream and sets health too): the release's policy is emptied while
+        # the module runs, and given back after.
+        stop.enter_context(
+            node_installed.policy_spec_replaced({"exclude": {"namespaces": [mg.NAMESPACE]}})
+        )
         # The login, from what `docker login` wrote, into mirrorgate's file store.
         key, store = workdir / "store.key", workdir / "store.json"
         assert _mirrorgate_cli("credentials", "generate-key", "--out", str(key)).returncode == 0
@@ -205,6 +238,8 @@ def dev(
                 node=node,
                 plain=plain,
                 tls=tls,
+                first=first,
+                server=server,
                 api=api,
                 namespace=namespace,
                 policy_file=policy_file,
@@ -289,6 +324,42 @@ def test_https_cache_with_a_private_ca_and_a_login_from_mirrorgate(
     pulls = by_node(cache.access_log(), workload)
     assert manifest_statuses(pulls) == {401, 200}  # challenged, then the attached login
     assert by_node(stack.access_log("upstream"), workload) == []
+
+
+def _rewritten_or_say_why(dev: Dev, workload: Workload, hint: str, mirror: str) -> str:
+    """:func:`wait_rewritten`, its failure with what mirrorgate's probes logged."""
+    try:
+        return wait_rewritten(dev, workload, hint, mirror)
+    except TimeoutError as error:
+        probes = [line for line in dev.server.logs().splitlines() if "mirror" in line]
+        raise AssertionError(f"{error}; the probes said: {probes[-20:]}") from None
+
+
+def test_two_mirrors_for_one_source_the_first_stopped_serves_from_the_second(
+    dev: Dev, tmp_path: Path
+) -> None:
+    """Both up, a Pod goes to the first; stopped, the next Pods go to the second, which the
+    node pulls from with the second's login, the only pull secret attached."""
+    stack, first, second = dev.node.registry, dev.first, dev.tls
+    files, _ = dev.export(tmp_path / "certs.d")
+    with (
+        installed_hosts(dev.node, files, first.host),
+        installed_hosts(dev.node, files, second.host),
+    ):
+        before = push_workload(stack, "failover/before")
+        name = _rewritten_or_say_why(dev, before, "first", f"{first.host}/failover")
+        nodepods.wait_running(dev.api, dev.namespace, name)
+        assert manifest_statuses(by_node(first.access_log(), before)) == {200}
+        first.process.stop()
+        workload = push_workload(stack, "failover/app")
+        name = _rewritten_or_say_why(dev, workload, "second", f"{second.host}/failover")
+        stored = nodepods.wait_running(dev.api, dev.namespace, name)
+        assert nodepods.log(dev.api, dev.namespace, name).strip() == workload.greeting
+    assert stored["spec"]["containers"][0]["image"].startswith(f"{second.host}/failover/")
+    assert stored["spec"]["imagePullSecrets"] == [{"name": f"mirrorgate-{LOGIN}"}]
+    assert manifest_statuses(by_node(second.access_log(), workload)) == {401, 200}
+    assert by_node(first.access_log(), workload) == []  # stopped before that Pod
+    assert by_node(stack.access_log("upstream"), workload) == []  # never the original
 
 
 def test_1_on_containerd_2_the_deprecated_registry_auth_is_a_node_wide_login(

@@ -28,6 +28,9 @@ from tests.e2e.harness.suite import GRANTED_PREFIX
 
 pytestmark = pytest.mark.e2e
 
+RULE = "ClusterMirrorPolicy mirrorgate spec.mirrors[0]"
+"""The rule as messages name it: the chart renders the policy as that ClusterMirrorPolicy."""
+
 
 # On the node cluster: the same contract, with the kubelet and containerd pulling, against
 # mirrorgate installed by its chart (`node_installed`): two replicas, each probing the
@@ -122,7 +125,7 @@ def test_node_mirror_stopped_pods_run_from_upstream_then_through_the_restarted_m
         (warning,) = warnings
         assert warning.startswith(
             f"containers/app: image '{down.image}' left as written: "
-            f"mirror {stack.host} of mirrors[0] is down: "
+            f"mirror {stack.host} of {RULE} is down: "
         )
         seconds = runs(scenario, name, down)
         print(f"node: Pod left as written running after {seconds:.2f} s")
@@ -160,7 +163,7 @@ def test_node_password_changed_at_the_mirror_pod_runs_from_upstream(
         assert created["spec"]["containers"][0]["image"] == workload.image
         assert warnings == [
             f"containers/app: image '{workload.image}' left as written: credential "
-            f"'{NODE_CREDENTIAL}' of mirrors[0] cannot log in to mirror {stack.host}: login "
+            f"'{NODE_CREDENTIAL}' of {RULE} cannot log in to mirror {stack.host}: login "
             "refused by /v2/ (HTTP 401) (onMirrorDown: fallback)"
         ]
         # Through the private CA given as mirrorCA: the mirror itself is up.
@@ -195,7 +198,7 @@ def test_node_keep_rewrites_while_the_mirror_is_down_and_the_pull_fails(
         (warning,) = warnings
         assert warning.startswith(
             f"containers/app: image '{workload.image}' rewritten "
-            f"although mirror {stack.host} of mirrors[0] is down: "
+            f"although mirror {stack.host} of {RULE} is down: "
         )
         message = nodepods.wait_pull_failure(scenario.api, scenario.namespace, name, "app")
         print(f"\nnode: keep, mirror down: pull failed: {message[:200]}")

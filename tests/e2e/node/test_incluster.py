@@ -35,19 +35,19 @@ from tests.e2e.harness.fixtures_secrets import ENFORCE_LABELS, log_entries, read
 from tests.e2e.harness.incluster import (
     API_NAME,
     MIRROR_CA,
+    MIRROR_CA_FILE,
     REPOSITORY,
     ROLLOUT_TIMEOUT,
     TAG,
-    TRUST_STORE_FILE,
     Release,
     push_image,
     replicas,
-    rolled_out,
     wait_rolled_out,
 )
 from tests.e2e.harness.kube import create_namespace, create_pod, namespace_name
 from tests.e2e.harness.node import GATEWAY, Node
 from tests.e2e.harness.procs import wait_until
+from tests.e2e.harness.rollout import deployment_done, held_load, old_replicas_stopped
 from tests.e2e.harness.suite import CREDENTIAL, GRANTED_PREFIX, node_policy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.image, pytest.mark.installed]
@@ -135,9 +135,12 @@ def _apply(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
 
 
 def _remove(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
-    """Everything the kustomization applied but the namespace (the release's home): the
-    Deployment first, its replicas gone before their RBAC, so the leader can hand its
-    Lease back as it stops."""
+    """Everything the kustomization applied but the namespace (the release's home) and the
+    CRDs: the Deployment first, its replicas gone before their RBAC, so the leader can
+    hand its Lease back as it stops. The CRDs stay, as `helm uninstall` leaves them: the
+    release installed next would find one still terminating, skip it (Helm installs
+    only missing CRDs), and fail on its ClusterMirrorPolicy once it is gone (seen on
+    v1.30.14)."""
     client = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
     k8s.AppsV1Api(api).delete_namespaced_deployment("mirrorgate", mg.NAMESPACE)
     wait_until(
@@ -147,26 +150,13 @@ def _remove(api: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
         interval=0.5,
     )
     for obj in reversed(objects):
-        if obj["kind"] in ("Namespace", "Deployment"):
+        if obj["kind"] in ("Namespace", "Deployment", "CustomResourceDefinition"):
             continue
         resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         with contextlib.suppress(dynamic.exceptions.NotFoundError):
             resource.delete(
                 name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace")
             )
-
-
-def _held_load(
-    api: k8s.ApiClient, node: Node, hint: str, image: str, *, minimum_s: float
-) -> apiload.Load:
-    """16 creators at 20/s of Pods of ``image``, held, in a new opted-in, granted namespace."""
-    namespace = create_namespace(api, f"{GRANTED_PREFIX}{namespace_name(hint)}", ENFORCE_LABELS)
-    return apiload.Load(
-        node.control_plane.api_client,
-        namespace,
-        lambda name: _held(name, image),
-        minimum_s=minimum_s,
-    )
 
 
 @dataclass
@@ -332,9 +322,9 @@ def test_probes_the_node_mirror_through_the_private_ca_given_as_mirror_ca(
     node_installed: Release,
 ) -> None:
     """The node's mirror presents a certificate of a private CA; the chart's `mirrorCA`
-    (a ConfigMap the user made) is added to the image's system roots in the replicas'
-    trust store, so each replica's probes find the mirror up and the credential's login
-    valid."""
+    (a ConfigMap the user made) is what serve's probes trust beside the image's system
+    roots (--mirror-ca), so each replica's probes find the mirror up and the
+    credential's login valid."""
     registry = node_installed.registry
     with node_installed.control_plane.api_client() as api:
         [container] = [
@@ -344,7 +334,9 @@ def test_probes_the_node_mirror_through_the_private_ca_given_as_mirror_ca(
             )["spec"]["template"]["spec"]["containers"]
             if c["name"] == "mirrorgate"
         ]
-    assert {"name": "SSL_CERT_FILE", "value": TRUST_STORE_FILE} in container["env"]
+    # serve reads the mounted bundle itself, beside the image's roots, and follows it.
+    assert f"--mirror-ca={MIRROR_CA_FILE}" in container["args"]
+    assert "SSL_CERT_FILE" not in {e["name"] for e in container.get("env", [])}
     node_installed.wait_gauge("mirrorgate_mirror_up", 1.0, timeout=60, mirror=registry.host)
     node_installed.wait_gauge("mirrorgate_credential_valid", 1.0, timeout=60, credential=CREDENTIAL)
     assert len(node_installed.gauges("mirrorgate_mirror_up", mirror=registry.host)) == 2
@@ -469,48 +461,6 @@ def test_a_tenant_made_secret_of_the_reserved_prefix_is_refused(
 # version rolls both out, until every old replica has terminated; counted by
 # the API server (tests/e2e/harness/apiload.py).
 ROLLOUT_TAG = "in-cluster-rollout"
-# Stored, never scheduled: the load measures admission, not the node.
-HOLD = "mirrorgate.io/e2e-hold"
-
-
-def _held(name: str, image: str) -> k8s.V1Pod:
-    return k8s.V1Pod(
-        metadata=k8s.V1ObjectMeta(name=name),
-        spec=k8s.V1PodSpec(
-            containers=[k8s.V1Container(name="c", image=image)],
-            scheduling_gates=[k8s.V1PodSchedulingGate(name=HOLD)],
-        ),
-    )
-
-
-def _old_replicas_stopped(api: k8s.ApiClient, image: str) -> str | None:
-    """Every mirrorgate Pod not running ``image`` is gone or its container has ended
-    (the Pod object may outlive it while the node tears its sandbox down)."""
-    for replica in replicas(api, terminating=True):
-        assert replica.spec is not None
-        if replica.spec.containers[0].image == image:
-            continue
-        statuses = (replica.status.container_statuses if replica.status else None) or []
-        if not statuses or any(s.state is None or s.state.terminated is None for s in statuses):
-            return f"old replica {replica.metadata.name if replica.metadata else '?'} runs"
-    return None
-
-
-def _deployment_done(api: k8s.ApiClient, image: str) -> str | None:
-    deployment = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
-        k8s.AppsV1Api(api).read_namespaced_deployment("mirrorgate", mg.NAMESPACE)
-    )
-    status = deployment.get("status", {})
-    if deployment["spec"]["template"]["spec"]["containers"][0]["image"] != image:
-        return "not this image"
-    if (
-        status.get("observedGeneration") != deployment["metadata"]["generation"]
-        or status.get("updatedReplicas") != 2
-        or status.get("availableReplicas") != 2
-        or status.get("replicas") != 2
-    ):
-        return f"Deployment status {status}"
-    return rolled_out(api)
 
 
 def _ca_bundles_set(api: k8s.ApiClient) -> str | None:
@@ -535,7 +485,7 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_under_load(
     mirrored = f"{registry.host}/node/gap:1"
     plane = node_installed.node.control_plane
     with plane.api_client() as api:
-        load = _held_load(api, node_installed.node, "gap", image, minimum_s=4.0)
+        load = held_load(api, node_installed.node, "gap", image, minimum_s=4.0)
         namespace = load.namespace
         before = apiload.api_server_samples(api)
         with load.running():
@@ -590,7 +540,7 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
     plane = node_installed.node.control_plane
     marks: dict[str, float] = {}
     with plane.api_client() as api:
-        load = _held_load(api, node_installed.node, "load", image, minimum_s=20.0)
+        load = held_load(api, node_installed.node, "load", image, minimum_s=20.0)
         namespace = load.namespace
         before = apiload.api_server_samples(api)
         with load.running():
@@ -601,7 +551,7 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
             k8s.CoreV1Api(api).delete_namespaced_pod(str(victim.metadata.name), mg.NAMESPACE)
             old_image = f"{registry.upstream_host}/{REPOSITORY}:{TAG}"
             wait_until(
-                lambda: _deployment_done(api, old_image),
+                lambda: deployment_done(api, old_image),
                 timeout=ROLLOUT_TIMEOUT,
                 what="a replacement replica Ready",
                 interval=0.5,
@@ -610,7 +560,7 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
             rollout = time.monotonic()
             node_installed.upgrade("--set", f"image.tag={ROLLOUT_TAG}")
             wait_until(
-                lambda: _deployment_done(api, new_reference),
+                lambda: deployment_done(api, new_reference),
                 timeout=ROLLOUT_TIMEOUT,
                 what="the new version rolled out",
                 interval=0.5,
@@ -618,7 +568,7 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
             # The load lasts until every old replica has terminated, not just left the
             # rotation: a terminating replica still answers during its preStop pause.
             wait_until(
-                lambda: _old_replicas_stopped(api, new_reference),
+                lambda: old_replicas_stopped(api, new_reference),
                 timeout=ROLLOUT_TIMEOUT,
                 what="the old replicas stopped",
                 interval=0.5,
@@ -647,4 +597,3 @@ def test_admission_stays_available_through_replica_loss_and_rollout(
     assert len(stored) == len(load.outcomes)
     assert counts.admissions == len(load.outcomes)
     assert (counts.fail_open, counts.rejected, len(unrewritten)) == (0, 0, 0)
-    assert counts.p99_bound_s <= 0.1

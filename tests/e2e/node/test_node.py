@@ -29,12 +29,19 @@ from kubernetes import client as k8s
 from mirrorgate import policy
 from tests.commands import MIRRORGATE
 from tests.e2e.harness import nodepods
-from tests.e2e.harness.binaries import REPO_ROOT
+from tests.e2e.harness.binaries import REPO_ROOT, kubernetes_minor
 from tests.e2e.harness.dockerconfig import Credentials
 from tests.e2e.harness.fixtures_secrets import AUDIT_LABELS, ENFORCE_LABELS, as_dict, read_secret
 from tests.e2e.harness.incluster import Release
 from tests.e2e.harness.kube import create_namespace, create_pod, namespace_name
-from tests.e2e.harness.node import KUBELET_CLIENT_USER, NODE_NAME, NODE_USER, NODES_GROUP, Node
+from tests.e2e.harness.node import (
+    KUBELET_CLIENT_USER,
+    NODE_NAME,
+    NODE_USER,
+    NODES_GROUP,
+    Node,
+    ensures_secret_pulled_images,
+)
 from tests.e2e.harness.nodepods import Workload, by_node, manifest_statuses, push_workload
 from tests.e2e.harness.procs import wait_until
 from tests.e2e.harness.provider_setup import password_of
@@ -590,14 +597,18 @@ def test_6_namespace_without_the_grant_pulls_from_the_upstream(node_installed: R
 @INSTALLED
 @IMAGE
 def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Release) -> None:
-    """KubeletEnsureSecretPulledImages (beta in 1.37, enabled): no reuse without the grant.
+    """KubeletEnsureSecretPulledImages (KEP-2535, on by default from 1.35): no reuse
+    without the grant; before 1.35 the node's cache is the boundary (docs/install.md).
 
     A granted namespace pulls the image through the mirror with mirrorgate's
     Secret. A Pod in a namespace without the grant names the same mirror image
-    with IfNotPresent: the node has it, but the kubelet re-checks credentials,
-    finds none, pulls anonymously, and the mirror refuses. A second granted
-    namespace (its own copy of the same credential) starts from the cache.
+    with IfNotPresent: the node has it. From 1.35 the kubelet re-checks
+    credentials, finds none, pulls anonymously, and the mirror refuses; before
+    1.35 (the documented fallback) it starts from the node's copy, and the mirror
+    is asked nothing. A second granted namespace (its own copy of the same
+    credential) starts from the cache either way.
     """
+    ensures = ensures_secret_pulled_images(kubernetes_minor())
     registry = node_installed.registry
     workload = push_workload(registry, "node/ensure-pulled")
     image = mirror_image(registry, workload)
@@ -613,7 +624,11 @@ def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Relea
             other,
             nodepods.pod("reuse", [nodepods.container("app", image, pull_policy="IfNotPresent")]),
         )
-        message = nodepods.wait_pull_failure(api, other, "reuse", "app")
+        if ensures:
+            message = nodepods.wait_pull_failure(api, other, "reuse", "app")
+        else:
+            nodepods.wait_running(api, other, "reuse")
+            message = nodepods.log(api, other, "reuse").strip()
 
         second = make_namespace(api, "ensure-granted-2", ENFORCE_LABELS, granted=True)
         create_pod(api, second, nodepods.pod("again", [nodepods.container("app", workload.image)]))
@@ -621,8 +636,14 @@ def test_7_cached_mirror_image_needs_the_grant_on_the_node(node_installed: Relea
     assert stored["spec"]["containers"][0]["image"] == image
     assert not stored["spec"].get("imagePullSecrets")
     assert any(CREDENTIAL in w for w in warnings), warnings
-    assert nodepods.NO_CREDENTIAL in message, message
-    # After the first pull the mirror only refused: `reuse` asked without credentials,
-    # `again` started from the node's copy, its credential being the same.
     after = by_node(registry.access_log("mirror"), workload)[before:]
-    assert manifest_statuses(after) == {401}
+    if ensures:
+        assert nodepods.NO_CREDENTIAL in message, message
+        # After the first pull the mirror only refused: `reuse` asked without credentials,
+        # `again` started from the node's copy, its credential being the same.
+        assert manifest_statuses(after) == {401}
+    else:
+        # The fallback: the Pod without the grant ran the mirror's image from the cache,
+        # and neither it nor `again` asked the mirror anything.
+        assert message == workload.greeting
+        assert after == []

@@ -12,8 +12,6 @@ needs the binaries of `make e2e-deps`.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,42 +19,28 @@ import pytest
 import yaml
 
 from tests.e2e.harness.binaries import REPO_ROOT
+from tests.e2e.harness.workflows import lint_clean_then_broken
 
 pytestmark = pytest.mark.e2e
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "release.yml"
 
 
-def _lint(actionlint: Path, workflow: Path) -> subprocess.CompletedProcess[str]:
-    # From the workflow's repository: actionlint reads its .github/ from the working directory.
-    return subprocess.run(
-        [str(actionlint), "-no-color", str(workflow)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=workflow.parents[2],
-    )
-
-
 def test_actionlint_passes_the_release_workflow(actionlint: Path, tmp_path: Path) -> None:
     """No finding on the workflow; the same workflow with an undefined step output and an
     unquoted expansion in a script is refused (actionlint, and shellcheck through it,
     are really looking)."""
-    if shutil.which("shellcheck") is None:
-        pytest.fail("shellcheck not on PATH: make e2e-deps installs it", pytrace=False)
-    done = _lint(actionlint, WORKFLOW)
-    assert (done.returncode, done.stdout + done.stderr) == (0, "")
-    broken = tmp_path / ".github" / "workflows" / "release.yml"
-    broken.parent.mkdir(parents=True)
-    text = WORKFLOW.read_text()
-    assert 'digest="$(cat "$RUNNER_TEMP/image.digest")"' in text
-    broken.write_text(
-        text.replace("steps.image.outputs.digest", "steps.imgae.outputs.digest").replace(
-            'digest="$(cat "$RUNNER_TEMP/image.digest")"', "digest=$(cat $RUNNER_TEMP/image.digest)"
-        )
+    refused = lint_clean_then_broken(
+        actionlint,
+        WORKFLOW,
+        tmp_path,
+        {
+            "steps.image.outputs.digest": "steps.imgae.outputs.digest",
+            'digest="$(cat "$RUNNER_TEMP/image.digest")"': (
+                "digest=$(cat $RUNNER_TEMP/image.digest)"
+            ),
+        },
     )
-    refused = _lint(actionlint, broken)
     assert refused.returncode == 1
     assert 'property "imgae" is not defined' in refused.stdout
     assert "SC2086" in refused.stdout

@@ -1,28 +1,31 @@
 """The `mirrorgate serve` process: listen first, uvicorn with the edge's limits on the admission
-listener (and the metrics listener, with --metrics-port), exit on SIGTERM."""
+listener (and the metrics listener, with --metrics-port, and the kubelet credential listener,
+with --kubelet-port), exit on SIGTERM."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import dataclasses
+import functools
 import signal
 import socket
+from collections.abc import Sequence
 from typing import Any, Literal, NoReturn, TextIO
 
 import uvicorn
-from starlette.applications import Starlette
 
 from mirrorgate.webhook import errors, logs
 from mirrorgate.webhook.commands import EXIT_OK
 from mirrorgate.webhook.commands.serve.settings import Settings
 from mirrorgate.webhook.commands.serve.wiring import Server, build
-from mirrorgate.webhook.edge import accept, app, connections
+from mirrorgate.webhook.edge import accept, app, connections, peercert
 from mirrorgate.webhook.logs import logger
 from mirrorgate.webhook.version import VERSION
 
 __all__ = [
     "MONITORING_CONNECTIONS",
+    "kubelet_config",
     "listen",
     "monitoring_config",
     "run",
@@ -36,9 +39,7 @@ MONITORING_CONNECTIONS = 64
 A table of their own, so that neither listener's clients can close the other's."""
 
 
-def _config(
-    server: Server, application: Starlette, *, lifespan: Literal["on", "off"]
-) -> uvicorn.Config:
+def _config(server: Server, application: Any, *, lifespan: Literal["on", "off"]) -> uvicorn.Config:
     """uvicorn on uvloop for ``application``, TLS and limits left to the acceptor."""
     settings = server.settings
     config = uvicorn.Config(
@@ -101,6 +102,25 @@ def monitoring_config(server: Server) -> uvicorn.Config | None:
     return config
 
 
+def kubelet_config(server: Server) -> uvicorn.Config | None:
+    """The kubelet credential listener's uvicorn config (--kubelet-port): its connections a
+    table of their own, each request's scope holding the kubelet certificate the handshake
+    verified (:mod:`webhook.edge.peercert`); None without the flag."""
+    base = server.certificates.kubelet_base
+    if server.kubelet is None or base is None:
+        return None
+    config = _config(server, server.kubelet, lifespan="off")
+    metrics = server.runtime.metrics
+    table = connections.ConnectionTable(
+        server.settings.limits,
+        on_close=lambda reason: metrics.connections_dropped.labels(reason).inc(),
+    )
+    config.http_protocol_class = accept.protocol_factory(  # type: ignore[assignment]
+        table, base, peercert.PeerCertProtocol
+    )
+    return config
+
+
 def listen(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port``; a one-line ConfigError when that fails."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -128,25 +148,19 @@ class _Uvicorn(uvicorn.Server):
         *,
         runtime: app.Runtime,
         addresses: dict[str, str],
-        monitoring: tuple[socket.socket, uvicorn.Config] | None = None,
+        extra: Sequence[tuple[socket.socket, uvicorn.Config]] = (),
     ) -> None:
         super().__init__(config)
-        self.runtime, self.addresses, self.monitoring = runtime, addresses, monitoring
+        self.runtime, self.addresses, self.extra = runtime, addresses, list(extra)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
-        if self.started and self.monitoring is not None:
-            listener, config = self.monitoring
-
-            def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> Any:
-                return config.http_protocol_class(  # type: ignore[call-arg]
-                    config=config, server_state=self.server_state, app_state={}, _loop=_loop
-                )
-
-            loop = asyncio.get_running_loop()
+        for listener, config in self.extra if self.started else ():
             # Stopped with the admission listener: uvicorn closes every server in the list.
             self.servers.append(
-                await loop.create_server(create_protocol, sock=listener, backlog=config.backlog)
+                await asyncio.get_running_loop().create_server(
+                    functools.partial(self._protocol, config), sock=listener, backlog=config.backlog
+                )
             )
         if self.started:
             loaded = self.runtime.policy
@@ -163,6 +177,13 @@ class _Uvicorn(uvicorn.Server):
             )
             logs.flush()
 
+    def _protocol(
+        self, config: uvicorn.Config, _loop: asyncio.AbstractEventLoop | None = None
+    ) -> Any:
+        return config.http_protocol_class(  # type: ignore[call-arg]
+            config=config, server_state=self.server_state, app_state={}, _loop=_loop
+        )
+
 
 def _https(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
@@ -178,18 +199,24 @@ def _exit_quietly(signum: int, frame: object) -> NoReturn:
 
 
 def uvicorn_server(
-    server: Server, listener: socket.socket, metrics_listener: socket.socket | None = None
+    server: Server,
+    listener: socket.socket,
+    metrics_listener: socket.socket | None = None,
+    kubelet_listener: socket.socket | None = None,
 ) -> uvicorn.Server:
     """The uvicorn server for ``server``: run it with ``run(sockets=[listener])``; it serves
-    the metrics listener too when the settings ask for one."""
+    the metrics and kubelet credential listeners too when the settings ask for them."""
     config = uvicorn_config(server)
-    metrics_config = monitoring_config(server)
     addresses = {"address": _https(listener)}
-    monitoring = None
-    if metrics_listener is not None and metrics_config is not None:
-        addresses["metrics_address"] = _https(metrics_listener)
-        monitoring = (metrics_listener, metrics_config)
-    return _Uvicorn(config, runtime=server.runtime, addresses=addresses, monitoring=monitoring)
+    extra = []
+    for name, sock, made in (
+        ("metrics_address", metrics_listener, monitoring_config(server)),
+        ("kubelet_address", kubelet_listener, kubelet_config(server)),
+    ):
+        if sock is not None and made is not None:
+            addresses[name] = _https(sock)
+            extra.append((sock, made))
+    return _Uvicorn(config, runtime=server.runtime, addresses=addresses, extra=extra)
 
 
 def serve(settings: Settings) -> None:
@@ -199,11 +226,15 @@ def serve(settings: Settings) -> None:
     metrics_listener = (
         None if settings.metrics_port is None else listen(settings.host, settings.metrics_port)
     )
+    kubelet_listener = (
+        None if settings.kubelet_port is None else listen(settings.host, settings.kubelet_port)
+    )
     signal.signal(signal.SIGTERM, _exit_quietly)
     server = build(settings)
-    instance = uvicorn_server(server, listener, metrics_listener)
+    instance = uvicorn_server(server, listener, metrics_listener, kubelet_listener)
     monitored = 0 if metrics_listener is None else MONITORING_CONNECTIONS
-    accept.raise_file_limit(settings.limits.max_connections + monitored)
+    kubelets = 0 if kubelet_listener is None else settings.limits.max_connections
+    accept.raise_file_limit(settings.limits.max_connections + monitored + kubelets)
     # run(), not asyncio.run(serve()): run() uses the loop the config names (uvloop).
     instance.run(sockets=[listener])
 

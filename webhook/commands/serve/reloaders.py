@@ -1,4 +1,5 @@
-"""The two files `serve` reloads while it runs: the policy and the serving certificate.
+"""The files `serve` reloads while it runs: the policy, the serving certificate and the
+mirrors' CA bundle.
 
 Each reloader owns what it loaded and the :class:`~mirrorgate.webhook.edge.filewatch.FileWatcher`
 that sees its files change, and is a component of the server's
@@ -21,7 +22,7 @@ from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.errors import ConfigError
 from mirrorgate.webhook.logs import logger
 
-__all__ = ["PolicyFile", "ServingCertificate", "log_warnings"]
+__all__ = ["MirrorCA", "PolicyFile", "ServingCertificate", "log_warnings", "read_bundle"]
 
 Publish = Callable[[policyfile.LoadedPolicy, str | None], None]
 """Receives, after each reload, the policy in force and why the newest was refused (or None)."""
@@ -146,13 +147,16 @@ class ServingCertificate(_Watched):
         key_file: str,
         *,
         client_ca: str | None = None,
+        kubelet_ca: str | None = None,
         metrics: Metrics,
         interval: float,
     ) -> None:
         self.cert_file, self._metrics = cert_file, metrics
-        self.contexts = tls.CertificateReloader(cert_file, key_file, client_ca)
+        self.contexts = tls.CertificateReloader(
+            cert_file, key_file, client_ca, kubelet_ca=kubelet_ca
+        )
         """The TLS contexts handshakes are served from (the acceptors hold the bases)."""
-        files = [cert_file, key_file, *([client_ca] if client_ca else [])]
+        files = [cert_file, key_file, *(ca for ca in (client_ca, kubelet_ca) if ca)]
         self.watcher = filewatch.FileWatcher(
             files, self.reload, interval=interval, name="certificates"
         )
@@ -182,3 +186,53 @@ class ServingCertificate(_Watched):
             self._metrics.certificate_expiry.set(
                 certs.certificate_expiry(Path(self.cert_file).read_bytes()).timestamp()
             )
+
+
+class MirrorCA(_Watched):
+    """The private CAs the health probes trust beside the system store (``--mirror-ca``):
+    loaded at start (a ConfigError names a bad file), replaced when the file changes by a
+    bundle that parses, the previous one kept otherwise. Subscribers hear of each change
+    (the monitor probes again at once, with the new trust)."""
+
+    def __init__(self, path: str, *, interval: float) -> None:
+        self.path = path
+        self.pem = read_bundle(path)
+        self._subscribers: list[Callable[[], None]] = []
+        self.watcher = filewatch.FileWatcher(
+            [path], self.reload, interval=interval, name="mirror-ca"
+        )
+
+    def current(self) -> str:
+        """The bundle in force, as PEM (one reference, replaced whole by a reload)."""
+        return self.pem
+
+    def subscribe(self, changed: Callable[[], None]) -> None:
+        self._subscribers.append(changed)
+
+    def reload(self) -> None:
+        try:
+            self.pem = read_bundle(self.path)
+        except ConfigError as error:
+            # Perhaps half written: the next poll retries, the previous bundle stays.
+            logger.warning(
+                "mirror CA bundle refused; the previous one stays in force",
+                extra={"fields": {"error": str(error)}},
+            )
+            self.watcher.reset()
+            return
+        logger.info("mirror CA bundle reloaded", extra={"fields": {"file": self.path}})
+        for changed in self._subscribers:
+            changed()
+
+
+def read_bundle(path: str) -> str:
+    """The certificates of a PEM bundle, re-encoded: exactly what was checked is trusted."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise ConfigError(f"--mirror-ca {path}: cannot read: {error.strerror}") from None
+    try:
+        found = certs.load_certificates(data, what=f"--mirror-ca {path}")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return b"".join(map(certs.encode_certificate, found)).decode("ascii")

@@ -69,6 +69,8 @@ GROUPS: Mapping[str, str | None] = {
     "admission": None,
     "certificates": "either files (--tls-cert, --tls-key) or a Secret (--tls-secret)",
     "cluster and credentials": None,
+    "kubelet credentials": "secretless pulls: the login for a Pod's mirror, asked for by the "
+    "node's kubelet through mirrorgate-credential-provider (docs/install.md)",
     "limits": "what any client may make the server hold (see docs/security.md)",
 }
 """The headings of ``serve --help``, in order, with their descriptions."""
@@ -82,14 +84,19 @@ def _flag(group: str, default: Any = dataclasses.MISSING, **flag: Any) -> Any:
 _admission = functools.partial(_flag, "admission")
 _tls = functools.partial(_flag, "certificates")
 _cluster = functools.partial(_flag, "cluster and credentials")
+_kubelet = functools.partial(_flag, "kubelet credentials")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything `mirrorgate serve` is told; fields in the order ``serve --help`` lists them."""
 
-    policy: str = _admission(
-        required=True, metavar="FILE", help="the policy YAML, reloaded when it changes"
+    policy: str | None = _admission(
+        None,
+        metavar="FILE",
+        help="the policy YAML, reloaded when it changes; required without a cluster. In a "
+        "cluster the ClusterMirrorPolicy and MirrorPolicy objects are the policy, and this "
+        "file (the ConfigMap policy, deprecated) is served beside them",
     )
     audit_only: bool = _admission(
         False,
@@ -122,6 +129,13 @@ class Settings:
         negated=True,
         help="do not probe mirrors and credential logins (every mirror "
         "counts as up); the store is still checked against the policy",
+    )
+    mirror_ca: str | None = _admission(
+        None,
+        metavar="FILE",
+        help="a PEM bundle of the private CAs your mirrors' certificates chain to: the "
+        "health probes trust it beside the system store (a rule's caFile replaces "
+        "both); reloaded when it changes",
     )
 
     tls_cert: str | None = _tls(None, metavar="FILE", help="serving certificate (PEM)")
@@ -160,8 +174,8 @@ class Settings:
         None,
         flag="--webhook-config",
         metavar="NAME",
-        help="with --tls-secret: keep this MutatingWebhookConfiguration's "
-        "caBundle in step with the CA",
+        help="with --tls-secret: keep the caBundle of the Mutating- and the "
+        "ValidatingWebhookConfiguration of this name in step with the CA",
     )
     tls_names: tuple[str, ...] = _tls(
         (),
@@ -238,6 +252,32 @@ class Settings:
         metavar="SECONDS",
         help="how often the leader re-asserts every generated pull secret, "
         "bringing back deleted ones (default: %(default)s)",
+    )
+
+    kubelet_port: int | None = _kubelet(
+        None,
+        parse=tcp_port,
+        metavar="PORT",
+        help="serve POST /kubelet-credentials on this port, over TLS with the serving "
+        "certificate, to callers with a kubelet's client certificate only",
+    )
+    kubelet_client_ca: str | None = _kubelet(
+        None,
+        metavar="FILE",
+        help="the CA (PEM) of the kubelets' client certificates (default: the API server's "
+        "client-ca-file, from ConfigMap kube-system/extension-apiserver-authentication)",
+    )
+    kubelet_audience: str = _kubelet(
+        "mirrorgate",
+        metavar="AUDIENCE",
+        help="the audience of the Pods' tokens, the kubelet's tokenAttributes."
+        "serviceAccountTokenAudience (default: %(default)s)",
+    )
+    kubelet_cache_duration: float = _kubelet(
+        300.0,
+        metavar="SECONDS",
+        help="how long a kubelet keeps a login (cacheDuration): bounds how long a node keeps "
+        "using a rotated or revoked login (default: %(default)s)",
     )
 
     limits: Limits = dataclasses.field(default_factory=Limits)

@@ -7,7 +7,7 @@ read, made complete (nothing in it is replaced later), then the health probes th
 into it. Every background component is added to one
 :class:`~mirrorgate.webhook.background.Manager` as it is made; the application's lifespan
 starts them in that order and stops them in reverse. What the runtime reads live is
-published into it by its one owner: the policy by :class:`.reloaders.PolicyFile`, the
+published into it by its one owner: the policy by :class:`.policies.ServedPolicy`, the
 mirrors' health by the monitor. Everything is loaded before any port opens, so that a bad
 setting is a ConfigError, not a server that fails later.
 """
@@ -28,9 +28,10 @@ from starlette.applications import Starlette
 from mirrorgate import policy
 from mirrorgate.webhook import admission, logs, policyfile
 from mirrorgate.webhook.background import Manager, Ticker
-from mirrorgate.webhook.cluster import kube, leader, policystate, selfcerts
+from mirrorgate.webhook.cluster import kube, policystate, selfcerts
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
-from mirrorgate.webhook.commands.serve import reloaders
+from mirrorgate.webhook.commands.serve import kubelet, probing, reloaders
+from mirrorgate.webhook.commands.serve.policies import Cluster, ServedPolicy
 from mirrorgate.webhook.commands.serve.settings import Settings
 from mirrorgate.webhook.credentials import (
     filestore,
@@ -51,7 +52,6 @@ from mirrorgate.webhook.edge import app, connections, filewatch, monitoring, off
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.errors import ConfigError
 from mirrorgate.webhook.logs import logger
-from mirrorgate.webhook.mirrorhealth import monitor
 
 __all__ = ["SHUTDOWN_DEADLINE", "Server", "StandalonePullSecrets", "build"]
 
@@ -88,6 +88,8 @@ class Server:
     """The admission listener's (its lifespan runs the components)."""
     monitoring: Starlette | None
     """The metrics listener's, with --metrics-port."""
+    kubelet: kubelet.CredentialEndpoint | None
+    """The kubelet credential listener's, with --kubelet-port."""
     components: Manager
     """The background components, in start order (the application's lifespan runs them)."""
     connections: connections.ConnectionTable | None = None
@@ -105,6 +107,7 @@ class _Credentials:
     on_policy_change: Sequence[Callable[[], None]] = ()
     advisories: Sequence[Callable[[], Mapping[str, str]]] = ()
     """What /readyz lists without turning unready (the store's unlabelled Secrets)."""
+    namespaces: NamespaceOptIn | None = None
 
 
 def _connect(settings: Settings) -> kube.Kube | None:
@@ -182,27 +185,29 @@ def _store(
 
 def _credentials(
     settings: Settings,
-    client: kube.Kube | None,
+    cluster: Cluster | None,
     namespace: str,
-    policy_file: reloaders.PolicyFile,
+    served: ServedPolicy,
     metrics: Metrics,
     components: Manager,
 ) -> _Credentials:
     """The pull-secret provisioner and the credential store the settings ask for."""
+    client = cluster.client if cluster is not None else None
     store = _store(settings, client, namespace, components)
     if store is None:
         return _Credentials(StandalonePullSecrets())
     readiness: dict[str, Check] = {"credential-store": store.problem}
-    providers = _provider_source(settings, policy_file.current())
+    providers = _provider_source(settings, served.current())
     central = store
     if providers is not None and not isinstance(central, kubestore.KubernetesCredentialStore):
         raise ConfigError(
             "credentials with a provider need --store kubernetes: the "
             "leader publishes their logins there for every replica"
         )
-    store = scoped.ScopedStore(store, lambda: policy_file.current().grants)
-    if client is None:
+    store = scoped.ScopedStore(store, lambda: served.current().grants)
+    if cluster is None or client is None:
         return _Credentials(StandalonePullSecrets(), store, readiness)
+    optin, elector = cluster.optin, cluster.elector
     try:
         key = fingerprints.load_or_create_key(client, namespace)
     except kube.KubeError as error:
@@ -210,7 +215,6 @@ def _credentials(
             f"cannot read or make Secret {namespace}/{fingerprints.KEY_SECRET}: {error}"
         ) from None
     counter = metrics.pull_secret_writes
-    optin = NamespaceOptIn(client)
     squats = squatters.SquatReporter(client, count=metrics.squatted_copies.inc)
     provisioner = pullsecrets.PullSecretProvisioner(
         client,
@@ -222,19 +226,17 @@ def _credentials(
         counter=lambda action: counter.labels(action).inc(),
         squatted=squats.squatted,
     )
-    elector = leader.LeaderElector(client, namespace=namespace)
     reconciler = Reconciler(
         provisioner,
         client,
-        mirror_policy=policy_file.current,
+        mirror_policy=served.current,
+        policy_problem=served.problem,
         is_leader=elector.is_leader,
         interval=settings.reconcile_interval,
     )
     readiness["pull-secrets"] = provisioner.problem
-    components.add("namespace-opt-in", optin.informer)
     components.add("squat-reporter", squats)
     components.add("pull-secrets", provisioner)
-    components.add("leader", elector)
     components.add("reconciler", reconciler)
     triggers = [reconciler.trigger]
     if providers is not None:
@@ -243,7 +245,7 @@ def _credentials(
             providers,
             client,
             store=central,
-            mirror_policy=policy_file.current,
+            mirror_policy=served.current,
             is_leader=elector.is_leader,
             observe=metrics.credential_refreshed,
         )
@@ -252,7 +254,7 @@ def _credentials(
     advisories = (
         (central.advisories,) if isinstance(central, kubestore.KubernetesCredentialStore) else ()
     )
-    return _Credentials(provisioner, store, readiness, triggers, advisories)
+    return _Credentials(provisioner, store, readiness, triggers, advisories, optin)
 
 
 def _provider_source(
@@ -286,38 +288,10 @@ def _provider_source(
     return provider.ProviderSource(config, runner)
 
 
-def _mirror_health(
-    settings: Settings,
-    store: credentials.CredentialStore | None,
-    policy_file: reloaders.PolicyFile,
-    runtime: app.Runtime,
-) -> monitor.HealthMonitor:
-    """The background probes, publishing into the runtime what admission reads."""
-
-    def snapshot() -> Mapping[str, credentials.Credential] | None:
-        assert store is not None
-        return store.snapshot() if store.problem() is None else None
-
-    health_monitor = monitor.HealthMonitor(
-        mirror_policy=policy_file.current,
-        credentials=snapshot if store else None,
-        publish=functools.partial(_publish_health, runtime),
-        metrics=runtime.metrics,
-        probe=settings.health_probes,
-    )
-    if store is not None:
-        store.subscribe(health_monitor.trigger)
-    return health_monitor
-
-
-def _publish_health(runtime: app.Runtime, value: policy.Health) -> None:
-    runtime.health = value  # one reference swap: admission reads it without a lock
-
-
 def _publish_policy(
     runtime: app.Runtime, loaded: policyfile.LoadedPolicy, refused: str | None
 ) -> None:
-    """What :class:`.reloaders.PolicyFile` has in force, as the endpoints read it."""
+    """What :class:`.policies.ServedPolicy` has in force, as the endpoints read it."""
     runtime.policy_refused = refused
     if loaded is not runtime.policy:
         runtime.set_policy(loaded)  # runs the runtime's on_policy_change
@@ -335,9 +309,16 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
     state = None if client is None else policystate.PolicyState(client, namespace)
     if state is not None:
         components.add("policy-state", state)
-    policy_file = reloaders.PolicyFile(
-        settings.policy, state=state, metrics=metrics, interval=settings.reload_interval
+    served = ServedPolicy(
+        settings.policy,
+        client=client,
+        state=state,
+        metrics=metrics,
+        interval=settings.reload_interval,
     )
+    cluster = None if client is None else Cluster.make(client, namespace, components)
+    if cluster is not None:
+        served.watch(cluster)
     upkeep = None
     if settings.tls_secret is not None:
         upkeep = _self_managed_certificates(settings, client, namespace)
@@ -351,52 +332,65 @@ def build(settings: Settings, *, secrets: admission.PullSecrets | None = None) -
         cert_file,
         key_file,
         client_ca=settings.client_ca,
+        kubelet_ca=kubelet.client_ca(settings, client),
         metrics=metrics,
         interval=settings.reload_interval,
     )
     # Large reviews are screened in a worker process, off the event loop.
-    screener = offload.Screener()
+    screener = offload.Screener(max_waiting=settings.limits.max_connections)
     components.add("review-worker", screener)
     made = (
         _Credentials(secrets)
         if secrets is not None
-        else _credentials(settings, client, namespace, policy_file, metrics, components)
+        else _credentials(settings, cluster, namespace, served, metrics, components)
     )
     readiness = dict(made.readiness)
+    if cluster is not None:
+        readiness["policy-objects"] = served.problem
     if upkeep is not None:
         readiness["certificate-upkeep"] = lambda: upkeep.problem
     runtime = app.Runtime(
-        policy=policy_file.loaded,
+        policy=served.loaded,
         secrets=made.secrets,
         metrics=metrics,
         readiness=readiness,
         audit_only=settings.audit_only,
-        policy_refused=policy_file.refused,
+        policy_refused=served.refused,
         max_containers=settings.limits.max_containers,
         screener=screener,
         on_policy_change=list(made.on_policy_change),
     )
-    policy_file.subscribe(functools.partial(_publish_policy, runtime))
-    health_monitor = _mirror_health(settings, made.store, policy_file, runtime)
+    served.subscribe(functools.partial(_publish_policy, runtime))
+    if served.objects is not None:
+        runtime.policy_objects = served.objects.context
+    health_monitor = probing.mirror_health(settings, made.store, served, runtime, components)
     # The monitor publishes into the runtime, so it is made after it and registered here.
     runtime.advisories.append(health_monitor.problems)
     runtime.advisories.extend(made.advisories)
     runtime.on_policy_change.append(health_monitor.trigger)
     components.add("mirror-health", health_monitor)
-    components.add("policy-file", policy_file)
+    served.add_components(components)
     components.add("serving-certificate", certificate)
     components.add("log-flusher", Ticker(logs.flush, interval=1.0, name="flush-logs"))
 
     apart = settings.metrics_port is not None
     application = app.create_app(runtime, monitoring_apart=apart)
     application.router.lifespan_context = functools.partial(_lifespan, components)
-    reloaders.log_warnings(policy_file.loaded)  # once it is sure to be served
+    reloaders.log_warnings(served.loaded)  # once it is sure to be served
     return Server(
         settings=settings,
         runtime=runtime,
         certificates=certificate.contexts,
         application=application,
         monitoring=monitoring.create_app(runtime) if apart else None,
+        kubelet=kubelet.endpoint(
+            settings,
+            client,
+            store=made.store,
+            namespaces=made.namespaces,
+            mirror_policy=served.policy_for,
+            metrics=metrics,
+        ),
         components=components,
     )
 

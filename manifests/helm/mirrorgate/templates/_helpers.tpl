@@ -81,3 +81,16 @@ not what decides (`mirrorgate audit`, a copied policy file). */}}
 {{ .repository }}{{ with .tag }}:{{ . }}{{ end }}@{{ .digest }}
 {{- end -}}
 {{- end }}
+
+{{/* A value every chart version since it was added sets by default, missing:
+what `helm upgrade --reuse-values` does, as it keeps the previous chart's
+defaults, which lack the values added since (docs/upgrading.md). Takes (list
+NAME VALUE); returns VALUE. */}}
+{{- define "mirrorgate.defaulted" -}}
+{{- $name := index . 0 -}}
+{{- $value := index . 1 -}}
+{{- if kindIs "invalid" $value -}}
+{{- fail (printf "%s: no value: `helm upgrade --reuse-values` keeps the previous chart's defaults, which lack it; upgrade with --reset-then-reuse-values (docs/upgrading.md)" $name) -}}
+{{- end -}}
+{{- $value -}}
+{{- end }}

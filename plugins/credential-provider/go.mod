@@ -1,0 +1,3 @@
+module mirrorgate.io/credential-provider
+
+go 1.24

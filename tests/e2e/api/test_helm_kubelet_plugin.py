@@ -1,0 +1,295 @@
+"""Secretless pulls in the chart (kubeletPlugin) and in the kustomize overlay kubelet-plugin.
+
+Rendered with the pinned helm and kustomize; the RBAC is applied to a real API
+server and asked, with SubjectAccessReviews, whether it grants what the API
+server checks: a kubelet requesting a token of mirrorgate's audience, and
+mirrorgate creating a TokenReview. The DaemonSet's Pods run on a node only in
+tests/e2e/node (marker secretless).
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.e2e.api import test_helm as helm_tests
+from tests.e2e.harness import helm as h
+from tests.e2e.harness import kube
+from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.controlplane import ControlPlane
+
+pytestmark = pytest.mark.e2e
+
+ON = {"mode": "enforce", "kubeletPlugin.enabled": "true"}
+KUBELET_DELIVERY = {**ON, "policy.credentials.harbor-pull.delivery": "kubelet"}
+PLUGIN_KINDS = {
+    ("DaemonSet", "mirrorgate-kubelet-plugin"),
+    ("ClusterRole", "mirrorgate-kubelet-audience"),
+    ("ClusterRoleBinding", "mirrorgate-kubelet-audience"),
+    ("ClusterRole", "mirrorgate-tokenreview"),
+    ("ClusterRoleBinding", "mirrorgate-tokenreview"),
+    ("RoleBinding", "mirrorgate-kubelet-client-ca"),
+}
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("helm-home")
+
+
+def _keys(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(o["kind"], o["metadata"]["name"]) for o in objects}
+
+
+def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if (o["kind"], o["metadata"]["name"]) == (kind, name)]
+    return found
+
+
+def _notes(helm: Path, home: Path, values: dict[str, str]) -> str:
+    # The chart ships no policy: the example's, whose credential the values switch.
+    return h.notes(helm, home, values, files=[helm_tests.EXAMPLE_POLICY])
+
+
+def test_off_by_default_and_lint_clean_when_on(helm: Path, home: Path) -> None:
+    """The defaults render none of it; enabled, `helm lint --strict` is clean and the
+    DaemonSet and the three pieces of RBAC render."""
+    assert not _keys(h.template(helm, home)) & PLUGIN_KINDS
+    for values in (ON, {**KUBELET_DELIVERY, "kubeletPlugin.clusterIP": "10.96.0.53"}):
+        done = h.run(helm, "lint", "--strict", str(h.CHART), *h.set_args(values), home=home)
+        assert "0 chart(s) failed" in done.stdout
+        assert "[WARNING]" not in done.stdout
+        assert "[ERROR]" not in done.stdout
+    assert _keys(h.template(helm, home, ON)) >= PLUGIN_KINDS
+
+
+def test_the_daemonset_writes_only_the_plugin_directory(helm: Path, home: Path) -> None:
+    """One hostPath, the configured directory, and it is the only writable mount; no
+    ServiceAccount token, no privilege, a read-only root; not a Pod any Service selects."""
+    values = {**ON, "kubeletPlugin.binDir": "/etc/eks/image-credential-provider"}
+    objects = h.template(helm, home, values)
+    daemonset = _one(objects, "DaemonSet", "mirrorgate-kubelet-plugin")
+    spec = daemonset["spec"]["template"]["spec"]
+    host_paths = [v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v]
+    assert host_paths == ["/etc/eks/image-credential-provider"]
+    (container,) = spec["containers"]
+    writable = [m["name"] for m in container["volumeMounts"] if not m.get("readOnly")]
+    assert writable == ["plugins"]
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in context
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    (ca,) = [v for v in spec["volumes"] if v["name"] == "ca"]
+    assert ca["configMap"] == {
+        "name": "mirrorgate-ca",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    for service in (o for o in objects if o["kind"] == "Service"):
+        selector = service["spec"]["selector"]
+        assert not selector.items() <= pod_labels.items(), service["metadata"]["name"]
+    # Under cert-manager only the CA certificate of the serving Secret, never its key.
+    certified = h.template(helm, home, {**ON, "certificates.mode": "cert-manager"})
+    spec = _one(certified, "DaemonSet", "mirrorgate-kubelet-plugin")["spec"]["template"]["spec"]
+    (ca,) = [v for v in spec["volumes"] if v["name"] == "ca"]
+    assert ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+
+
+def test_the_cluster_ip_is_served_and_certified(helm: Path, home: Path) -> None:
+    """kubeletPlugin.clusterIP: a Service at that address for mirrorgate's Pods, and the
+    address in the serving certificate (serve --tls-name; cert-manager's ipAddresses)."""
+    values = {**ON, "kubeletPlugin.clusterIP": "10.96.0.53"}
+    objects = h.template(helm, home, values)
+    service = _one(objects, "Service", "mirrorgate-kubelet-plugin")
+    assert service["spec"]["clusterIP"] == "10.96.0.53"
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "mirrorgate"}
+    args = _one(objects, "Deployment", "mirrorgate")["spec"]["template"]["spec"]["containers"][0]
+    assert "--tls-name=10.96.0.53" in args["args"]
+    assert {"name": "kubelet", "containerPort": 8444} in args["ports"]
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "kubelet"}]
+    certified = h.template(helm, home, {**values, "certificates.mode": "cert-manager"})
+    assert _one(certified, "Certificate", "mirrorgate-serving")["spec"]["ipAddresses"] == [
+        "10.96.0.53"
+    ]
+    assert ("Service", "mirrorgate-kubelet-plugin") not in _keys(h.template(helm, home, ON))
+
+
+def test_serve_gets_the_endpoint_flags_of_the_values(helm: Path, home: Path) -> None:
+    """The endpoint on its own port, with the audience and the cache duration the kubelets'
+    entry names; its port admitted by the NetworkPolicy beside the admission port."""
+    values = {**ON, "kubeletPlugin.audience": "gate", "kubeletPlugin.cacheDuration": "60"}
+    objects = h.template(helm, home, values)
+    args = _one(objects, "Deployment", "mirrorgate")["spec"]["template"]["spec"]["containers"][0]
+    assert args["args"][-3:] == [
+        "--kubelet-port=8444",
+        "--kubelet-audience=gate",
+        "--kubelet-cache-duration=60",
+    ]
+    ingress = _one(objects, "NetworkPolicy", "mirrorgate")["spec"]["ingress"]
+    assert {"ports": [{"port": "kubelet", "protocol": "TCP"}]} in ingress
+    role = _one(objects, "ClusterRole", "mirrorgate-kubelet-audience")
+    assert role["rules"][0]["resources"] == ["gate"]
+    reader = _one(objects, "RoleBinding", "mirrorgate-kubelet-client-ca")
+    assert (reader["metadata"]["namespace"], reader["roleRef"]["name"]) == (
+        "kube-system",
+        "extension-apiserver-authentication-reader",
+    )
+    default = _one(h.template(helm, home), "Deployment", "mirrorgate")
+    assert not any(
+        a.startswith("--kubelet")
+        for a in default["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+
+
+def test_notes_print_the_kubelets_credential_provider_entry(helm: Path, home: Path) -> None:
+    """The entry the kubelet needs: the policy's kubelet-delivered mirrors as matchImages,
+    the audience as a ServiceAccount-cached, required token, the fixed address and the CA
+    the DaemonSet writes (the kubelet itself reads it in tests/e2e/node)."""
+    values = {**KUBELET_DELIVERY, "kubeletPlugin.clusterIP": "10.96.0.53"}
+    config = h.provider_config(_notes(helm, home, values))
+    (provider,) = config["providers"]
+    assert provider["name"] == "mirrorgate-credential-provider"
+    assert provider["apiVersion"] == "credentialprovider.kubelet.k8s.io/v1"
+    assert provider["matchImages"] == [
+        "harbor.corp.example/dockerhub-proxy",
+        "harbor.corp.example/ghcr-proxy",
+    ]
+    assert provider["tokenAttributes"] == {
+        "serviceAccountTokenAudience": "mirrorgate",
+        "cacheType": "ServiceAccount",
+        "requireServiceAccount": True,
+    }
+    bin_dir = "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec"
+    assert provider["defaultCacheDuration"] == "5m"
+    assert provider["args"] == [
+        "--url=https://10.96.0.53/kubelet-credentials",
+        f"--ca-file={bin_dir}/mirrorgate-ca.crt",
+    ]
+    assert config["kind"] == "CredentialProviderConfig"
+    # pullSecret everywhere (the default): no mirror to match, and the NOTES say so.
+    idle = _notes(helm, home, ON)
+    assert h.provider_config(idle)["providers"][0]["matchImages"] == []
+    assert "No credential of the policy has delivery: kubelet yet" in idle
+    assert "Set kubeletPlugin.clusterIP" in idle
+    assert "--url=https://[fd00::53]/kubelet-credentials" in _notes(
+        helm, home, {**ON, "kubeletPlugin.clusterIP": "fd00::53"}
+    )
+
+
+def test_the_overlay_renders_what_the_chart_renders(
+    helm: Path, kustomize: Path, home: Path
+) -> None:
+    """overlays/kubelet-plugin: the enforce overlay plus the chart's kubeletPlugin objects,
+    field by field (Helm's own labels and the Namespace apart)."""
+
+    charted = helm_tests._keyed(h.without_helm_labels(h.template(helm, home, ON)))
+    rendered = mg.render(kustomize, "overlays/kubelet-plugin")
+    kustomized = helm_tests._keyed([o for o in rendered if o["kind"] != "Namespace"])
+    # The chart's ClusterMirrorPolicy against the base's deprecated ConfigMap policy, as
+    # for every overlay (test_helm).
+    helm_tests._the_policy_apart(charted, kustomized)
+    assert sorted(charted) == sorted(kustomized)
+    for key, obj in kustomized.items():
+        assert charted[key] == obj, key
+
+
+def _allowed(api: k8s.ApiClient, who: dict[str, Any], **attributes: str) -> bool:
+    """Whether the API server's authorizer lets ``who`` (user, groups) do ``attributes``."""
+    asked = k8s.V1ResourceAttributes(
+        verb=attributes["verb"],
+        group=attributes["group"],
+        resource=attributes["resource"],
+        name=attributes.get("name"),
+        namespace=attributes.get("namespace"),
+    )
+    spec = k8s.V1SubjectAccessReviewSpec(resource_attributes=asked, **who)
+    review = k8s.V1SubjectAccessReview(spec=spec)
+    status = k8s.AuthorizationV1Api(api).create_subject_access_review(review).status
+    assert status is not None
+    return bool(status.allowed)
+
+
+def test_the_rbac_grants_what_the_api_server_checks(
+    helm: Path, home: Path, control_plane: ControlPlane
+) -> None:
+    """Applied to a real API server: the nodes may request tokens of the audience (and of
+    no other), mirrorgate's ServiceAccount may create TokenReviews and read the kubelets'
+    client CA (that ConfigMap only), and a tenant may do none of it."""
+    name = f"kp-{secrets.token_hex(3)}"
+    namespace = f"mg-{name}"
+    values = {**ON, "fullnameOverride": name, "kubeletPlugin.audience": f"{name}-audience"}
+    objects = h.template(helm, home, values, namespace=namespace)
+    wanted = [
+        o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "RoleBinding")
+    ]
+    wanted = [
+        o
+        for o in wanted
+        if o["metadata"]["name"].endswith(("-kubelet-audience", "-tokenreview", "-client-ca"))
+    ]
+    assert len(wanted) == 5
+    node = {"user": "system:node:node-a", "groups": ["system:nodes", "system:authenticated"]}
+
+    # What the API server asks its authorizer: a node's token request for a Pod's
+    # ServiceAccount with this audience, mirrorgate's review, its read of the client CA.
+    def token_audience(audience: str) -> dict[str, str]:
+        return {
+            "verb": "request-serviceaccounts-token-audience",
+            "group": "",
+            "resource": audience,
+            "name": "default",
+            "namespace": "shop",
+        }
+
+    review = {"verb": "create", "group": "authentication.k8s.io", "resource": "tokenreviews"}
+
+    def client_ca(configmap: str) -> dict[str, str]:
+        return {
+            "verb": "get",
+            "group": "",
+            "resource": "configmaps",
+            "name": configmap,
+            "namespace": "kube-system",
+        }
+
+    server = {"user": f"system:serviceaccount:{namespace}:{name}"}
+    tenant = {"user": "system:serviceaccount:shop:default", "groups": ["system:authenticated"]}
+    with control_plane.api_client() as api:
+        kube.create_namespace(api, namespace)
+        try:
+            audience = token_audience(f"{name}-audience")
+            assert not _allowed(api, node, **audience)
+            kube.apply(api, wanted)
+            assert _allowed(api, node, **audience)
+            assert not _allowed(api, node, **token_audience("another-audience"))
+            assert not _allowed(api, tenant, **audience)
+            assert _allowed(api, server, **review)
+            assert not _allowed(api, tenant, **review)
+            assert _allowed(api, server, **client_ca("extension-apiserver-authentication"))
+            assert not _allowed(api, server, **client_ca("kubeadm-config"))
+            assert not _allowed(api, tenant, **client_ca("extension-apiserver-authentication"))
+            # The DaemonSet and the fixed-address Service are valid objects to the API server.
+            placed = h.template(
+                helm, home, {**values, "kubeletPlugin.clusterIP": "10.0.0.53"}, namespace=namespace
+            )
+            kube.apply(
+                api,
+                [o for o in placed if o["kind"] in ("DaemonSet", "Service")],
+                dry_run=True,
+            )
+        finally:
+            rbac = k8s.RbacAuthorizationV1Api(api)
+            for obj in wanted:
+                if obj["kind"] == "ClusterRole":
+                    rbac.delete_cluster_role(obj["metadata"]["name"])
+                elif obj["kind"] == "RoleBinding":
+                    rbac.delete_namespaced_role_binding(obj["metadata"]["name"], "kube-system")
+                else:
+                    rbac.delete_cluster_role_binding(obj["metadata"]["name"])

@@ -1,0 +1,105 @@
+"""Wording the docs once got wrong, each held by a test: what a reader copies or
+believes from one page must not contradict another page or the code."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+DOCS = REPOSITORY / "docs"
+
+
+def _read(name: str) -> str:
+    return (REPOSITORY / name).read_text()
+
+
+def _shipped_yaml() -> Iterator[tuple[str, Any]]:
+    """Every YAML document a user may copy: the fenced yaml blocks of README and docs/,
+    and every YAML file under examples/ and manifests/ (the chart's templates aside)."""
+    for page in [REPOSITORY / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for index, block in enumerate(re.findall(r"```ya?ml\n(.*?)```", page.read_text(), re.S)):
+            yield f"{page.name} block {index + 1}", block
+    for root in ("examples", "manifests"):
+        for path in sorted((REPOSITORY / root).rglob("*.yaml")):
+            if "templates" not in path.parts:
+                yield str(path.relative_to(REPOSITORY)), path.read_text()
+
+
+def _grants(document: Any) -> Iterator[tuple[str, Any]]:
+    """(credential name, namespaces) of every credentials map anywhere in a document."""
+    if isinstance(document, dict):
+        credentials = document.get("credentials")
+        if isinstance(credentials, dict):
+            for name, grant in credentials.items():
+                if isinstance(grant, dict) and "namespaces" in grant:
+                    yield str(name), grant["namespaces"]
+        for value in document.values():
+            yield from _grants(value)
+    elif isinstance(document, list):
+        for value in document:
+            yield from _grants(value)
+
+
+def _every_grant() -> list[tuple[str, str, Any]]:
+    found = []
+    for where, text in _shipped_yaml():
+        try:
+            documents = list(yaml.safe_load_all(text))
+        except yaml.YAMLError:
+            # Not YAML as a whole (a fragment with placeholders): read the grants as text.
+            found += [(where, "?", m) for m in re.findall(r"namespaces: (\[[^\]]*\])", text)]
+            continue
+        found += [(where, name, ns) for doc in documents for name, ns in _grants(doc)]
+    return found
+
+
+def test_the_scan_finds_the_grants() -> None:
+    """The scan reads blocks and files alike (or the test below would prove nothing)."""
+    places = {where.split(" ")[0] for where, _, _ in _every_grant()}
+    assert {"README.md", "credentials.md", "examples/policy.yaml"} <= places
+
+
+def test_no_shipped_example_grants_every_namespace() -> None:
+    """security.md: never `namespaces: ["*"]` (nor a glob): no example may show it."""
+    wide = [
+        (where, name, namespaces)
+        for where, name, namespaces in _every_grant()
+        if "*" in str(namespaces)
+    ]
+    assert wide == []
+
+
+def test_install_and_credential_providers_agree_on_the_plugin_binary() -> None:
+    """install.md once said the plugin "is not shipped" while credential-providers.md
+    wires it through the chart: both now say the user's image carries it."""
+    install = _read("docs/install.md")
+    for text in (install, _read("docs/credential-providers.md")):
+        assert not re.search(r"none is shipped|not shipped", text)
+    eks = install.split("### Amazon EKS", 1)[1].split("\n### ", 1)[0]
+    assert "`credentialProviders.image`" in eks
+    assert "credential-providers.md#amazon-ecr-with-iam-roles-for-service-accounts" in eks
+
+
+def test_dev_clusters_gives_the_ca_through_the_chart() -> None:
+    """dev-clusters.md once said the chart does not mount a CA; `mirrorCA` does, and the
+    export takes the same bundle."""
+    text = _read("docs/dev-clusters.md")
+    assert "does not mount" not in text
+    section = text.split("## An HTTPS cache with a login and a private CA", 1)[1]
+    assert "`mirrorCA`" in section
+    assert "--mirror-ca" in section
+    assert "caFile:" not in section.split("```")[1]
+
+
+def test_the_readme_explain_example_names_the_namespace() -> None:
+    """`explain` without `-n` plans for namespace `default`, which the example grants
+    nothing to: every console example names one (its output is checked by
+    tests/test_docs.py)."""
+    commands = re.findall(r"^\$ (mirrorgate explain .*)$", _read("README.md"), re.M)
+    assert commands
+    assert all(re.search(r" (-n|--namespace) \S+", c) for c in commands), commands
