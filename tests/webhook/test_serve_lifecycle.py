@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 import socket
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,6 +148,67 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(
         assert process.wait(TIMEOUT) == 0
         messages = [json.loads(line)["msg"] for line in remaining.splitlines()]
         assert "mirrorgate stopped" in messages
+
+
+def _read_answer(tls: ssl.SSLSocket) -> tuple[bytes, bytes]:
+    """One HTTP answer with a Content-Length: its head and its body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = tls.recv(65536)
+        assert chunk, f"the connection closed before an answer: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    (length,) = [
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    ]
+    while len(body) < length:
+        chunk = tls.recv(65536)
+        assert chunk, "the connection closed in the middle of an answer"
+        body += chunk
+    return head, body
+
+
+def test_sigterm_answers_idle_keep_alive_connections_once_with_connection_close(
+    tmp_path: Path, serving_pair: KeyPair, ca: CertificateAuthority
+) -> None:
+    """A review the API server sends on a kept-alive connection just after SIGTERM is
+    answered, not met with EOF (admitted unmirrored under Ignore), and that answer closes
+    the connection, so the next review goes to a replica that stays."""
+    with running(serve_command(tmp_path, serving_pair, 0)) as process:
+        entry = read_log(process.stderr)
+        while entry["msg"] != "mirrorgate serving":
+            entry = read_log(process.stderr)
+        port = int(str(entry["address"]).rsplit(":", 1)[1])
+        body = orjson.dumps(review(pod(PROM_IMAGE)))
+        request = (
+            f"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        context = client_context(ca.cert_pem)
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as raw,
+            context.wrap_socket(raw, server_hostname="localhost") as tls,
+        ):
+            tls.sendall(request)
+            head, _ = _read_answer(tls)
+            assert head.startswith(b"HTTP/1.1 200")
+            assert b"connection: close" not in head.lower()  # kept alive, now idle
+
+            process.send_signal(signal.SIGTERM)
+            while read_log(process.stderr)["msg"] != "Shutting down":
+                pass
+            tls.sendall(request)
+            head, payload = _read_answer(tls)
+            assert head.startswith(b"HTTP/1.1 200")
+            assert b"connection: close" in head.lower()
+            assert patch_ops(orjson.loads(payload)["response"])
+            assert tls.recv(65536) == b"", "the server closes the connection after its answer"
+
+        remaining = process.stderr.read() if process.stderr else ""
+        assert process.wait(TIMEOUT) == 0
+        assert "mirrorgate stopped" in [json.loads(line)["msg"] for line in remaining.splitlines()]
 
 
 # Valid but unsafe: a "*" grant, a mirror whose certificate is not verified.

@@ -72,6 +72,8 @@ HOOKS = (
     Hook(_IMPL, "HttpToolsProtocol.on_body", ("self", "body")),
     Hook(_IMPL, "HttpToolsProtocol.on_message_complete", ("self",)),
     Hook(_IMPL, "HttpToolsProtocol.on_response_complete", ("self",)),
+    # The server calls it on every connection at SIGTERM; the edge's keeps idle ones open.
+    Hook(_IMPL, "HttpToolsProtocol.shutdown", ("self",)),
     Hook(_IMPL, "STATUS_LINE"),
     # The flow control the edge extends to hold unparsed bytes.
     Hook("uvicorn.protocols.http.flow_control", "HIGH_WATER_LIMIT"),
@@ -100,7 +102,7 @@ INSTANCE_ATTRIBUTES = {
         "client",
         "scope",
     ),
-    f"{_IMPL}.RequestResponseCycle": ("response_complete", "body", "message_event"),
+    f"{_IMPL}.RequestResponseCycle": ("response_complete", "body", "message_event", "keep_alive"),
     "uvicorn.config.Config": ("http_protocol_class",),
 }
 """Attributes of uvicorn's objects the edge reads or replaces: the protocol's (``url`` and

@@ -38,6 +38,11 @@ MAX_CHUNKS = 4096
 about a microsecond, so a megabyte in 1-byte chunks held it for seconds, and one read of them
 for tens of milliseconds. Ample for a client that chunks as it writes (a 7 MiB body in 4 KB
 writes is 1,800 chunks); the API server sends a Content-Length."""
+DRAIN_IDLE_S = 3.0
+"""How long an idle keep-alive connection stays open after SIGTERM. The API server may
+already be sending a review on it; closed under it, that review reads EOF, and under
+``failurePolicy: Ignore`` its Pod is admitted as written. Open a moment longer, such a
+review is answered, with ``Connection: close``."""
 WRITE_HIGH_WATER = 64 * 1024
 """Unsent answer bytes past which the TLS transport says a client is not reading: small,
 because every connection up to the limit may hold this much before the table hears of it."""
@@ -125,6 +130,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """The client's address, once TCP has one (:mod:`.accept`)."""
         self.gone = asyncio.Event()
         """Set when the connection is lost: each request's scope holds it (:mod:`.gone`)."""
+        self.draining = False
+        """Whether the server is stopping: every answer from now on closes the connection."""
 
     # -- the table's view ---------------------------------------------------
 
@@ -317,6 +324,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self.state is not State.BUSY:
             self.table.enter(self, State.BODY)
         super().on_headers_complete()
+        if self.draining:
+            self.cycle.keep_alive = False  # cycle, keep_alive: private hook
 
     def on_body(self, body: bytes) -> None:
         """uvicorn's, less its work per call: the parser calls it once per chunk of a chunked
@@ -372,6 +381,27 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._feed(held)
             if not self.flow.held and not self.transport.is_closing():
                 self.flow.resume_reading()
+
+    # -- a graceful stop -------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """SIGTERM (private hook): uvicorn closes an idle connection at once, under a review
+        the API server may be sending on it. Such a connection stays open
+        :data:`DRAIN_IDLE_S` longer instead; a request on it is answered and then closes
+        it, as one in flight does."""
+        self.draining = True
+        cycle = self.cycle  # and its response_complete and keep_alive: private hook
+        if cycle is not None and not cycle.response_complete:
+            cycle.keep_alive = False
+            return
+        self.loop.call_later(DRAIN_IDLE_S, self._close_if_idle)  # loop: private hook
+
+    def _close_if_idle(self) -> None:
+        cycle = self.cycle
+        if self.transport.is_closing() or self.pipeline:
+            return
+        if cycle is None or cycle.response_complete:
+            self.transport.close()
 
     # -- answers the client does not read -------------------------------------
 
