@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import secrets
 import ssl
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -86,7 +87,12 @@ RESERVED_POLICY = "mirrorgate-reserved-prefix"
 
 def allow_reserved_names(api: k8s.ApiClient, user: str) -> None:
     """Let ``user`` (a test's own mirrorgate) create Secrets named mirrorgate-* too: what a
-    second installation would patch into the ValidatingAdmissionPolicy's ``writers``."""
+    second installation would patch into the ValidatingAdmissionPolicy's ``writers``.
+
+    Returns once the API server enforces the new ``writers``: a changed policy reaches its
+    admission cache a moment after the write, and a server started meanwhile would be
+    refused its first Secret (and exit). That is observed through a probe user of this
+    call's own, added in the same write and otherwise unknown to every policy."""
     admission = k8s.AdmissionregistrationV1Api(api)
     found = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
         admission.read_validating_admission_policy(RESERVED_POLICY)
@@ -95,6 +101,7 @@ def allow_reserved_names(api: k8s.ApiClient, user: str) -> None:
     writers = found["spec"]["variables"][index]["expression"]
     if f"'{user}'" in writers:
         return
+    probe = f"e2e-reserved-probe-{secrets.token_hex(4)}"
     admission.patch_validating_admission_policy(
         RESERVED_POLICY,
         [
@@ -102,10 +109,20 @@ def allow_reserved_names(api: k8s.ApiClient, user: str) -> None:
             {
                 "op": "replace",
                 "path": f"/spec/variables/{index}/expression",
-                "value": writers.replace("]", f", '{user}']"),
+                "value": writers.replace("]", f", '{user}', '{probe}']"),
             },
         ],
     )
+    configuration = copy.copy(api.configuration)
+    with k8s.ApiClient(configuration) as as_probe:
+        as_probe.set_default_header("Impersonate-User", probe)
+        as_probe.set_default_header("Impersonate-Group", "system:masters")
+        wait_until(
+            lambda: None if reserved_refused(as_probe, "default") == "allowed" else "refused",
+            timeout=30,
+            what=f"the reserved prefix allowing {user}",
+            interval=0.1,
+        )
 
 
 def confine(api: k8s.ApiClient, user: str) -> None:
