@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from mirrorgate.webhook.cluster import cabundle
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 DOCS = REPOSITORY / "docs"
 
@@ -103,3 +105,41 @@ def test_the_readme_explain_example_names_the_namespace() -> None:
     commands = re.findall(r"^\$ (mirrorgate explain .*)$", _read("README.md"), re.M)
     assert commands
     assert all(re.search(r" (-n|--namespace) \S+", c) for c in commands), commands
+
+
+def _rendered_webhook_configurations() -> set[tuple[str, str]]:
+    """(kind, name) of every webhook configuration the kustomize base and the chart make,
+    the chart's names as its defaults render them (its name, no override)."""
+    found = set()
+    for path in (REPOSITORY / "manifests" / "base").glob("*.yaml"):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and str(document.get("kind", "")).endswith("WebhookConfiguration"):
+                found.add((document["kind"], document["metadata"]["name"]))
+    chart = REPOSITORY / "manifests" / "helm" / "mirrorgate"
+    chart_name = yaml.safe_load((chart / "Chart.yaml").read_text())["name"]
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    assert not values["nameOverride"]
+    assert not values["fullnameOverride"]
+    for path in (chart / "templates").glob("*.yaml"):
+        text = path.read_text()
+        for kind in re.findall(r"^kind: (\w+WebhookConfiguration)$", text, re.M):
+            assert '  name: {{ include "mirrorgate.fullname" . }}\n' in text, path.name
+            found.add((kind, chart_name))
+    return found
+
+
+def test_argo_cd_ignores_the_cabundle_of_every_webhook_configuration() -> None:
+    """operations.md's ignoreDifferences once named only the MutatingWebhookConfiguration,
+    while mirrorgate writes the caBundle of its ValidatingWebhookConfiguration too: a
+    self-healing sync would blank that one. Every configuration the manifests make, each
+    kind mirrorgate keeps the caBundle of, is named, with the caBundle path."""
+    section = _read("docs/operations.md").split("### GitOps: Argo CD and the caBundle", 1)[1]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section.split("\n### ", 1)[0], re.S)
+    ignored = yaml.safe_load(block)["spec"]["ignoreDifferences"]
+    named = {(entry["kind"], entry["name"]) for entry in ignored}
+    rendered = _rendered_webhook_configurations()
+    assert {kind for kind, _ in rendered} == set(cabundle.KINDS)
+    assert named == rendered
+    for entry in ignored:
+        assert entry["group"] == "admissionregistration.k8s.io"
+        assert entry["jqPathExpressions"] == [".webhooks[].clientConfig.caBundle"]
