@@ -143,3 +143,21 @@ def test_argo_cd_ignores_the_cabundle_of_every_webhook_configuration() -> None:
     for entry in ignored:
         assert entry["group"] == "admissionregistration.k8s.io"
         assert entry["jqPathExpressions"] == [".webhooks[].clientConfig.caBundle"]
+
+
+def test_examples_give_a_private_ca_once_as_mirror_ca() -> None:
+    """README's policy once set `caFile: /etc/mirrorgate/harbor-ca.crt`, a path nothing
+    mounts in the Pod or on the nodes. A private CA is given once, as the chart's
+    `mirrorCA`; `caFile` is shown only where policy-reference.md documents the field
+    (and the CRDs define it)."""
+    documented = ("policy-reference.md", "manifests/base/crds/")
+    with_ca_file = [
+        where
+        for where, text in _shipped_yaml()
+        if re.search(r"^\s*(- )?caFile:", text, re.M) and not where.startswith(documented)
+    ]
+    assert with_ca_file == []
+    readme = _read("README.md")
+    (policy,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "mirrors:" in b]
+    assert "mirrorCA" in policy
+    assert "docs/install.md" in policy
