@@ -161,3 +161,17 @@ def test_examples_give_a_private_ca_once_as_mirror_ca() -> None:
     (policy,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "mirrors:" in b]
     assert "mirrorCA" in policy
     assert "docs/install.md" in policy
+
+
+def test_the_docker_path_builds_the_plugin_first() -> None:
+    """The Containerfile copies the kubelet plugin from build/plugins/, which only `make
+    plugin` (or `make image`) fills: install.md's Docker commands once began with `docker
+    build`, which on a fresh checkout stops at that COPY."""
+    containerfile = _read("Containerfile")
+    assert re.search(r"^COPY build/plugins/", containerfile, re.M)
+    section = _read("docs/install.md").split("### With Docker", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```sh\n(.*?)```", section, re.S)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    plugin = commands.index("make plugin")
+    build = next(i for i, line in enumerate(commands) if line.startswith("docker build"))
+    assert plugin < build
