@@ -175,3 +175,31 @@ def test_the_docker_path_builds_the_plugin_first() -> None:
     plugin = commands.index("make plugin")
     build = next(i for i, line in enumerate(commands) if line.startswith("docker build"))
     assert plugin < build
+
+
+def test_reuse_values_only_switches_the_mode_of_the_installed_chart() -> None:
+    """operations.md's upgrade once said `helm upgrade <chart> --reuse-values --set
+    image.tag=X.Y.Z`, the pitfall upgrading.md warns of: a newer chart's added values have
+    no value at all and the chart refuses them. `--reuse-values` is shown only to switch
+    `mode` within the chart already installed; an upgrade is `--reset-then-reuse-values`."""
+    lines: list[tuple[str, str]] = []
+    for page in [REPOSITORY / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text()
+        for block in re.findall(r"```(?:sh|console)\n(.*?)```", text, re.S):
+            lines += [(page.name, line) for line in block.replace("\\\n", " ").splitlines()]
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        lines += [(page.name, span) for span in re.findall(r"`([^`]+)`", prose)]
+    notes = REPOSITORY / "manifests" / "helm" / "mirrorgate" / "templates" / "NOTES.txt"
+    lines += [(notes.name, line) for line in notes.read_text().splitlines()]
+    commands = [
+        (where, command)
+        for where, line in lines
+        if (command := " ".join(line.split())).startswith("helm upgrade")
+        and "--reuse-values" in command
+    ]
+    assert commands
+    for where, command in commands:
+        assert re.search(r"--reuse-values --set mode=enforce\b", command), (where, command)
+        assert "image." not in command, (where, command)
+    upgrade = _read("docs/operations.md").split("## Upgrade", 1)[1].split("\n## ", 1)[0]
+    assert "--reset-then-reuse-values" in " ".join(upgrade.split())
