@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from mirrorgate.webhook.cluster import cabundle
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 DOCS = REPOSITORY / "docs"
 
@@ -103,3 +105,101 @@ def test_the_readme_explain_example_names_the_namespace() -> None:
     commands = re.findall(r"^\$ (mirrorgate explain .*)$", _read("README.md"), re.M)
     assert commands
     assert all(re.search(r" (-n|--namespace) \S+", c) for c in commands), commands
+
+
+def _rendered_webhook_configurations() -> set[tuple[str, str]]:
+    """(kind, name) of every webhook configuration the kustomize base and the chart make,
+    the chart's names as its defaults render them (its name, no override)."""
+    found = set()
+    for path in (REPOSITORY / "manifests" / "base").glob("*.yaml"):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and str(document.get("kind", "")).endswith("WebhookConfiguration"):
+                found.add((document["kind"], document["metadata"]["name"]))
+    chart = REPOSITORY / "manifests" / "helm" / "mirrorgate"
+    chart_name = yaml.safe_load((chart / "Chart.yaml").read_text())["name"]
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    assert not values["nameOverride"]
+    assert not values["fullnameOverride"]
+    for path in (chart / "templates").glob("*.yaml"):
+        text = path.read_text()
+        for kind in re.findall(r"^kind: (\w+WebhookConfiguration)$", text, re.M):
+            assert '  name: {{ include "mirrorgate.fullname" . }}\n' in text, path.name
+            found.add((kind, chart_name))
+    return found
+
+
+def test_argo_cd_ignores_the_cabundle_of_every_webhook_configuration() -> None:
+    """operations.md's ignoreDifferences once named only the MutatingWebhookConfiguration,
+    while mirrorgate writes the caBundle of its ValidatingWebhookConfiguration too: a
+    self-healing sync would blank that one. Every configuration the manifests make, each
+    kind mirrorgate keeps the caBundle of, is named, with the caBundle path."""
+    section = _read("docs/operations.md").split("### GitOps: Argo CD and the caBundle", 1)[1]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section.split("\n### ", 1)[0], re.S)
+    ignored = yaml.safe_load(block)["spec"]["ignoreDifferences"]
+    named = {(entry["kind"], entry["name"]) for entry in ignored}
+    rendered = _rendered_webhook_configurations()
+    assert {kind for kind, _ in rendered} == set(cabundle.KINDS)
+    assert named == rendered
+    for entry in ignored:
+        assert entry["group"] == "admissionregistration.k8s.io"
+        assert entry["jqPathExpressions"] == [".webhooks[].clientConfig.caBundle"]
+
+
+def test_examples_give_a_private_ca_once_as_mirror_ca() -> None:
+    """README's policy once set `caFile: /etc/mirrorgate/harbor-ca.crt`, a path nothing
+    mounts in the Pod or on the nodes. A private CA is given once, as the chart's
+    `mirrorCA`; `caFile` is shown only where policy-reference.md documents the field
+    (and the CRDs define it)."""
+    documented = ("policy-reference.md", "manifests/base/crds/")
+    with_ca_file = [
+        where
+        for where, text in _shipped_yaml()
+        if re.search(r"^\s*(- )?caFile:", text, re.M) and not where.startswith(documented)
+    ]
+    assert with_ca_file == []
+    readme = _read("README.md")
+    (policy,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "mirrors:" in b]
+    assert "mirrorCA" in policy
+    assert "docs/install.md" in policy
+
+
+def test_the_docker_path_builds_the_plugin_first() -> None:
+    """The Containerfile copies the kubelet plugin from build/plugins/, which only `make
+    plugin` (or `make image`) fills: install.md's Docker commands once began with `docker
+    build`, which on a fresh checkout stops at that COPY."""
+    containerfile = _read("Containerfile")
+    assert re.search(r"^COPY build/plugins/", containerfile, re.M)
+    section = _read("docs/install.md").split("### With Docker", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```sh\n(.*?)```", section, re.S)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    plugin = commands.index("make plugin")
+    build = next(i for i, line in enumerate(commands) if line.startswith("docker build"))
+    assert plugin < build
+
+
+def test_reuse_values_only_switches_the_mode_of_the_installed_chart() -> None:
+    """operations.md's upgrade once said `helm upgrade <chart> --reuse-values --set
+    image.tag=X.Y.Z`, the pitfall upgrading.md warns of: a newer chart's added values have
+    no value at all and the chart refuses them. `--reuse-values` is shown only to switch
+    `mode` within the chart already installed; an upgrade is `--reset-then-reuse-values`."""
+    lines: list[tuple[str, str]] = []
+    for page in [REPOSITORY / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text()
+        for block in re.findall(r"```(?:sh|console)\n(.*?)```", text, re.S):
+            lines += [(page.name, line) for line in block.replace("\\\n", " ").splitlines()]
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        lines += [(page.name, span) for span in re.findall(r"`([^`]+)`", prose)]
+    notes = REPOSITORY / "manifests" / "helm" / "mirrorgate" / "templates" / "NOTES.txt"
+    lines += [(notes.name, line) for line in notes.read_text().splitlines()]
+    commands = [
+        (where, command)
+        for where, line in lines
+        if (command := " ".join(line.split())).startswith("helm upgrade")
+        and "--reuse-values" in command
+    ]
+    assert commands
+    for where, command in commands:
+        assert re.search(r"--reuse-values --set mode=enforce\b", command), (where, command)
+        assert "image." not in command, (where, command)
+    upgrade = _read("docs/operations.md").split("## Upgrade", 1)[1].split("\n## ", 1)[0]
+    assert "--reset-then-reuse-values" in " ".join(upgrade.split())

@@ -528,3 +528,49 @@ def test_a_rotation_during_a_long_reassertion_is_handled_first() -> None:
     assert all(
         r.fingerprint == Fingerprints(KEY).of(rotated) for r in made.provisioner.records.all()
     )
+
+
+def test_a_credential_added_to_the_store_during_a_pass_is_no_error() -> None:
+    """A credential arrives in the store while a pass runs, and admission has already
+    made a copy of it: the pass judges that copy by the store as it is, never by the
+    view it began with (where the credential is missing), and goes on to the end."""
+    other = Credential(
+        name="other-pull", registry="harbor.corp.example", username="robot$other", password="o"
+    )
+    holder: list[Reconciler] = []
+
+    def put_secret(body: Any) -> dict[str, Any]:
+        # The store replaces its mapping on a change, as the real stores do.
+        store: Any = holder[0].provisioner.store
+        store.credentials = {**store.credentials, other.name: other}
+        return dict(body)
+
+    client = ScriptedKube(
+        {("PUT", "secrets"): put_secret, ("PUT", "configmaps"): lambda body: dict(body)}
+    )
+    first = record_object(uid="uid-1", created="2020-01-01T00:00:00Z", fingerprint="stale")
+    made = reconciler(client, first)
+    holder.append(made)
+    second = record_object(uid="uid-2", created="2020-01-01T00:00:00Z", fingerprint="stale")
+    second["metadata"]["name"] = f"copy.{NAMESPACE}.mirrorgate-other-pull"
+    second["data"].update(secret="mirrorgate-other-pull", credential=other.name)
+    made.provisioner.records.informer.items[("mirrorgate", second["metadata"]["name"])] = second
+    both = policy.load(
+        {
+            "mirrors": [
+                {"source": "docker.io", "mirror": "m.example/hub", "credential": CREDENTIAL.name},
+                {"source": "quay.io", "mirror": "m.example/quay", "credential": other.name},
+            ],
+            "credentials": {
+                name: {"namespaces": [NAMESPACE]} for name in (CREDENTIAL.name, other.name)
+            },
+        }
+    )
+    made.mirror_policy = lambda: both
+    counts = made.reconcile_once()
+    assert counts == {"updated": 2, "restored": 0, "deleted": 0, "failed": 0}
+    fingerprints = {r.credential: r.fingerprint for r in made.provisioner.records.all()}
+    assert fingerprints == {
+        CREDENTIAL.name: Fingerprints(KEY).of(CREDENTIAL),
+        other.name: Fingerprints(KEY).of(other),
+    }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mirrorgate import policy
 from mirrorgate.webhook.background import Loop
@@ -21,6 +21,7 @@ from mirrorgate.webhook.credentials.pullsecrets import (
     is_abandoned,
 )
 from mirrorgate.webhook.credentials.records import Record
+from mirrorgate.webhook.credentials.store import Credential
 from mirrorgate.webhook.logs import logger
 
 __all__ = ["REASSERT_PER_SECOND", "Reconciler"]
@@ -88,8 +89,11 @@ class Reconciler(Loop):
             except Exception:
                 logger.exception("reconcile failed", extra={"fields": {}})
 
-    def _why_unwanted(self, namespace: str, credential: str) -> str | None:
-        """None when the copy should exist, else why it should go."""
+    def _why_unwanted(
+        self, namespace: str, credential: str, stored: Mapping[str, Credential]
+    ) -> str | None:
+        """None when the copy should exist, else why it should go; ``stored`` is the
+        store's snapshot the caller goes on to use."""
         optin = self.provisioner.optin
         if not optin.exists(namespace):
             return "namespace is gone"
@@ -104,7 +108,7 @@ class Reconciler(Loop):
         if grant is not None and not grant.pull_secret:
             # The kubelet's plugin fetches it now: a copy would only be a login to read.
             return "the credential's delivery is kubelet"
-        if credential not in self.provisioner.store.snapshot():
+        if credential not in stored:
             return "the credential is no longer in the store"
         return None
 
@@ -141,7 +145,10 @@ class Reconciler(Loop):
             if (
                 current is None
                 or not current.uid
-                or self._why_unwanted(current.namespace, current.credential) is not None
+                or self._why_unwanted(
+                    current.namespace, current.credential, self.provisioner.store.snapshot()
+                )
+                is not None
             ):
                 continue  # gone, claimed, or going: the sweeps deal with it
             where = f"{current.namespace}/{current.secret}"
@@ -156,7 +163,6 @@ class Reconciler(Loop):
 
     def _sweep(self, counts: dict[str, int]) -> None:
         """Abandoned claims, copies that should go, and copies that are stale."""
-        stored = self.provisioner.store.snapshot()
         fingerprints = self.provisioner.fingerprints
         for record in self.provisioner.records.all():
             if self.stopping or not self.is_leader():
@@ -171,7 +177,11 @@ class Reconciler(Loop):
                             extra={"fields": {"secret": where}},
                         )
                     continue
-                why = self._why_unwanted(record.namespace, record.credential)
+                # The store as it is now, once for both questions: a snapshot taken for
+                # the whole pass misses a credential added meanwhile, whose copy
+                # admission may already have made.
+                stored = self.provisioner.store.snapshot()
+                why = self._why_unwanted(record.namespace, record.credential, stored)
                 if why is not None:
                     self._remove(record, why)
                     counts["deleted"] += 1

@@ -102,6 +102,16 @@ def test_the_daemonset_writes_only_the_plugin_directory(helm: Path, home: Path) 
     assert ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
 
 
+def test_the_daemonset_takes_pull_secrets_as_the_deployment_does(helm: Path, home: Path) -> None:
+    """`imagePullSecrets` takes plain names or {name: ...} objects: the DaemonSet, which
+    pulls the same image, once rendered an object as `name: map[name:b]`."""
+    values = {**ON, "imagePullSecrets[0]": "a", "imagePullSecrets[1].name": "b"}
+    objects = h.template(helm, home, values)
+    for kind, name in (("Deployment", "mirrorgate"), ("DaemonSet", "mirrorgate-kubelet-plugin")):
+        spec = _one(objects, kind, name)["spec"]["template"]["spec"]
+        assert spec["imagePullSecrets"] == [{"name": "a"}, {"name": "b"}], kind
+
+
 def test_the_cluster_ip_is_served_and_certified(helm: Path, home: Path) -> None:
     """kubeletPlugin.clusterIP: a Service at that address for mirrorgate's Pods, and the
     address in the serving certificate (serve --tls-name; cert-manager's ipAddresses)."""
