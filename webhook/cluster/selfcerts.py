@@ -213,6 +213,18 @@ class SelfManagedCertificates(Loop):
             return f"unreadable ({error})"
         return None
 
+    @staticmethod
+    def _stale_key(data: dict[str, bytes], authority: certs.CertificateAuthority) -> bool:
+        """Whether the TLS Secret holds a ``ca.key`` that is not the CA's: one an earlier
+        version left there before the CA was replaced, never to sit beside the new one."""
+        if CA_KEY not in data:
+            return False
+        try:
+            certs.CertificateAuthority.load(cert_pem=authority.cert_pem, key_pem=data[CA_KEY])
+        except ValueError:
+            return True
+        return False
+
     def ensure_secret(self) -> dict[str, bytes]:
         """The serving pair and CA certificate, made usable first if they were not."""
         authority, ca_found = self.ensure_ca()
@@ -222,15 +234,20 @@ class SelfManagedCertificates(Loop):
             secret = self._get(path)
             data = _decoded(secret)
             why = self._serving_problem(data, authority) if secret is not None else "missing"
-            if why is None and not (strip and CA_KEY in data):
+            stale = self._stale_key(data, authority)
+            if why is None and not (CA_KEY in data and (strip or stale)):
                 return data
             if why is None:
-                why = f"the CA's key moved to Secret {self.ca_secret}"
+                why = (
+                    "a CA key that is not the CA's"
+                    if stale
+                    else f"the CA's key moved to Secret {self.ca_secret}"
+                )
                 leaf = certs.KeyPair(cert_pem=data[TLS_CERT], key_pem=data[TLS_KEY])
             else:
                 leaf = authority.issue_serving(dns_names=self.dns_names, ips=self.ips)
             fresh = {CA_CERT: authority.cert_pem, TLS_CERT: leaf.cert_pem, TLS_KEY: leaf.key_pem}
-            if CA_KEY in data and not strip:
+            if CA_KEY in data and not strip and not stale:
                 fresh[CA_KEY] = data[CA_KEY]  # still read by an earlier version's replicas
             try:
                 self._write(self.secret, "kubernetes.io/tls", secret, fresh)

@@ -450,14 +450,9 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
             mg.unregister(api, name)
 
 
-def test_an_earlier_versions_ca_key_moves_to_a_secret_of_its_own(
-    installed: Installed, tmp_path: Path
-) -> None:
-    """A TLS Secret holding ca.key beside the serving pair (before the CA had a Secret of
-    its own): the same CA is moved, so the leaf and caBundle stay; its certificate is
-    published; the key leaves the TLS Secret only once the CA Secret is old enough that
-    the earlier version's replicas are gone. As mirrorgate's ServiceAccount, confined."""
-    plane = installed.control_plane
+def _legacy_tls_secret(api: k8s.ApiClient) -> dict[str, bytes]:
+    """Secret mirrorgate-tls as an earlier version left it: its CA's key beside the pair
+    (made before the reserved prefix was in force). Its data."""
     dns = certs.service_dns_names(service="mirrorgate", namespace=mg.NAMESPACE)
     authority = certs.CertificateAuthority.generate(common_name="mirrorgate.mirrorgate CA")
     leaf = authority.issue_serving(dns_names=dns)
@@ -467,54 +462,104 @@ def test_an_earlier_versions_ca_key_moves_to_a_secret_of_its_own(
         "tls.crt": leaf.cert_pem,
         "tls.key": leaf.key_pem,
     }
+    mg.made_before_install(
+        api,
+        mg.NAMESPACE,
+        k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(
+                name="mirrorgate-tls", labels={"app.kubernetes.io/name": "mirrorgate"}
+            ),
+            type="kubernetes.io/tls",
+            data={k: base64.b64encode(v).decode() for k, v in legacy.items()},
+        ),
+    )
+    return legacy
+
+
+def _upkeep(
+    installed: Installed, directory: Path, grace: datetime.timedelta = selfcerts.LEGACY_KEY_GRACE
+) -> selfcerts.SelfManagedCertificates:
+    """The default install's certificate upkeep, as mirrorgate's ServiceAccount, confined."""
     client = cluster_kube.Kube.connect(
-        kubeconfig=str(plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER, mg.SERVICE_ACCOUNT_GROUPS))
+        kubeconfig=str(
+            installed.control_plane.kubeconfig_for(
+                mg.SERVICE_ACCOUNT_USER, mg.SERVICE_ACCOUNT_GROUPS
+            )
+        )
+    )
+    return selfcerts.SelfManagedCertificates(
+        client,
+        namespace=mg.NAMESPACE,
+        secret="mirrorgate-tls",
+        service="mirrorgate",
+        webhook_configuration=None,
+        directory=directory,
+        ca_secret="mirrorgate-ca",
+        ca_configmap="mirrorgate-ca",
+        legacy_key_grace=grace,
     )
 
-    def upkeep(grace: datetime.timedelta) -> selfcerts.SelfManagedCertificates:
-        return selfcerts.SelfManagedCertificates(
-            client,
-            namespace=mg.NAMESPACE,
-            secret="mirrorgate-tls",
-            service="mirrorgate",
-            webhook_configuration=None,
-            directory=tmp_path,
-            ca_secret="mirrorgate-ca",
-            ca_configmap="mirrorgate-ca",
-            legacy_key_grace=grace,
-        )
 
-    with plane.api_client() as api:
-        core = k8s.CoreV1Api(api)
-        # An earlier version made it, before the reserved prefix was in force.
-        mg.made_before_install(
-            api,
-            mg.NAMESPACE,
-            k8s.V1Secret(
-                metadata=k8s.V1ObjectMeta(
-                    name="mirrorgate-tls", labels={"app.kubernetes.io/name": "mirrorgate"}
-                ),
-                type="kubernetes.io/tls",
-                data={k: base64.b64encode(v).decode() for k, v in legacy.items()},
-            ),
-        )
+def _remove_default_certificates(api: k8s.ApiClient) -> None:
+    core = k8s.CoreV1Api(api)
+    for name in ("mirrorgate-tls", "mirrorgate-ca"):
+        core.delete_namespaced_secret(name, mg.NAMESPACE)
+    core.delete_namespaced_config_map("mirrorgate-ca", mg.NAMESPACE)
+
+
+def test_an_earlier_versions_ca_key_moves_to_a_secret_of_its_own(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """A TLS Secret holding ca.key beside the serving pair (before the CA had a Secret of
+    its own): the same CA is moved, so the leaf and caBundle stay; its certificate is
+    published; the key leaves the TLS Secret only once the CA Secret is old enough that
+    the earlier version's replicas are gone. As mirrorgate's ServiceAccount, confined."""
+    with installed.control_plane.api_client() as api:
+        legacy = _legacy_tls_secret(api)
         try:
-            upkeep(selfcerts.LEGACY_KEY_GRACE).reconcile()
+            _upkeep(installed, tmp_path).reconcile()
             moved = _secret(api, "mirrorgate-ca")
             kept = _secret(api, "mirrorgate-tls")
             published = _published(api, "mirrorgate-ca")
             # Again, within the grace: nothing changes.
-            upkeep(selfcerts.LEGACY_KEY_GRACE).reconcile()
+            _upkeep(installed, tmp_path).reconcile()
             still = _secret(api, "mirrorgate-tls")
             # Past it (no grace): the key leaves the TLS Secret; the pair stays.
-            upkeep(datetime.timedelta(0)).reconcile()
+            _upkeep(installed, tmp_path, datetime.timedelta(0)).reconcile()
             stripped = _secret(api, "mirrorgate-tls")
         finally:
-            for name in ("mirrorgate-tls", "mirrorgate-ca"):
-                core.delete_namespaced_secret(name, mg.NAMESPACE)
-            core.delete_namespaced_config_map("mirrorgate-ca", mg.NAMESPACE)
-    assert moved == {"ca.crt": authority.cert_pem, "ca.key": authority.key_pem}
+            _remove_default_certificates(api)
+    assert moved == {"ca.crt": legacy["ca.crt"], "ca.key": legacy["ca.key"]}
     assert kept == legacy
     assert still == legacy
-    assert published == {"ca.crt": authority.cert_pem.decode()}
+    assert published == {"ca.crt": legacy["ca.crt"].decode()}
     assert stripped == {k: v for k, v in legacy.items() if k != "ca.key"}
+
+
+def test_a_new_ca_leaves_no_earlier_key_in_the_tls_secret(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """Within the grace an earlier version's ca.key stays in the TLS Secret, for that
+    version's replicas; when the CA is replaced meanwhile (its Secret damaged), the new
+    ca.crt goes there without the old CA's key beside it, never a pair that does not
+    match."""
+    with installed.control_plane.api_client() as api:
+        legacy = _legacy_tls_secret(api)
+        try:
+            _upkeep(installed, tmp_path).reconcile()
+            k8s.CoreV1Api(api).patch_namespaced_secret(
+                "mirrorgate-ca",
+                mg.NAMESPACE,
+                {"data": {"ca.key": base64.b64encode(b"not a key").decode()}},
+            )
+            _upkeep(installed, tmp_path).reconcile()
+            renewed = _secret(api, "mirrorgate-tls")
+            authority = _secret(api, "mirrorgate-ca")
+            published = _published(api, "mirrorgate-ca")
+        finally:
+            _remove_default_certificates(api)
+    assert renewed is not None
+    assert authority is not None
+    assert set(renewed) == {"ca.crt", "tls.crt", "tls.key"}
+    assert renewed["ca.crt"] == authority["ca.crt"] != legacy["ca.crt"]
+    assert published == {"ca.crt": authority["ca.crt"].decode()}
