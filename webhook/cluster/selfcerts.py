@@ -19,9 +19,14 @@ removed from the TLS Secret once the CA Secret is :data:`LEGACY_KEY_GRACE`
 old, so that replicas of the earlier version, which need it there, are gone.
 
 The CA lives ten years while the leaf is renewed a month before its 90
-days are up, so ``caBundle`` rarely changes. Replicas race safely: writes
-carry the resourceVersion they read, and a replica that loses adopts what
-the winner wrote.
+days are up, so ``caBundle`` rarely changes. When it does (the CA Secret
+deleted, damaged or near expiry), the replicas do not switch at once: each
+serves a certificate from the old CA until its own check. So the CA Secret
+keeps the old CA's certificate for a while, and ``caBundle`` and the
+ConfigMap trust both until then (:mod:`.catrust`); each check sets
+``caBundle`` before the serving certificate may change. Replicas race
+safely: writes carry the resourceVersion they read, and a replica that
+loses adopts what the winner wrote.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any
 from mirrorgate import certs
 from mirrorgate.certs import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY
 from mirrorgate.webhook.background import Loop
-from mirrorgate.webhook.cluster import cabundle, kube
+from mirrorgate.webhook.cluster import cabundle, catrust, kube
 from mirrorgate.webhook.logs import logger
 
 __all__ = ["SelfManagedCertificates"]
@@ -100,6 +105,8 @@ class SelfManagedCertificates(Loop):
         self.webhook_configuration = webhook_configuration
         self.directory = directory
         self.check_interval = check_interval
+        self.hold = catrust.overlap(check_interval)
+        """How long a replaced CA stays trusted beside the new one."""
         dns, ips = certs.split_identities(extra_names)
         self.dns_names = [*certs.service_dns_names(service=service, namespace=namespace), *dns]
         self.ips = ips
@@ -158,41 +165,65 @@ class SelfManagedCertificates(Loop):
             return None, "the CA is near expiry"
         return authority, ""
 
-    def ensure_ca(self) -> tuple[certs.CertificateAuthority, dict[str, Any] | None]:
+    def ensure_ca(
+        self, served: Sequence[bytes | None]
+    ) -> tuple[certs.CertificateAuthority, dict[str, bytes], bool]:
         """The CA from ``--ca-secret``, made (or moved from the TLS Secret) first if need be.
 
-        Also the CA Secret as read (None when this call made it): how old it is
-        decides when the TLS Secret may lose an earlier version's copy of the key.
+        ``served`` are the CA certificates replicas may still serve from (the TLS
+        Secret's, this replica's files): one that is not the CA stays trusted beside it
+        for :attr:`hold`. Also the CA Secret's data, and whether the CA in it is old
+        enough that the TLS Secret may lose an earlier version's copy of the key.
         """
         for _ in range(3):
             found = self._get(kube.secrets_path(self.namespace, self.ca_secret))
-            authority, why = self._authority(_decoded(found))
-            if authority is not None:
-                return authority, found
-            legacy = None
-            if found is None:  # an earlier version's CA, beside the serving pair
-                legacy, _ = self._authority(
-                    _decoded(self._get(kube.secrets_path(self.namespace, self.secret)))
+            current = _decoded(found)
+            authority, why = self._authority(current)
+            replaced: str | None = None  # why the CA changes, if it does
+            serving = list(served)
+            if authority is None:
+                legacy = None
+                if found is None:  # an earlier version's CA, beside the serving pair
+                    legacy, _ = self._authority(
+                        _decoded(self._get(kube.secrets_path(self.namespace, self.secret)))
+                    )
+                authority = legacy or certs.CertificateAuthority.generate(
+                    common_name=f"{self.service}.{self.namespace} CA"
                 )
-            fresh = legacy or certs.CertificateAuthority.generate(
-                common_name=f"{self.service}.{self.namespace} CA"
-            )
-            data = {CA_CERT: fresh.cert_pem, CA_KEY: fresh.key_pem}
+                replaced = f"moved from Secret {self.secret}" if legacy else why
+                # The old CA (if it is a certificate at all) joins what replicas serve.
+                serving.insert(0, current.get(CA_CERT))
+                base = {
+                    **{k: v for k, v in current.items() if k in catrust.PREVIOUS_KEYS},
+                    CA_CERT: authority.cert_pem,
+                    CA_KEY: authority.key_pem,
+                }
+            else:
+                base = current
+            data = catrust.successor(base, served=serving, now=_now(), hold=self.hold)
+            settled = replaced is None and _older_than(found or {}, self.legacy_key_grace)
+            if data == current:
+                return authority, data, settled
             try:
                 self._write(self.ca_secret, "Opaque", found, data)
             except (kube.AlreadyExists, kube.Conflict):
                 continue  # another replica wrote first: adopt what it wrote
-            reason = f"moved from Secret {self.secret}" if legacy else why
-            logger.info(
-                "CA written",
-                extra={
-                    "fields": {"secret": f"{self.namespace}/{self.ca_secret}", "reason": reason}
-                },
-            )
-            return fresh, None
+            self._log_ca_written(data, replaced)
+            return authority, data, settled
         raise kube.KubeError(
             0, "Conflict", f"Secret {self.namespace}/{self.ca_secret} kept changing under us"
         )
+
+    def _log_ca_written(self, data: dict[str, bytes], replaced: str | None) -> None:
+        fields: dict[str, object] = {"secret": f"{self.namespace}/{self.ca_secret}"}
+        if catrust.PREVIOUS_UNTIL in data:
+            fields["previous_ca_until"] = data[catrust.PREVIOUS_UNTIL].decode()
+        if replaced is not None:
+            logger.info("CA written", extra={"fields": {**fields, "reason": replaced}})
+        elif catrust.PREVIOUS_CA in data:
+            logger.info("previous CA trusted beside the CA", extra={"fields": fields})
+        else:
+            logger.info("previous CA no longer trusted", extra={"fields": fields})
 
     def _serving_problem(
         self, data: dict[str, bytes], authority: certs.CertificateAuthority
@@ -213,24 +244,44 @@ class SelfManagedCertificates(Loop):
             return f"unreadable ({error})"
         return None
 
-    def ensure_secret(self) -> dict[str, bytes]:
-        """The serving pair and CA certificate, made usable first if they were not."""
-        authority, ca_found = self.ensure_ca()
-        strip = ca_found is not None and _older_than(ca_found, self.legacy_key_grace)
+    @staticmethod
+    def _stale_key(data: dict[str, bytes], authority: certs.CertificateAuthority) -> bool:
+        """Whether the TLS Secret holds a ``ca.key`` that is not the CA's: one an earlier
+        version left there before the CA was replaced, never to sit beside the new one."""
+        if CA_KEY not in data:
+            return False
+        try:
+            certs.CertificateAuthority.load(cert_pem=authority.cert_pem, key_pem=data[CA_KEY])
+        except ValueError:
+            return True
+        return False
+
+    def ensure_secret(
+        self, authority: certs.CertificateAuthority, *, strip: bool
+    ) -> dict[str, bytes]:
+        """The serving pair and CA certificate, made usable first if they were not.
+
+        With ``strip``, an earlier version's copy of the CA's key leaves the TLS Secret.
+        """
         path = kube.secrets_path(self.namespace, self.secret)
         for _ in range(3):
             secret = self._get(path)
             data = _decoded(secret)
             why = self._serving_problem(data, authority) if secret is not None else "missing"
-            if why is None and not (strip and CA_KEY in data):
+            stale = self._stale_key(data, authority)
+            if why is None and not (CA_KEY in data and (strip or stale)):
                 return data
             if why is None:
-                why = f"the CA's key moved to Secret {self.ca_secret}"
+                why = (
+                    "a CA key that is not the CA's"
+                    if stale
+                    else f"the CA's key moved to Secret {self.ca_secret}"
+                )
                 leaf = certs.KeyPair(cert_pem=data[TLS_CERT], key_pem=data[TLS_KEY])
             else:
                 leaf = authority.issue_serving(dns_names=self.dns_names, ips=self.ips)
             fresh = {CA_CERT: authority.cert_pem, TLS_CERT: leaf.cert_pem, TLS_KEY: leaf.key_pem}
-            if CA_KEY in data and not strip:
+            if CA_KEY in data and not strip and not stale:
                 fresh[CA_KEY] = data[CA_KEY]  # still read by an earlier version's replicas
             try:
                 self._write(self.secret, "kubernetes.io/tls", secret, fresh)
@@ -246,7 +297,7 @@ class SelfManagedCertificates(Loop):
         )
 
     def publish_ca(self, ca_pem: bytes) -> None:
-        """Keep the CA certificate (never its key) in ConfigMap ``--ca-configmap``."""
+        """Keep the CA certificates trusted (never a key) in ConfigMap ``--ca-configmap``."""
         path = kube.configmaps_path(self.namespace, self.ca_configmap)
         found = self._get(path)
         if found is not None and (found.get("data") or {}) == {CA_CERT: ca_pem.decode()}:
@@ -263,7 +314,7 @@ class SelfManagedCertificates(Loop):
         }
         if found is None:
             self.client.create(kube.configmaps_path(self.namespace), body)
-        else:  # whichever replica writes last writes the same CA
+        else:  # whichever replica writes last writes the same CAs
             self.client.replace(path, body)
 
     # -- files and caBundle -----------------------------------------------------------
@@ -284,24 +335,25 @@ class SelfManagedCertificates(Loop):
         """Set caBundle on every webhook of both configurations; True if it changed."""
         return self.bundles is not None and self.bundles.ensure(ca_pem)
 
+    def _read_served(self) -> list[bytes | None]:
+        """The CAs replicas may be serving certificates from: the TLS Secret's (which
+        every replica writes its files from) and this replica's own files'."""
+        tls = _decoded(self._get(kube.secrets_path(self.namespace, self.secret)))
+        own = self.directory / CA_CERT
+        return [tls.get(CA_CERT), own.read_bytes() if own.exists() else None]
+
     def reconcile(self) -> None:
-        data = self.ensure_secret()
-        self.publish_ca(data[CA_CERT])
-        served_ca = (
-            (self.directory / CA_CERT).read_bytes() if (self.directory / CA_CERT).exists() else None
-        )
-        switched = served_ca is not None and served_ca != data[CA_CERT]
-        if switched:
-            # A new CA (the Secret was lost or its CA expired): trust both
-            # while the served certificate changes, so that no API server
-            # request meets a certificate its caBundle does not cover.
-            assert served_ca is not None
-            if self.ensure_ca_bundle(data[CA_CERT] + served_ca):
-                self.pause(CA_SWITCH_GRACE)
+        served = self._read_served()
+        authority, ca_data, settled = self.ensure_ca(served)
+        trust = catrust.trusted(ca_data, now=_now())
+        # Trust first: the serving certificate may change below, here or (through the
+        # TLS Secret) in another replica, and the API server must know its CA by then.
+        switching = any(ca is not None and ca != authority.cert_pem for ca in served)
+        if self.ensure_ca_bundle(trust) and switching:
+            self.pause(CA_SWITCH_GRACE)
+        self.publish_ca(trust)
+        data = self.ensure_secret(authority, strip=settled)
         self.write_files(data)
-        if switched:
-            self.pause(CA_SWITCH_GRACE)  # the server's file watcher reloads meanwhile
-        self.ensure_ca_bundle(data[CA_CERT])
         self.problem = None
 
     # -- the loop ---------------------------------------------------------------------

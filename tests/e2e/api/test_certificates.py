@@ -175,19 +175,31 @@ class _OwnServer(NamedTuple):
     name: str  # its webhook configuration
     label: tuple[str, str]  # the namespace label that configuration selects
     configuration: dict[str, Any]  # to register, without caBundle
+    user: str  # whom it runs as
 
 
-def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
+def _own_server(
+    installed: Installed, tmp_path: Path, *args: str, replica_of: _OwnServer | None = None
+) -> _OwnServer:
     """A server of the test's own with the base's RBAC, keeping its own certificates and
-    webhook configuration (which selects only the test's namespaces)."""
+    webhook configuration (which selects only the test's namespaces); with ``replica_of``,
+    another replica of that one, sharing its Secrets, configuration and user."""
     plane = installed.control_plane
-    secret = f"e2e-tls-{secrets.token_hex(3)}"
-    ca = f"e2e-ca-{secrets.token_hex(3)}"
-    name = f"e2e-selfcerts-{secrets.token_hex(3)}"
+    if replica_of is None:
+        secret = f"e2e-tls-{secrets.token_hex(3)}"
+        ca = f"e2e-ca-{secrets.token_hex(3)}"
+        name = f"e2e-selfcerts-{secrets.token_hex(3)}"
+        user = f"e2e-selfcerts-{secrets.token_hex(3)}"
+        with plane.api_client() as api:
+            _grant_base_rbac(api, user, webhook_configuration=name)
+    else:
+        secret, ca, name, user = (
+            replica_of.secret,
+            replica_of.ca,
+            replica_of.name,
+            replica_of.user,
+        )
     label = ("e2e.mirrorgate.io/selfcerts", name)
-    user = f"e2e-selfcerts-{secrets.token_hex(3)}"
-    with plane.api_client() as api:
-        _grant_base_rbac(api, user, webhook_configuration=name)
     server = mg.start_mirrorgate(
         tmp_path,
         plane,
@@ -212,7 +224,7 @@ def _own_server(installed: Installed, tmp_path: Path, *args: str) -> _OwnServer:
     configuration = copy.deepcopy(installed.configuration)
     for webhook in configuration["webhooks"]:
         webhook["namespaceSelector"] = {"matchLabels": {label[0]: label[1]}}
-    return _OwnServer(server, secret, ca, name, label, configuration)
+    return _OwnServer(server, secret, ca, name, label, configuration, user)
 
 
 def test_certificates_are_created_injected_and_heal(
@@ -220,7 +232,7 @@ def test_certificates_are_created_injected_and_heal(
 ) -> None:
     """No Secret at first; then an expired and a deleted one: admission never stops."""
     plane = installed.control_plane
-    server, secret, ca_secret, name, label, configuration = _own_server(
+    server, secret, ca_secret, name, label, configuration, _ = _own_server(
         installed, tmp_path, "--cert-check-interval", "0.5"
     )
     with plane.api_client() as api:
@@ -287,7 +299,8 @@ def test_certificates_are_created_injected_and_heal(
                     what="renewed cert served",
                 )
 
-                # 2. The CA's Secret deleted: a new CA, and caBundle follows it.
+                # 2. The CA's Secret deleted: a new CA, and caBundle follows it, still
+                # trusting the old one (test_a_new_ca_is_trusted_beside_the_old_...).
                 k8s.CoreV1Api(api).delete_namespaced_secret(ca_secret, mg.NAMESPACE)
 
                 def recreated() -> str | None:
@@ -300,18 +313,27 @@ def test_certificates_are_created_injected_and_heal(
                 wait_until(
                     lambda: (
                         None
-                        if _ca_bundles(api, name) == [again["ca.crt"]] * WEBHOOKS
+                        if _ca_bundles(api, name) == [again["ca.crt"] + ca] * WEBHOOKS
                         else "caBundle not updated"
                     ),
                     timeout=20,
                     what="caBundle follows",
                 )
-                assert _served_certificate(server, again["ca.crt"]) == again["tls.crt"]
+                # caBundle trusts the new CA before the new certificate is served.
                 wait_until(
                     lambda: (
                         None
-                        if _published(api, ca_secret) == {"ca.crt": again["ca.crt"].decode()}
-                        else "old CA published"
+                        if _served_certificate(server, again["ca.crt"] + ca) == again["tls.crt"]
+                        else "old certificate served"
+                    ),
+                    timeout=10,
+                    what="new cert served",
+                )
+                wait_until(
+                    lambda: (
+                        None
+                        if _published(api, ca_secret) == {"ca.crt": (again["ca.crt"] + ca).decode()}
+                        else "new CA not published"
                     ),
                     timeout=10,
                     what="the new CA published",
@@ -324,6 +346,143 @@ def test_certificates_are_created_injected_and_heal(
             server.stop()
 
 
+def _add_replica_webhook(api: k8s.ApiClient, name: str, server: mg.Mirrorgate) -> None:
+    """A copy of the configuration's first webhook calling ``server``: each Pod then passes
+    through both replicas, so that a certificate either serves shows at once."""
+    admission = k8s.AdmissionregistrationV1Api(api)
+    for _ in range(10):  # the servers set caBundle meanwhile: read again on a conflict
+        body = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+            admission.read_mutating_webhook_configuration(name)
+        )
+        webhook = copy.deepcopy(body["webhooks"][0])
+        path = webhook["clientConfig"]["url"].split("/", 3)[3]
+        webhook["name"] = f"replica-b.{webhook['name']}"
+        webhook["clientConfig"] = {"url": f"{server.url}/{path}"}
+        body["webhooks"].append(webhook)
+        try:
+            admission.replace_mutating_webhook_configuration(name, body)
+        except k8s.ApiException as error:
+            if error.status != 409:
+                raise
+            time.sleep(0.2)
+            continue
+        return
+    raise AssertionError(f"{name} kept changing")
+
+
+@pytest.mark.parametrize("how", ["restart", "next check"])
+def test_a_new_ca_is_trusted_beside_the_old_while_replicas_switch(
+    installed: Installed,
+    make_namespace: MakeNamespace,
+    tmp_path: Path,
+    e2e_figures: dict[str, str],
+    how: str,
+) -> None:
+    """Two replicas, A and B, each the endpoint of a webhook of its own (failurePolicy Fail,
+    so that every Pod needs both). The CA Secret is deleted, as docs/operations.md's
+    rotation says, and one replica makes the new CA: with "restart", a third one starting
+    as a restarted Deployment's new Pod does (a fresh --tls-dir, not yet an endpoint); with
+    "next check", A at its next check (every second). The others switch at a check of their
+    own, 300 s away, or when they see caBundle change. No Pod may be refused meanwhile.
+    Until `previous-ca.until`, caBundle and the ConfigMap carry both CAs; after it, the
+    new one alone."""
+    plane = installed.control_plane
+    often = ("--cert-check-interval", "1")
+    a = _own_server(installed, tmp_path / "a", *(often if how == "next check" else ()))
+    b = _own_server(installed, tmp_path / "b", replica_of=a)
+    others: list[mg.Mirrorgate] = []
+    replicas = WEBHOOKS + 1
+    with plane.api_client() as api:
+        try:
+            mg.register(api, a.configuration, a.server, name=a.name, failure_policy="Fail")
+            mg.register(api, _own_validators(installed, a.label), a.server, name=a.name)
+            _add_replica_webhook(api, a.name, b.server)
+            authority = _secret(api, a.ca)
+            assert authority is not None
+            old = authority["ca.crt"]
+            wait_until(
+                lambda: None if _ca_bundles(api, a.name) == [old] * replicas else "not injected",
+                timeout=15,
+                what="caBundle injected",
+            )
+            assert _served_certificate(b.server, old) == _served_certificate(a.server, old)
+
+            def serves_the_new_ca(server: mg.Mirrorgate) -> str | None:
+                now = _secret(api, a.ca) or {}
+                if now.get("ca.crt", old) == old:
+                    return "no new CA yet"
+                try:
+                    _served_certificate(server, now["ca.crt"])
+                except OSError:  # ssl.SSLError among them
+                    return "a certificate from the old CA served"
+                return None
+
+            namespace = make_namespace({a.label[0]: a.label[1], **ENFORCE_LABELS})
+            with _Admissions(installed, api, namespace) as admissions:
+                admissions.wait_for(3, "admissions before the rotation")
+                assert admissions.failures == []
+                before = admissions.created
+                k8s.CoreV1Api(api).delete_namespaced_secret(a.ca, mg.NAMESPACE)
+                if how == "restart":
+                    # It checks every second, so that the end of the overlap shows below.
+                    c = _own_server(installed, tmp_path / "c", *often, replica_of=a)
+                    others.append(c.server)
+                wait_until(
+                    lambda: serves_the_new_ca(a.server), timeout=20, what="A serves the new CA"
+                )
+                wait_until(
+                    lambda: serves_the_new_ca(b.server), timeout=20, what="B serves the new CA"
+                )
+                admissions.wait_for(5, "admissions after the rotation")
+                during = admissions.created - before
+            refused = len(admissions.failures)
+            e2e_figures[f"a new CA, two replicas (failurePolicy Fail, {how})"] = (
+                f"{during} Pods created during the rotation, {refused} refused"
+            )
+            assert admissions.failures == []
+
+            # Both CAs are trusted, and published, until previous-ca.until.
+            rotated = _secret(api, a.ca)
+            assert rotated is not None
+            new = rotated["ca.crt"]
+            assert set(rotated) == {"ca.crt", "ca.key", "previous-ca.crt", "previous-ca.until"}
+            assert rotated["previous-ca.crt"] == old
+            until = datetime.datetime.fromisoformat(rotated["previous-ca.until"].decode())
+            soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=9)
+            assert until > soon
+            assert _ca_bundles(api, a.name) == [new + old] * replicas
+            assert _published(api, a.ca) == {"ca.crt": (new + old).decode()}
+            served = _secret(api, a.secret)
+            assert served is not None
+            assert set(served) == {"ca.crt", "tls.crt", "tls.key"}
+            assert served["ca.crt"] == new
+
+            # Once it has passed, the old CA is dropped everywhere.
+            k8s.CoreV1Api(api).patch_namespaced_secret(
+                a.ca,
+                mg.NAMESPACE,
+                {
+                    "data": {
+                        "previous-ca.until": base64.b64encode(b"2000-01-01T00:00:00+00:00").decode()
+                    }
+                },
+            )
+            wait_until(
+                lambda: None if _ca_bundles(api, a.name) == [new] * replicas else "old CA kept",
+                timeout=15,
+                what="the old CA dropped from caBundle",
+            )
+            assert _published(api, a.ca) == {"ca.crt": new.decode()}
+            assert set(_secret(api, a.ca) or {}) == {"ca.crt", "ca.key"}
+            key_line = rotated["ca.key"].splitlines()[1].decode()
+            for server in (a.server, b.server, *others):
+                assert key_line not in server.logs()
+        finally:
+            mg.unregister(api, a.name)
+            for server in (a.server, b.server, *others):
+                server.stop()
+
+
 def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
     installed: Installed, make_namespace: MakeNamespace, tmp_path: Path, e2e_figures: dict[str, str]
 ) -> None:
@@ -333,7 +492,7 @@ def test_a_replaced_configuration_gets_its_ca_bundle_back_within_10_s(
     here) but watches its configuration, so caBundle is back within 10 s; the
     Pods created meanwhile (failurePolicy Fail, so that the gap shows) are counted."""
     plane = installed.control_plane
-    server, secret, _, name, label, configuration = _own_server(installed, tmp_path)
+    server, secret, _, name, label, configuration, _ = _own_server(installed, tmp_path)
     try:
         with plane.api_client() as api:
             admission = k8s.AdmissionregistrationV1Api(api)
@@ -450,14 +609,9 @@ def test_certs_inject_sets_every_ca_bundle(installed: Installed, tmp_path: Path)
             mg.unregister(api, name)
 
 
-def test_an_earlier_versions_ca_key_moves_to_a_secret_of_its_own(
-    installed: Installed, tmp_path: Path
-) -> None:
-    """A TLS Secret holding ca.key beside the serving pair (before the CA had a Secret of
-    its own): the same CA is moved, so the leaf and caBundle stay; its certificate is
-    published; the key leaves the TLS Secret only once the CA Secret is old enough that
-    the earlier version's replicas are gone. As mirrorgate's ServiceAccount, confined."""
-    plane = installed.control_plane
+def _legacy_tls_secret(api: k8s.ApiClient) -> dict[str, bytes]:
+    """Secret mirrorgate-tls as an earlier version left it: its CA's key beside the pair
+    (made before the reserved prefix was in force). Its data."""
     dns = certs.service_dns_names(service="mirrorgate", namespace=mg.NAMESPACE)
     authority = certs.CertificateAuthority.generate(common_name="mirrorgate.mirrorgate CA")
     leaf = authority.issue_serving(dns_names=dns)
@@ -467,54 +621,105 @@ def test_an_earlier_versions_ca_key_moves_to_a_secret_of_its_own(
         "tls.crt": leaf.cert_pem,
         "tls.key": leaf.key_pem,
     }
+    mg.made_before_install(
+        api,
+        mg.NAMESPACE,
+        k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(
+                name="mirrorgate-tls", labels={"app.kubernetes.io/name": "mirrorgate"}
+            ),
+            type="kubernetes.io/tls",
+            data={k: base64.b64encode(v).decode() for k, v in legacy.items()},
+        ),
+    )
+    return legacy
+
+
+def _upkeep(
+    installed: Installed, directory: Path, grace: datetime.timedelta = selfcerts.LEGACY_KEY_GRACE
+) -> selfcerts.SelfManagedCertificates:
+    """The default install's certificate upkeep, as mirrorgate's ServiceAccount, confined."""
     client = cluster_kube.Kube.connect(
-        kubeconfig=str(plane.kubeconfig_for(mg.SERVICE_ACCOUNT_USER, mg.SERVICE_ACCOUNT_GROUPS))
+        kubeconfig=str(
+            installed.control_plane.kubeconfig_for(
+                mg.SERVICE_ACCOUNT_USER, mg.SERVICE_ACCOUNT_GROUPS
+            )
+        )
+    )
+    return selfcerts.SelfManagedCertificates(
+        client,
+        namespace=mg.NAMESPACE,
+        secret="mirrorgate-tls",
+        service="mirrorgate",
+        webhook_configuration=None,
+        directory=directory,
+        ca_secret="mirrorgate-ca",
+        ca_configmap="mirrorgate-ca",
+        legacy_key_grace=grace,
     )
 
-    def upkeep(grace: datetime.timedelta) -> selfcerts.SelfManagedCertificates:
-        return selfcerts.SelfManagedCertificates(
-            client,
-            namespace=mg.NAMESPACE,
-            secret="mirrorgate-tls",
-            service="mirrorgate",
-            webhook_configuration=None,
-            directory=tmp_path,
-            ca_secret="mirrorgate-ca",
-            ca_configmap="mirrorgate-ca",
-            legacy_key_grace=grace,
-        )
 
-    with plane.api_client() as api:
-        core = k8s.CoreV1Api(api)
-        # An earlier version made it, before the reserved prefix was in force.
-        mg.made_before_install(
-            api,
-            mg.NAMESPACE,
-            k8s.V1Secret(
-                metadata=k8s.V1ObjectMeta(
-                    name="mirrorgate-tls", labels={"app.kubernetes.io/name": "mirrorgate"}
-                ),
-                type="kubernetes.io/tls",
-                data={k: base64.b64encode(v).decode() for k, v in legacy.items()},
-            ),
-        )
+def _remove_default_certificates(api: k8s.ApiClient) -> None:
+    core = k8s.CoreV1Api(api)
+    for name in ("mirrorgate-tls", "mirrorgate-ca"):
+        core.delete_namespaced_secret(name, mg.NAMESPACE)
+    core.delete_namespaced_config_map("mirrorgate-ca", mg.NAMESPACE)
+
+
+def test_an_earlier_versions_ca_key_moves_to_a_secret_of_its_own(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """A TLS Secret holding ca.key beside the serving pair (before the CA had a Secret of
+    its own): the same CA is moved, so the leaf and caBundle stay; its certificate is
+    published; the key leaves the TLS Secret only once the CA Secret is old enough that
+    the earlier version's replicas are gone. As mirrorgate's ServiceAccount, confined."""
+    with installed.control_plane.api_client() as api:
+        legacy = _legacy_tls_secret(api)
         try:
-            upkeep(selfcerts.LEGACY_KEY_GRACE).reconcile()
+            _upkeep(installed, tmp_path).reconcile()
             moved = _secret(api, "mirrorgate-ca")
             kept = _secret(api, "mirrorgate-tls")
             published = _published(api, "mirrorgate-ca")
             # Again, within the grace: nothing changes.
-            upkeep(selfcerts.LEGACY_KEY_GRACE).reconcile()
+            _upkeep(installed, tmp_path).reconcile()
             still = _secret(api, "mirrorgate-tls")
             # Past it (no grace): the key leaves the TLS Secret; the pair stays.
-            upkeep(datetime.timedelta(0)).reconcile()
+            _upkeep(installed, tmp_path, datetime.timedelta(0)).reconcile()
             stripped = _secret(api, "mirrorgate-tls")
         finally:
-            for name in ("mirrorgate-tls", "mirrorgate-ca"):
-                core.delete_namespaced_secret(name, mg.NAMESPACE)
-            core.delete_namespaced_config_map("mirrorgate-ca", mg.NAMESPACE)
-    assert moved == {"ca.crt": authority.cert_pem, "ca.key": authority.key_pem}
+            _remove_default_certificates(api)
+    assert moved == {"ca.crt": legacy["ca.crt"], "ca.key": legacy["ca.key"]}
     assert kept == legacy
     assert still == legacy
-    assert published == {"ca.crt": authority.cert_pem.decode()}
+    assert published == {"ca.crt": legacy["ca.crt"].decode()}
     assert stripped == {k: v for k, v in legacy.items() if k != "ca.key"}
+
+
+def test_a_new_ca_leaves_no_earlier_key_in_the_tls_secret(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """Within the grace an earlier version's ca.key stays in the TLS Secret, for that
+    version's replicas; when the CA is replaced meanwhile (its Secret damaged), the new
+    ca.crt goes there without the old CA's key beside it, never a pair that does not
+    match. The old CA stays trusted, by its certificate alone."""
+    with installed.control_plane.api_client() as api:
+        legacy = _legacy_tls_secret(api)
+        try:
+            _upkeep(installed, tmp_path).reconcile()
+            k8s.CoreV1Api(api).patch_namespaced_secret(
+                "mirrorgate-ca",
+                mg.NAMESPACE,
+                {"data": {"ca.key": base64.b64encode(b"not a key").decode()}},
+            )
+            _upkeep(installed, tmp_path).reconcile()
+            renewed = _secret(api, "mirrorgate-tls")
+            authority = _secret(api, "mirrorgate-ca")
+            published = _published(api, "mirrorgate-ca")
+        finally:
+            _remove_default_certificates(api)
+    assert renewed is not None
+    assert authority is not None
+    assert set(renewed) == {"ca.crt", "tls.crt", "tls.key"}
+    assert renewed["ca.crt"] == authority["ca.crt"] != legacy["ca.crt"]
+    assert authority["previous-ca.crt"] == legacy["ca.crt"]
+    assert published == {"ca.crt": (authority["ca.crt"] + legacy["ca.crt"]).decode()}
