@@ -7,7 +7,6 @@ import contextlib
 import json
 import signal
 import socket
-import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from mirrorgate.webhook.version import VERSION
 from tests.commands import MIRRORGATE
 from tests.webhook import policies
 from tests.webhook.reviews import PROM_IMAGE, patch_ops, pod, review
-from tests.webhook.serving import client_context, write_atomically, write_pair
+from tests.webhook.serving import client_context, read_response, write_atomically, write_pair
 from tests.webhook.testclient import TestClient
 
 TIMEOUT = 60
@@ -150,26 +149,6 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(
         assert "mirrorgate stopped" in messages
 
 
-def _read_answer(tls: ssl.SSLSocket) -> tuple[bytes, bytes]:
-    """One HTTP answer with a Content-Length: its head and its body."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = tls.recv(65536)
-        assert chunk, f"the connection closed before an answer: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    (length,) = [
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    ]
-    while len(body) < length:
-        chunk = tls.recv(65536)
-        assert chunk, "the connection closed in the middle of an answer"
-        body += chunk
-    return head, body
-
-
 def test_sigterm_answers_idle_keep_alive_connections_once_with_connection_close(
     tmp_path: Path, serving_pair: KeyPair, ca: CertificateAuthority
 ) -> None:
@@ -192,7 +171,7 @@ def test_sigterm_answers_idle_keep_alive_connections_once_with_connection_close(
             context.wrap_socket(raw, server_hostname="localhost") as tls,
         ):
             tls.sendall(request)
-            head, _ = _read_answer(tls)
+            head, _ = read_response(tls)
             assert head.startswith(b"HTTP/1.1 200")
             assert b"connection: close" not in head.lower()  # kept alive, now idle
 
@@ -200,7 +179,7 @@ def test_sigterm_answers_idle_keep_alive_connections_once_with_connection_close(
             while read_log(process.stderr)["msg"] != "Shutting down":
                 pass
             tls.sendall(request)
-            head, payload = _read_answer(tls)
+            head, payload = read_response(tls)
             assert head.startswith(b"HTTP/1.1 200")
             assert b"connection: close" in head.lower()
             assert patch_ops(orjson.loads(payload)["response"])
