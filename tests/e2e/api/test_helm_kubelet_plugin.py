@@ -26,7 +26,7 @@ from tests.e2e.api import test_helm as helm_tests
 from tests.e2e.harness import helm as h
 from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
-from tests.e2e.harness.binaries import kubernetes_minor
+from tests.e2e.harness.binaries import REPO_ROOT, kubernetes_minor
 from tests.e2e.harness.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
@@ -111,6 +111,12 @@ def test_before_1_34_it_refuses_with_one_message(helm: Path, home: Path, version
     rendered = h.template(helm, home, {"mode": "enforce"}, kube_version=version)
     assert not _keys(rendered) & PLUGIN_KINDS
     assert ("Deployment", "mirrorgate") in _keys(rendered)
+
+
+def test_the_docs_quote_the_message() -> None:
+    """docs/install.md's secretless section quotes the refusal word for word."""
+    install = (REPO_ROOT / "docs" / "install.md").read_text()
+    assert _refusal("v1.33.5") in " ".join(install.split())
 
 
 def test_the_api_servers_version_decides(
