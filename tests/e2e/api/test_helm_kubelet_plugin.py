@@ -97,8 +97,8 @@ def test_from_1_34_it_renders(helm: Path, home: Path, version: str) -> None:
     RBAC, and the endpoint's flags on the Deployment."""
     objects = h.template(helm, home, ON, kube_version=version)
     assert _keys(objects) >= PLUGIN_KINDS
-    container = _one(objects, "Deployment", "mirrorgate")["spec"]["template"]["spec"]
-    assert "--kubelet-port=8444" in container["containers"][0]["args"]
+    spec = _one(objects, "Deployment", "mirrorgate")["spec"]["template"]["spec"]
+    assert "--kubelet-port=8444" in spec["containers"][0]["args"]
 
 
 @pytest.mark.parametrize("version", ["1.30.0", "1.33.9", "v1.33.5-eks-5f1b2c3"])
@@ -158,11 +158,12 @@ def test_the_api_servers_version_decides(
         kubeconfig=control_plane.kubeconfig,
         check=False,
     )
+    # install prints the release, then the objects between MANIFEST: and NOTES:.
     manifest = install.stdout.partition("MANIFEST:\n")[2].partition("\nNOTES:")[0]
     for what, done, text in (("install", install, manifest), ("template", template, None)):
         if minor >= KUBELET_PLUGIN_SINCE:
             assert done.returncode == 0, (what, done.stderr)
-            objects = [o for o in yaml.safe_load_all(text or done.stdout) if o]
+            objects = [o for o in yaml.safe_load_all(done.stdout if text is None else text) if o]
             assert ("DaemonSet", f"{name}-kubelet-plugin") in _keys(objects), what
         else:
             assert done.returncode != 0, (what, done.stdout)
