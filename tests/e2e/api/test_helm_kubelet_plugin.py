@@ -5,6 +5,11 @@ server and asked, with SubjectAccessReviews, whether it grants what the API
 server checks: a kubelet requesting a token of mirrorgate's audience, and
 mirrorgate creating a TokenReview. The DaemonSet's Pods run on a node only in
 tests/e2e/node (marker secretless).
+
+The chart renders kubeletPlugin only for Kubernetes 1.34 or newer, and refuses it
+before (docs/install.md, "Supported Kubernetes versions"): both sides are rendered
+with `--kube-version`, and the API server the suite runs (v1.30.14, v1.34.4 or v1.37.2
+under `make test-versions`) is asked which side it is on.
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from tests.e2e.api import test_helm as helm_tests
 from tests.e2e.harness import helm as h
 from tests.e2e.harness import kube
 from tests.e2e.harness import mirrorgate as mg
+from tests.e2e.harness.binaries import REPO_ROOT, kubernetes_minor
 from tests.e2e.harness.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
@@ -34,6 +41,23 @@ PLUGIN_KINDS = {
     ("ClusterRoleBinding", "mirrorgate-tokenreview"),
     ("RoleBinding", "mirrorgate-kubelet-client-ca"),
 }
+
+KUBELET_PLUGIN_SINCE = 34
+"""The minor from which the chart renders kubeletPlugin: service-account tokens for kubelet
+credential providers (KEP-4412) are beta and on by default from 1.34."""
+
+
+def _refusal(version: str) -> str:
+    """The chart's one message for kubeletPlugin.enabled on a cluster of ``version`` (which
+    helm reports with its "v")."""
+    version = "v" + version.removeprefix("v")
+    major, minor = version[1:].split(".")[:2]
+    return (
+        "kubeletPlugin.enabled: secretless pulls need Kubernetes 1.34 or newer "
+        "(service-account tokens for kubelet credential providers, KEP-4412), and this "
+        f"cluster is {major}.{minor} ({version}); keep delivery: pullSecret there and leave "
+        "kubeletPlugin.enabled false"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +89,85 @@ def test_off_by_default_and_lint_clean_when_on(helm: Path, home: Path) -> None:
         assert "[WARNING]" not in done.stdout
         assert "[ERROR]" not in done.stdout
     assert _keys(h.template(helm, home, ON)) >= PLUGIN_KINDS
+
+
+@pytest.mark.parametrize("version", ["1.34.0", "v1.34.2-eks-5f1b2c3", "1.37.2"])
+def test_from_1_34_it_renders(helm: Path, home: Path, version: str) -> None:
+    """A cluster of 1.34 or newer (a provider's build of 1.34 too): the DaemonSet and the
+    RBAC, and the endpoint's flags on the Deployment."""
+    objects = h.template(helm, home, ON, kube_version=version)
+    assert _keys(objects) >= PLUGIN_KINDS
+    spec = _one(objects, "Deployment", "mirrorgate")["spec"]["template"]["spec"]
+    assert "--kubelet-port=8444" in spec["containers"][0]["args"]
+
+
+@pytest.mark.parametrize("version", ["1.30.0", "1.33.9", "v1.33.5-eks-5f1b2c3"])
+def test_before_1_34_it_refuses_with_one_message(helm: Path, home: Path, version: str) -> None:
+    """An older cluster: no rendering at all, and one message naming the value, the minor
+    found, 1.34 and what to keep there; the same cluster renders the chart without it."""
+    stderr = h.refused(helm, home, KUBELET_DELIVERY, kube_version=version)
+    assert _refusal(version) in stderr
+    assert stderr.count("kubeletPlugin.enabled:") == 1
+    rendered = h.template(helm, home, {"mode": "enforce"}, kube_version=version)
+    assert not _keys(rendered) & PLUGIN_KINDS
+    assert ("Deployment", "mirrorgate") in _keys(rendered)
+
+
+def test_the_docs_quote_the_message() -> None:
+    """docs/install.md's secretless section quotes the refusal word for word."""
+    install = (REPO_ROOT / "docs" / "install.md").read_text()
+    assert _refusal("v1.33.5") in " ".join(install.split())
+
+
+def test_the_api_servers_version_decides(
+    helm: Path, home: Path, control_plane: ControlPlane
+) -> None:
+    """What `helm install` does against the API server the suite runs: from 1.34 (v1.34.4,
+    v1.37.2) the server-side dry run renders the DaemonSet; on v1.30.14 it is refused with
+    the message. `helm template --dry-run=server` given the other side's `--kube-version`
+    does the same: the server's version decides, not helm's own or a flag."""
+    minor = kubernetes_minor()
+    with control_plane.api_client() as api:
+        served = k8s.VersionApi(api).get_code()
+        assert (served.major, served.minor.rstrip("+")) == ("1", str(minor)), served
+        # The policy kinds of crds/ served, as `helm install` makes them first (a dry run
+        # makes none); the session's mirrorgate has the same ones (manifests/base).
+        helm_tests._policy_crds(api)
+    name = f"kv-{secrets.token_hex(3)}"
+    namespace = f"mg-{name}"
+    chart = [name, str(h.CHART), "--namespace", namespace, "--dry-run=server"]
+    values = h.set_args({**ON, "fullnameOverride": name})
+    other = "1.33.0" if minor >= KUBELET_PLUGIN_SINCE else "1.37.0"
+    install = h.run(
+        helm,
+        "install",
+        *chart,
+        *values,
+        home=home,
+        kubeconfig=control_plane.kubeconfig,
+        check=False,
+    )
+    template = h.run(
+        helm,
+        "template",
+        *chart,
+        "--kube-version",
+        other,
+        *values,
+        home=home,
+        kubeconfig=control_plane.kubeconfig,
+        check=False,
+    )
+    # install prints the release, then the objects between MANIFEST: and NOTES:.
+    manifest = install.stdout.partition("MANIFEST:\n")[2].partition("\nNOTES:")[0]
+    for what, done, text in (("install", install, manifest), ("template", template, None)):
+        if minor >= KUBELET_PLUGIN_SINCE:
+            assert done.returncode == 0, (what, done.stderr)
+            objects = [o for o in yaml.safe_load_all(done.stdout if text is None else text) if o]
+            assert ("DaemonSet", f"{name}-kubelet-plugin") in _keys(objects), what
+        else:
+            assert done.returncode != 0, (what, done.stdout)
+            assert _refusal(served.git_version) in done.stderr, (what, done.stderr)
 
 
 def test_the_daemonset_writes_only_the_plugin_directory(helm: Path, home: Path) -> None:

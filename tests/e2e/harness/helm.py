@@ -54,8 +54,11 @@ def template(
     values: Mapping[str, str] | None = None,
     namespace: str = mg.NAMESPACE,
     files: Sequence[Path] = (),
+    kube_version: str | None = None,
 ) -> list[dict[str, Any]]:
-    """`helm template mirrorgate CHART -n NAMESPACE -f FILE... --set ...` as a list of objects."""
+    """`helm template mirrorgate CHART -n NAMESPACE -f FILE... --set ...` as a list of objects;
+    with ``kube_version``, as for a cluster of that version (`--kube-version`; without it,
+    helm's own client version)."""
     output = run(
         helm,
         "template",
@@ -65,6 +68,7 @@ def template(
         namespace,
         *[arg for file in files for arg in ("-f", str(file))],
         *set_args(values or {}),
+        *_kube_version(kube_version),
         home=home,
     ).stdout
     return [doc for doc in yaml.safe_load_all(output) if doc]
@@ -96,13 +100,27 @@ def provider_config(notes: str) -> dict[str, Any]:
     return config
 
 
-def refused(helm: Path, home: Path, values: Mapping[str, str]) -> str:
-    """What `helm template mirrorgate CHART --set ...` says on stderr, asserting it fails."""
+def refused(
+    helm: Path, home: Path, values: Mapping[str, str], kube_version: str | None = None
+) -> str:
+    """What `helm template mirrorgate CHART --set ...` says on stderr, asserting it fails
+    (with ``kube_version``, for a cluster of that version)."""
     done = run(
-        helm, "template", "mirrorgate", str(CHART), *set_args(values), home=home, check=False
+        helm,
+        "template",
+        "mirrorgate",
+        str(CHART),
+        *set_args(values),
+        *_kube_version(kube_version),
+        home=home,
+        check=False,
     )
     assert done.returncode != 0, done.stdout
     return done.stderr
+
+
+def _kube_version(version: str | None) -> list[str]:
+    return [] if version is None else ["--kube-version", version]
 
 
 def without_helm_labels(objects: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,5 +1,19 @@
 {{/* Secretless pulls (kubeletPlugin): the names and the kubelet's configuration. */}}
 
+{{/* Secretless pulls need Kubernetes 1.34 or newer: from 1.34 (KEP-4412, beta and on
+by default) a kubelet sends its credential provider the Pod's service-account token,
+the only thing the endpoint trusts. On an older cluster the plugin would get no token
+and every pull of a kubelet-delivered image would be refused, so the chart refuses to
+render instead. `helm install`/`upgrade` read the cluster's version; `helm template`
+takes it from --kube-version (helm's own client version without it). "-0" lets a
+provider's build of 1.34 (v1.34.2-eks-...) through; Minor may end in "+" (GKE, EKS). */}}
+{{- define "mirrorgate.kubeletPlugin.supported" -}}
+{{- $found := .Capabilities.KubeVersion -}}
+{{- if semverCompare "<1.34.0-0" $found.Version -}}
+{{- fail (printf "kubeletPlugin.enabled: secretless pulls need Kubernetes 1.34 or newer (service-account tokens for kubelet credential providers, KEP-4412), and this cluster is %s.%s (%s); keep delivery: pullSecret there and leave kubeletPlugin.enabled false" $found.Major ($found.Minor | trimSuffix "+") $found.Version) -}}
+{{- end -}}
+{{- end }}
+
 {{- define "mirrorgate.kubeletPlugin.name" -}}
 {{ include "mirrorgate.fullname" . | trunc 48 | trimSuffix "-" }}-kubelet-plugin
 {{- end }}
