@@ -112,3 +112,48 @@ def stored(body: Any) -> dict[str, Any]:
         "creationTimestamp": "2026-01-01T00:00:00Z",
     }
     return dict(answer)
+
+
+@dataclasses.dataclass
+class ListingKube:
+    """Stands in for :class:`webhook.cluster.kube.Kube` where `mirrorgate audit` reads it: the
+    Namespaces and Pods it holds, every read recorded (path, and the page's continue token).
+
+    A namespace whose labels are None exists but may not be read (``get`` is forbidden, as a
+    namespace-scoped Role allows); Pods are served in pages of ``page`` at most.
+    """
+
+    namespaces: dict[str, dict[str, str] | None]
+    pods: dict[str, list[dict[str, Any]]]
+    page: int = 500
+    reads: list[str] = dataclasses.field(default_factory=list)
+
+    def _namespace(self, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": dict(self.namespaces[name] or {})}}
+
+    def get(self, path: str, *, timeout: float | None = None, **query: Any) -> dict[str, Any]:
+        self.reads.append(path)
+        parts = path.removeprefix("/api/v1/").split("/")
+        if parts == ["pods"] or parts[2:] == ["pods"]:
+            found = [
+                {**pod, "metadata": {**pod.get("metadata", {}), "namespace": namespace}}
+                for namespace, pods in self.pods.items()
+                if parts == ["pods"] or namespace == parts[1]
+                for pod in pods
+            ]
+            start = int(query.get("continue") or 0)
+            end = start + min(int(query.get("limit") or self.page), self.page)
+            token = str(end) if end < len(found) else None
+            return {"items": found[start:end], "metadata": {"continue": token}}
+        if parts[0] == "namespaces" and len(parts) == 2:
+            if parts[1] not in self.namespaces:
+                raise kube.NotFound(404, "NotFound", f"namespaces {parts[1]!r} not found")
+            if self.namespaces[parts[1]] is None:
+                raise kube.Forbidden(403, "Forbidden", f"cannot get namespaces {parts[1]!r}")
+            return self._namespace(parts[1])
+        raise AssertionError(f"audit reads nothing else: GET {path}")
+
+    def list(self, path: str, *, limit: int = 500, **_: Any) -> tuple[list[dict[str, Any]], str]:
+        self.reads.append(path)
+        assert path == kube.namespaces_path(), f"audit lists nothing else: {path}"
+        return [self._namespace(name) for name in self.namespaces], "1"

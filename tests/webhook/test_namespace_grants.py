@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from typing import Any
+
+import pytest
 
 from mirrorgate import policy
 from mirrorgate.webhook import admission, review
 from mirrorgate.webhook.admissioncache import AdmissionCache
+from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.cluster.optin import NamespaceOptIn
-from mirrorgate.webhook.commands import explain
-from tests.webhook.fakes import RecordingPullSecrets
+from mirrorgate.webhook.commands import audit_report, cluster_audit, explain
+from mirrorgate.webhook.mirrorhealth import monitor
+from tests.webhook.fakes import ListingKube, RecordingPullSecrets
 from tests.webhook.reviews import apply, patch_ops, pod
 from tests.webhook.reviews import review as review_body
 
@@ -91,3 +96,87 @@ def test_the_namespace_cache_gives_labels_only_once_synced() -> None:
     optin.informer.synced.set()
     assert optin.labels("ns") == {TEAM: "a"}
     assert optin.labels("absent") is None
+
+
+# --- mirrorgate audit ------------------------------------------------------------------------
+
+LABELS = {"made-by-a": {TEAM: "a"}, "other": {TEAM: "b"}, "bare": {}}
+
+
+def _audit(
+    cluster: ListingKube, namespaces: list[str] | None = None, err: io.StringIO | None = None
+) -> audit_report.Report:
+    return cluster_audit.audit_cluster(
+        cluster,  # type: ignore[arg-type]
+        POLICY,
+        namespaces=namespaces,
+        policy_path="policy.yaml",
+        err=err if err is not None else io.StringIO(),
+    )
+
+
+def _verdict(report: audit_report.Report, namespace: str) -> audit_report.Verdict:
+    (tally,) = report.namespaces[namespace].images.values()
+    return tally.verdict
+
+
+def test_audit_grants_by_the_namespace_labels_it_reads() -> None:
+    """audit reports, namespace by namespace, what admission does with those labels in its
+    Namespace cache: the selected namespace's image is rewritten, the others' are not granted."""
+    cluster = ListingKube(namespaces=dict(LABELS), pods={ns: [pod(IMAGE)] for ns in LABELS})
+    report = _audit(cluster)
+    secrets, cache = RecordingPullSecrets(labels=dict(LABELS)), AdmissionCache()
+    for namespace in LABELS:
+        verdict = _verdict(report, namespace)
+        admitted = apply(pod(IMAGE), patch_ops(_admit(secrets, namespace, cache)))
+        assert (verdict.new_image or IMAGE) == admitted["spec"]["containers"][0]["image"], namespace
+    granted = _verdict(report, "made-by-a")
+    assert (granted.outcome, granted.new_image, granted.credential) == (
+        "rewrite",
+        "m.example/quay/org/app:1",
+        "robot",
+    )
+    refused = _verdict(report, "other")
+    assert refused.outcome == "not-granted"
+    assert refused.reason == (
+        "credential 'robot' of mirrors[0] is not granted to namespace 'other'; left as written"
+    )
+    # -n reads the same labels, one Namespace at a time: the same report.
+    named = _audit(ListingKube(namespaces=dict(LABELS), pods=cluster.pods), list(LABELS))
+    assert named.to_json()["namespaces"] == report.to_json()["namespaces"]
+
+
+def test_audit_reads_the_namespaces_once_not_per_pod() -> None:
+    """-A lists the Namespaces once; -n gets each named one once, however many Pods."""
+    pods = {ns: [pod(IMAGE, name=f"p{i}") for i in range(600)] for ns in LABELS}
+    everywhere = ListingKube(namespaces=dict(LABELS), pods=pods)
+    report = _audit(everywhere)
+    assert sum(ns.pods for ns in report.namespaces.values()) == 1800
+    namespace_reads = [p for p in everywhere.reads if not p.endswith("/pods")]
+    assert namespace_reads == [kube.namespaces_path()]
+    named = ListingKube(namespaces=dict(LABELS), pods=pods)
+    _audit(named, ["made-by-a", "other"])
+    namespace_reads = [p for p in named.reads if not p.endswith("/pods")]
+    assert namespace_reads == [kube.namespaces_path("made-by-a"), kube.namespaces_path("other")]
+
+
+def test_audit_of_a_namespace_it_may_not_read_grants_as_admission_before_its_cache_syncs() -> None:
+    """Labels not known: only names grant, and the reason says why, as admission warns."""
+    cluster = ListingKube(namespaces={"made-by-a": None}, pods={"made-by-a": [pod(IMAGE)]})
+    err = io.StringIO()
+    report = _audit(cluster, ["made-by-a"], err)
+    assert err.getvalue().startswith("warning: not allowed to get namespace 'made-by-a'")
+    assert report.namespaces["made-by-a"].mode == "unknown"
+    verdict = _verdict(report, "made-by-a")
+    assert verdict.outcome == "not-granted"
+    assert "namespaceSelector reads, are not known yet" in str(verdict.reason)
+
+
+def test_audit_health_keeps_the_grant_by_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrites are judged again with the probed health: with the same labels."""
+    monkeypatch.setattr(monitor, "probe_mirrors", lambda mirror_policy, hosts: policy.HEALTHY)
+    cluster = ListingKube(namespaces=dict(LABELS), pods={"made-by-a": [pod(IMAGE)]})
+    report = _audit(cluster)
+    cluster_audit.add_mirror_health(report, POLICY)
+    verdict = _verdict(report, "made-by-a")
+    assert (verdict.outcome, verdict.credential, verdict.health) == ("rewrite", "robot", "up")

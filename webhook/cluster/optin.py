@@ -19,10 +19,17 @@ from mirrorgate.policy import ENFORCE, MODE_LABEL, MODES
 from mirrorgate.webhook.cluster import kube
 from mirrorgate.webhook.cluster.informer import Informer
 
-__all__ = ["ENFORCE", "MODE_LABEL", "OPTED_IN_MODES", "NamespaceOptIn"]
+__all__ = ["ENFORCE", "MODE_LABEL", "OPTED_IN_MODES", "NamespaceOptIn", "labels_of"]
 
 OPTED_IN_MODES = frozenset(MODES)
 _FIRST_POLL, _LONGEST_POLL = 0.001, 0.02
+
+
+def labels_of(namespace: Mapping[str, Any]) -> dict[str, str]:
+    """A Namespace object's labels, strings only: what ``namespaceSelector`` grants read,
+    here and in `mirrorgate audit`, which reads the same objects from the API."""
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 class NamespaceOptIn:
@@ -56,19 +63,12 @@ class NamespaceOptIn:
         if not self.informer.synced.is_set():
             return None
         found = self.informer.items.get(("", namespace))
-        if found is None:
-            return None
-        labels = (found.get("metadata") or {}).get("labels") or {}
-        return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+        return None if found is None else labels_of(found)
 
     def all_labels(self) -> dict[str, Mapping[str, str]]:
         """Every namespace's labels as the cache holds them (what a composition of the
         policy objects grants MirrorPolicies by)."""
-        found: dict[str, Mapping[str, str]] = {}
-        for (_, name), obj in list(self.informer.items.items()):
-            labels = (obj.get("metadata") or {}).get("labels") or {}
-            found[name] = {k: v for k, v in labels.items() if isinstance(v, str)}
-        return found
+        return {name: labels_of(obj) for (_, name), obj in list(self.informer.items.items())}
 
     def exists(self, namespace: str) -> bool:
         return ("", namespace) in self.informer.items

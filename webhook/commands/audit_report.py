@@ -25,7 +25,10 @@ those of namespaces the policy excludes (``exclude.namespaces``, and always
 ``none``, ``audit`` or ``enforce`` (any other value is ``none``: the webhook
 ignores it), or ``unknown`` when the Namespace could not be read.
 Outcomes are those of the policy, whatever the label: the report shows what
-opting a namespace in would change.
+opting a namespace in would change. The namespace's labels grant as they do in
+admission (``credentials.<name>.namespaceSelector``); a Namespace that could not
+be read is judged as admission judges one its cache does not hold yet: only
+names grant, and the reason says its labels are not known.
 
 "Unmirrored" (``--fail-on unmirrored``, ``summary.unmirrored``) counts the
 containers whose image is not already on a mirror: outcomes ``rewrite``,
@@ -152,18 +155,22 @@ def judge(
     namespace: str,
     health: policy.Health | None = None,
     *,
+    labels: Mapping[str, str] | None = None,
     pull_never: bool = False,
 ) -> Verdict:
     """The audit outcome of ``image`` in ``namespace``: admission's own decision.
 
     ``health`` is what a probe of the mirrors found (None: not probed): of a rule's
-    several mirrors, the verdict names the one that would serve. ``pull_never``: the
-    container's ``imagePullPolicy`` is ``Never``.
+    several mirrors, the verdict names the one that would serve. ``labels`` are the
+    namespace's, for grants by ``namespaceSelector`` (None: not known), as admission
+    reads them from its Namespace cache. ``pull_never``: the container's
+    ``imagePullPolicy`` is ``Never``.
     """
     decision = policy.decide_image(
         mirror_policy.resolve(image),
         namespace=namespace,
         mirror_policy=mirror_policy,
+        labels=labels,
         pull_never=pull_never,
     )
     outcome = _V1_NAMES.get(decision.outcome, cast("AuditOutcome", decision.outcome))
@@ -180,7 +187,7 @@ def judge(
             health=health or policy.HEALTHY,
             mirror_policy=mirror_policy,
             namespace=namespace,
-            labels=None,
+            labels=labels,
         )
         assert choice is not None  # decide_image said rewrite: some mirror is granted
         return Verdict(
@@ -228,6 +235,8 @@ class NamespaceReport:
     skipped_pods: int = 0
     images: dict[tuple[str, bool], ImageTally] = dataclasses.field(default_factory=dict)
     """By image as written and whether its pull policy is Never."""
+    labels: Mapping[str, str] | None = None
+    """The Namespace's labels, which grants by ``namespaceSelector`` read (None: not known)."""
 
     def add_pod(self, pod: Mapping[str, Any], mirror_policy: policy.Policy) -> None:
         self.pods += 1
@@ -253,7 +262,13 @@ class NamespaceReport:
             if tally is None:
                 # Judged once per image and namespace, however many replicas use it.
                 tally = self.images[key] = ImageTally(
-                    judge(mirror_policy, site.image, self.name, pull_never=site.pull_never)
+                    judge(
+                        mirror_policy,
+                        site.image,
+                        self.name,
+                        labels=self.labels,
+                        pull_never=site.pull_never,
+                    )
                 )
             tally.containers += 1
             if key not in seen:

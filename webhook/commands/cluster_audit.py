@@ -3,8 +3,10 @@
 Read-only: it lists Pods and Namespaces (``list`` on both; with ``-n NS``,
 ``list`` Pods in each NS and ``get`` on each Namespace) and runs every
 container image through the same policy engine as admission
-(:func:`policy.decide_image` and :func:`policy.exempt_pod`).
-Nothing is written to the cluster.
+(:func:`policy.decide_image` and :func:`policy.exempt_pod`), with the
+namespace's labels as admission's Namespace cache holds them, for grants by
+``namespaceSelector``. The Namespaces are read once, before the Pods, so that
+each page of Pods is judged as it arrives. Nothing is written to the cluster.
 
 The outcomes and the JSON are those of :mod:`.audit_report`; the table is
 :mod:`.audit_table`.
@@ -90,15 +92,12 @@ def _pod_pages(kube: Kube, path: str) -> Iterator[list[dict[str, Any]]]:
         query["continue"] = token
 
 
-def _labels(item: Mapping[str, Any]) -> dict[str, str]:
-    return dict((item.get("metadata") or {}).get("labels") or {})
-
-
 def _all_namespace_labels(kube: Kube) -> dict[str, dict[str, str] | None]:
     from mirrorgate.webhook.cluster import kube as kubeapi
+    from mirrorgate.webhook.cluster.optin import labels_of
 
     items, _ = kube.list(kubeapi.namespaces_path(), limit=PAGE_SIZE)
-    return {item["metadata"]["name"]: _labels(item) for item in items}
+    return {item["metadata"]["name"]: labels_of(item) for item in items}
 
 
 def _namespace_labels(
@@ -106,11 +105,12 @@ def _namespace_labels(
 ) -> dict[str, dict[str, str] | None]:
     """Each namespace's labels; one the user may not ``get`` is reported as unknown."""
     from mirrorgate.webhook.cluster import kube as kubeapi
+    from mirrorgate.webhook.cluster.optin import labels_of
 
     found: dict[str, dict[str, str] | None] = {}
     for name in names:
         try:
-            found[name] = _labels(kube.get(kubeapi.namespaces_path(name)))
+            found[name] = labels_of(kube.get(kubeapi.namespaces_path(name)))
         except kubeapi.NotFound:
             raise ConfigError(f"namespace {name!r} not found") from None
         except kubeapi.Forbidden as error:
@@ -153,19 +153,27 @@ def audit_cluster(
 
     report = Report(policy_path=policy_path, scope=namespaces, namespaces={}, fail_on=fail_on)
     progress = Progress(err)
+    # Namespaces first, once: each page of Pods is judged as it is read, and grants by
+    # namespaceSelector need the labels then. A misspelt -n name is an error, not an
+    # empty report.
     if namespaces is None:
-        _add_pods(
-            report, kube, kubeapi.pods_path(), "at the cluster scope", mirror_policy, progress
-        )
         try:
             labels = _all_namespace_labels(kube)
         except kubeapi.KubeError as error:
             raise _explain(error, "list", "namespaces", "at the cluster scope") from None
+        _add_pods(
+            report,
+            kube,
+            kubeapi.pods_path(),
+            "at the cluster scope",
+            mirror_policy,
+            labels,
+            progress,
+        )
     else:
-        # Namespaces first: a misspelt name is an error, not an empty report.
         labels = _namespace_labels(kube, namespaces, err)
         for name in namespaces:
-            _namespace(report, name, mirror_policy)  # reported even when it has no Pods
+            _namespace(report, name, mirror_policy, labels)  # reported even without Pods
         for name in namespaces:
             _add_pods(
                 report,
@@ -173,11 +181,9 @@ def audit_cluster(
                 kubeapi.pods_path(name),
                 f"in namespace {name!r}",
                 mirror_policy,
+                labels,
                 progress,
             )
-    for ns in report.namespaces.values():
-        # A namespace made after the Pods were listed has no labels we know of.
-        ns.mode, ns.mode_label = namespace_mode(labels.get(ns.name))
     return report
 
 
@@ -188,7 +194,7 @@ def add_mirror_health(report: Report, mirror_policy: policy.Policy) -> None:
 
     by_label = {rule.label: rule for rule in mirror_policy.rules}
     tallies = [
-        (ns.name, key, t)
+        (ns, key, t)
         for ns in report.namespaces.values()
         for key, t in ns.images.items()
         if t.verdict.outcome == "rewrite" and t.verdict.rule in by_label
@@ -201,8 +207,10 @@ def add_mirror_health(report: Report, mirror_policy: policy.Policy) -> None:
         }
     )
     health = monitor.probe_mirrors(mirror_policy, hosts)
-    for namespace, (image, pull_never), tally in tallies:
-        tally.verdict = judge(mirror_policy, image, namespace, health, pull_never=pull_never)
+    for ns, (image, pull_never), tally in tallies:
+        tally.verdict = judge(
+            mirror_policy, image, ns.name, health, labels=ns.labels, pull_never=pull_never
+        )
 
 
 def _add_pods(
@@ -211,6 +219,7 @@ def _add_pods(
     path: str,
     scope: str,
     mirror_policy: policy.Policy,
+    labels: Mapping[str, Mapping[str, str] | None],
     progress: Progress,
 ) -> None:
     from mirrorgate.webhook.cluster import kube as kubeapi
@@ -219,7 +228,7 @@ def _add_pods(
         for page in _pod_pages(kube, path):
             for pod in page:
                 name = str((pod.get("metadata") or {}).get("namespace") or "")
-                _namespace(report, name, mirror_policy).add_pod(pod, mirror_policy)
+                _namespace(report, name, mirror_policy, labels).add_pod(pod, mirror_policy)
             progress.add(len(page))
     except kubeapi.KubeError as error:
         raise _explain(error, "list", "pods", scope) from None
@@ -227,14 +236,24 @@ def _add_pods(
         progress.done()  # a later page or namespace writes the line again
 
 
-def _namespace(report: Report, name: str, mirror_policy: policy.Policy) -> NamespaceReport:
+def _namespace(
+    report: Report,
+    name: str,
+    mirror_policy: policy.Policy,
+    labels: Mapping[str, Mapping[str, str] | None],
+) -> NamespaceReport:
     found = report.namespaces.get(name)
     if found is None:
+        # A namespace made after the Namespaces were read has no labels we know of: as in
+        # admission before its cache holds it, its mode is unknown and only names grant.
+        known = labels.get(name)
+        mode, mode_label = namespace_mode(known)
         found = report.namespaces[name] = NamespaceReport(
             name=name,
-            mode="unknown",
-            mode_label=None,
+            mode=mode,
+            mode_label=mode_label,
             excluded=mirror_policy.is_namespace_excluded(name),
+            labels=known,
         )
     return found
 

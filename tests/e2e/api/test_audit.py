@@ -34,6 +34,9 @@ TOOL, TOOL_MIRRORED = "ghcr.io/org/tool:v1", "mirror.audit.example/ghcr/org/tool
 EXPORTER = "quay.io/prometheus/node-exporter:v1.8.0"
 EXPORTER_MIRRORED = "mirror.audit.example/prometheus/node-exporter:v1.8.0"
 UNMATCHED = "registry.example.org/app:1"
+TEAM_APP = "registry.gitlab.com/team/app:2"
+TEAM_APP_MIRRORED = "mirror.audit.example/gitlab/team/app:2"
+TEAM_LABEL = "audit.mirrorgate.example/team"
 PAUSE = "registry.k8s.io/pause:3.9"
 INVALID = "Example/App:1"  # stored by the API server; no runtime accepts it
 
@@ -46,11 +49,15 @@ mirrors:
     credential: ghcr-pull
   - source: quay.io/prometheus
     mirror: mirror.audit.example/prometheus
+  - source: registry.gitlab.com
+    mirror: mirror.audit.example/gitlab
+    credential: team-pull
 exclude:
   images: ["registry.k8s.io/pause:*"]
   namespaces: ["audit-*-d"]
 credentials:
   ghcr-pull: {{namespaces: ["audit-*-a", "audit-*-c"]}}
+  team-pull: {{namespaceSelector: {{matchLabels: {{{TEAM_LABEL}: blue}}}}}}
 """
 
 SCALE_PODS = 2_000
@@ -126,6 +133,10 @@ class Scenario:
     c: str  # mode=enforce: one rewrite by a path rule
     d: str  # excluded by the policy
     e: str  # on a mirror already, and a skipped Pod
+    # Labelled for credentials.team-pull.namespaceSelector, and labelled otherwise
+    # (not in `names`: the report of those five stays as it was).
+    selected: str
+    unselected: str
 
     @property
     def names(self) -> list[str]:
@@ -144,6 +155,8 @@ def scenario(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
         c=f"audit-{tag}-c",
         d=f"audit-{tag}-d",
         e=f"audit-{tag}-e",
+        selected=f"audit-{tag}-blue",
+        unselected=f"audit-{tag}-red",
     )
     pods = {
         made.a: [pod_body(f"web-{i}", [NGINX, REDIS_ON_MIRROR]) for i in range(3)]
@@ -160,11 +173,16 @@ def scenario(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
             pod_body("cache", [REDIS_ON_MIRROR]),
             pod_body("opted-out", [UNMATCHED], labels={"mirrorgate.io/skip": "true"}),
         ],
+        made.selected: [pod_body("team", [TEAM_APP])],
+        made.unselected: [pod_body("team", [TEAM_APP])],
     }
     labels = {
         made.a: AUDIT_LABELS,
         made.c: ENFORCE_LABELS,
         made.d: AUDIT_LABELS,
+        # No mode label: a session webhook, if registered, leaves their Pods alone.
+        made.selected: {TEAM_LABEL: "blue"},
+        made.unselected: {TEAM_LABEL: "red"},
     }
     with control_plane.api_client() as api:
         core = k8s.CoreV1Api(api)
@@ -344,6 +362,30 @@ def test_all_namespaces_reports_the_same_and_excludes_kube_system(
     assert all(ns["pods"] > 0 for ns in report["namespaces"])
 
 
+@pytest.mark.parametrize("scope", [pytest.param("named", id="-n"), pytest.param("all", id="-A")])
+def test_a_namespace_granted_by_its_labels_is_reported_granted(
+    control_plane: ControlPlane, scenario: Scenario, scope: str
+) -> None:
+    """credentials.team-pull.namespaceSelector grants by the Namespace's labels, which audit
+    reads from the API as the server's Namespace cache holds them."""
+    argv = ("-n", scenario.selected, scenario.unselected) if scope == "named" else ("-A",)
+    result = audit(scenario, control_plane.kubeconfig, *argv, "-o", "json")
+    assert result.code == 0, result.err
+    spaces = by_name(result.json())
+    selected = spaces[scenario.selected]
+    assert (selected["mode"], image_rows(selected)) == (
+        "none",
+        [(TEAM_APP, "rewrite", 1, 1, TEAM_APP_MIRRORED)],
+    )
+    assert selected["images"][0]["credential"] == "team-pull"
+    unselected = spaces[scenario.unselected]
+    assert image_rows(unselected) == [(TEAM_APP, "not-granted", 1, 1, None)]
+    assert unselected["images"][0]["reason"] == (
+        f"credential 'team-pull' of mirrors[3] is not granted "
+        f"to namespace {scenario.unselected!r}; left as written"
+    )
+
+
 # --- exit codes ----------------------------------------------------------------
 
 
@@ -431,9 +473,10 @@ def test_no_permission_names_the_verb_and_resource(
     result = audit(scenario, nobody)
     assert result.code == 2
     assert result.out == ""
+    # The Namespaces are read first (their labels judge the Pods), so theirs is the error.
     assert result.err.startswith(
-        "mirrorgate: error: not allowed to list pods at the cluster scope: "
-        'pods is forbidden: User "e2e-nobody" cannot list resource "pods"'
+        "mirrorgate: error: not allowed to list namespaces at the cluster scope: "
+        'namespaces is forbidden: User "e2e-nobody" cannot list resource "namespaces"'
     ), result.err
     assert len(result.err.splitlines()) == 1
 
