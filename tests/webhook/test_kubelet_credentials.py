@@ -17,7 +17,8 @@ import orjson
 import pytest
 
 from mirrorgate.certs.authority import CertificateAuthority
-from mirrorgate.webhook.credentials.store import Credential
+from mirrorgate.webhook.credentials import kubestore, refresher
+from mirrorgate.webhook.credentials.store import Credential, rfc3339
 from mirrorgate.webhook.edge.fairqueue import FairQueue
 from mirrorgate.webhook.edge.metrics import Metrics
 from mirrorgate.webhook.kubeletcreds import endpoint, tokens
@@ -143,11 +144,12 @@ class Fixture:
         *,
         enforced: frozenset[str] = frozenset({"team-a", "other", "excluded"}),
         store: Mapping[str, Credential] | None = None,
+        policy_text: bytes = POLICY,
     ) -> None:
         self.api = ReviewingApi(status or review_status())
         self.clock = Clock()
         self.metrics = Metrics()
-        mirror_policy = parse_policy(POLICY, source="policy.yaml")
+        mirror_policy = parse_policy(policy_text, source="policy.yaml")
         self.reviewer = tokens.TokenReviewer(
             self.api,  # type: ignore[arg-type]  # the part of kube.Kube it uses
             audience="mirrorgate",
@@ -337,6 +339,78 @@ def test_a_short_lived_login_is_kept_by_the_kubelet_no_longer_than_it_lasts() ->
     expires = datetime.datetime.fromtimestamp(NOW + 90, datetime.UTC)
     fixture = Fixture(store={"harbor-pull": login(expires)})
     assert fixture.call()[1]["cacheDuration"] == "90s"
+
+
+PROVIDER_POLICY = b"""\
+mirrors:
+  - source: docker.io
+    mirror: 123456789012.dkr.ecr.eu-west-1.amazonaws.com/dockerhub
+    credential: ecr
+credentials:
+  ecr: {namespaces: [team-a], provider: ecr-credential-provider, delivery: kubelet}
+"""
+ECR_IMAGE = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/dockerhub/library/nginx:1.27"
+
+
+def provider_login(password: str, *, issued: float, expires: float) -> Credential:
+    """A plugin's login as every replica reads it: the Secret the leader's refresher
+    publishes (its labels and issued/expires annotations), read back by the Kubernetes
+    store."""
+    issued_at = datetime.datetime.fromtimestamp(issued, datetime.UTC)
+    expires_at = datetime.datetime.fromtimestamp(expires, datetime.UTC)
+    registry = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
+    login = Credential("ecr", registry, "AWS", password, expires=expires_at, issued=issued_at)
+    secret = kubestore.secret_from_credential(
+        login,
+        "mirrorgate",
+        "ecr",
+        labels={
+            refresher.PROVIDER_LABEL: "ecr-credential-provider",
+            kubestore.CREDENTIAL_LABEL: kubestore.CREDENTIAL_LABEL_VALUE,
+        },
+        annotations={
+            refresher.ISSUED_ANNOTATION: rfc3339(issued_at),
+            kubestore.EXPIRES_ANNOTATION: rfc3339(expires_at),
+        },
+    )
+    return kubestore.credential_from_secret(secret, "mirrorgate", "ecr")
+
+
+def test_a_provider_login_is_served_while_current_and_refused_once_expired() -> None:
+    """A credential a provider plugin issues (`provider:`), delivered by the kubelet: the
+    kubelet gets the plugin's current login, kept no longer than it lasts; the renewed one
+    as soon as the store holds it; and, the login expired and not renewed (the plugin
+    failing), a 503 no-login refusal, not the stale password."""
+    logins = {"ecr": provider_login("first-token", issued=NOW - 60, expires=NOW + 600)}
+    fixture = Fixture(store=logins, policy_text=PROVIDER_POLICY)
+    status, answer = fixture.call(image=ECR_IMAGE)
+    assert status == 200
+    assert answer["auth"] == {
+        "123456789012.dkr.ecr.eu-west-1.amazonaws.com/dockerhub/library/nginx": {
+            "username": "AWS",
+            "password": "first-token",
+        }
+    }
+    assert answer["cacheDuration"] == "300s"  # --kubelet-cache-duration, within the login's life
+    # The leader renewed it (at 80 % of its life): the next answer is the new login,
+    # cached no longer than the new one lasts.
+    fixture.clock.now = NOW + 480
+    logins["ecr"] = provider_login("second-token", issued=NOW + 480, expires=NOW + 600 + 120)
+    status, answer = fixture.call(image=ECR_IMAGE)
+    assert status == 200
+    (served,) = answer["auth"].values()
+    assert served["password"] == "second-token"
+    assert answer["cacheDuration"] == "240s"
+    # No renewal since: at its expiry the login is refused, and counted as such.
+    fixture.clock.now = NOW + 720
+    status, answer = fixture.call(image=ECR_IMAGE)
+    assert (status, answer["reason"]) == (503, "no-login")
+    assert "no current login for credential 'ecr'" in answer["error"]
+    assert "second-token" not in str(answer)
+    assert fixture.refusals("no-login") == 1
+    assert (
+        fixture.metrics.registry.get_sample_value("mirrorgate_kubelet_credential_logins_total") == 2
+    )
 
 
 def test_the_token_is_in_no_repr_and_no_exception() -> None:

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from mirrorgate import policy
 from tests.e2e.api import test_helm as helm_tests
 from tests.e2e.harness import helm as h
 from tests.e2e.harness import kube
@@ -294,6 +295,147 @@ def test_notes_print_the_kubelets_credential_provider_entry(helm: Path, home: Pa
     assert "--url=https://[fd00::53]/kubelet-credentials" in _notes(
         helm, home, {**ON, "kubeletPlugin.clusterIP": "fd00::53"}
     )
+
+
+# Policies that spell a rule's credential or mirror as a list (docs/policy-reference.md),
+# each with the matchImages the kubelet's entry must have: the mirrors that a credential
+# with delivery: kubelet applies to, without scheme, in the policy's order.
+LIST_POLICIES: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "credential-list": (
+        {
+            "mirrors": [
+                # One robot per team: team-a's is kubelet-delivered, so the mirror is matched.
+                {
+                    "source": "docker.io",
+                    "mirror": "harbor.corp.example/dockerhub-proxy",
+                    "credential": ["robot-a", "robot-b"],
+                },
+                # Both teams' robots are pull secrets: not matched.
+                {
+                    "source": "ghcr.io",
+                    "mirror": "harbor.corp.example/ghcr-proxy",
+                    "credential": ["robot-b", "robot-c"],
+                },
+                {
+                    "source": "quay.io",
+                    "mirror": "https://harbor.corp.example/quay-proxy",
+                    "credential": ["robot-c", "robot-d"],
+                },
+            ],
+            "credentials": {
+                "robot-a": {"namespaces": ["team-a"], "delivery": "kubelet"},
+                "robot-b": {"namespaces": ["team-b"]},
+                "robot-c": {"namespaces": ["team-c"], "delivery": "pullSecret"},
+                "robot-d": {"namespaces": ["team-d"], "delivery": "kubelet"},
+            },
+        },
+        ["harbor.corp.example/dockerhub-proxy", "harbor.corp.example/quay-proxy"],
+    ),
+    "mirror-strings": (
+        {
+            "mirrors": [
+                # URLs only: no mirror of the list has a credential, so none is matched.
+                {
+                    "source": "docker.io",
+                    "mirror": ["harbor-a.corp.example/hub", "http://cache.dev.example:5000/hub"],
+                },
+                # URLs beside a mapping: only the mapping's mirror has a (kubelet) credential.
+                {
+                    "source": "ghcr.io",
+                    "mirror": [
+                        "https://harbor-a.corp.example/ghcr",
+                        {"url": "http://cache.dev.example:5000/ghcr", "credential": "cache-pull"},
+                    ],
+                },
+            ],
+            "credentials": {"cache-pull": {"namespaces": ["shop"], "delivery": "kubelet"}},
+        },
+        ["cache.dev.example:5000/ghcr"],
+    ),
+    "mirror-objects": (
+        {
+            "mirrors": [
+                {
+                    "source": "docker.io",
+                    "mirror": [
+                        {"url": "harbor-a.corp.example/hub", "credential": "harbor-a-pull"},
+                        # One robot per team on this mirror, one of them kubelet-delivered.
+                        {
+                            "url": "https://harbor-b.corp.example/hub",
+                            "credential": ["harbor-b-team-a", "harbor-b-team-b"],
+                        },
+                        # A pull-secret credential: the kubelet need not ask for this one.
+                        {"url": "harbor-c.corp.example/hub", "credential": "harbor-c-pull"},
+                        {"url": "harbor-d.corp.example/hub"},
+                    ],
+                },
+            ],
+            "credentials": {
+                "harbor-a-pull": {"namespaces": ["team-a", "team-b"], "delivery": "kubelet"},
+                "harbor-b-team-a": {"namespaces": ["team-a"]},
+                "harbor-b-team-b": {"namespaces": ["team-b"], "delivery": "kubelet"},
+                "harbor-c-pull": {"namespaces": ["team-a", "team-b"]},
+            },
+        },
+        ["harbor-a.corp.example/hub", "harbor-b.corp.example/hub"],
+    ),
+}
+
+
+def _policy_file(tmp_path: Path, spec: dict[str, Any]) -> Path:
+    path = tmp_path / "policy-values.yaml"
+    path.write_text(yaml.safe_dump({"policy": spec}))
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(LIST_POLICIES))
+def test_list_credentials_and_mirror_lists_give_their_match_images(
+    helm: Path, home: Path, tmp_path: Path, case: str
+) -> None:
+    """A rule's `credential` as a list (one per team) and `mirror` as a list of URLs or of
+    {url, credential} mappings: the chart renders with kubeletPlugin on, `helm lint
+    --strict` is clean, and matchImages holds each mirror any of whose own credentials
+    has delivery: kubelet. Such a policy once failed the whole render with `wrong type for
+    value; expected string; got []interface {}` (or, a mirror list, matched nothing)."""
+    spec, expected = LIST_POLICIES[case]
+    policy.load(spec)  # a policy mirrorgate itself accepts
+    values = _policy_file(tmp_path, spec)
+    objects = h.template(helm, home, ON, files=[values])
+    assert ("DaemonSet", "mirrorgate-kubelet-plugin") in _keys(objects)
+    rendered = _one(objects, "ClusterMirrorPolicy", "mirrorgate")["spec"]
+    assert {key: rendered[key] for key in spec} == spec
+    notes = h.notes(helm, home, ON, files=[values])
+    assert h.provider_config(notes)["providers"][0]["matchImages"] == expected
+    assert "No credential of the policy has delivery: kubelet yet" not in notes
+    done = h.run(
+        helm, "lint", "--strict", str(h.CHART), "-f", str(values), *h.set_args(ON), home=home
+    )
+    assert "0 chart(s) failed" in done.stdout
+    assert "[WARNING]" not in done.stdout
+    assert "[ERROR]" not in done.stdout
+
+
+def test_a_rule_credential_beside_a_mirror_list_is_left_to_mirrorgate(
+    helm: Path, home: Path, tmp_path: Path
+) -> None:
+    """A rule's own `credential` next to a list of mirrors is refused by mirrorgate's
+    check, which names the field: the chart renders it (the API server's policy webhook
+    then says why), rather than failing on a Go type, and lends the rule's credential to
+    no mirror of the list, as the loader never does."""
+    spec = {
+        "mirrors": [
+            {
+                "source": "docker.io",
+                "mirror": ["harbor-a.corp.example/hub", "harbor-b.corp.example/hub"],
+                "credential": "harbor-pull",
+            }
+        ],
+        "credentials": {"harbor-pull": {"namespaces": ["shop"], "delivery": "kubelet"}},
+    }
+    with pytest.raises(policy.PolicyError, match="cannot stand next to a list of mirrors"):
+        policy.load(spec)
+    notes = h.notes(helm, home, ON, files=[_policy_file(tmp_path, spec)])
+    assert h.provider_config(notes)["providers"][0]["matchImages"] == []
 
 
 def test_the_overlay_renders_what_the_chart_renders(

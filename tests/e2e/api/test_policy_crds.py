@@ -330,16 +330,33 @@ def test_kubectl_explain_shows_each_field_with_its_description(
     assert set(re.findall(r"^  (\w+)\s+<", team, re.MULTILINE)) == {"mirrors"}, team
 
 
-def test_status_is_a_subresource_and_the_printer_columns_show_it(api: k8s.ApiClient) -> None:
-    """A spec write cannot set status; the status subresource can; `kubectl get` shows
-    Accepted and its reason."""
+@pytest.mark.parametrize("plural", ["clustermirrorpolicies", "mirrorpolicies"])
+def test_status_is_a_subresource_and_the_printer_columns_show_it(
+    api: k8s.ApiClient, kubectl: Path, own_control_plane: ControlPlane, plural: str
+) -> None:
+    """Of either kind: a spec write cannot set status; the status subresource can; the
+    Table `kubectl get` reads has the columns Accepted, Reason and Age, and `kubectl get
+    clustermirrorpolicies` / `kubectl get mirrorpolicies -A` print them (the namespace
+    first for the namespaced kind)."""
     objects = k8s.CustomObjectsApi(api)
-    created = objects.create_cluster_custom_object(
-        "mirrorgate.io",
-        "v1alpha1",
-        "clustermirrorpolicies",
-        {**cluster_object("status", {"mirrors": [RULE]}), "status": {"observedGeneration": 9}},
-    )
+    name = f"status-{plural}"
+    namespaced = plural == "mirrorpolicies"
+    status = {"status": {"observedGeneration": 9}}
+    if namespaced:
+        created = objects.create_namespaced_custom_object(
+            "mirrorgate.io",
+            "v1alpha1",
+            "team-a",
+            plural,
+            {**team_object(name, [RULE]), **status},
+        )
+    else:
+        created = objects.create_cluster_custom_object(
+            "mirrorgate.io",
+            "v1alpha1",
+            plural,
+            {**cluster_object(name, {"mirrors": [RULE]}), **status},
+        )
     assert isinstance(created, dict)
     assert "status" not in created
     condition = {
@@ -350,18 +367,33 @@ def test_status_is_a_subresource_and_the_printer_columns_show_it(api: k8s.ApiCli
         "lastTransitionTime": "2026-01-01T00:00:00Z",
         "observedGeneration": 1,
     }
-    objects.patch_cluster_custom_object_status(
-        "mirrorgate.io",
-        "v1alpha1",
-        "clustermirrorpolicies",
-        "status",
-        {"status": {"observedGeneration": 1, "conditions": [condition]}},
-    )
+    written = {"status": {"observedGeneration": 1, "conditions": [condition]}}
+    if namespaced:
+        objects.patch_namespaced_custom_object_status(
+            "mirrorgate.io", "v1alpha1", "team-a", plural, name, written
+        )
+    else:
+        objects.patch_cluster_custom_object_status(
+            "mirrorgate.io", "v1alpha1", plural, name, written
+        )
+    # Listed across namespaces, as `kubectl get ... -A` asks.
     table = get_json(
         api,
-        "/apis/mirrorgate.io/v1alpha1/clustermirrorpolicies",
+        f"/apis/mirrorgate.io/v1alpha1/{plural}",
         "application/json;as=Table;v=v1;g=meta.k8s.io",
     )
     columns = [c["name"] for c in table["columnDefinitions"]]
     assert columns == ["Name", "Accepted", "Reason", "Age"]
-    assert table["rows"][0]["cells"][:3] == ["status", "False", "Conflict"]
+    (row,) = [r for r in table["rows"] if r["object"]["metadata"]["name"] == name]
+    assert row["cells"][:3] == [name, "False", "Conflict"]
+    if namespaced:
+        assert row["object"]["metadata"]["namespace"] == "team-a"
+    # The real client's rendering of that Table.
+    args = ["get", plural, *(["-A"] if namespaced else [])]
+    printed = run_kubectl(kubectl, own_control_plane.kubeconfig, *args).splitlines()
+    header = ["NAME", "ACCEPTED", "REASON", "AGE"]
+    assert printed[0].split() == (["NAMESPACE", *header] if namespaced else header), printed
+    key = ["team-a", name] if namespaced else [name]
+    (line,) = [line.split() for line in printed[1:] if line.split()[: len(key)] == key]
+    assert line[len(key) : len(key) + 2] == ["False", "Conflict"], printed
+    assert re.fullmatch(r"\d+[smhdy]\w*", line[-1]), printed

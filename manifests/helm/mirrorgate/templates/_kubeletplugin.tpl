@@ -25,15 +25,44 @@ app.kubernetes.io/name: {{ include "mirrorgate.name" . | trunc 48 | trimSuffix "
 app.kubernetes.io/part-of: {{ include "mirrorgate.name" . }}
 {{- end }}
 
-{{/* The mirrors (host and path, no scheme) of the rules whose credential has
-delivery: kubelet: the kubelet calls the plugin for these images only. */}}
+{{/* The mirrors (host and path, no scheme) to which a credential with delivery: kubelet
+applies: the kubelet calls the plugin for these images only. As the policy loader reads
+a rule (policy/mirrorlists.py): `mirror` is one URL, which has the rule's `credential`,
+or a list whose entries are URLs (no credential) or {url, credential} mappings (their
+own credential only: the rule's is refused next to a list, and never inherited); a
+`credential` is one name or a list, one per team. A mirror is listed when any of its
+credentials is granted in `credentials` with delivery: kubelet. */}}
 {{- define "mirrorgate.kubeletPlugin.matchImages" -}}
 {{- $grants := .Values.policy.credentials | default dict -}}
 {{- $images := list -}}
-{{- range .Values.policy.mirrors | default list -}}
-{{- $grant := get $grants (.credential | default "") -}}
-{{- if and .credential $grant (eq ($grant.delivery | default "pullSecret") "kubelet") -}}
-{{- $images = append $images (.mirror | trimPrefix "https://" | trimPrefix "http://") -}}
+{{- range $rule := .Values.policy.mirrors | default list -}}
+{{- $entries := list -}}
+{{- if kindIs "slice" $rule.mirror -}}
+{{- range $rule.mirror -}}
+{{- if kindIs "map" . -}}
+{{- $entries = append $entries (dict "url" .url "credential" .credential) -}}
+{{- else -}}
+{{- $entries = append $entries (dict "url" . "credential" list) -}}
+{{- end -}}
+{{- end -}}
+{{- else -}}
+{{- $entries = append $entries (dict "url" $rule.mirror "credential" $rule.credential) -}}
+{{- end -}}
+{{- range $entries -}}
+{{- $names := .credential | default list -}}
+{{- if not (kindIs "slice" $names) -}}
+{{- $names = list $names -}}
+{{- end -}}
+{{- $kubelet := false -}}
+{{- range $names -}}
+{{- $grant := get $grants (toString .) -}}
+{{- if and $grant (kindIs "map" $grant) (eq ($grant.delivery | default "pullSecret") "kubelet") -}}
+{{- $kubelet = true -}}
+{{- end -}}
+{{- end -}}
+{{- if and $kubelet .url -}}
+{{- $images = append $images (toString .url | trimPrefix "https://" | trimPrefix "http://") -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- $images | uniq | toJson -}}
