@@ -39,9 +39,11 @@ mirrors:
 exclude:
   namespaces: [excluded]
 credentials:
-  harbor-pull: {namespaces: ["team-*", excluded]}
-  ghcr-pull: {namespaces: [other]}
+  harbor-pull: {namespaces: ["team-*", excluded], delivery: kubelet}
+  ghcr-pull: {namespaces: [other], delivery: kubelet}
 """
+PULL_SECRET_POLICY = POLICY.replace(b", delivery: kubelet}", b"}")
+"""The same credentials delivered as pull secrets (the default): none for the kubelet."""
 IMAGE = "harbor.corp.example/dockerhub-proxy/library/nginx:1.27"
 
 
@@ -279,6 +281,13 @@ def test_the_kubelet_of_the_pods_node_gets_the_login_keyed_by_the_image() -> Non
         ),
         ({}, {"image": "docker.io/library/nginx:1.27"}, "not-on-mirror", 403, "under no mirror"),
         ({}, {"image": "open.corp.example/quay/x:1"}, "no-credential", 403, "has no credential"),
+        (
+            {"policy_text": PULL_SECRET_POLICY},
+            {},
+            "not-kubelet-delivery",
+            403,
+            "credential 'harbor-pull' has delivery pullSecret, not kubelet",
+        ),
         ({"store": {}}, {}, "no-login", 503, "no current login for credential 'harbor-pull'"),
         ({}, {"body": b"{"}, "bad-request", 400, "not JSON"),
         ({}, {"body": {"apiVersion": "v1"}}, "bad-request", 400, "not a credentialprovider"),
@@ -307,6 +316,54 @@ def test_every_refusal_says_why_and_is_counted_by_reason(
     assert len(logged) == 1
     assert TOKEN not in repr(logged[0].__dict__)
     assert PASSWORD not in repr(logged[0].__dict__)
+
+
+@pytest.mark.parametrize(
+    "delivery", ["", ", delivery: pullSecret"], ids=["default", "switched-back"]
+)
+def test_a_pull_secret_credential_granted_to_the_namespace_is_not_served_to_the_kubelet(
+    delivery: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A credential granted to the Pod's namespace but delivered as a pull secret (never
+    opted in, or switched back from kubelet) gives the kubelet nothing: a 403 with its own
+    reason, counted and logged without the token or the password, while a kubelet
+    credential of the same policy is still served."""
+    policy_text = POLICY.replace(
+        b'harbor-pull: {namespaces: ["team-*", excluded], delivery: kubelet}',
+        b'harbor-pull: {namespaces: ["team-*", excluded]' + delivery.encode() + b"}",
+    )
+    policy_text = policy_text.replace(
+        b"ghcr-pull: {namespaces: [other]", b"ghcr-pull: {namespaces: [team-b]"
+    )
+    assert policy_text.count(b"delivery: kubelet") == 1  # ghcr-pull only
+    ghcr = Credential("ghcr-pull", "harbor.corp.example", "ghcr-robot", "ghcr-password")
+    fixture = Fixture(
+        review_status(namespace="team-b"),
+        enforced=frozenset({"team-b"}),
+        store={"harbor-pull": login(), "ghcr-pull": ghcr},
+        policy_text=policy_text,
+    )
+    assert fixture.refusals("not-kubelet-delivery") == 0  # there from the start
+    with caplog.at_level(logging.WARNING):
+        status, answer = fixture.call()
+    assert (status, answer["reason"]) == (403, "not-kubelet-delivery")
+    assert "'harbor-pull' has delivery pullSecret, not kubelet" in answer["error"]
+    assert "auth" not in answer
+    assert PASSWORD not in str(answer)
+    assert fixture.refusals("not-kubelet-delivery") == 1
+    (logged,) = [r for r in caplog.records if r.getMessage() == "kubelet credential refused"]
+    assert TOKEN not in repr(logged.__dict__)
+    assert PASSWORD not in repr(logged.__dict__)
+    # The kubelet credential granted to the same namespace is served as before.
+    status, answer = fixture.call(image="harbor.corp.example/ghcr/org/app:1")
+    assert status == 200
+    assert answer["auth"] == {
+        "harbor.corp.example/ghcr/org/app": {"username": "ghcr-robot", "password": "ghcr-password"}
+    }
+    assert fixture.refusals("not-kubelet-delivery") == 1
+    assert (
+        fixture.metrics.registry.get_sample_value("mirrorgate_kubelet_credential_logins_total") == 1
+    )
 
 
 def test_a_verdict_is_kept_until_the_token_expires_and_no_longer() -> None:

@@ -17,8 +17,11 @@ of these hold, each refusal counted by its reason
 3. the Pod's namespace is labelled enforce in mirrorgate's own Namespace
    cache, and the policy does not exclude it (``not-enforced``);
 4. the image is under a rule's mirror (``not-on-mirror``) whose credential
-   (``no-credential``) the policy grants that namespace (``not-granted``), and
-   the store holds a current login for it (``no-login``).
+   (``no-credential``) the policy grants that namespace (``not-granted``), that
+   credential is delivered by the kubelet (``delivery: kubelet``;
+   ``not-kubelet-delivery``: a ``pullSecret`` credential's login goes only into
+   the granted namespaces' Secrets, never to a kubelet that asks), and the store
+   holds a current login for it (``no-login``).
 
 The answer is keyed by the image (``cacheKeyType: Image``): whether a login is
 given is decided per image (the rule whose mirror it is under, that rule's
@@ -67,6 +70,7 @@ REASONS = (
     "not-on-mirror",
     "no-credential",
     "not-granted",
+    "not-kubelet-delivery",
     "no-login",
     "busy",
     "unavailable",
@@ -201,6 +205,16 @@ class CredentialEndpoint:
         choice = mirror_policy.choose_credential(rule, namespace, self.namespaces.labels(namespace))
         if choice.credential is None:
             raise Refusal("not-granted", choice.refusal or f"no credential of {rule.label}")
+        # Only a credential that opted in to the kubelet path is handed out on it: a
+        # pullSecret one (the default, or switched back) reaches only its Secret copies.
+        grant = mirror_policy.grants.get(choice.credential)
+        if grant is None or grant.delivery != "kubelet":
+            delivery = grant.delivery if grant is not None else "pullSecret"
+            raise Refusal(
+                "not-kubelet-delivery",
+                f"credential {choice.credential!r} has delivery {delivery}, not kubelet: its "
+                "login reaches Pods only as a pull secret",
+            )
         now = datetime.datetime.fromtimestamp(self.clock(), datetime.UTC)
         login = self.store.snapshot().get(choice.credential)
         if login is None or login.expired(now):

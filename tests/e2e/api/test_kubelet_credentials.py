@@ -23,6 +23,7 @@ from kubernetes import client as k8s
 
 from tests.e2e.harness import fixtures_secrets as fx
 from tests.e2e.harness import kubeletcreds as kc
+from tests.e2e.harness import mirrorgate as mg
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.kube import create_namespace
 from tests.e2e.harness.procs import wait_until
@@ -35,8 +36,19 @@ AUDIENCE = kc.AUDIENCE
 MIRROR = "mirror.kubelet-e2e.example"
 USERNAME = "kubelet-robot"
 PASSWORD = f"pw-{secrets.token_hex(12)}"
-POLICY = kc.hub_policy(MIRROR, "granted-*")
+PULL_SECRET_PASSWORD = f"pw-{secrets.token_hex(12)}"
+POLICY = (
+    kc.hub_policy(MIRROR, "granted-*").replace(
+        "credentials:\n",
+        f"  - source: ghcr.io\n    mirror: {MIRROR}/ghcr\n    credential: ghcr-robot\n"
+        "credentials:\n",
+    )
+    # Granted to the same namespaces but delivered as a pull secret (the default): its login
+    # is in the store, and the kubelet never gets it.
+    + "  ghcr-robot: {namespaces: ['granted-*']}\n"
+)
 IMAGE = f"{MIRROR}/hub/library/nginx:1.27"
+PULL_SECRET_IMAGE = f"{MIRROR}/ghcr/org/app:1"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +64,19 @@ def setup(
         username=USERNAME,
         password=PASSWORD,
     )
+    with own_control_plane.api_client() as api:
+        k8s.CoreV1Api(api).create_namespaced_secret(
+            mg.NAMESPACE,
+            {  # type: ignore[arg-type]
+                "metadata": {"name": "ghcr-robot", "labels": {"mirrorgate.io/credential": "true"}},
+                "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {
+                    ".dockerconfigjson": json.dumps(
+                        {"auths": {MIRROR: {"username": "ghcr", "password": PULL_SECRET_PASSWORD}}}
+                    )
+                },
+            },
+        )
     try:
         yield found
     finally:
@@ -169,6 +194,7 @@ def test_another_nodes_kubelet_and_a_tenant_get_no_login_for_the_pods_token(
         ("granted-off", False, AUDIENCE, IMAGE, "not-enforced"),
         ("granted-aud", True, "someone-else", IMAGE, "token-invalid"),
         ("granted-img", True, AUDIENCE, "docker.io/library/nginx:1.27", "not-on-mirror"),
+        ("granted-ps", True, AUDIENCE, PULL_SECRET_IMAGE, "not-kubelet-delivery"),
     ],
 )
 def test_what_the_pod_may_not_pull_gets_no_login(
@@ -196,8 +222,11 @@ def test_what_the_pod_may_not_pull_gets_no_login(
     assert done.returncode == 1
     assert reason in done.stderr
     assert PASSWORD not in done.stdout + done.stderr
+    assert PULL_SECRET_PASSWORD not in done.stdout + done.stderr
     assert _refusals(setup, reason) == before + 1
-    assert token not in setup.server.logs()
+    logs = setup.server.logs()
+    assert token not in logs
+    assert PULL_SECRET_PASSWORD not in logs
 
 
 def test_a_deleted_pods_token_stops_working(setup: Setup) -> None:

@@ -91,11 +91,12 @@ def start_credential_server(
     )
 
 
-def hub_policy(mirror: str, granted: str) -> str:
-    """Docker Hub through ``mirror``/hub, its credential hub-robot granted to ``granted``."""
+def hub_policy(mirror: str, granted: str, *, delivery: str = "kubelet") -> str:
+    """Docker Hub through ``mirror``/hub, its credential hub-robot granted to ``granted``
+    and delivered by the kubelet (the endpoint serves no other delivery)."""
     return (
         f"mirrors:\n  - source: docker.io\n    mirror: {mirror}/hub\n    credential: hub-robot\n"
-        f"credentials:\n  hub-robot: {{namespaces: [{granted!r}]}}\n"
+        f"credentials:\n  hub-robot: {{namespaces: [{granted!r}], delivery: {delivery}}}\n"
     )
 
 
