@@ -372,3 +372,26 @@ def test_audit_command_reads_the_objects_unless_given_a_policy_file(
         "file.example/quay/org/app:1"
     }
     assert not [p for p in cluster.reads if "/apis/" in p]
+
+
+def test_audit_of_a_policy_file_of_objects_composes_it_with_the_labels_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--policy FILE of objects is judged per namespace, as explain judges it, with the
+    labels audit read (robot-a is granted to team-a by its label); the cluster's stored
+    objects are not read."""
+    cluster = _objects_cluster(objects=[])
+    monkeypatch.setattr(kube.Kube, "connect", staticmethod(lambda **_: cluster))
+    path = tmp_path / "objects.yaml"
+    path.write_text(json.dumps(BASE) + "\n---\n" + json.dumps(_team("team-a")) + "\n")
+    out = io.StringIO()
+    argv = ["audit", "--policy", str(path), "--no-health", "-o", "json"]
+    assert cli.main(argv, out=out, err=io.StringIO()) == 0
+    found = json.loads(out.getvalue())
+    images = {ns["name"]: ns["images"][0]["new_image"] for ns in found["namespaces"]}
+    assert images == {
+        "team-a": "team.example/team-a/org/app:1",
+        "team-b": "m.example/quay/org/app:1",
+        "other": "m.example/quay/org/app:1",
+    }
+    assert not [p for p in cluster.reads if "/apis/" in p]
