@@ -287,10 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
         "images already on a mirror, those the policy would rewrite (old → new), "
         "those no rule covers, those left alone for want of a credential grant, "
         "invalid references, and excluded images and namespaces. Needs only list "
-        "on pods and namespaces. Exit 1 when --fail-on trips, 2 on errors. "
+        "on pods and namespaces, and without --policy on clustermirrorpolicies and "
+        "mirrorpolicies. Exit 1 when --fail-on trips, 2 on errors. "
         "The JSON schema is in webhook/commands/audit_report.py's docstring.",
     )
-    audit_command.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
+    audit_command.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="policy YAML file (default: the cluster's ClusterMirrorPolicy and "
+        "MirrorPolicy objects, composed per namespace as the server does)",
+    )
     audit_command.add_argument(
         "--kubeconfig",
         metavar="FILE",

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mirrorgate import policy
 from mirrorgate.webhook.cluster import kube
 
 
@@ -121,12 +122,15 @@ class ListingKube:
 
     A namespace whose labels are None exists but may not be read (``get`` is forbidden, as a
     namespace-scoped Role allows); Pods are served in pages of ``page`` at most.
+    ``objects`` are the ClusterMirrorPolicies and MirrorPolicies stored, listed cluster-wide
+    or a namespace's (None: their CRDs are not installed, a 404).
     """
 
     namespaces: dict[str, dict[str, str] | None]
     pods: dict[str, list[dict[str, Any]]]
     page: int = 500
     reads: list[str] = dataclasses.field(default_factory=list)
+    objects: list[dict[str, Any]] | None = dataclasses.field(default_factory=list)
 
     def _namespace(self, name: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "labels": dict(self.namespaces[name] or {})}}
@@ -155,5 +159,21 @@ class ListingKube:
 
     def list(self, path: str, *, limit: int = 500, **_: Any) -> tuple[list[dict[str, Any]], str]:
         self.reads.append(path)
-        assert path == kube.namespaces_path(), f"audit lists nothing else: {path}"
-        return [self._namespace(name) for name in self.namespaces], "1"
+        if path == kube.namespaces_path():
+            return [self._namespace(name) for name in self.namespaces], "1"
+        prefix = f"/apis/{policy.API_VERSION}/"
+        assert path.startswith(prefix), f"audit lists nothing else: {path}"
+        if self.objects is None:
+            raise kube.NotFound(404, "NotFound", "the server could not find the requested resource")
+        parts = path.removeprefix(prefix).split("/")
+        kind = (
+            policy.CLUSTER_KIND if parts[-1] == "clustermirrorpolicies" else policy.NAMESPACED_KIND
+        )
+        return [
+            copy.deepcopy(o)
+            for o in self.objects
+            if o["kind"] == kind and (len(parts) == 1 or o["metadata"].get("namespace") == parts[1])
+        ], "1"
+
+    def close(self) -> None:
+        pass

@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 from mirrorgate import policy
 from mirrorgate.webhook import policyfile
@@ -37,17 +38,30 @@ from mirrorgate.webhook.policyfile import boundedyaml
 __all__ = [
     "FILE_KEY",
     "PATHS",
+    "RESOURCES",
     "Composed",
     "PolicyObjects",
+    "compose_stored",
     "file_objects",
     "key_of",
+    "objects_path",
     "read_objects",
 ]
 
-PATHS = (
-    (policy.CLUSTER_KIND, f"/apis/{policy.API_VERSION}/clustermirrorpolicies"),
-    (policy.NAMESPACED_KIND, f"/apis/{policy.API_VERSION}/mirrorpolicies"),
-)
+RESOURCES: dict[str, str] = {
+    policy.CLUSTER_KIND: "clustermirrorpolicies",
+    policy.NAMESPACED_KIND: "mirrorpolicies",
+}
+"""Each kind's resource name."""
+
+
+def objects_path(kind: str, namespace: str | None = None) -> str:
+    """Where the objects of ``kind`` are listed: cluster-wide, or a namespace's."""
+    where = f"namespaces/{quote(namespace)}/" if namespace is not None else ""
+    return f"/apis/{policy.API_VERSION}/{where}{RESOURCES[kind]}"
+
+
+PATHS = tuple((kind, objects_path(kind)) for kind in RESOURCES)
 """Each kind and where it is listed and watched (cluster-wide)."""
 FILE_KEY = policy.ObjectKey(policy.CLUSTER_KIND, "(the policy file)")
 """The policy file as a cluster object: not a valid object name, so no stored
@@ -108,6 +122,37 @@ def key_of(obj: dict[str, Any]) -> policy.ObjectKey:
     namespace = metadata.get("namespace")
     kind = policy.CLUSTER_KIND if namespace is None else policy.NAMESPACED_KIND
     return policy.ObjectKey(kind, str(metadata.get("name", "")), namespace)
+
+
+def compose_stored(
+    stored: Mapping[policy.ObjectKey, dict[str, Any]],
+    labels: Mapping[str, Mapping[str, str]],
+    *,
+    file: policyfile.LoadedPolicy | None = None,
+    previous: Composed | None = None,
+) -> Composed:
+    """The composition of the ``stored`` objects (by :func:`key_of`) with the policy file,
+    as the server serves it; ``labels`` are the namespaces' (a namespace missing: not
+    known, only names grant there). The server composes with what its informers hold;
+    ``mirrorgate audit`` with what it listed once."""
+    objects, refused = read_objects(stored)
+    judged, last, own = list(objects), None, []
+    if file is not None:
+        own = [o for o in file_objects(file) if o.key not in stored]
+        judged.extend(own)
+        last = FILE_KEY if own and own[0].key == FILE_KEY else None
+    # What did not change stays the same object, and with it admission's plans for it.
+    before = previous.loaded.composition if previous is not None else None
+    composition = policy.compose(judged, labels, last=last, previous=before)
+    verdicts = {**composition.verdicts, **refused}
+    loaded = policyfile.LoadedPolicy(
+        policy=composition.cluster,
+        version=_version(file, stored, labels),
+        path=file.path if file else "cluster objects",
+        data=file.data if file else b"",
+        composition=composition,
+    )
+    return Composed(loaded, verdicts, stored, tuple(objects), tuple(own))
 
 
 def _version(
@@ -203,25 +248,7 @@ class PolicyObjects(Loop):
         for informer in self.informers:
             for obj in list(informer.items.values()):
                 stored[key_of(obj)] = obj
-        objects, refused = read_objects(stored)
-        judged, last, own = list(objects), None, []
-        if self._file is not None:
-            own = [o for o in file_objects(self._file) if o.key not in stored]
-            judged.extend(own)
-            last = FILE_KEY if own and own[0].key == FILE_KEY else None
-        labels = self._labels()
-        # What did not change stays the same object, and with it admission's plans for it.
-        previous = self.composed.loaded.composition if self.composed is not None else None
-        composition = policy.compose(judged, labels, last=last, previous=previous)
-        verdicts = {**composition.verdicts, **refused}
-        loaded = policyfile.LoadedPolicy(
-            policy=composition.cluster,
-            version=_version(self._file, stored, labels),
-            path=self._file.path if self._file else "cluster objects",
-            data=self._file.data if self._file else b"",
-            composition=composition,
-        )
-        return Composed(loaded, verdicts, stored, tuple(objects), tuple(own))
+        return compose_stored(stored, self._labels(), file=self._file, previous=self.composed)
 
     def context(
         self, namespace: str | None

@@ -237,8 +237,14 @@ class NamespaceReport:
     """By image as written and whether its pull policy is Never."""
     labels: Mapping[str, str] | None = None
     """The Namespace's labels, which grants by ``namespaceSelector`` read (None: not known)."""
+    mirror_policy: policy.Policy | None = dataclasses.field(default=None, repr=False)
+    """The namespace's policy, as the server composes it: what its Pods are judged with
+    when :meth:`add_pod` is given none, and their rewrites again with the mirrors' health."""
 
-    def add_pod(self, pod: Mapping[str, Any], mirror_policy: policy.Policy) -> None:
+    def add_pod(self, pod: Mapping[str, Any], mirror_policy: policy.Policy | None = None) -> None:
+        if mirror_policy is None:
+            mirror_policy = self.mirror_policy
+        assert mirror_policy is not None, "a namespace's Pods are judged with some policy"
         self.pods += 1
         if self.excluded:
             return

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from mirrorgate.webhook import cli
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.fixtures_secrets import AUDIT_LABELS, ENFORCE_LABELS
-from tests.e2e.harness.kube import create_namespace
+from tests.e2e.harness.kube import apply, create_namespace
 
 pytestmark = pytest.mark.e2e
 
@@ -604,3 +605,81 @@ def test_audit_of_many_pods_takes_seconds(
             f"{created:.1f} s); scaled to {SCALE_TARGET:,} Pods: {scaled:.1f} s"
         )
     assert scaled < 30, f"{SCALE_TARGET:,} Pods would take {scaled:.1f} s"
+
+
+# --- the policy objects ------------------------------------------------------------
+
+
+def test_without_a_policy_file_each_namespace_gets_its_composed_policy(
+    own_control_plane: ControlPlane,
+) -> None:
+    """Without --policy, audit reads the ClusterMirrorPolicy and MirrorPolicy objects from
+    the API and judges each namespace as the server composes it: a granted MirrorPolicy's
+    rule applies in its namespace, one naming a credential not granted there applies
+    nowhere, and the cluster's rule applies elsewhere. (Its own control plane: objects in
+    the shared one would change what the session webhook serves.)"""
+    from mirrorgate.webhook.policyfile import crds
+
+    repository = Path(__file__).resolve().parents[3]
+    cluster = {
+        "apiVersion": "mirrorgate.io/v1alpha1",
+        "kind": "ClusterMirrorPolicy",
+        "metadata": {"name": "base"},
+        "spec": {
+            "credentials": {
+                "shared": {"namespaces": ["team-a", "team-b", "other"]},
+                "robot-a": {"namespaceSelector": {"matchLabels": {TEAM_LABEL: "a"}}},
+            },
+            "mirrors": [{"source": "quay.io", "mirror": f"{HUB}/quay", "credential": "shared"}],
+        },
+    }
+
+    def team(namespace: str) -> dict[str, Any]:
+        mirror = {
+            "source": "quay.io",
+            "mirror": f"team.example/{namespace}",
+            "credential": "robot-a",
+        }
+        return {
+            "apiVersion": "mirrorgate.io/v1alpha1",
+            "kind": "MirrorPolicy",
+            "metadata": {"name": "quay", "namespace": namespace},
+            "spec": {"mirrors": [mirror]},
+        }
+
+    with own_control_plane.api_client() as api:
+        extensions = k8s.ApiextensionsV1Api(api)
+        for path in sorted((repository / crds.CRD_DIR).glob("*.yaml")):
+            extensions.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        deadline = time.monotonic() + 30
+        for name in ("clustermirrorpolicies.mirrorgate.io", "mirrorpolicies.mirrorgate.io"):
+            while True:
+                status = extensions.read_custom_resource_definition(name).status
+                conditions = {c.type: c.status for c in (status and status.conditions) or ()}
+                if conditions.get("Established") == "True":
+                    break
+                assert time.monotonic() < deadline, f"{name} not established: {conditions}"
+                time.sleep(0.2)
+        core = k8s.CoreV1Api(api)
+        labels = {"team-a": {TEAM_LABEL: "a"}, "team-b": {TEAM_LABEL: "b"}, "other": {}}
+        for namespace, found in labels.items():
+            create_namespace(api, namespace, found)
+            core.create_namespaced_pod(namespace, pod_body("app", [EXPORTER]))
+        apply(api, [cluster, team("team-a"), team("team-b")])
+    expected = {
+        "team-a": "team.example/team-a/prometheus/node-exporter:v1.8.0",
+        "team-b": f"{HUB}/quay/prometheus/node-exporter:v1.8.0",
+        "other": f"{HUB}/quay/prometheus/node-exporter:v1.8.0",
+    }
+    for argv in (("-A",), ("-n", *labels)):
+        result = mirrorgate(
+            "audit", "--kubeconfig", own_control_plane.kubeconfig, *argv, "-o", "json"
+        )
+        assert result.code == 0, result.err
+        report = result.json()
+        assert report["policy"] == "cluster objects"
+        spaces = by_name(report)
+        got = {ns: [i["new_image"] for i in spaces[ns]["images"]] for ns in labels}
+        assert got == {ns: [image] for ns, image in expected.items()}, argv
+        assert spaces["team-a"]["images"][0]["rule"] == "MirrorPolicy team-a/quay spec.mirrors[0]"
+        assert spaces["team-a"]["images"][0]["credential"] == "robot-a"
