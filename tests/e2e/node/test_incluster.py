@@ -193,19 +193,41 @@ def kustomized(node_installed: Release, kustomize: Path, tmp_path: Path) -> Iter
             _remove(api, objects)
 
 
+def _wait_rewritten(api: k8s.ApiClient, namespace: str, image: str, mirrored: str) -> None:
+    """Until the API server sends this namespace's Pods to the new webhook, as a user waits
+    after an install: a dry-run Pod of ``image`` comes back as ``mirrored``.
+
+    A webhook configuration reaches the API server's admission a moment after it is
+    written, and under the overlay's ``failurePolicy: Ignore`` a Pod created before then
+    is admitted as written. On v1.30.14, after other modules had installed and removed
+    webhook configurations of the same names, the Deployment's Pods were admitted
+    unmirrored, with no call made (0 admissions on both replicas); this wait says so
+    after 60 s instead of a pull failure after 120."""
+
+    def rewritten() -> str | None:
+        stored, _ = create_pod(
+            api, namespace, nodepods.pod("probe", [nodepods.container("probe", image)]), True
+        )
+        found = stored["spec"]["containers"][0]["image"]
+        return None if found == mirrored else f"admitted as {found}"
+
+    wait_until(rewritten, timeout=60, what="the new webhook rewriting Pods", interval=0.5)
+
+
 def _deployment_scenario(node: Node) -> None:
     """The node's Deployment scenario, admitted by the in-cluster replicas."""
     registry = node.registry
     workload = nodepods.push_workload(registry, "node/in-cluster")
+    mirrored = f"{registry.host}/{workload.repository}:{workload.tag}"
     with node.control_plane.api_client() as api:
         namespace = create_namespace(
             api,
             f"{GRANTED_PREFIX}{namespace_name('in-cluster')}",
             ENFORCE_LABELS,
         )
+        _wait_rewritten(api, namespace, workload.image, mirrored)
         pods, logs = nodepods.run_deployment(api, namespace, workload)
         answered = _admission_logged(api, namespace)
-    mirrored = f"{registry.host}/{workload.repository}:{workload.tag}"
     for stored in pods:
         assert stored["spec"]["containers"][0]["image"] == mirrored
         assert stored["spec"]["imagePullSecrets"] == [{"name": policy.pull_secret_name(CREDENTIAL)}]
