@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 
 from mirrorgate.webhook import cli
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.fixtures_secrets import AUDIT_LABELS, ENFORCE_LABELS
-from tests.e2e.harness.kube import apply, create_namespace
+from tests.e2e.harness.kube import apply, create_namespace, install_policy_crds
 
 pytestmark = pytest.mark.e2e
 
@@ -618,9 +617,6 @@ def test_without_a_policy_file_each_namespace_gets_its_composed_policy(
     rule applies in its namespace, one naming a credential not granted there applies
     nowhere, and the cluster's rule applies elsewhere. (Its own control plane: objects in
     the shared one would change what the session webhook serves.)"""
-    from mirrorgate.webhook.policyfile import crds
-
-    repository = Path(__file__).resolve().parents[3]
     cluster = {
         "apiVersion": "mirrorgate.io/v1alpha1",
         "kind": "ClusterMirrorPolicy",
@@ -648,18 +644,7 @@ def test_without_a_policy_file_each_namespace_gets_its_composed_policy(
         }
 
     with own_control_plane.api_client() as api:
-        extensions = k8s.ApiextensionsV1Api(api)
-        for path in sorted((repository / crds.CRD_DIR).glob("*.yaml")):
-            extensions.create_custom_resource_definition(yaml.safe_load(path.read_text()))
-        deadline = time.monotonic() + 30
-        for name in ("clustermirrorpolicies.mirrorgate.io", "mirrorpolicies.mirrorgate.io"):
-            while True:
-                status = extensions.read_custom_resource_definition(name).status
-                conditions = {c.type: c.status for c in (status and status.conditions) or ()}
-                if conditions.get("Established") == "True":
-                    break
-                assert time.monotonic() < deadline, f"{name} not established: {conditions}"
-                time.sleep(0.2)
+        install_policy_crds(api)
         core = k8s.CoreV1Api(api)
         labels = {"team-a": {TEAM_LABEL: "a"}, "team-b": {TEAM_LABEL: "b"}, "other": {}}
         for namespace, found in labels.items():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,8 @@ from kubernetes import dynamic
 
 from mirrorgate import policy
 from mirrorgate.webhook.commands import migrate
-from mirrorgate.webhook.policyfile import crds
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.kube import apply, create_namespace, run_kubectl
+from tests.e2e.harness.kube import apply, create_namespace, install_policy_crds, run_kubectl
 from tests.webhook.test_migrate import EXAMPLE_POLICIES
 
 pytestmark = pytest.mark.e2e
@@ -45,19 +43,7 @@ SPEC_FIELDS = {
 @pytest.fixture(scope="module")
 def api(own_control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
     with own_control_plane.api_client() as client:
-        extensions = k8s.ApiextensionsV1Api(client)
-        for path in sorted((REPOSITORY / crds.CRD_DIR).glob("*.yaml")):
-            extensions.create_custom_resource_definition(yaml.safe_load(path.read_text()))
-        deadline = time.monotonic() + 30
-        for name in ("clustermirrorpolicies.mirrorgate.io", "mirrorpolicies.mirrorgate.io"):
-            while True:
-                found = extensions.read_custom_resource_definition(name)
-                status = found.status
-                conditions = {c.type: c.status for c in (status and status.conditions) or ()}
-                if conditions.get("Established") == "True":
-                    break
-                assert time.monotonic() < deadline, f"{name} not established: {conditions}"
-                time.sleep(0.2)
+        install_policy_crds(client)
         create_namespace(client, "team-a")
         yield client
 

@@ -11,8 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes import dynamic
+
+from mirrorgate.webhook.policyfile import crds
+from tests.e2e.harness.binaries import REPO_ROOT
+from tests.e2e.harness.procs import wait_until
 
 # RFC 7234 warn-value as kube-apiserver sends it: `299 - "text"` (quotes escaped).
 _WARNING = re.compile(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"')
@@ -210,3 +215,24 @@ def tenant(api: k8s.ApiClient, namespace: str, resource: str) -> str:
     )
     bind(rbac, user, ("Role", user), user_subject(user), namespace=namespace)
     return user
+
+
+POLICY_CRDS = ("clustermirrorpolicies.mirrorgate.io", "mirrorpolicies.mirrorgate.io")
+
+
+def install_policy_crds(api: k8s.ApiClient) -> None:
+    """mirrorgate's two policy CRDs, from the tree, created on a control plane of a test's
+    own; returns once the API server serves both (Established)."""
+    extensions = k8s.ApiextensionsV1Api(api)
+    for path in sorted((REPO_ROOT / crds.CRD_DIR).glob("*.yaml")):
+        extensions.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+
+    def established() -> str | None:
+        for name in POLICY_CRDS:
+            status = extensions.read_custom_resource_definition(name).status
+            conditions = {c.type: c.status for c in (status and status.conditions) or ()}
+            if conditions.get("Established") != "True":
+                return f"{name}: {conditions}"
+        return None
+
+    wait_until(established, timeout=30, what="the policy CRDs established", interval=0.2)
