@@ -472,7 +472,16 @@ def test_a_new_ca_is_trusted_beside_the_old_while_replicas_switch(
                 timeout=15,
                 what="the old CA dropped from caBundle",
             )
-            assert _published(api, a.ca) == {"ca.crt": new.decode()}
+            # The ConfigMap follows caBundle in the same check, a moment later.
+            wait_until(
+                lambda: (
+                    None
+                    if _published(api, a.ca) == {"ca.crt": new.decode()}
+                    else "old CA still published"
+                ),
+                timeout=15,
+                what="the old CA dropped from the ConfigMap",
+            )
             assert set(_secret(api, a.ca) or {}) == {"ca.crt", "ca.key"}
             key_line = rotated["ca.key"].splitlines()[1].decode()
             for server in (a.server, b.server, *others):
