@@ -73,6 +73,22 @@ def test_a_feature_newer_than_the_minimum_says_what_happens_before_it() -> None:
         assert before.strip() not in ("", "-", "—"), feature
 
 
+def test_the_node_runs_pull_secretless_from_the_minor_the_chart_allows_it() -> None:
+    """The secretless scenarios run on every node the chart lets enable the kubelet plugin,
+    on at least the newest, and are left out only where the chart refuses them."""
+    helpers = (REPOSITORY / "manifests/helm/mirrorgate/templates/_kubeletplugin.tpl").read_text()
+    guard = re.findall(r'semverCompare "<1\.(\d+)\.0-0"', helpers)
+    assert guard == [str(versions.SECRETLESS_MINOR)], guard
+    for version in versions.NODE_VERSIONS:
+        markers = versions.selection(version, "node")[-1]
+        if _minor(version) >= versions.SECRETLESS_MINOR:
+            assert markers == "installed", (version, markers)
+        else:
+            assert markers == "installed and not secretless", (version, markers)
+    assert versions.selection(max(versions.NODE_VERSIONS, key=_minor), "node")[-1] == "installed"
+    assert versions.selection("v1.30.14", "api") == ["tests/e2e/api", "-m", "e2e and not node"]
+
+
 def test_each_run_prints_its_line_counted_from_pytests_own_report(tmp_path: Path) -> None:
     """The line is the issue's, counted from a real pytest run's JUnit report (an error
     is a failure, an xfail a skip), and only a clean run is a pass."""

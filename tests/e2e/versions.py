@@ -9,8 +9,8 @@ Kubernetes binary of the harness is chosen by:
 * ``(api)``: everything that needs kube-apiserver and etcd but not the node
   (tests/e2e/api), on every version of API_VERSIONS;
 * ``(node)``: the node scenarios against mirrorgate installed by its chart from its
-  image (``-m installed``, but for the secretless pulls; the upgrade from 0.1.0 among
-  them), on NODE_VERSIONS.
+  image (``-m installed``; the upgrade from 0.1.0 among them), on NODE_VERSIONS. The
+  secretless pulls run from SECRETLESS_MINOR on; before it the chart refuses them.
 
 Each run prints one line, ``kubernetes vX.Y.Z (api): N passed, F failed, S skipped``,
 then how long its build and its tests took; the upgrade test's own line
@@ -46,14 +46,15 @@ API_VERSIONS = ("v1.30.14", "v1.34.4", "v1.37.2")
 # The oldest and the newest minor whose kubelet runs on this cgroup v1 machine.
 NODE_VERSIONS = ("v1.30.14", "v1.37.2")
 
-KINDS = {
-    "api": (("kube-apiserver",), ["tests/e2e/api", "-m", "e2e and not node"]),
-    "node": (
-        ("kube-apiserver", "kubelet", "kube-controller-manager", "kube-scheduler"),
-        # Secretless pulls need a 1.34+ kubelet (KEP-4412); make test runs them on the pin.
-        ["tests/e2e/node", "-m", "installed and not secretless"],
-    ),
+# The first minor whose kubelet sends credential providers service-account tokens
+# (KEP-4412, beta): the secretless pulls run on nodes from it on. Before it the chart
+# refuses kubeletPlugin.enabled, which the api runs check on every minor.
+SECRETLESS_MINOR = 34
+BINARIES = {
+    "api": ("kube-apiserver",),
+    "node": ("kube-apiserver", "kubelet", "kube-controller-manager", "kube-scheduler"),
 }
+KINDS = tuple(BINARIES)
 # xunit1: the suite's record_property (figures) warns under xunit2, and warnings are errors.
 JUNIT = ("-o", "junit_family=xunit1", "--junitxml")
 UPGRADE_LINE = re.compile(r"^upgrade 0\.1\.0 -> .*$", re.MULTILINE)
@@ -97,8 +98,21 @@ def counts(junit: Path) -> tuple[int, int, int]:
     return tests - failed - skipped, failed, skipped
 
 
+def minor(version: str) -> int:
+    return int(version.split(".")[1])
+
+
+def selection(version: str, kind: str) -> list[str]:
+    """pytest's arguments for one run: the api suite, or every scenario of the node
+    with the installed chart that the version's kubelet can run."""
+    if kind == "api":
+        return ["tests/e2e/api", "-m", "e2e and not node"]
+    if minor(version) >= SECRETLESS_MINOR:
+        return ["tests/e2e/node", "-m", "installed"]
+    return ["tests/e2e/node", "-m", "installed and not secretless"]
+
+
 def run(version: str, kind: str, logs: Path) -> Outcome:
-    binaries, selection = KINDS[kind]
     env = {**os.environ, "K8S_VERSION": version, "MIRRORGATE_REQUIRE_E2E": "1"}
     log = logs / f"{version}-{kind}.log"
     junit = logs / f"{version}-{kind}.xml"
@@ -106,7 +120,7 @@ def run(version: str, kind: str, logs: Path) -> Outcome:
     with log.open("w") as out:
         started = time.monotonic()
         built = subprocess.run(
-            ["bash", str(BUILD_SH), *binaries], env=env, stdout=out, stderr=out, check=False
+            ["bash", str(BUILD_SH), *BINARIES[kind]], env=env, stdout=out, stderr=out, check=False
         )
         build_seconds = time.monotonic() - started
         if built.returncode != 0:
@@ -117,7 +131,7 @@ def run(version: str, kind: str, logs: Path) -> Outcome:
                 sys.executable,
                 "-m",
                 "pytest",
-                *selection,
+                *selection(version, kind),
                 "-p",
                 "no:cacheprovider",
                 *JUNIT,
